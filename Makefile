@@ -1,0 +1,43 @@
+# skyplane-ops — the two commands a newcomer runs are `make demo` and `make test`.
+# Everything they need is installed here, into ./.venv and ./.cache, by the commands themselves.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit tools venv clean bench
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[all,dev]'
+	touch $(STAMP)
+
+## Test tools that are not Python packages (sshd, iperf3, rclone, Azurite): scripts/install-test-tools.sh
+tools:
+	bash scripts/install-test-tools.sh
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+test: venv tools lint typecheck
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -ra
+
+demo: venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+
+bench: venv
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .cache build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

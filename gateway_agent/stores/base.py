@@ -1,0 +1,67 @@
+"""The one small ObjectStore protocol every backend implements.
+
+Multipart writes are stateless between processes: the control plane creates an upload and gets
+an opaque ``upload_id`` string, sink gateways (other processes, other machines) write parts by
+``(key, upload_id, part_number)``, and the control plane completes or aborts it. Until
+``complete_multipart`` nothing is visible under ``key``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object as listed or headed: key relative to the store's root prefix."""
+
+    key: str
+    size: int
+    etag: str | None = None
+    # Native checksums the backend reports, e.g. {"crc32c": "<base64>", "md5": "<hex>"}.
+    checksums: dict[str, str] = field(default_factory=dict)
+    modified: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Optional capabilities a backend declares; callers check before relying on them."""
+
+    ranged_read: bool = True
+    multipart: bool = True
+    native_checksums: frozenset[str] = frozenset()
+    server_side_copy: bool = False
+    # Backend limits that chunking must respect.
+    min_part_size: int = 0
+    max_parts: int = 10_000
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A bucket/container (plus optional root prefix) addressed by a URI."""
+
+    uri: str
+    capabilities: Capabilities
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]: ...
+
+    def head(self, key: str) -> ObjectInfo: ...
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
+
+    def write(self, key: str, data: bytes) -> ObjectInfo: ...
+
+    def create_multipart(self, key: str) -> str: ...
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None: ...
+
+    def complete_multipart(
+        self, key: str, upload_id: str, part_numbers: Sequence[int]
+    ) -> ObjectInfo: ...
+
+    def abort_multipart(self, key: str, upload_id: str) -> None: ...
+
+    def delete(self, key: str) -> None: ...

@@ -1,0 +1,63 @@
+"""What provisioning produces and what deprovisioning consumes.
+
+A ``GatewayFleet`` is small and JSON-serialisable (it travels through Airflow XCom and
+Dagster metadata), holds no secret (only a reference to where the per-transfer secret is kept)
+and is enough on its own to find and delete every resource that was created.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """One gateway agent: where it runs and how to reach its control API and data listener."""
+
+    gateway_id: str
+    region: str
+    host: str
+    control_port: int
+    data_port: int
+    # Backend-specific ids needed to clean up (pid, instance id, namespace, remote dir, ...).
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GatewayFleet:
+    """The gateways of one transfer, with the tags every created resource carries."""
+
+    transfer_id: str
+    backend: str
+    gateways: list[Gateway]
+    # Where the per-transfer secret is kept (e.g. a 0600 file path); never the secret itself.
+    secret_ref: str
+    tags: dict[str, str] = field(default_factory=dict)
+    created_at: str = ""
+    # Backend-level resources shared by gateways (security groups, key pairs, links, ...).
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    def in_region(self, region: str) -> list[Gateway]:
+        return [g for g in self.gateways if g.region == region]
+
+    @property
+    def regions(self) -> list[str]:
+        return sorted({g.region for g in self.gateways})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GatewayFleet:
+        data = dict(data)
+        data["gateways"] = [Gateway(**g) for g in data["gateways"]]
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> GatewayFleet:
+        return cls.from_dict(json.loads(text))
