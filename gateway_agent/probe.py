@@ -1,0 +1,493 @@
+"""Throughput probe between two gateways: N parallel TCP connections for T seconds.
+
+The profiler measures the throughput grid with this probe, the way the Skyplane paper did
+(64 connections, 5 s per ordered region pair). The *receiving* gateway runs a ``ProbeServer``;
+the *sending* gateway calls ``run_probe(peer_host, peer_port, secret, connections, seconds)``.
+
+Wire protocol (one probe session = one control connection + N data connections):
+
+1. Every connection is authenticated with the per-transfer secret, like every data connection
+   of a transfer: the server sends a random 32-byte nonce, the client answers
+   ``HMAC-SHA256(secret, b"skyplane-probe-v1" + nonce)``. A wrong answer gets one status byte
+   (``AUTH_FAILED``) and the connection is closed; the client raises ``ProbeAuthError``.
+   (The gateway agent had no reusable auth function when this was written, so the challenge-
+   response lives here; it is stdlib ``hmac`` with a constant-time compare.)
+2. After auth the client sends one JSON line: ``{"role": "control"}`` or
+   ``{"role": "data", "session": ID}``.
+3. On the control connection the client pings a few times (application-level RTT), then opens
+   the data connections, which stream zeros. After a short warm-up (slow start) it sends
+   ``start``; at the end of the T seconds it sends ``stop`` and the server answers with the
+   bytes it *received* between the two marks and the seconds between them. The client then
+   resets the data connections, so data still queued in socket buffers is never counted.
+
+Both ends are counted: ``sent_gbps`` is what the sender pushed into its sockets during the
+window, ``received_gbps`` what the receiver got during its window. The grid uses the received
+rate: it is what actually crossed the path.
+
+Standard library only: this module ships to every gateway VM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import statistics
+import struct
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+DEFAULT_CONNECTIONS = 64
+DEFAULT_SECONDS = 5.0
+MAX_CONNECTIONS = 1024
+AUTH_CONTEXT = b"skyplane-probe-v1"
+NONCE_BYTES = 32
+AUTH_OK = b"\x01"
+AUTH_FAILED = b"\x00"
+HANDSHAKE_TIMEOUT_S = 10.0
+SEND_CHUNK = 256 * 1024
+RECV_CHUNK = 1024 * 1024
+PING_COUNT = 5
+
+
+class ProbeError(Exception):
+    """A probe could not be run (peer unreachable, protocol error, peer gave up)."""
+
+
+class ProbeAuthError(ProbeError):
+    """The peer refused our secret (or we refused theirs)."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one probe measured from this gateway to the peer; JSON-friendly."""
+
+    peer: str
+    connections: int
+    seconds: float
+    bytes_sent: int
+    bytes_received: int
+    sent_gbps: float
+    received_gbps: float
+    rtt_ms: float
+    started_at: str
+    warmup_seconds: float = 0.0
+
+    @property
+    def gbps(self) -> float:
+        """The rate the grid records: bytes that reached the peer."""
+        return self.received_gbps
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
+        fields = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+def _as_key(secret: bytes | str) -> bytes:
+    return secret.encode() if isinstance(secret, str) else bytes(secret)
+
+
+def auth_response(secret: bytes | str, nonce: bytes) -> bytes:
+    """The answer a client owes to the server's nonce."""
+    return hmac.new(_as_key(secret), AUTH_CONTEXT + nonce, hashlib.sha256).digest()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        part = sock.recv(n - len(buf))
+        if not part:
+            raise ProbeError("peer closed the connection during the handshake")
+        buf += part
+    return bytes(buf)
+
+
+def _recv_line(sock: socket.socket, limit: int = 65536) -> bytes:
+    """Read one newline-terminated line byte by byte (only used for short control lines)."""
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        part = sock.recv(1)
+        if not part:
+            raise ProbeError("peer closed the control connection")
+        buf += part
+        if len(buf) > limit:
+            raise ProbeError("control line too long")
+    return bytes(buf)
+
+
+def _send_json(sock: socket.socket, obj: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _recv_json(sock: socket.socket) -> dict[str, Any]:
+    data = json.loads(_recv_line(sock))
+    if not isinstance(data, dict):
+        raise ProbeError("malformed control message")
+    return data
+
+
+def _client_auth(sock: socket.socket, secret: bytes | str) -> None:
+    nonce = _recv_exact(sock, NONCE_BYTES)
+    sock.sendall(auth_response(secret, nonce))
+    try:
+        status = _recv_exact(sock, 1)
+    except (ProbeError, ConnectionError) as exc:
+        raise ProbeAuthError("the probe server refused the secret") from exc
+    if status != AUTH_OK:
+        raise ProbeAuthError("the probe server refused the secret")
+
+
+def _rst_close(sock: socket.socket) -> None:
+    """Close with a reset so queued bytes are dropped instead of drained."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class _Session:
+    """Receive-side counters of one probe session (one counter per data connection)."""
+
+    def __init__(self) -> None:
+        self.counters: list[list[int]] = []
+        self.lock = threading.Lock()
+
+    def add_counter(self) -> list[int]:
+        counter = [0]
+        with self.lock:
+            self.counters.append(counter)
+        return counter
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(c[0] for c in self.counters)
+
+
+class ProbeServer:
+    """Accepts authenticated probe sessions on its own port and counts what it receives.
+
+    Runs in a daemon thread; ``start()`` returns once it listens, ``port`` is the bound port.
+    """
+
+    def __init__(self, secret: bytes | str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._secret = _as_key(secret)
+        self._host = host
+        self._requested_port = port
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+        self._open = 0
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        if self._sock is None:
+            raise ProbeError("probe server is not started")
+        return int(self._sock.getsockname()[1])
+
+    def start(self) -> ProbeServer:
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._requested_port))
+        sock.listen(256)
+        sock.settimeout(0.2)
+        self._sock = sock
+        self._thread = threading.Thread(target=self._accept_loop, name="probe-accept", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+    def __enter__(self) -> ProbeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                if self._open >= MAX_CONNECTIONS + 8:
+                    _rst_close(conn)
+                    continue
+                self._open += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(HANDSHAKE_TIMEOUT_S)
+            nonce = secrets.token_bytes(NONCE_BYTES)
+            conn.sendall(nonce)
+            answer = _recv_exact(conn, 32)
+            if not hmac.compare_digest(answer, auth_response(self._secret, nonce)):
+                conn.sendall(AUTH_FAILED)
+                return
+            conn.sendall(AUTH_OK)
+            hello = _recv_json(conn)
+            if hello.get("role") == "control":
+                self._serve_control(conn)
+            elif hello.get("role") == "data":
+                self._serve_data(conn, str(hello.get("session", "")))
+        except (OSError, ProbeError, ValueError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+            with self._lock:
+                self._open -= 1
+
+    def _serve_control(self, conn: socket.socket) -> None:
+        session_id = uuid.uuid4().hex
+        session = _Session()
+        with self._lock:
+            self._sessions[session_id] = session
+        try:
+            _send_json(conn, {"session": session_id})
+            conn.settimeout(None)
+            mark_bytes = 0
+            mark_time = time.monotonic()
+            while True:
+                msg = _recv_json(conn)
+                op = msg.get("op")
+                if op == "ping":
+                    _send_json(conn, {"op": "pong"})
+                elif op == "start":
+                    mark_bytes, mark_time = session.total(), time.monotonic()
+                    _send_json(conn, {"ok": True})
+                elif op == "stop":
+                    received = session.total() - mark_bytes
+                    seconds = time.monotonic() - mark_time
+                    _send_json(
+                        conn,
+                        {
+                            "bytes": received,
+                            "seconds": seconds,
+                            "connections": len(session.counters),
+                        },
+                    )
+                    return
+                else:
+                    return
+        finally:
+            with self._lock:
+                self._sessions.pop(session_id, None)
+
+    def _serve_data(self, conn: socket.socket, session_id: str) -> None:
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            return
+        counter = session.add_counter()
+        conn.settimeout(60.0)  # a sender that vanished without a reset must not pin a thread
+        buf = bytearray(RECV_CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = conn.recv_into(view)
+            if n == 0:
+                return
+            counter[0] += n
+
+
+class _Sender:
+    """One data connection that streams zeros until told to stop."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def run(self, stop: threading.Event) -> None:
+        payload = memoryview(bytes(SEND_CHUNK))
+        self.sock.settimeout(0.2)
+        try:
+            while not stop.is_set():
+                try:
+                    self.sent += self.sock.send(payload)
+                except TimeoutError:
+                    continue
+        except OSError as exc:
+            if not stop.is_set():
+                self.error = exc
+
+
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        raise ProbeError(f"cannot reach probe server {host}:{port}: {exc}") from exc
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def run_probe(
+    peer_host: str,
+    peer_port: int,
+    secret: bytes | str,
+    connections: int = DEFAULT_CONNECTIONS,
+    seconds: float = DEFAULT_SECONDS,
+    *,
+    warmup_seconds: float | None = None,
+    connect_timeout: float = 10.0,
+) -> ProbeResult:
+    """Stream to the peer's ProbeServer over ``connections`` TCP connections for ``seconds``.
+
+    The first ``warmup_seconds`` (default: 10% of ``seconds``, at most 1 s) are not counted, so
+    TCP slow start does not bias short probes; the whole probe takes ``seconds``.
+    """
+    if not 1 <= connections <= MAX_CONNECTIONS:
+        raise ValueError(f"connections must be in 1..{MAX_CONNECTIONS}, got {connections}")
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    warmup = min(1.0, 0.1 * seconds) if warmup_seconds is None else warmup_seconds
+    if not 0 <= warmup < seconds:
+        raise ValueError("warmup_seconds must be in [0, seconds)")
+    started_at = datetime.now(UTC).isoformat()
+    control = _connect(peer_host, peer_port, connect_timeout)
+    senders: list[_Sender] = []
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+    try:
+        control.settimeout(connect_timeout)
+        _client_auth(control, secret)
+        _send_json(control, {"role": "control"})
+        session = str(_recv_json(control)["session"])
+        rtts: list[float] = []
+        for _ in range(PING_COUNT):
+            t0 = time.perf_counter()
+            _send_json(control, {"op": "ping"})
+            _recv_json(control)
+            rtts.append((time.perf_counter() - t0) * 1000.0)
+        for _ in range(connections):
+            sock = _connect(peer_host, peer_port, connect_timeout)
+            senders.append(_Sender(sock))
+            _client_auth(sock, secret)
+            _send_json(sock, {"role": "data", "session": session})
+        begin = time.monotonic()
+        for sender in senders:
+            thread = threading.Thread(target=sender.run, args=(stop,), daemon=True)
+            thread.start()
+            threads.append(thread)
+        time.sleep(warmup)
+        control.settimeout(max(30.0, 4 * seconds))
+        _send_json(control, {"op": "start"})
+        sent_mark, mark = sum(s.sent for s in senders), time.monotonic()
+        _recv_json(control)
+        time.sleep(max(0.0, begin + seconds - time.monotonic()))
+        sent_end, end = sum(s.sent for s in senders), time.monotonic()
+        _send_json(control, {"op": "stop"})
+        report = _recv_json(control)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ProbeError(f"probe to {peer_host}:{peer_port} failed: {exc}") from exc
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=5)
+        for sender in senders:
+            _rst_close(sender.sock)
+        _rst_close(control)
+    errors = [s.error for s in senders if s.error is not None]
+    if errors and len(errors) == len(senders):
+        raise ProbeError(f"every probe connection failed, first: {errors[0]}")
+    window = max(end - mark, 1e-9)
+    recv_seconds = max(float(report["seconds"]), 1e-9)
+    bytes_sent = sent_end - sent_mark
+    bytes_received = int(report["bytes"])
+    return ProbeResult(
+        peer=f"{peer_host}:{peer_port}",
+        connections=connections,
+        seconds=round(recv_seconds, 6),
+        bytes_sent=bytes_sent,
+        bytes_received=bytes_received,
+        sent_gbps=bytes_sent * 8 / window / 1e9,
+        received_gbps=bytes_received * 8 / recv_seconds / 1e9,
+        rtt_ms=statistics.median(rtts),
+        started_at=started_at,
+        warmup_seconds=warmup,
+    )
+
+
+def _read_secret(args: argparse.Namespace) -> bytes:
+    if args.secret_file:
+        with open(args.secret_file, "rb") as fh:
+            return fh.read().strip()
+    env = os.environ.get("SKYPLANE_PROBE_SECRET")
+    if not env:
+        raise SystemExit("give --secret-file or set SKYPLANE_PROBE_SECRET")
+    return env.encode()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m gateway_agent.probe serve|run``: drive the probe on a host without the agent."""
+    parser = argparse.ArgumentParser(prog="python -m gateway_agent.probe")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    serve = sub.add_parser("serve", help="listen for probes; prints {'port': N} once ready")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0)
+    serve.add_argument("--secret-file")
+    serve.add_argument("--max-seconds", type=float, default=3600.0, help="exit after this long")
+    run = sub.add_parser("run", help="probe a peer; prints the ProbeResult as JSON")
+    run.add_argument("--peer", required=True, help="HOST:PORT of the peer's probe server")
+    run.add_argument("--secret-file")
+    run.add_argument("--connections", type=int, default=DEFAULT_CONNECTIONS)
+    run.add_argument("--seconds", type=float, default=DEFAULT_SECONDS)
+    args = parser.parse_args(argv)
+    secret = _read_secret(args)
+    if args.cmd == "serve":
+        server = ProbeServer(secret, host=args.host, port=args.port).start()
+        print(json.dumps({"port": server.port}), flush=True)
+        try:
+            # Runs until interrupted or --max-seconds, so a forgotten server cannot linger.
+            deadline = time.monotonic() + args.max_seconds
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+        return 0
+    host, _, port = args.peer.rpartition(":")
+    try:
+        result = run_probe(host.strip("[]"), int(port), secret, args.connections, args.seconds)
+    except ProbeError as exc:
+        print(json.dumps({"error": str(exc), "auth": isinstance(exc, ProbeAuthError)}))
+        return 1
+    print(json.dumps(result.to_dict()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
