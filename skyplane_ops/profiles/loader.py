@@ -1,0 +1,114 @@
+"""Assemble a Profile (catalog + prices + throughput) from the shipped defaults, user
+overrides and an optional measured grid.
+
+The default throughput grid is computed from the model at load time (not stored: it is a pure
+function of the catalog, the model parameters and the VM caps) and cached per set of caps.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skyplane_ops.profiles._data import default_file, read_json
+from skyplane_ops.profiles.catalog import PROVIDERS, RegionCatalog, load_catalog
+from skyplane_ops.profiles.measured import load_measured_grid
+from skyplane_ops.profiles.model import ModelParams, modelled_gbps
+from skyplane_ops.profiles.overrides import apply_overrides
+from skyplane_ops.profiles.prices import PriceGrid
+from skyplane_ops.profiles.throughput import ThroughputGrid
+
+
+@dataclass
+class Profile:
+    """Everything the planner needs about the clouds."""
+
+    catalog: RegionCatalog
+    prices: PriceGrid
+    throughput: ThroughputGrid
+
+
+@functools.cache
+def default_catalog() -> RegionCatalog:
+    """The shipped region catalog (immutable, so shared)."""
+    return load_catalog()
+
+
+@functools.cache
+def _default_prices_document() -> dict[str, Any]:
+    return read_json(default_file("prices.json"))
+
+
+@functools.cache
+def _model_document() -> dict[str, Any]:
+    return read_json(default_file("throughput_model.json"))
+
+
+def model_params() -> ModelParams:
+    """Parameters of the default throughput model."""
+    return ModelParams.from_document(_model_document(), "throughput_model.json")
+
+
+@functools.cache
+def _modelled_grid(caps: tuple[tuple[str, float, float], ...]) -> ThroughputGrid:
+    catalog = default_catalog()
+    doc = _model_document()
+    params = model_params()
+    egress = {p: e for p, e, _ in caps}
+    ingress = {p: i for p, _, i in caps}
+    regions = list(catalog)
+    values = {
+        (s.id, t.id): modelled_gbps(params, s, t, egress, ingress) for s in regions for t in regions
+    }
+    provenance = {k: v for k, v in doc.items() if k != "calibration"}
+    provenance["caps_gbps"] = {p: {"egress": egress[p], "ingress": ingress[p]} for p in egress}
+    return ThroughputGrid(catalog, values, connections=params.connections, provenance=provenance)
+
+
+def modelled_grid(prices: PriceGrid) -> ThroughputGrid:
+    """The model's grid for the VM caps in ``prices`` (cached per set of caps)."""
+    caps = tuple(
+        (p, prices.vm(p).egress_cap_gbps, prices.vm(p).ingress_cap_gbps) for p in PROVIDERS
+    )
+    return _modelled_grid(caps)
+
+
+def load_profile(
+    *,
+    overrides: str | Path | None = None,
+    measured_grid: str | Path | None = None,
+    gcp_tier: str = "premium",
+    **price_overrides: Any,
+) -> Profile:
+    """Load the default profile with user overrides (a JSON file, then keyword arguments,
+    both partial prices.json documents) and an optional measured grid merged over the model.
+    """
+    catalog = default_catalog()
+    document, applied = apply_overrides(
+        _default_prices_document(), file=overrides, kwargs=price_overrides
+    )
+    prices = PriceGrid(
+        document,
+        catalog,
+        gcp_tier=gcp_tier,
+        source=str(overrides) if overrides is not None else "prices.json",
+        applied_overrides=applied,
+    )
+    throughput = modelled_grid(prices)
+    if measured_grid is not None:
+        grid = load_measured_grid(measured_grid, catalog, connections=throughput.connections)
+        throughput = throughput.merge(grid)
+    return Profile(catalog=catalog, prices=prices, throughput=throughput)
+
+
+def load_default_profile(*, gcp_tier: str = "premium") -> Profile:
+    """The shipped profile as is (GCP network tier chosen here)."""
+    return load_profile(gcp_tier=gcp_tier)
+
+
+def default_prices_document() -> dict[str, Any]:
+    """A copy of the shipped prices.json, e.g. to write a starting point for overrides."""
+    return copy.deepcopy(_default_prices_document())
