@@ -1,0 +1,200 @@
+"""The gateway agent: jobs, the data listener, the byte budget and the idle watchdog.
+
+Every accepted data connection gets its own thread. It must pass the HMAC handshake before a
+single frame is read; a stranger is counted and dropped without touching any job. Receivers
+acquire the gateway's byte budget *before* reading a payload, which is what bounds memory and
+propagates back-pressure upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import threading
+import time
+from typing import Any
+
+from gateway_agent import wire
+from gateway_agent.flow import ByteBudget
+from gateway_agent.job import Job, JobError
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """State shared by the control API and the data listener of one gateway."""
+
+    def __init__(
+        self,
+        *,
+        gateway_id: str,
+        region: str,
+        secret: bytes,
+        host: str = "127.0.0.1",
+        data_port: int = 0,
+        buffer_bytes: int = 1024 * 1024 * 1024,
+        idle_timeout: float = 600.0,
+        poweroff_on_idle: bool = False,
+        test_hooks: bool = False,
+    ) -> None:
+        self.gateway_id = gateway_id
+        self.region = region
+        self.secret = secret
+        self.budget = ByteBudget(buffer_bytes)
+        self.idle_timeout = idle_timeout
+        self.poweroff_on_idle = poweroff_on_idle
+        self.test_hooks = test_hooks
+        self.jobs: dict[str, Job] = {}
+        self.rejected_connections = 0
+        self.started = time.time()
+        self.last_control = time.monotonic()
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._listener = socket.create_server((host, data_port), backlog=128, reuse_port=False)
+        self.data_port: int = self._listener.getsockname()[1]
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept_loop, name="data-accept", daemon=True).start()
+        if self.idle_timeout > 0:
+            threading.Thread(target=self._watchdog, name="idle-watchdog", daemon=True).start()
+
+    def touch(self) -> None:
+        """Record an authenticated control request (keeps the idle watchdog quiet)."""
+        self.last_control = time.monotonic()
+
+    def shutdown(self) -> None:
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        for job in list(self.jobs.values()):
+            job.stop()
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+
+    def _watchdog(self) -> None:
+        while not self.stopping.wait(min(5.0, max(0.2, self.idle_timeout / 10))):
+            if time.monotonic() - self.last_control > self.idle_timeout:
+                log.warning("no control request for %.0fs: shutting down", self.idle_timeout)
+                self.shutdown()
+                if self.poweroff_on_idle:
+                    subprocess.run(["shutdown", "-h", "now"], check=False)
+                return
+
+    # ---- jobs ----------------------------------------------------------------------------------
+
+    def start_job(self, spec: dict[str, Any]) -> dict[str, Any]:
+        job_id = str(spec.get("job_id", ""))
+        if not job_id:
+            raise JobError("job spec has no job_id")
+        with self._lock:
+            if job_id in self.jobs:
+                return {"job_id": job_id, "started": False, "reason": "already running"}
+            job = Job(
+                spec,
+                gateway_id=self.gateway_id,
+                region=self.region,
+                secret=self.secret,
+                budget=self.budget,
+                test_hooks=self.test_hooks,
+            )
+            self.jobs[job_id] = job
+        job.start()
+        return {"job_id": job_id, "started": True}
+
+    def job(self, job_id: str) -> Job:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise JobError(f"unknown job {job_id!r}") from None
+
+    def stop_job(self, job_id: str) -> dict[str, Any]:
+        job = self.job(job_id)
+        job.stop()
+        return job.status(len(job.events))
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "ok": not self.stopping.is_set(),
+            "gateway_id": self.gateway_id,
+            "region": self.region,
+            "pid": os.getpid(),
+            "data_port": self.data_port,
+            "uptime_s": round(time.time() - self.started, 3),
+            "jobs": {
+                j: (job.error or ("stopped" if job.status()["stopped"] else "running"))
+                for j, job in self.jobs.items()
+            },
+            "rejected_connections": self.rejected_connections,
+            "buffer": {
+                "capacity": self.budget.capacity,
+                "in_use": self.budget.in_use,
+                "peak": self.budget.peak,
+            },
+            "max_rss_kb": _max_rss_kb(),
+        }
+
+    # ---- data listener -------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                sock, addr = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(
+                target=self._serve_connection, args=(sock, addr), name="data-in", daemon=True
+            ).start()
+
+    def _serve_connection(self, sock: socket.socket, addr: Any) -> None:
+        with sock:
+            wire.tune_socket(sock)
+            try:
+                session = wire.server_handshake(sock, self.secret)
+            except wire.HandshakeError as exc:
+                with self._lock:
+                    self.rejected_connections += 1
+                log.warning("rejected data connection from %s: %s", addr, exc)
+                return
+            decompressor: Any = None
+            while not self.stopping.is_set():
+                try:
+                    header = wire.read_header(sock)
+                except (wire.ConnectionClosed, OSError):
+                    return
+                except wire.HandshakeError as exc:
+                    log.warning("dropping connection from %s: %s", addr, exc)
+                    return
+                need = header[3]  # raw_len: what the decoded chunk occupies in memory
+                while not self.budget.acquire(need, timeout=0.5):
+                    if self.stopping.is_set():
+                        return
+                try:
+                    if header[0] & wire.FRAME_ZSTD and decompressor is None:
+                        import zstandard
+
+                        decompressor = zstandard.ZstdDecompressor()
+                    frame = wire.read_body(sock, session, header, decompressor)
+                except Exception as exc:
+                    self.budget.release(need)
+                    log.warning("bad frame from %s: %s", addr, exc)
+                    return
+                job = self.jobs.get(str(frame.meta.get("job")))
+                if job is None:
+                    self.budget.release(need)
+                    continue
+                job.on_frame(frame.meta, frame.payload, frame.crc32c, need)
+
+
+def _max_rss_kb() -> int:
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    except (ImportError, OSError):
+        return 0

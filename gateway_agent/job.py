@@ -1,0 +1,380 @@
+"""One transfer job on one gateway: source, relay and sink roles, chosen per chunk by its path.
+
+The job spec (from the control plane) names every path as a list of regions and every gateway
+of those regions. For a chunk on path P this gateway finds its own region in P: the last region
+means sink (verify CRC32C, write), anything else means forward to the next region's pool; chunk
+descriptors submitted through the control API make it a source for them. Progress is exposed as
+monotonic counters plus an event log read incrementally with a cursor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gateway_agent import auth
+from gateway_agent.checksum import crc32c
+from gateway_agent.flow import ByteBudget
+from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
+from gateway_agent.stores.base import ObjectStore
+from gateway_agent.synthetic import open_any_store
+
+log = logging.getLogger(__name__)
+
+COUNTERS = (
+    "chunks_read",
+    "bytes_read",
+    "chunks_received",
+    "bytes_received",
+    "chunks_sent",
+    "bytes_sent",
+    "wire_bytes_sent",
+    "chunks_written",
+    "bytes_written",
+    "chunks_bad",
+    "chunks_lost",
+)
+
+
+@dataclass
+class InChunk:
+    """A chunk held by this gateway (read from the store or received from upstream)."""
+
+    meta: dict[str, Any]
+    payload: memoryview | bytes
+    crc32c: int
+    budget: int
+
+
+class JobError(Exception):
+    """A job spec this gateway cannot run."""
+
+
+class Job:
+    """Runs one job's roles on this gateway until stopped."""
+
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        *,
+        gateway_id: str,
+        region: str,
+        secret: bytes,
+        budget: ByteBudget,
+        test_hooks: bool = False,
+    ) -> None:
+        self.job_id: str = spec["job_id"]
+        self.spec = spec
+        self.gateway_id = gateway_id
+        self.region = region
+        self._secret = secret
+        self._budget = budget
+        self._hooks: dict[str, Any] = dict(spec.get("test_hooks") or {}) if test_hooks else {}
+        self.routes: dict[str, list[str]] = {str(k): list(v) for k, v in spec["routes"].items()}
+        self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.events: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self.started = time.time()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._source_q: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._sink_q: queue.Queue[InChunk | None] = queue.Queue()
+        self._pools: dict[str, OutboundPool] = {}
+        self._threads: list[threading.Thread] = []
+        options: dict[str, Any] = {}
+        if spec.get("sealed_options"):
+            options = json.loads(auth.unseal(secret, spec["sealed_options"]))
+        self._src_uri: str | None = spec.get("src_uri")
+        self._dst_uri: str | None = spec.get("dst_uri")
+        self._src_options: dict[str, Any] = options.get("src", {})
+        self._dst_options: dict[str, Any] = options.get("dst", {})
+        self._src: ObjectStore | None = None
+        self._dst: ObjectStore | None = None
+        self._store_lock = threading.Lock()
+        if not any(region in r for r in self.routes.values()):
+            raise JobError(f"gateway region {region!r} is on no path of job {self.job_id}")
+        self._build_pools()
+
+    # ---- setup ---------------------------------------------------------------------------------
+
+    def _build_pools(self) -> None:
+        gateways: dict[str, list[dict[str, Any]]] = self.spec["gateways"]
+        hops: dict[str, dict[str, Any]] = self.spec.get("hops", {})
+        next_regions: set[str] = set()
+        for route in self.routes.values():
+            if self.region in route:
+                i = route.index(self.region)
+                if i + 1 < len(route):
+                    next_regions.add(route[i + 1])
+        callbacks = PoolCallbacks(
+            sent=self._on_sent,
+            lost=self._on_lost,
+            fatal=self._fail,
+            release=self._budget.release,
+            stopped=self._stop.is_set,
+        )
+        for nxt in sorted(next_regions):
+            peers = [Peer(g["id"], g["host"], int(g["data_port"])) for g in gateways.get(nxt, [])]
+            if not peers:
+                raise JobError(f"job {self.job_id} has no gateway in next-hop region {nxt!r}")
+            hop = hops.get(f"{self.region}>{nxt}", {})
+            self._pools[nxt] = OutboundPool(
+                nxt,
+                peers,
+                int(hop.get("connections", 8)),
+                self._secret,
+                callbacks,
+                encrypt=bool(hop.get("encrypt", False)),
+                compress_level=int(hop.get("compress_level", 0)),
+            )
+
+    def start(self) -> None:
+        for pool in self._pools.values():
+            pool.start()
+        is_source = any(r[0] == self.region for r in self.routes.values())
+        is_sink = any(r[-1] == self.region for r in self.routes.values())
+        if is_source:
+            for i in range(int(self.spec.get("reader_threads", 8))):
+                self._spawn(self._source_loop, f"read-{i}")
+        if is_sink:
+            for i in range(int(self.spec.get("writer_threads", 8))):
+                self._spawn(self._sink_loop, f"write-{i}")
+
+    def _spawn(self, target: Any, name: str) -> None:
+        t = threading.Thread(target=target, name=f"{self.job_id}-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _store(self, which: str) -> ObjectStore:
+        with self._store_lock:
+            if which == "src":
+                if self._src is None:
+                    if not self._src_uri:
+                        raise JobError("job has no source URI")
+                    self._src = open_any_store(self._src_uri, self._src_options)
+                return self._src
+            if self._dst is None:
+                if not self._dst_uri:
+                    raise JobError("job has no destination URI")
+                self._dst = open_any_store(self._dst_uri, self._dst_options)
+            return self._dst
+
+    # ---- bookkeeping ---------------------------------------------------------------------------
+
+    def _count(self, **inc: int) -> None:
+        with self._lock:
+            for k, v in inc.items():
+                self.counters[k] += v
+
+    def _event(self, **event: Any) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def _fail(self, message: str) -> None:
+        log.error("job %s: %s", self.job_id, message)
+        with self._lock:
+            if self.error is None:
+                self.error = message
+                self.events.append({"t": "error", "why": message, "gateway": self.gateway_id})
+
+    def _on_sent(self, item: OutChunk, wire_bytes: int) -> None:
+        self._count(chunks_sent=1, bytes_sent=len(item.payload), wire_bytes_sent=wire_bytes)
+
+    def _on_lost(self, item: OutChunk, why: str) -> None:
+        self._count(chunks_lost=1)
+        self._event(t="lost", chunk=item.meta["chunk"], why=why)
+
+    def status(self, cursor: int = 0) -> dict[str, Any]:
+        """Counters plus the events after ``cursor`` (incremental, never the full history)."""
+        with self._lock:
+            events = self.events[cursor:]
+            return {
+                "job_id": self.job_id,
+                "gateway_id": self.gateway_id,
+                "region": self.region,
+                "counters": dict(self.counters),
+                "events": events,
+                "cursor": cursor + len(events),
+                "error": self.error,
+                "stopped": self._stop.is_set(),
+                "queued": {r: p.queue.qsize() for r, p in self._pools.items()},
+            }
+
+    def stop(self) -> None:
+        """Stop every role; chunks still held are dropped and their budget released."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        for pool in self._pools.values():
+            pool.close()
+        for _ in self._threads:
+            self._source_q.put(None)
+            self._sink_q.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+        for pool in self._pools.values():
+            pool.drain()
+        while True:
+            try:
+                item = self._sink_q.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                self._budget.release(item.budget)
+
+    # ---- routing -------------------------------------------------------------------------------
+
+    def submit(self, descriptors: list[dict[str, Any]]) -> int:
+        """Queue chunk descriptors for this gateway to read and send (source role)."""
+        for d in descriptors:
+            route = self.routes.get(str(d["path"]))
+            if route is None or route[0] != self.region:
+                raise JobError(f"chunk {d.get('chunk')} is not sourced in {self.region}")
+            self._source_q.put(d)
+        return len(descriptors)
+
+    def route(self, chunk: InChunk) -> None:
+        """Hand a chunk on: to the sink writers if this is its last region, else downstream."""
+        if self._stop.is_set():
+            self._budget.release(chunk.budget)
+            return
+        route = self.routes.get(str(chunk.meta["path"]))
+        if route is None or self.region not in route:
+            self._budget.release(chunk.budget)
+            self._fail(f"chunk {chunk.meta.get('chunk')} arrived on a path not through here")
+            return
+        i = route.index(self.region)
+        if i == len(route) - 1:
+            self._sink_q.put(chunk)
+            return
+        chunk = self._apply_relay_hooks(chunk, first=i == 0)
+        self._pools[route[i + 1]].put(
+            OutChunk(chunk.meta, chunk.payload, chunk.crc32c, chunk.budget, len(chunk.payload))
+        )
+
+    def on_frame(self, meta: dict[str, Any], payload: memoryview, crc: int, budget: int) -> None:
+        """A frame arrived from upstream for this job."""
+        self._count(chunks_received=1, bytes_received=len(payload))
+        self.route(InChunk(meta, payload, crc, budget))
+
+    def _apply_relay_hooks(self, chunk: InChunk, first: bool) -> InChunk:
+        """Test hooks (only with --enable-test-hooks): corrupt or delay forwarded chunks."""
+        if not self._hooks or first:
+            return chunk
+        delay = float(self._hooks.get("relay_delay_s", 0))
+        if delay:
+            time.sleep(delay)
+        with self._lock:
+            corrupt = int(self._hooks.get("corrupt_chunks", 0))
+            if corrupt > 0:
+                self._hooks["corrupt_chunks"] = corrupt - 1
+        if corrupt > 0 and len(chunk.payload):
+            buf = bytearray(chunk.payload)
+            buf[len(buf) // 2] ^= 0xFF
+            self._event(t="hook", what="corrupted", chunk=chunk.meta["chunk"])
+            return InChunk(chunk.meta, memoryview(buf), chunk.crc32c, chunk.budget)
+        return chunk
+
+    # ---- source role ---------------------------------------------------------------------------
+
+    def _source_loop(self) -> None:
+        while not self._stop.is_set():
+            desc = self._source_q.get()
+            if desc is None:
+                return
+            segs: list[dict[str, Any]] = desc["segs"]
+            total = sum(int(s["length"]) for s in segs)
+            while not self._budget.acquire(total, timeout=0.5):
+                if self._stop.is_set():
+                    return
+            try:
+                chunk = self._read_chunk(desc, total)
+            except Exception as exc:
+                self._budget.release(total)
+                self._fail(f"reading source chunk {desc['chunk']} failed: {exc!r}")
+                continue
+            if chunk is None:
+                self._budget.release(total)
+                continue
+            self.route(chunk)
+
+    def _read_chunk(self, desc: dict[str, Any], total: int) -> InChunk | None:
+        store = self._store("src")
+        segs: list[dict[str, Any]] = desc["segs"]
+        crcs: list[int] = []
+        if len(segs) == 1:
+            s = segs[0]
+            data: bytes | bytearray | memoryview = store.read(
+                s["key"], int(s["offset"]), int(s["length"])
+            )
+            if len(data) != int(s["length"]):
+                self._event(t="changed", chunk=desc["chunk"], key=s["key"])
+                return None
+            crcs.append(crc32c(data))
+            full = crcs[0]
+        else:
+            buf = bytearray(total)
+            view = memoryview(buf)
+            pos = 0
+            for s in segs:
+                part = store.read(s["key"], int(s["offset"]), int(s["length"]))
+                if len(part) != int(s["length"]):
+                    self._event(t="changed", chunk=desc["chunk"], key=s["key"])
+                    return None
+                view[pos : pos + len(part)] = part
+                crcs.append(crc32c(view[pos : pos + len(part)]))
+                pos += len(part)
+            data = view
+            full = crc32c(view)
+        self._count(chunks_read=1, bytes_read=total)
+        meta = {
+            "job": self.job_id,
+            "chunk": desc["chunk"],
+            "path": str(desc["path"]),
+            "segs": segs,
+            "crcs": crcs,
+        }
+        payload = data if isinstance(data, memoryview) else memoryview(data)
+        return InChunk(meta, payload, full, total)
+
+    # ---- sink role -----------------------------------------------------------------------------
+
+    def _sink_loop(self) -> None:
+        rate = float(self._hooks.get("sink_rate_bps", 0)) if self._hooks else 0.0
+        while not self._stop.is_set():
+            chunk = self._sink_q.get()
+            if chunk is None:
+                return
+            t0 = time.monotonic()
+            try:
+                self._write_chunk(chunk)
+            except Exception as exc:
+                self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
+            finally:
+                if rate:
+                    time.sleep(max(0.0, len(chunk.payload) / rate - (time.monotonic() - t0)))
+                self._budget.release(chunk.budget)
+
+    def _write_chunk(self, chunk: InChunk) -> None:
+        if crc32c(chunk.payload) != chunk.crc32c:
+            self._count(chunks_bad=1)
+            self._event(t="bad", chunk=chunk.meta["chunk"], why="crc32c mismatch")
+            return
+        store = self._store("dst")
+        view = memoryview(chunk.payload).cast("B")
+        pos = 0
+        for seg in chunk.meta["segs"]:
+            n = int(seg["length"])
+            data = bytes(view[pos : pos + n])
+            pos += n
+            if seg.get("upload_id"):
+                store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
+            else:
+                store.write(seg["key"], data)
+        self._count(chunks_written=1, bytes_written=len(view))
+        self._event(t="done", chunk=chunk.meta["chunk"], crcs=chunk.meta.get("crcs", []))

@@ -1,0 +1,238 @@
+"""Data-connection wire format: authenticated handshake and chunk frames.
+
+A data connection is one-directional (sender -> receiver). The receiver speaks first with a
+random challenge; the sender proves it knows the per-transfer secret, the receiver proves it
+back, and only then are frames read. A frame is a fixed header, a JSON metadata block and a
+payload. The CRC32C in the header is over the *original* payload bytes; it is computed once at
+the source and checked at the sink. Per hop, payloads may be zstd-compressed and/or sealed with
+AES-GCM (key derived from the secret and both challenges; the header is the associated data).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from gateway_agent.auth import derive_key, mac
+
+MAGIC = b"SKYG\x01"
+CHALLENGE_BYTES = 32
+HANDSHAKE_TIMEOUT_S = 5.0
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+
+FLAG_ENCRYPT = 0x01
+
+KIND_CHUNK = 1
+FRAME_ZSTD = 0x01
+FRAME_SEALED = 0x02
+
+# kind, flags, reserved, meta_len, payload_len (on the wire), raw_len, crc32c, seq
+HEADER = struct.Struct("!BBHIIIIQ")
+MAX_META = 16 * 1024 * 1024
+MAX_PAYLOAD = 1024 * 1024 * 1024
+
+
+class HandshakeError(Exception):
+    """The peer failed authentication or broke the protocol."""
+
+
+class ConnectionClosed(Exception):
+    """The peer closed the connection cleanly between frames."""
+
+
+def tune_socket(sock: socket.socket) -> None:
+    """Large buffers and no Nagle: chunks are big, headers must not wait."""
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
+        except OSError:
+            pass
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def recv_exact_into(sock: socket.socket, view: memoryview) -> None:
+    """Fill ``view`` completely from the socket (no intermediate copies)."""
+    got = 0
+    total = len(view)
+    while got < total:
+        n = sock.recv_into(view[got:], total - got)
+        if n == 0:
+            raise ConnectionClosed("peer closed the connection")
+        got += n
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    recv_exact_into(sock, memoryview(buf))
+    return buf
+
+
+def send_all(sock: socket.socket, parts: list[memoryview | bytes]) -> None:
+    """Send several buffers with sendmsg (scatter-gather), resuming after partial sends."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        sent = sock.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+@dataclass
+class Session:
+    """The state one authenticated connection carries: optional AEAD and a frame counter."""
+
+    aead: AESGCM | None
+    seq: int = 0
+
+    def next_nonce(self) -> bytes:
+        self.seq += 1
+        return b"\0\0\0\0" + self.seq.to_bytes(8, "big")
+
+
+def _session_key(secret: bytes, challenge_s: bytes, challenge_c: bytes) -> AESGCM:
+    return AESGCM(derive_key(secret, b"skyplane-ops data v1", challenge_s + challenge_c))
+
+
+def server_handshake(sock: socket.socket, secret: bytes) -> Session:
+    """Receiver side: challenge the peer; raise HandshakeError on a wrong secret."""
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)
+    challenge_s = os.urandom(CHALLENGE_BYTES)
+    try:
+        sock.sendall(MAGIC + challenge_s)
+        reply = bytes(recv_exact(sock, CHALLENGE_BYTES + 1 + 32))
+    except (OSError, ConnectionClosed) as exc:
+        raise HandshakeError(f"handshake failed: {exc}") from exc
+    challenge_c, flags, proof = reply[:CHALLENGE_BYTES], reply[CHALLENGE_BYTES], reply[-32:]
+    want = mac(secret, b"client", challenge_s, challenge_c, bytes([flags]))
+    if not hmac.compare_digest(want, proof):
+        raise HandshakeError("peer does not know the transfer secret")
+    sock.sendall(mac(secret, b"server", challenge_c, challenge_s, bytes([flags])))
+    sock.settimeout(None)
+    aead = _session_key(secret, challenge_s, challenge_c) if flags & FLAG_ENCRYPT else None
+    return Session(aead)
+
+
+def client_handshake(sock: socket.socket, secret: bytes, encrypt: bool) -> Session:
+    """Sender side: answer the challenge and check the receiver knows the secret too."""
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)
+    try:
+        hello = bytes(recv_exact(sock, len(MAGIC) + CHALLENGE_BYTES))
+        if hello[: len(MAGIC)] != MAGIC:
+            raise HandshakeError("not a skyplane-ops gateway")
+        challenge_s = hello[len(MAGIC) :]
+        challenge_c = os.urandom(CHALLENGE_BYTES)
+        flags = FLAG_ENCRYPT if encrypt else 0
+        proof = mac(secret, b"client", challenge_s, challenge_c, bytes([flags]))
+        sock.sendall(challenge_c + bytes([flags]) + proof)
+        answer = bytes(recv_exact(sock, 32))
+    except (OSError, ConnectionClosed) as exc:
+        raise HandshakeError(f"handshake failed: {exc}") from exc
+    if not hmac.compare_digest(
+        answer, mac(secret, b"server", challenge_c, challenge_s, bytes([flags]))
+    ):
+        raise HandshakeError("gateway does not know the transfer secret")
+    sock.settimeout(None)
+    return Session(_session_key(secret, challenge_s, challenge_c) if encrypt else None)
+
+
+@dataclass
+class Frame:
+    """One received chunk frame; ``payload`` holds the original (decoded) bytes."""
+
+    meta: dict[str, Any]
+    payload: memoryview
+    crc32c: int
+    wire_bytes: int
+
+
+def send_frame(
+    sock: socket.socket,
+    session: Session,
+    meta: dict[str, Any],
+    payload: memoryview | bytes,
+    crc32c: int,
+    compressor: Any = None,
+) -> int:
+    """Encode and send one chunk frame; returns the bytes put on the wire."""
+    meta_b = json.dumps(meta, separators=(",", ":")).encode()
+    raw_len = len(payload)
+    flags = 0
+    body: memoryview | bytes = payload
+    if compressor is not None:
+        body = compressor.compress(payload)
+        flags |= FRAME_ZSTD
+    if session.aead is not None:
+        flags |= FRAME_SEALED
+        nonce = session.next_nonce()
+        header = HEADER.pack(KIND_CHUNK, flags, 0, len(meta_b), 0, raw_len, crc32c, session.seq)
+        sealed = session.aead.encrypt(nonce, meta_b + bytes(body), header)
+        header = HEADER.pack(
+            KIND_CHUNK, flags, 0, len(meta_b), len(sealed), raw_len, crc32c, session.seq
+        )
+        # The AAD is the header with payload_len 0; the receiver rebuilds it the same way.
+        send_all(sock, [header, sealed])
+        return HEADER.size + len(sealed)
+    header = HEADER.pack(KIND_CHUNK, flags, 0, len(meta_b), len(body), raw_len, crc32c, 0)
+    send_all(sock, [header, meta_b, body])
+    return HEADER.size + len(meta_b) + len(body)
+
+
+def read_header(sock: socket.socket) -> tuple[int, int, int, int, int, int, int]:
+    """Read a frame header: (flags, meta_len, payload_len, raw_len, crc32c, seq, kind)."""
+    buf = bytearray(HEADER.size)
+    view = memoryview(buf)
+    n = sock.recv_into(view, HEADER.size)
+    if n == 0:
+        raise ConnectionClosed("peer closed the connection")
+    if n < HEADER.size:
+        recv_exact_into(sock, view[n:])
+    kind, flags, _, meta_len, payload_len, raw_len, crc, seq = HEADER.unpack(buf)
+    if kind != KIND_CHUNK or meta_len > MAX_META or payload_len > MAX_PAYLOAD + MAX_META:
+        raise HandshakeError("malformed frame header")
+    return flags, meta_len, payload_len, raw_len, crc, seq, kind
+
+
+def read_body(
+    sock: socket.socket,
+    session: Session,
+    header: tuple[int, int, int, int, int, int, int],
+    decompressor: Any = None,
+) -> Frame:
+    """Read the rest of a frame whose header was already read (after budget was granted)."""
+    flags, meta_len, payload_len, raw_len, crc, seq, kind = header
+    if flags & FRAME_SEALED:
+        if session.aead is None:
+            raise HandshakeError("sealed frame on a clear connection")
+        sealed = recv_exact(sock, payload_len)
+        nonce = session.next_nonce()
+        if seq != session.seq:
+            raise HandshakeError("frame sequence mismatch (replay or loss)")
+        aad = HEADER.pack(kind, flags, 0, meta_len, 0, raw_len, crc, seq)
+        plain = session.aead.decrypt(nonce, bytes(sealed), aad)
+        meta_b = plain[:meta_len]
+        body: memoryview = memoryview(plain)[meta_len:]
+    else:
+        if session.aead is not None:
+            raise HandshakeError("clear frame on an encrypted connection")
+        meta_b = bytes(recv_exact(sock, meta_len))
+        buf = bytearray(payload_len)
+        body = memoryview(buf)
+        recv_exact_into(sock, body)
+    if flags & FRAME_ZSTD:
+        if decompressor is None:
+            raise HandshakeError("compressed frame but no decompressor")
+        body = memoryview(decompressor.decompress(body, max_output_size=raw_len))
+    if len(body) != raw_len:
+        raise HandshakeError("payload length mismatch")
+    return Frame(json.loads(meta_b), body, crc, HEADER.size + meta_len + payload_len)
