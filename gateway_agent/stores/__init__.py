@@ -1,0 +1,64 @@
+"""Object stores for the gateways and the control plane: one protocol, five backends.
+
+``open_store(uri, options)`` picks the backend from the URI scheme and imports its SDK only
+then, so a gateway that only has boto3 can still serve ``s3://`` and ``file://`` URIs.
+``options`` are JSON values without secrets (endpoint, region, project, retry budget);
+credentials always come from the SDK's own chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    BucketNotFoundError,
+    InvalidURIError,
+    ObjectNotFoundError,
+    StoreError,
+    TransientStoreError,
+    UploadNotFoundError,
+)
+from gateway_agent.stores.uri import StoreURI, parse_uri
+
+__all__ = [
+    "AccessDeniedError",
+    "BucketNotFoundError",
+    "Capabilities",
+    "InvalidURIError",
+    "ObjectInfo",
+    "ObjectNotFoundError",
+    "ObjectStore",
+    "StoreError",
+    "StoreURI",
+    "TransientStoreError",
+    "UploadNotFoundError",
+    "open_store",
+    "parse_uri",
+]
+
+
+def open_store(uri: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
+    """Open the store a URI names. Cheap: no network call happens until the first operation."""
+    parsed = parse_uri(uri)
+    if parsed.scheme == "s3":
+        from gateway_agent.stores.s3 import S3Store
+
+        return S3Store(parsed, options)
+    if parsed.scheme == "az":
+        from gateway_agent.stores.azure import AzureBlobStore
+
+        return AzureBlobStore(parsed, options)
+    if parsed.scheme == "gs":
+        from gateway_agent.stores.gcs import GCSStore
+
+        return GCSStore(parsed, options)
+    if parsed.scheme == "file":
+        from gateway_agent.stores.local import LocalStore
+
+        return LocalStore(parsed, options)
+    from gateway_agent.stores.memory import MemoryStore
+
+    return MemoryStore(parsed, options)

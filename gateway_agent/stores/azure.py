@@ -1,0 +1,286 @@
+"""Azure Blob Storage (azure-storage-blob), imported lazily so other gateways skip the SDK.
+
+Credentials: ``AZURE_STORAGE_CONNECTION_STRING`` from the environment when it names this
+account (that is also how Azurite is reached), otherwise ``DefaultAzureCredential`` from
+azure-identity (env, managed identity, CLI login) against ``https://ACCOUNT.blob.core.windows.net``
+or the ``endpoint_url`` option. Option ``anonymous`` reads public containers without credentials.
+
+Multipart maps to staged blocks: ``create_multipart`` mints an id, each part is staged with a
+block id derived from ``(upload_id, part_number)`` (fixed length, as Azure requires), and
+``complete_multipart`` commits the block list in part order, which is when the blob appears.
+Abort cannot delete staged blocks (Azure has no call for that): they stay invisible to list and
+head and the service discards them after 7 days or at the next commit on the same name.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from gateway_agent.stores._common import (
+    check_key,
+    check_options,
+    check_part_number,
+    check_range,
+    check_upload_id,
+    retry_policy,
+)
+from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    BucketNotFoundError,
+    ObjectNotFoundError,
+    StoreError,
+    TransientStoreError,
+    UploadNotFoundError,
+)
+from gateway_agent.stores.retry import call_with_retry
+from gateway_agent.stores.uri import StoreURI
+
+T = TypeVar("T")
+CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
+_OPTIONS = frozenset({"endpoint_url", "anonymous", "max_single_put_mib", "timeout"})
+_BUCKET_CODES = {"ContainerNotFound", "ContainerBeingDeleted"}
+_KEY_CODES = {"BlobNotFound"}
+_DENIED_CODES = {
+    "AuthorizationFailure",
+    "AuthenticationFailed",
+    "AuthorizationPermissionMismatch",
+    "AuthorizationResourceTypeMismatch",
+    "InsufficientAccountPermissions",
+    "AccountIsDisabled",
+}
+_TRANSIENT_CODES = {"ServerBusy", "OperationTimedOut", "InternalError"}
+
+
+def block_id(upload_id: str, part_number: int) -> str:
+    """The staged-block id of a part: same length for every part, as Azure requires."""
+    return base64.b64encode(f"{upload_id}-{part_number:05d}".encode()).decode()
+
+
+def _account_of(connection_string: str) -> str | None:
+    fields = dict(item.split("=", 1) for item in connection_string.split(";") if "=" in item)
+    return fields.get("AccountName")
+
+
+class AzureBlobStore:
+    """An ObjectStore over one Azure Blob container (and optional prefix)."""
+
+    capabilities = Capabilities(
+        native_checksums=frozenset({"md5"}),
+        server_side_copy=False,
+        min_part_size=0,
+        max_parts=50_000,
+    )
+
+    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+        import os
+
+        from azure.storage.blob import BlobServiceClient
+
+        self.uri = str(parsed)
+        self._parsed = parsed
+        opts = check_options(options, _OPTIONS, self.uri)
+        self._retry = retry_policy(opts)
+        self._timeout = int(opts.get("timeout", 120))
+        common: dict[str, Any] = {
+            "retry_total": 0,  # tenacity retries, not azure-core
+            "max_single_put_size": int(opts.get("max_single_put_mib", 64)) * 1024 * 1024,
+        }
+        conn = os.environ.get(CONNECTION_STRING_ENV)
+        account = parsed.account or ""
+        if conn and _account_of(conn) in (None, account) and "endpoint_url" not in opts:
+            service = BlobServiceClient.from_connection_string(conn, **common)
+        else:
+            url = opts.get("endpoint_url") or f"https://{account}.blob.core.windows.net"
+            credential: Any = None
+            if not opts.get("anonymous"):
+                from azure.identity import DefaultAzureCredential
+
+                credential = DefaultAzureCredential()
+            service = BlobServiceClient(url, credential=credential, **common)
+        self._container: Any = service.get_container_client(parsed.bucket)
+
+    # -- errors --------------------------------------------------------------------------------
+    def _translate(self, op: str, key: str) -> Callable[[Exception], Exception]:
+        from azure.core.exceptions import (
+            ClientAuthenticationError,
+            HttpResponseError,
+            ServiceRequestError,
+            ServiceResponseError,
+        )
+
+        where = f"{op} {self.uri}{key}"
+
+        def translate(exc: Exception) -> Exception:
+            if isinstance(exc, StoreError):
+                return exc
+            if isinstance(exc, ServiceRequestError | ServiceResponseError):
+                return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
+            if isinstance(exc, HttpResponseError):
+                code = str(getattr(exc, "error_code", None) or "")
+                status = exc.status_code
+                msg = f"{where}: {code or status}"
+                if code in _BUCKET_CODES:
+                    return BucketNotFoundError(msg, code=code, status=status)
+                if code in _KEY_CODES or (status == 404 and op in ("head", "read")):
+                    return ObjectNotFoundError(msg, code=code, status=status)
+                if code == "InvalidBlockList":
+                    return UploadNotFoundError(msg, code=code, status=status)
+                if code in _DENIED_CODES or status in (401, 403):
+                    return AccessDeniedError(msg, code=code, status=status)
+                if code in _TRANSIENT_CODES or status in (408, 429) or (status or 0) >= 500:
+                    return TransientStoreError(msg, code=code, status=status)
+                return StoreError(msg, code=code, status=status)
+            if isinstance(exc, ClientAuthenticationError):
+                return AccessDeniedError(
+                    f"{where}: authentication failed", code="ClientAuthentication"
+                )
+            return exc
+
+        return translate
+
+    def _call(self, op: str, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return call_with_retry(self._retry, self._translate(op, key), lambda: fn(*args, **kwargs))
+
+    def _blob(self, key: str) -> Any:
+        return self._container.get_blob_client(self._parsed.key(check_key(key)))
+
+    def _info(self, key: str, props: Any) -> ObjectInfo:
+        md5 = props.content_settings.content_md5 if props.content_settings else None
+        checksums = {"md5": bytes(md5).hex()} if md5 else {}
+        etag = str(props.etag).strip('"') if props.etag else None
+        return ObjectInfo(key, int(props.size), etag, checksums, props.last_modified)
+
+    def _container_missing(self) -> bool:
+        try:
+            self._call("head_container", "", self._container.get_container_properties)
+        except BucketNotFoundError:
+            return True
+        except ObjectNotFoundError as exc:
+            return exc.status == 404
+        return False
+
+    def _raise_not_found(self, op: str, key: str, exc: ObjectNotFoundError) -> None:
+        """HEAD errors carry no body; tell a missing container from a missing blob."""
+        if not exc.code and self._container_missing():
+            raise BucketNotFoundError(
+                f"{op} {self.uri}: container does not exist", code="ContainerNotFound"
+            ) from None
+        raise exc
+
+    # -- protocol ------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        full = self._parsed.key(prefix)
+        skip = len(self._parsed.prefix)
+
+        def fetch(token: str | None) -> tuple[list[Any], str | None]:
+            pager = self._container.list_blobs(
+                name_starts_with=full, timeout=self._timeout
+            ).by_page(continuation_token=token)
+            items = list(next(pager))
+            return items, pager.continuation_token
+
+        token: str | None = None
+        while True:
+            items, token = self._call("list", prefix, fetch, token)
+            for props in items:
+                yield self._info(props.name[skip:], props)
+            if not token:
+                return
+
+    def head(self, key: str) -> ObjectInfo:
+        blob = self._blob(key)
+        try:
+            props = self._call("head", key, blob.get_blob_properties, timeout=self._timeout)
+        except ObjectNotFoundError as exc:
+            self._raise_not_found("head", key, exc)
+        return self._info(key, props)
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        check_range(start, length)
+        blob = self._blob(key)
+        if length == 0:
+            self.head(key)
+            return b""
+
+        def get() -> bytes:
+            return bytes(
+                blob.download_blob(
+                    offset=start if (start or length is not None) else None,
+                    length=length,
+                    timeout=self._timeout,
+                ).readall()
+            )
+
+        try:
+            return self._call("read", key, get)
+        except ObjectNotFoundError as exc:
+            self._raise_not_found("read", key, exc)
+            raise
+        except StoreError as exc:
+            if exc.code == "InvalidRange" or exc.status == 416:
+                return b""  # start at or past the end: nothing to read
+            raise
+
+    def write(self, key: str, data: bytes) -> ObjectInfo:
+        blob = self._blob(key)
+        resp = self._call(
+            "write", key, blob.upload_blob, data, overwrite=True, timeout=self._timeout
+        )
+        md5 = resp.get("content_md5")
+        etag = str(resp.get("etag", "")).strip('"') or None
+        return ObjectInfo(
+            key,
+            len(data),
+            etag,
+            {"md5": bytes(md5).hex()} if md5 else {},
+            resp.get("last_modified"),
+        )
+
+    def create_multipart(self, key: str) -> str:
+        check_key(key)
+        self._call("create_multipart", key, self._container.get_container_properties)
+        return uuid.uuid4().hex
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
+        check_part_number(part_number, self.capabilities.max_parts)
+        blob = self._blob(key)
+        bid = block_id(check_upload_id(upload_id), part_number)
+        self._call(
+            "upload_part", key, blob.stage_block, bid, data, length=len(data), timeout=self._timeout
+        )
+
+    def complete_multipart(
+        self, key: str, upload_id: str, part_numbers: Sequence[int]
+    ) -> ObjectInfo:
+        from azure.storage.blob import BlobBlock
+
+        blob = self._blob(key)
+        check_upload_id(upload_id)
+        wanted = sorted(set(part_numbers))
+        _, uncommitted = self._call(
+            "complete_multipart", key, blob.get_block_list, "uncommitted", timeout=self._timeout
+        )
+        staged = {b.id for b in uncommitted or []}
+        missing = [n for n in wanted if block_id(upload_id, n) not in staged]
+        if missing or not wanted:
+            raise UploadNotFoundError(f"complete {self.uri}{key}: upload misses parts {missing}")
+        blocks = [BlobBlock(block_id=block_id(upload_id, n)) for n in wanted]
+        self._call("complete_multipart", key, blob.commit_block_list, blocks, timeout=self._timeout)
+        return self.head(key)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        check_key(key)
+        check_upload_id(upload_id)  # staged blocks stay invisible and expire (see module doc)
+
+    def delete(self, key: str) -> None:
+        blob = self._blob(key)
+        try:
+            self._call(
+                "delete", key, blob.delete_blob, delete_snapshots="include", timeout=self._timeout
+            )
+        except ObjectNotFoundError:
+            return

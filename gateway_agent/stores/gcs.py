@@ -1,0 +1,300 @@
+"""Google Cloud Storage (google-cloud-storage), imported lazily so other gateways skip the SDK.
+
+Credentials: Application Default Credentials; when ``STORAGE_EMULATOR_HOST`` is set (the
+emulator) the client is anonymous. Options: ``project``, ``endpoint_url``, ``anonymous``,
+``timeout``.
+
+Multipart is built from what every GCS implementation (including gcp-storage-emulator)
+supports: each part is a temporary object ``.%staging/<upload_id>/<part>`` at the bucket root,
+written by any process in any order; ``complete_multipart`` composes them (GCS composes at most
+32 sources per call, so larger uploads compose in a tree of intermediate objects) into the
+destination in one final compose — the object appears atomically — then deletes the temporaries.
+``list`` never shows the staging folder. Composite objects carry a CRC32C but no MD5.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from gateway_agent.stores._common import (
+    check_key,
+    check_options,
+    check_part_number,
+    check_range,
+    check_upload_id,
+    retry_policy,
+)
+from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    BucketNotFoundError,
+    ObjectNotFoundError,
+    StoreError,
+    TransientStoreError,
+    UploadNotFoundError,
+)
+from gateway_agent.stores.retry import call_with_retry
+from gateway_agent.stores.uri import StoreURI
+
+T = TypeVar("T")
+STAGING = ".%staging/"
+COMPOSE_LIMIT = 32
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+_OPTIONS = frozenset({"project", "endpoint_url", "anonymous", "timeout"})
+
+
+class GCSStore:
+    """An ObjectStore over one GCS bucket (and optional prefix)."""
+
+    capabilities = Capabilities(
+        native_checksums=frozenset({"crc32c", "md5"}), server_side_copy=True, min_part_size=0
+    )
+
+    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+        import os
+
+        from google.cloud import storage
+
+        self.uri = str(parsed)
+        self._parsed = parsed
+        opts = check_options(options, _OPTIONS, self.uri)
+        self._retry = retry_policy(opts)
+        self._timeout = float(opts.get("timeout", 120))
+        kwargs: dict[str, Any] = {"project": opts.get("project")}
+        if opts.get("endpoint_url"):
+            kwargs["client_options"] = {"api_endpoint": opts["endpoint_url"]}
+        if opts.get("anonymous") or os.environ.get(EMULATOR_ENV):
+            from google.auth.credentials import AnonymousCredentials
+
+            kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
+            kwargs["project"] = kwargs["project"] or "test"
+        self._client: Any = storage.Client(**kwargs)
+        self._bucket: Any = self._client.bucket(parsed.bucket)
+
+    # -- errors --------------------------------------------------------------------------------
+    def _translate(self, op: str, key: str) -> Callable[[Exception], Exception]:
+        import requests
+        from google.api_core import exceptions as gexc
+        from google.auth import exceptions as auth_exc
+
+        where = f"{op} {self.uri}{key}"
+
+        def translate(exc: Exception) -> Exception:
+            if isinstance(exc, StoreError):
+                return exc
+            if isinstance(exc, requests.ConnectionError | requests.Timeout):
+                return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
+            if isinstance(exc, auth_exc.GoogleAuthError):
+                return AccessDeniedError(
+                    f"{where}: no usable Google credentials", code=type(exc).__name__
+                )
+            if isinstance(exc, gexc.GoogleAPICallError):
+                status = int(exc.code) if exc.code else None
+                code = type(exc).__name__
+                msg = f"{where}: {code} ({status})"
+                if status == 404:
+                    return ObjectNotFoundError(msg, code=code, status=status)
+                if status in (401, 403):
+                    return AccessDeniedError(msg, code=code, status=status)
+                if status in (408, 429) or (status or 0) >= 500:
+                    return TransientStoreError(msg, code=code, status=status)
+                return StoreError(msg, code=code, status=status)
+            return exc
+
+        return translate
+
+    def _call(self, op: str, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return call_with_retry(self._retry, self._translate(op, key), lambda: fn(*args, **kwargs))
+
+    def _bucket_missing(self) -> bool:
+        return not self._call(
+            "head_bucket", "", self._bucket.exists, timeout=self._timeout, retry=None
+        )
+
+    def _not_found(self, op: str, key: str, exc: ObjectNotFoundError) -> StoreError:
+        """GCS answers 404 for a missing bucket and a missing object alike; ask which."""
+        if self._bucket_missing():
+            return BucketNotFoundError(
+                f"{op} {self.uri}: bucket does not exist", code="NoSuchBucket", status=404
+            )
+        return exc
+
+    def _info(self, key: str, blob: Any) -> ObjectInfo:
+        checksums: dict[str, str] = {}
+        if blob.crc32c:
+            checksums["crc32c"] = str(blob.crc32c)
+        if blob.md5_hash:
+            checksums["md5"] = base64.b64decode(blob.md5_hash).hex()
+        return ObjectInfo(key, int(blob.size or 0), blob.etag, checksums, blob.updated)
+
+    # -- protocol ------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        full = self._parsed.key(prefix)
+        skip = len(self._parsed.prefix)
+
+        def fetch(token: str | None) -> tuple[list[Any], str | None]:
+            it = self._client.list_blobs(
+                self._bucket, prefix=full, page_token=token, timeout=self._timeout, retry=None
+            )
+            items = list(next(it.pages))
+            return items, it.next_page_token
+
+        token: str | None = None
+        while True:
+            try:
+                items, token = self._call("list", prefix, fetch, token)
+            except ObjectNotFoundError as exc:
+                raise self._not_found("list", prefix, exc) from None
+            for blob in items:
+                if not blob.name.startswith(STAGING):
+                    yield self._info(blob.name[skip:], blob)
+            if not token:
+                return
+
+    def head(self, key: str) -> ObjectInfo:
+        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        try:
+            self._call("head", key, blob.reload, timeout=self._timeout, retry=None)
+        except ObjectNotFoundError as exc:
+            raise self._not_found("head", key, exc) from None
+        return self._info(key, blob)
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        check_range(start, length)
+        if length == 0:
+            self.head(key)
+            return b""
+        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        end = None if length is None else start + length - 1
+        try:
+            data = self._call(
+                "read",
+                key,
+                blob.download_as_bytes,
+                start=start or None,
+                end=end,
+                raw_download=True,
+                checksum=None,
+                timeout=self._timeout,
+                retry=None,
+            )
+        except ObjectNotFoundError as exc:
+            raise self._not_found("read", key, exc) from None
+        except StoreError as exc:
+            if exc.status == 416:
+                return b""  # start at or past the end: nothing to read
+            raise
+        return bytes(data)
+
+    def write(self, key: str, data: bytes) -> ObjectInfo:
+        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        try:
+            self._call(
+                "write", key, blob.upload_from_string, data, timeout=self._timeout, retry=None
+            )
+        except ObjectNotFoundError as exc:
+            raise self._not_found("write", key, exc) from None
+        return self._info(key, blob)
+
+    def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
+        """Server-side copy within the bucket (one rewrite/copy call)."""
+        src = self._bucket.blob(self._parsed.key(check_key(src_key)))
+        dst_name = self._parsed.key(check_key(dst_key))
+        self._call("copy", src_key, self._bucket.copy_blob, src, self._bucket, dst_name, retry=None)
+        return self.head(dst_key)
+
+    # -- multipart via temporary objects + compose ---------------------------------------------
+    def _stage(self, upload_id: str, name: str) -> Any:
+        return self._bucket.blob(f"{STAGING}{upload_id}/{name}")
+
+    def create_multipart(self, key: str) -> str:
+        full = self._parsed.key(check_key(key))
+        upload_id = uuid.uuid4().hex
+        marker = self._stage(upload_id, "key")
+        try:
+            self._call(
+                "create_multipart", key, marker.upload_from_string, full.encode(), retry=None
+            )
+        except ObjectNotFoundError as exc:
+            raise self._not_found("create_multipart", key, exc) from None
+        return upload_id
+
+    def _check_owner(self, key: str, upload_id: str) -> None:
+        marker = self._stage(check_upload_id(upload_id), "key")
+        try:
+            owner = self._call("complete_multipart", key, marker.download_as_bytes, retry=None)
+        except ObjectNotFoundError:
+            owner = None
+        if owner is None or owner.decode() != self._parsed.key(key):
+            raise UploadNotFoundError(f"{self.uri}: no upload {upload_id} for key {key!r}")
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
+        check_key(key)
+        check_part_number(part_number, self.capabilities.max_parts)
+        part = self._stage(check_upload_id(upload_id), f"{part_number:05d}")
+        self._call(
+            "upload_part", key, part.upload_from_string, data, timeout=self._timeout, retry=None
+        )
+
+    def complete_multipart(
+        self, key: str, upload_id: str, part_numbers: Sequence[int]
+    ) -> ObjectInfo:
+        self._check_owner(check_key(key), upload_id)
+        wanted = sorted(set(part_numbers))
+        if not wanted:
+            raise UploadNotFoundError(f"complete {self.uri}{key}: no parts given")
+        sources = [self._stage(upload_id, f"{n:05d}") for n in wanted]
+        level = 0
+        try:
+            while len(sources) > COMPOSE_LIMIT:
+                groups = [
+                    sources[i : i + COMPOSE_LIMIT] for i in range(0, len(sources), COMPOSE_LIMIT)
+                ]
+                merged = [self._stage(upload_id, f"c{level}-{i:05d}") for i in range(len(groups))]
+                for target, group in zip(merged, groups, strict=True):
+                    self._call(
+                        "compose", key, target.compose, group, timeout=self._timeout, retry=None
+                    )
+                sources, level = merged, level + 1
+            dest = self._bucket.blob(self._parsed.key(key))
+            self._call(
+                "complete_multipart", key, dest.compose, sources, timeout=self._timeout, retry=None
+            )
+        except ObjectNotFoundError:
+            raise UploadNotFoundError(f"complete {self.uri}{key}: upload misses parts") from None
+        self._drop_staging(upload_id)
+        return self._info(key, dest)
+
+    def _drop_staging(self, upload_id: str) -> None:
+        prefix = f"{STAGING}{upload_id}/"
+        blobs = list(
+            self._call(
+                "abort", "", lambda: list(self._client.list_blobs(self._bucket, prefix=prefix))
+            )
+        )
+
+        def drop(blob: Any) -> None:
+            try:
+                self._call("abort", "", blob.delete, timeout=self._timeout, retry=None)
+            except ObjectNotFoundError:
+                pass
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(drop, blobs))
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        check_key(key)
+        self._drop_staging(check_upload_id(upload_id))
+
+    def delete(self, key: str) -> None:
+        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        try:
+            self._call("delete", key, blob.delete, timeout=self._timeout, retry=None)
+        except ObjectNotFoundError as exc:
+            err = self._not_found("delete", key, exc)
+            if isinstance(err, BucketNotFoundError):
+                raise err from None

@@ -1,0 +1,322 @@
+"""Amazon S3 and S3-compatible stores (boto3), imported lazily so other gateways skip boto3.
+
+Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
+``addressing_style`` ("path"/"virtual"/"auto"; path is used whenever an endpoint is given),
+``max_pool_connections`` (default 64), ``connect_timeout``/``read_timeout`` (seconds).
+Credentials come from boto3's normal chain (env, profile, instance role).
+
+Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
+``complete_multipart`` looks their ETags up with ListParts, so workers need not report them.
+Parts except the last must be >= 5 MiB. ``md5`` is reported for single-part objects only (the
+ETag of a multipart object is not an MD5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from gateway_agent.stores._common import (
+    check_key,
+    check_options,
+    check_part_number,
+    check_range,
+    retry_policy,
+)
+from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    BucketNotFoundError,
+    ObjectNotFoundError,
+    StoreError,
+    TransientStoreError,
+    UploadNotFoundError,
+)
+from gateway_agent.stores.retry import call_with_retry
+from gateway_agent.stores.uri import StoreURI
+
+T = TypeVar("T")
+MIB = 1024 * 1024
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
+_OPTIONS = frozenset(
+    {
+        "endpoint_url",
+        "region",
+        "addressing_style",
+        "max_pool_connections",
+        "connect_timeout",
+        "read_timeout",
+    }
+)
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestLimitExceeded",
+    "503",
+    "500",
+}
+_DENIED_CODES = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidToken",
+    "ExpiredToken",
+    "AllAccessDisabled",
+    "AccountProblem",
+    "403",
+}
+_NOT_FOUND_KEY = {"NoSuchKey", "404", "NotFound"}
+
+
+class S3Store:
+    """An ObjectStore over one S3 bucket (and optional prefix)."""
+
+    capabilities = Capabilities(
+        native_checksums=frozenset({"md5"}), server_side_copy=True, min_part_size=5 * MIB
+    )
+
+    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+        import boto3
+        from botocore.config import Config
+
+        self.uri = str(parsed)
+        self._parsed = parsed
+        self._bucket = parsed.bucket
+        opts = check_options(options, _OPTIONS, self.uri)
+        self._retry = retry_policy(opts)
+        endpoint = opts.get("endpoint_url")
+        style = opts.get("addressing_style", "path" if endpoint else "auto")
+        config = Config(
+            region_name=opts.get("region"),
+            retries={"max_attempts": 1, "mode": "standard"},  # tenacity retries, not botocore
+            max_pool_connections=int(opts.get("max_pool_connections", 64)),
+            connect_timeout=float(opts.get("connect_timeout", 10)),
+            read_timeout=float(opts.get("read_timeout", 120)),
+            s3={"addressing_style": style},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        session = boto3.session.Session()
+        self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
+
+    # -- errors --------------------------------------------------------------------------------
+    def _translate(self, op: str, key: str) -> Callable[[Exception], Exception]:
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            ConnectionError,
+            HTTPClientError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        where = f"{op} {self.uri}{key}"
+
+        def translate(exc: Exception) -> Exception:
+            if isinstance(exc, StoreError):
+                return exc
+            if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+                return AccessDeniedError(f"{where}: no AWS credentials found", code="NoCredentials")
+            if isinstance(exc, ConnectionError | HTTPClientError):
+                return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
+            if isinstance(exc, ClientError):
+                err = exc.response.get("Error", {})
+                code = str(err.get("Code", ""))
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                msg = f"{where}: {code or status}"
+                if code == "NoSuchBucket":
+                    return BucketNotFoundError(msg, code=code, status=status)
+                if code == "NoSuchUpload":
+                    return UploadNotFoundError(msg, code=code, status=status)
+                if code in _NOT_FOUND_KEY or (status == 404 and op in ("head", "read")):
+                    return ObjectNotFoundError(msg, code=code, status=status)
+                if code in _DENIED_CODES or status == 403:
+                    return AccessDeniedError(msg, code=code, status=status)
+                if (
+                    code in _TRANSIENT_CODES
+                    or (status is not None and status >= 500)
+                    or status == 429
+                ):
+                    return TransientStoreError(msg, code=code, status=status)
+                return StoreError(msg, code=code, status=status)
+            if isinstance(exc, BotoCoreError):
+                return StoreError(f"{where}: {type(exc).__name__}", code=type(exc).__name__)
+            return exc
+
+        return translate
+
+    def _call(self, op: str, key: str, fn: Callable[..., T], **kwargs: Any) -> T:
+        return call_with_retry(self._retry, self._translate(op, key), lambda: fn(**kwargs))
+
+    def _info(self, key: str, size: int, etag: str | None, modified: Any) -> ObjectInfo:
+        etag = etag.strip('"') if etag else None
+        checksums = {"md5": etag} if etag and _MD5.match(etag) else {}
+        return ObjectInfo(key, int(size), etag, checksums, modified)
+
+    def _bucket_missing(self, key: str) -> bool:
+        """HEAD answers 404 without a code; tell a missing bucket from a missing key."""
+        try:
+            self._call("head_bucket", "", self._client.head_bucket, Bucket=self._bucket)
+        except (StoreError, ObjectNotFoundError) as exc:
+            return exc.status == 404 or isinstance(exc, BucketNotFoundError)
+        return False
+
+    # -- protocol ------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        full = self._parsed.key(prefix)
+        skip = len(self._parsed.prefix)
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self._bucket, "Prefix": full}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call("list", prefix, self._client.list_objects_v2, **kwargs)
+            for item in page.get("Contents", []):
+                yield self._info(
+                    item["Key"][skip:], item["Size"], item.get("ETag"), item.get("LastModified")
+                )
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    def head(self, key: str) -> ObjectInfo:
+        name = self._parsed.key(check_key(key))
+        try:
+            resp = self._call("head", key, self._client.head_object, Bucket=self._bucket, Key=name)
+        except ObjectNotFoundError:
+            if self._bucket_missing(key):
+                raise BucketNotFoundError(
+                    f"head {self.uri}: bucket does not exist", code="NoSuchBucket"
+                ) from None
+            raise
+        return self._info(key, resp["ContentLength"], resp.get("ETag"), resp.get("LastModified"))
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        check_range(start, length)
+        if length == 0:
+            self.head(key)
+            return b""
+        name = self._parsed.key(check_key(key))
+        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Key": name}
+        if start or length is not None:
+            end = "" if length is None else str(start + length - 1)
+            kwargs["Range"] = f"bytes={start}-{end}"
+
+        def get(**kw: Any) -> bytes:
+            body = self._client.get_object(**kw)["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+
+        try:
+            return self._call("read", key, get, **kwargs)
+        except StoreError as exc:
+            if exc.code == "InvalidRange" or exc.status == 416:
+                return b""  # start at or past the end: nothing to read
+            raise
+
+    def write(self, key: str, data: bytes) -> ObjectInfo:
+        name = self._parsed.key(check_key(key))
+        resp = self._call(
+            "write", key, self._client.put_object, Bucket=self._bucket, Key=name, Body=data
+        )
+        return self._info(key, len(data), resp.get("ETag"), None)
+
+    def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
+        """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""
+        src = {"Bucket": self._bucket, "Key": self._parsed.key(check_key(src_key))}
+        dst = self._parsed.key(check_key(dst_key))
+        self._call(
+            "copy", src_key, self._client.copy_object, Bucket=self._bucket, Key=dst, CopySource=src
+        )
+        return self.head(dst_key)
+
+    def create_multipart(self, key: str) -> str:
+        name = self._parsed.key(check_key(key))
+        resp = self._call(
+            "create_multipart",
+            key,
+            self._client.create_multipart_upload,
+            Bucket=self._bucket,
+            Key=name,
+        )
+        return str(resp["UploadId"])
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
+        check_part_number(part_number, self.capabilities.max_parts)
+        name = self._parsed.key(check_key(key))
+        self._call(
+            "upload_part",
+            key,
+            self._client.upload_part,
+            Bucket=self._bucket,
+            Key=name,
+            UploadId=upload_id,
+            PartNumber=part_number,
+            Body=data,
+        )
+
+    def _etags(self, name: str, key: str, upload_id: str) -> dict[int, str]:
+        etags: dict[int, str] = {}
+        marker = 0
+        while True:
+            page = self._call(
+                "list_parts",
+                key,
+                self._client.list_parts,
+                Bucket=self._bucket,
+                Key=name,
+                UploadId=upload_id,
+                PartNumberMarker=marker,
+            )
+            for part in page.get("Parts", []):
+                etags[int(part["PartNumber"])] = str(part["ETag"])
+            if not page.get("IsTruncated"):
+                return etags
+            marker = int(page["NextPartNumberMarker"])
+
+    def complete_multipart(
+        self, key: str, upload_id: str, part_numbers: Sequence[int]
+    ) -> ObjectInfo:
+        name = self._parsed.key(check_key(key))
+        etags = self._etags(name, key, upload_id)
+        wanted = sorted(set(part_numbers))
+        missing = [n for n in wanted if n not in etags]
+        if missing or not wanted:
+            raise UploadNotFoundError(f"complete {self.uri}{key}: upload misses parts {missing}")
+        parts = [{"PartNumber": n, "ETag": etags[n]} for n in wanted]
+        self._call(
+            "complete_multipart",
+            key,
+            self._client.complete_multipart_upload,
+            Bucket=self._bucket,
+            Key=name,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": parts},
+        )
+        return self.head(key)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        name = self._parsed.key(check_key(key))
+        try:
+            self._call(
+                "abort_multipart",
+                key,
+                self._client.abort_multipart_upload,
+                Bucket=self._bucket,
+                Key=name,
+                UploadId=upload_id,
+            )
+        except UploadNotFoundError:
+            return  # already aborted or completed: abort is idempotent
+
+    def delete(self, key: str) -> None:
+        name = self._parsed.key(check_key(key))
+        self._call("delete", key, self._client.delete_object, Bucket=self._bucket, Key=name)
