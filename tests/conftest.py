@@ -5,6 +5,7 @@ import os
 # Fixture modules are registered here; each owns one kind of real server or testbed.
 pytest_plugins = [
     "tests.fixtures.ports",
+    "tests.fixtures.sshd",
 ]
 
 # Make every test run hermetic with respect to user configuration.

@@ -1,0 +1,609 @@
+"""The ``aws`` backend: ephemeral EC2 gateways, bootstrapped over SSH, leak-proof.
+
+Per region it creates one key pair (generated locally; only the public half is sent), one
+security group (SSH from the client only; the gateway ports from the client and the fleet's own
+gateways only) and the instances, every one tagged with the transfer id, the creator and an
+expiry, with ``InstanceInitiatedShutdownBehavior=terminate`` so that an agent that powers off
+after losing its control plane also ends the bill. Regions are provisioned in parallel. Any
+failure deletes everything created so far before raising. The SSH bootstrap is injectable (the
+tests run against moto's EC2 emulator, whose instances have no SSH).
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import records
+from skyplane_ops.provision.bundle import build_wheelhouse
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.secrets import (
+    check_transfer_id,
+    create_secret,
+    delete_secret,
+    private_dir,
+    write_private,
+)
+from skyplane_ops.provision.ssh import (
+    BootstrapOptions,
+    SSHHost,
+    bootstrap_gateways,
+    gateway_id,
+    teardown_gateways,
+)
+
+log = logging.getLogger(__name__)
+
+TAG_TRANSFER = "skyplane-ops:transfer-id"
+TAG_CREATOR = "skyplane-ops:creator"
+TAG_CREATED = "skyplane-ops:created-at"
+TAG_EXPIRES = "skyplane-ops:expires-at"
+UBUNTU_OWNER = "099720109477"  # Canonical
+UBUNTU_2204 = "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*"
+LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+
+
+@dataclass(frozen=True)
+class InstanceHost:
+    """A launched instance, what the (injectable) bootstrap step receives."""
+
+    gateway_id: str
+    region: str
+    instance_id: str
+    ssh: SSHHost
+
+
+# bootstrap(hosts, transfer_id, secret_ref) -> gateways (same order); must clean up on failure.
+Bootstrap = Callable[[Sequence[InstanceHost], str, str], list[Gateway]]
+
+
+@dataclass
+class _RegionState:
+    """What was created in one region so far: exactly what cleanup must delete."""
+
+    region: str
+    key_name: str | None = None
+    key_path: str | None = None
+    group_id: str | None = None
+    instance_ids: list[str] = field(default_factory=list)
+    public_ips: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key_name": self.key_name,
+            "key_path": self.key_path,
+            "group_id": self.group_id,
+            "instance_ids": list(self.instance_ids),
+        }
+
+
+def aws_region(region: str) -> str:
+    """``aws:us-east-1`` -> ``us-east-1``; other providers are refused clearly."""
+    provider, _, name = region.rpartition(":")
+    if provider not in ("", "aws"):
+        raise ProvisionError(
+            f"region {region!r} is not an AWS region; the aws backend cannot host it"
+        )
+    return name
+
+
+def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def _discover_client_cidr() -> str:
+    """This machine's public address as seen by AWS (only used when none is configured)."""
+    with urllib.request.urlopen("https://checkip.amazonaws.com", timeout=10) as resp:
+        return resp.read().decode().strip() + "/32"
+
+
+class AWSProvisioner:
+    """Gateways on fresh EC2 instances, torn down (and swept) by tag."""
+
+    name = "aws"
+
+    def __init__(
+        self,
+        *,
+        instance_type: str = "m5.xlarge",
+        image_id: str | Mapping[str, str] | None = None,
+        client_cidr: str | None = None,
+        ssh_user: str = "ubuntu",
+        remote_python: str = "python3",
+        remote_python_version: str = "3.10",
+        control_port: int = 8701,
+        data_port: int = 8702,
+        ttl_seconds: float = 6 * 3600,
+        idle_timeout: float = 900.0,
+        endpoint_url: str | None = None,
+        session: Any = None,
+        bootstrap: Bootstrap | None = None,
+        wheelhouse: str | None = None,
+        accept_unknown_host_keys: bool = False,
+        host_key_timeout: float = 300.0,
+        sweep_regions: Sequence[str] = (),
+        poll_interval: float = 2.0,
+        start_timeout: float = 600.0,
+    ) -> None:
+        import boto3  # lazily: only this backend needs it
+
+        self.session = session or boto3.session.Session()
+        self.instance_type = instance_type
+        self.image_id = image_id
+        self.client_cidr = client_cidr
+        self.ssh_user = ssh_user
+        self.remote_python = remote_python
+        self.remote_python_version = remote_python_version
+        self.control_port = control_port
+        self.data_port = data_port
+        self.ttl_seconds = ttl_seconds
+        self.idle_timeout = idle_timeout
+        self.endpoint_url = endpoint_url
+        self.wheelhouse = wheelhouse
+        self.accept_unknown_host_keys = accept_unknown_host_keys
+        self.host_key_timeout = host_key_timeout
+        self.sweep_regions = [aws_region(r) for r in sweep_regions]
+        self.poll_interval = poll_interval
+        self.start_timeout = start_timeout
+        self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ec2(self, region: str) -> Any:
+        """One EC2 client per (thread, region): boto3 clients are cheap but sessions are not
+        thread-safe to create clients from concurrently."""
+        cache = self._local.__dict__.setdefault("clients", {})
+        if region not in cache:
+            with _SESSION_LOCK:
+                cache[region] = self.session.client(
+                    "ec2", region_name=region, endpoint_url=self.endpoint_url
+                )
+        return cache[region]
+
+    def _image_for(self, region: str) -> str:
+        if isinstance(self.image_id, str):
+            return self.image_id
+        if isinstance(self.image_id, Mapping) and region in self.image_id:
+            return self.image_id[region]
+        images = self._ec2(region).describe_images(
+            Owners=[UBUNTU_OWNER],
+            Filters=[
+                {"Name": "name", "Values": [UBUNTU_2204]},
+                {"Name": "state", "Values": ["available"]},
+            ],
+        )["Images"]
+        if not images:
+            raise ProvisionError(f"no Ubuntu 22.04 image found in {region}; pass image_id")
+        return str(max(images, key=lambda i: i.get("CreationDate", ""))["ImageId"])
+
+    def _tags(self, transfer_id: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+        now = datetime.now(UTC)
+        creator = f"{getpass.getuser()}@{socket.gethostname()}"
+        return {
+            TAG_TRANSFER: transfer_id,
+            TAG_CREATOR: creator,
+            TAG_CREATED: now.isoformat(timespec="seconds"),
+            TAG_EXPIRES: (now + timedelta(seconds=self.ttl_seconds)).isoformat(timespec="seconds"),
+            **(extra or {}),
+        }
+
+    # ------------------------------------------------------------------ provision
+
+    def _provision_region(
+        self, state: _RegionState, count: int, transfer_id: str, tags: dict[str, str]
+    ) -> None:
+        region = state.region
+        ec2 = self._ec2(region)
+        name = f"skyplane-ops-{transfer_id}"
+
+        key = ed25519.Ed25519PrivateKey.generate()
+        public = key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+        ec2.import_key_pair(
+            KeyName=name,
+            PublicKeyMaterial=public,
+            TagSpecifications=[
+                {"ResourceType": "key-pair", "Tags": _tag_list({**tags, "Name": name})}
+            ],
+        )
+        state.key_name = name
+        key_path = private_dir("keys") / f"{transfer_id}-{region}.pem"
+        write_private(
+            key_path,
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.OpenSSH,
+                serialization.NoEncryption(),
+            ),
+        )
+        state.key_path = str(key_path)
+
+        group = ec2.create_security_group(
+            GroupName=name,
+            Description=f"skyplane-ops gateways of transfer {transfer_id}",
+            TagSpecifications=[
+                {"ResourceType": "security-group", "Tags": _tag_list({**tags, "Name": name})}
+            ],
+        )
+        state.group_id = group_id = str(group["GroupId"])
+        client = [{"CidrIp": self.client_cidr, "Description": "skyplane-ops control plane"}]
+        own = [{"GroupId": group_id, "Description": "this fleet's gateways"}]
+        ec2.authorize_security_group_ingress(
+            GroupId=group_id,
+            IpPermissions=[
+                {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": client},
+                *(
+                    {
+                        "IpProtocol": "tcp",
+                        "FromPort": port,
+                        "ToPort": port,
+                        "IpRanges": client,
+                        "UserIdGroupPairs": own,
+                    }
+                    for port in self._gateway_ports()
+                ),
+            ],
+        )
+
+        reservation = ec2.run_instances(
+            ImageId=self._image_for(region),
+            InstanceType=self.instance_type,
+            MinCount=count,
+            MaxCount=count,
+            KeyName=name,
+            SecurityGroupIds=[group_id],
+            InstanceInitiatedShutdownBehavior="terminate",
+            TagSpecifications=[
+                {"ResourceType": "instance", "Tags": _tag_list({**tags, "Name": name})},
+                {"ResourceType": "volume", "Tags": _tag_list({**tags, "Name": name})},
+            ],
+        )
+        state.instance_ids = [str(i["InstanceId"]) for i in reservation["Instances"]]
+        state.public_ips = self._wait_running(ec2, state.instance_ids)
+
+    def _gateway_ports(self) -> list[int]:
+        return sorted({self.control_port, self.data_port})
+
+    def _wait_running(self, ec2: Any, instance_ids: list[str]) -> dict[str, str]:
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            found = {
+                inst["InstanceId"]: inst
+                for res in ec2.describe_instances(InstanceIds=instance_ids)["Reservations"]
+                for inst in res["Instances"]
+            }
+            states = {i: found[i]["State"]["Name"] for i in instance_ids if i in found}
+            bad = {i: s for i, s in states.items() if s in ("shutting-down", "terminated")}
+            if bad:
+                raise ProvisionError(f"instances ended while starting: {bad}")
+            ips = {i: found[i].get("PublicIpAddress") for i in instance_ids if i in found}
+            if len(ips) == len(instance_ids) and all(
+                states[i] == "running" and ips[i] for i in instance_ids
+            ):
+                return {i: str(ip) for i, ip in ips.items()}
+            if time.monotonic() > deadline:
+                raise ProvisionError(f"instances not running after {self.start_timeout:.0f}s")
+            time.sleep(self.poll_interval)
+
+    def _admit_peers(self, states: Sequence[_RegionState]) -> None:
+        """Let every gateway reach every other gateway's ports over their public addresses."""
+        ips = sorted({ip for s in states for ip in s.public_ips.values()})
+        if not ips:
+            return
+        ranges = [{"CidrIp": f"{ip}/32", "Description": "skyplane-ops peer gateway"} for ip in ips]
+        for state in states:
+            self._ec2(state.region).authorize_security_group_ingress(
+                GroupId=state.group_id,
+                IpPermissions=[
+                    {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, "IpRanges": ranges}
+                    for p in self._gateway_ports()
+                ],
+            )
+
+    def provision(
+        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+    ) -> GatewayFleet:
+        check_transfer_id(transfer_id)
+        wanted = {region: n for region, n in vms.items() if n > 0}
+        by_aws = {aws_region(r): r for r in wanted}
+        if self.client_cidr is None:
+            self.client_cidr = _discover_client_cidr()
+        all_tags = self._tags(transfer_id, tags)
+        states = [_RegionState(region=r) for r in sorted(by_aws)]
+        secret_ref = create_secret(transfer_id)
+        try:
+            _run_all(
+                lambda s: self._provision_region(
+                    s, wanted[by_aws[s.region]], transfer_id, all_tags
+                ),
+                states,
+            )
+            self._admit_peers(states)
+            hosts = [
+                InstanceHost(
+                    gateway_id=gateway_id(by_aws[s.region], i),
+                    region=by_aws[s.region],
+                    instance_id=iid,
+                    ssh=SSHHost(
+                        address=s.public_ips[iid],
+                        region=by_aws[s.region],
+                        user=self.ssh_user,
+                        key_path=s.key_path,
+                        python=self.remote_python,
+                        control_port=self.control_port,
+                        data_port=self.data_port,
+                    ),
+                )
+                for s in states
+                for i, iid in enumerate(s.instance_ids)
+            ]
+            gateways = self._bootstrap(hosts, transfer_id, secret_ref)
+        except BaseException as exc:
+            log.warning("provisioning %s failed (%s); deleting what was created", transfer_id, exc)
+            self._cleanup(states)
+            delete_secret(secret_ref)
+            if isinstance(exc, ProvisionError):
+                raise type(exc)(f"{exc} (everything created was deleted)") from exc
+            if isinstance(exc, Exception):
+                raise ProvisionError(
+                    f"AWS provisioning failed: {exc} (everything created was deleted)"
+                ) from exc
+            raise
+        by_instance = {h.gateway_id: h for h in hosts}
+        gateways = [
+            replace(
+                g,
+                resources={
+                    **g.resources,
+                    "instance_id": by_instance[g.gateway_id].instance_id,
+                    "aws_region": aws_region(g.region),
+                },
+            )
+            for g in gateways
+        ]
+        fleet = GatewayFleet(
+            transfer_id=transfer_id,
+            backend=self.name,
+            gateways=gateways,
+            secret_ref=secret_ref,
+            tags=all_tags,
+            created_at=all_tags[TAG_CREATED],
+            resources={"regions": {s.region: s.to_dict() for s in states}},
+        )
+        records.save_fleet(fleet)
+        return fleet
+
+    def _ssh_bootstrap(
+        self, hosts: Sequence[InstanceHost], transfer_id: str, secret_ref: str
+    ) -> list[Gateway]:
+        """Default bootstrap: host keys from the console output, then the SSH bootstrap."""
+        wheelhouse = self.wheelhouse
+        if wheelhouse is None:
+            cache = private_dir("wheelhouse", f"py{self.remote_python_version}")
+            if not any(cache.glob("*.whl")):
+                build_wheelhouse(cache, python_version=self.remote_python_version)
+            wheelhouse = str(cache)
+        with_keys = []
+        for h in hosts:
+            key = None
+            if not self.accept_unknown_host_keys:
+                key = self._console_host_key(h.region, h.instance_id)
+            with_keys.append((h.gateway_id, replace(h.ssh, host_key=key)))
+        opts = self._bootstrap_options(wheelhouse)
+        return bootstrap_gateways(with_keys, transfer_id, secret_ref, opts)
+
+    def _bootstrap_options(self, wheelhouse: str | None = None) -> BootstrapOptions:
+        return BootstrapOptions(
+            accept_unknown_host_keys=self.accept_unknown_host_keys,
+            wheelhouse=wheelhouse,
+            idle_timeout=self.idle_timeout,
+            poweroff_on_idle=True,
+            connect_timeout=20.0,
+            ready_timeout=120.0,
+        )
+
+    def _console_host_key(self, region: str, instance_id: str) -> str:
+        """The instance's ed25519 host key as cloud-init printed it on the serial console."""
+        deadline = time.monotonic() + self.host_key_timeout
+        ec2 = self._ec2(aws_region(region))
+        while time.monotonic() < deadline:
+            output = ec2.get_console_output(InstanceId=instance_id, Latest=True).get("Output", "")
+            key = parse_console_host_key(output)
+            if key:
+                return key
+            time.sleep(max(self.poll_interval, 5.0))
+        raise ProvisionError(
+            f"no SSH host key in the console output of {instance_id} after "
+            f"{self.host_key_timeout:.0f}s; pass accept_unknown_host_keys=True to trust it"
+        )
+
+    # ------------------------------------------------------------------ tear-down
+
+    def _cleanup_region(self, state: _RegionState) -> list[str]:
+        """Delete one region's resources in dependency order; returns what was deleted."""
+        ec2 = self._ec2(state.region)
+        deleted: list[str] = []
+        if state.instance_ids:
+            ec2.terminate_instances(InstanceIds=state.instance_ids)
+            self._wait_terminated(ec2, state.instance_ids)
+            deleted += [f"aws:{state.region}:{i}" for i in state.instance_ids]
+        if state.group_id:
+            self._delete_group(ec2, state.group_id)
+            deleted.append(f"aws:{state.region}:{state.group_id}")
+        if state.key_name:
+            ec2.delete_key_pair(KeyName=state.key_name)
+            deleted.append(f"aws:{state.region}:key-pair/{state.key_name}")
+        if state.key_path:
+            Path(state.key_path).unlink(missing_ok=True)
+        return deleted
+
+    def _wait_terminated(self, ec2: Any, instance_ids: list[str]) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            states = [
+                inst["State"]["Name"]
+                for res in ec2.describe_instances(InstanceIds=instance_ids)["Reservations"]
+                for inst in res["Instances"]
+            ]
+            if all(s == "terminated" for s in states):
+                return
+            time.sleep(self.poll_interval)
+        raise ProvisionError(f"instances {instance_ids} not terminated in time")
+
+    def _delete_group(self, ec2: Any, group_id: str) -> None:
+        """Security groups stay referenced by terminating ENIs for a while: retry."""
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                ec2.delete_security_group(GroupId=group_id)
+                return
+            except Exception as exc:
+                code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+                if code == "InvalidGroup.NotFound":
+                    return
+                if code != "DependencyViolation" or time.monotonic() > deadline:
+                    raise
+                time.sleep(self.poll_interval)
+
+    def _cleanup(self, states: Iterable[_RegionState]) -> list[str]:
+        results = _run_all(self._cleanup_region, list(states), raise_first=False)
+        errors = [str(r) for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise ProvisionError("AWS clean-up incomplete: " + "; ".join(errors))
+        return [item for r in results if isinstance(r, list) for item in r]
+
+    def deprovision(self, fleet: GatewayFleet) -> None:
+        try:
+            teardown_gateways(fleet.gateways, fleet.transfer_id, self._bootstrap_options())
+        except ProvisionError as exc:  # the instances are terminated next anyway
+            log.info("agent tear-down before termination failed: %s", exc)
+        states = [
+            _RegionState(
+                region=region,
+                key_name=info.get("key_name"),
+                key_path=info.get("key_path"),
+                group_id=info.get("group_id"),
+                instance_ids=list(info.get("instance_ids", [])),
+            )
+            for region, info in fleet.resources.get("regions", {}).items()
+        ]
+        self._cleanup(states)
+        delete_secret(fleet.secret_ref)
+        records.forget_fleet(fleet)
+
+    def sweep(
+        self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
+    ) -> list[str]:
+        """Delete tagged leftovers in ``sweep_regions``: instances, then groups, then keys."""
+        if not self.sweep_regions:
+            raise ProvisionError("the aws sweeper needs sweep_regions (e.g. --aws-regions)")
+        results = _run_all(
+            lambda r: self._sweep_region(r, transfer_id, older_than_seconds),
+            self.sweep_regions,
+            raise_first=False,
+        )
+        errors = [str(r) for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise ProvisionError("AWS sweep incomplete: " + "; ".join(errors))
+        return [item for r in results if isinstance(r, list) for item in r]
+
+    def _sweep_region(
+        self, region: str, transfer_id: str | None, older_than_seconds: float | None
+    ) -> list[str]:
+        ec2 = self._ec2(region)
+        filters = [
+            {"Name": f"tag:{TAG_TRANSFER}", "Values": [transfer_id]}
+            if transfer_id
+            else {"Name": "tag-key", "Values": [TAG_TRANSFER]}
+        ]
+        cutoff = (
+            datetime.now(UTC) - timedelta(seconds=older_than_seconds)
+            if older_than_seconds is not None
+            else None
+        )
+
+        def wanted(tags: list[dict[str, str]] | None) -> bool:
+            values = {t["Key"]: t["Value"] for t in tags or []}
+            if TAG_TRANSFER not in values:
+                return False
+            if cutoff is None:
+                return True
+            try:
+                return datetime.fromisoformat(values.get(TAG_CREATED, "")) <= cutoff
+            except ValueError:
+                return True  # tagged by us but undated: treat as old
+
+        state = _RegionState(region=region)
+        for res in ec2.describe_instances(
+            Filters=[*filters, {"Name": "instance-state-name", "Values": LIVE_STATES}]
+        )["Reservations"]:
+            state.instance_ids += [
+                i["InstanceId"] for i in res["Instances"] if wanted(i.get("Tags"))
+            ]
+        groups = [
+            g
+            for g in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
+            if wanted(g.get("Tags"))
+        ]
+        keys = [
+            k for k in ec2.describe_key_pairs(Filters=filters)["KeyPairs"] if wanted(k.get("Tags"))
+        ]
+        deleted = self._cleanup_region(state)
+        for group in groups:
+            self._delete_group(ec2, group["GroupId"])
+            deleted.append(f"aws:{region}:{group['GroupId']}")
+        for key in keys:
+            ec2.delete_key_pair(KeyName=key["KeyName"])
+            deleted.append(f"aws:{region}:key-pair/{key['KeyName']}")
+        return deleted
+
+
+_SESSION_LOCK = threading.Lock()
+
+
+def parse_console_host_key(output: str, key_type: str = "ssh-ed25519") -> str | None:
+    """The ``TYPE BASE64`` host key cloud-init printed between its SSH HOST KEY KEYS markers."""
+    begin, end = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
+    if begin not in output or end not in output:
+        return None
+    block = output.split(begin, 1)[1].split(end, 1)[0]
+    for line in block.splitlines():
+        parts = line.strip().split()
+        if len(parts) >= 2 and parts[0] == key_type:
+            return f"{parts[0]} {parts[1]}"
+    return None
+
+
+def _run_all(
+    fn: Callable[[Any], Any], items: Sequence[Any], *, raise_first: bool = True
+) -> list[Any]:
+    """Run ``fn`` over items in parallel threads; results (or exceptions) in order."""
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        results: list[Any] = []
+        for fut in futures:
+            exc = fut.exception()
+            results.append(exc if exc is not None else fut.result())
+    if raise_first:
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+    return results

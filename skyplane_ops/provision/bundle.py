@@ -1,0 +1,131 @@
+"""The self-contained gateway agent bundle shipped to every gateway host.
+
+Choice (documented in README "Provisioning"): the bundle is a zip of the ``gateway_agent``
+package only, run as ``PYTHONPATH=agent.zip python -m gateway_agent``. Its third-party
+dependencies (google-crc32c, zstandard, cryptography, tenacity) have C extensions that cannot
+be imported from a zip, so they are made available in one of two ways:
+
+1. **host**: the host's python already imports them (checked over SSH before starting) - the
+   common case for a prepared image, and the loopback test hosts;
+2. **wheels**: the caller gives a wheelhouse (``build_wheelhouse`` fills one with ``pip
+   download`` for the host's python version and platform); the wheels are uploaded and unpacked
+   with the host's own ``zipfile`` module into ``deps/`` next to the bundle, which needs no pip
+   on the host (stock cloud images often have none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.secrets import private_dir
+
+AGENT_PACKAGE = "gateway_agent"
+# Distribution names the agent needs at run time, and the modules that prove they import.
+AGENT_REQUIREMENTS = ("google-crc32c", "zstandard", "cryptography", "tenacity")
+AGENT_IMPORTS = ("google_crc32c", "zstandard", "cryptography", "tenacity")
+# A fixed timestamp keeps the zip byte-identical for identical sources (stable digest).
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class AgentBundle:
+    """A built bundle: the zip on disk and the digest that names it on remote hosts."""
+
+    path: Path
+    digest: str
+
+    @property
+    def remote_name(self) -> str:
+        return f"gateway_agent-{self.digest[:12]}.zip"
+
+
+def _package_dir() -> Path:
+    spec = importlib.util.find_spec(AGENT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ProvisionError(f"cannot find the {AGENT_PACKAGE} package to bundle")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def bundle_bytes(package_dir: Path | None = None) -> bytes:
+    """Zip the agent package's ``.py`` files (no caches), deterministically."""
+    root = package_dir or _package_dir()
+    if not (root / "__main__.py").exists():
+        raise ProvisionError(
+            f"{root} has no __main__.py: the agent cannot run as 'python -m {AGENT_PACKAGE}'"
+        )
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            arcname = f"{AGENT_PACKAGE}/{path.relative_to(root).as_posix()}"
+            info = zipfile.ZipInfo(arcname, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, path.read_bytes())
+    return buf.getvalue()
+
+
+def build_bundle(package_dir: Path | None = None, out_dir: Path | None = None) -> AgentBundle:
+    """Build the bundle into ``$SKYPLANE_OPS_HOME/bundles`` (reused when sources are unchanged)."""
+    data = bundle_bytes(package_dir)
+    digest = hashlib.sha256(data).hexdigest()
+    target_dir = out_dir or private_dir("bundles")
+    path = target_dir / f"gateway_agent-{digest[:12]}.zip"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return AgentBundle(path=path, digest=digest)
+
+
+def deps_check_command(python: str) -> str:
+    """A shell command that exits 0 iff ``python`` imports every agent dependency."""
+    return f"{python} -c 'import {', '.join(AGENT_IMPORTS)}'"
+
+
+def unpack_wheels_command(python: str, wheel_dir: str, target: str) -> str:
+    """Unpack uploaded wheels into ``target`` with the host python's zipfile (no pip needed)."""
+    code = (
+        "import glob,sys,zipfile\n"
+        "for w in sorted(glob.glob(sys.argv[1] + '/*.whl')):\n"
+        "    zipfile.ZipFile(w).extractall(sys.argv[2])"
+    )
+    return f'{python} -c "{code}" {wheel_dir} {target}'
+
+
+def build_wheelhouse(
+    dest: Path,
+    *,
+    python_version: str = f"{sys.version_info.major}.{sys.version_info.minor}",
+    platform: str = "manylinux2014_x86_64",
+) -> list[Path]:
+    """Download binary wheels of the agent's dependencies for a host (uses pip and PyPI)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--platform",
+        platform,
+        "--dest",
+        str(dest),
+        *AGENT_REQUIREMENTS,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ProvisionError(f"pip download of agent wheels failed: {proc.stderr.strip()[-500:]}")
+    return sorted(dest.glob("*.whl"))

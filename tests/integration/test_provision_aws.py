@@ -1,0 +1,289 @@
+"""The aws backend against moto's EC2 emulator running as a REAL ``moto_server`` process.
+
+This is the one place where a cloud API is emulated: we cannot create EC2 resources here.
+moto's instances have no SSH daemon, so the SSH bootstrap step is injected (``bootstrap=``)
+with a recorder that returns gateway records without starting agents; the SSH bootstrap itself
+is covered against real sshd servers in test_provision_ssh.py.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import get_provisioner
+from skyplane_ops.provision.aws import (
+    TAG_CREATED,
+    TAG_CREATOR,
+    TAG_EXPIRES,
+    TAG_TRANSFER,
+    AWSProvisioner,
+    InstanceHost,
+    _RegionState,
+    parse_console_host_key,
+)
+from skyplane_ops.provision.fleet import Gateway
+from tests.fixtures.ports import free_port, wait_for_port
+
+pytestmark = pytest.mark.emulator
+
+CLIENT_CIDR = "198.51.100.7/32"  # TEST-NET-2: only written into emulated rules, never contacted
+REGIONS = {"aws:us-east-1": 2, "aws:eu-west-1": 1, "aws:ap-southeast-2": 1}
+
+
+@pytest.fixture(scope="module")
+def moto_ec2() -> Iterator[str]:
+    """A real moto_server process on a free loopback port; yields its endpoint URL."""
+    port = free_port()
+    exe = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "moto_server"
+    if not exe.exists():
+        exe = Path(".venv/bin/moto_server")
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, timeout=30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def endpoint(moto_ec2: str) -> str:
+    """Reset moto's state so that every test starts from an empty account."""
+    req = urllib.request.Request(f"{moto_ec2}/moto-api/reset", method="POST")
+    urllib.request.urlopen(req, timeout=10).close()
+    return moto_ec2
+
+
+def _session() -> boto3.session.Session:
+    return boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+
+
+class RecordingBootstrap:
+    """Stands in for the SSH bootstrap (moto instances have no sshd); records what it was given."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.hosts: list[InstanceHost] = []
+        self.fail = fail
+
+    def __call__(
+        self, hosts: Sequence[InstanceHost], transfer_id: str, secret_ref: str
+    ) -> list[Gateway]:
+        self.hosts = list(hosts)
+        for h in hosts:
+            assert h.ssh.key_path and stat.S_IMODE(os.stat(h.ssh.key_path).st_mode) == 0o600
+        if self.fail:
+            raise ProvisionError("injected bootstrap failure")
+        return [
+            Gateway(h.gateway_id, h.region, h.ssh.address, h.ssh.control_port, h.ssh.data_port)
+            for h in hosts
+        ]
+
+
+def _provisioner(endpoint: str, **kw: Any) -> AWSProvisioner:
+    prov = get_provisioner(
+        "aws",
+        endpoint_url=endpoint,
+        session=_session(),
+        image_id="ami-1e749f67",  # one of moto's built-in images
+        client_cidr=CLIENT_CIDR,
+        poll_interval=0.05,
+        sweep_regions=list(REGIONS),
+        **kw,
+    )
+    assert isinstance(prov, AWSProvisioner)
+    return prov
+
+
+def _ec2(endpoint: str, region: str) -> Any:
+    return _session().client("ec2", region_name=region, endpoint_url=endpoint)
+
+
+def _leftovers(endpoint: str) -> dict[str, list[str]]:
+    """Everything in the emulated account that is not terminated / not a default group."""
+    out: dict[str, list[str]] = {"instances": [], "groups": [], "keys": []}
+    for region in ("us-east-1", "eu-west-1", "ap-southeast-2"):
+        ec2 = _ec2(endpoint, region)
+        for res in ec2.describe_instances()["Reservations"]:
+            out["instances"] += [
+                i["InstanceId"] for i in res["Instances"] if i["State"]["Name"] != "terminated"
+            ]
+        out["groups"] += [
+            g["GroupId"]
+            for g in ec2.describe_security_groups()["SecurityGroups"]
+            if g["GroupName"] != "default"
+        ]
+        out["keys"] += [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]]
+    return out
+
+
+NOTHING: dict[str, list[str]] = {"instances": [], "groups": [], "keys": []}
+
+
+def test_fleet_tags_rules_and_clean_teardown(endpoint: str) -> None:
+    boot = RecordingBootstrap()
+    prov = _provisioner(endpoint, bootstrap=boot)
+    fleet = prov.provision(REGIONS, transfer_id="aws-t1", tags={"team": "data"})
+    assert len(fleet.gateways) == 4
+    assert sorted(fleet.regions) == sorted(REGIONS)
+    assert all(g.resources["instance_id"].startswith("i-") for g in fleet.gateways)
+
+    ec2 = _ec2(endpoint, "us-east-1")
+    instances = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
+    assert len(instances) == 2
+    for inst in instances:
+        tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+        assert tags[TAG_TRANSFER] == "aws-t1" and tags["team"] == "data"
+        assert tags[TAG_CREATOR] and tags[TAG_EXPIRES] > tags[TAG_CREATED]
+        attr = ec2.describe_instance_attribute(
+            InstanceId=inst["InstanceId"], Attribute="instanceInitiatedShutdownBehavior"
+        )
+        assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+
+    (group,) = ec2.describe_security_groups(
+        Filters=[{"Name": f"tag:{TAG_TRANSFER}", "Values": ["aws-t1"]}]
+    )["SecurityGroups"]
+    peer_ips = {f"{g.host}/32" for g in fleet.gateways}
+    by_port = {p["FromPort"]: p for p in group["IpPermissions"]}
+    assert set(by_port) == {22, 8701, 8702}
+    # SSH only from the client; nothing is open to the world.
+    assert [r["CidrIp"] for r in by_port[22]["IpRanges"]] == [CLIENT_CIDR]
+    assert not by_port[22].get("UserIdGroupPairs")
+    for port in (8701, 8702):
+        cidrs = {r["CidrIp"] for r in by_port[port]["IpRanges"]}
+        assert cidrs == {CLIENT_CIDR} | peer_ips, "gateway ports: client + this fleet's gateways"
+        assert [p["GroupId"] for p in by_port[port]["UserIdGroupPairs"]] == [group["GroupId"]]
+    assert all(r["CidrIp"] != "0.0.0.0/0" for p in group["IpPermissions"] for r in p["IpRanges"])
+    key_paths = [s["key_path"] for s in fleet.resources["regions"].values()]
+    assert all(Path(p).exists() for p in key_paths)
+
+    prov.deprovision(fleet)
+    assert _leftovers(endpoint) == NOTHING
+    assert not any(Path(p).exists() for p in key_paths)
+    prov.deprovision(fleet)  # idempotent
+
+
+class _SlowRegions(AWSProvisioner):
+    """Measures how many regions are being provisioned at the same time."""
+
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def _provision_region(self, state: _RegionState, *args: Any) -> None:
+        with self.lock:
+            type(self).active += 1
+            type(self).peak = max(type(self).peak, type(self).active)
+        try:
+            time.sleep(0.3)
+            super()._provision_region(state, *args)
+        finally:
+            with self.lock:
+                type(self).active -= 1
+
+
+def test_regions_are_provisioned_in_parallel(endpoint: str) -> None:
+    prov = _SlowRegions(
+        endpoint_url=endpoint,
+        session=_session(),
+        image_id="ami-1e749f67",
+        client_cidr=CLIENT_CIDR,
+        poll_interval=0.05,
+        bootstrap=RecordingBootstrap(),
+    )
+    fleet = prov.provision(REGIONS, transfer_id="aws-par")
+    try:
+        assert _SlowRegions.peak == 3
+    finally:
+        prov.deprovision(fleet)
+    assert _leftovers(endpoint) == NOTHING
+
+
+def test_bootstrap_failure_after_instances_leaves_nothing(endpoint: str) -> None:
+    boot = RecordingBootstrap(fail=True)
+    prov = _provisioner(endpoint, bootstrap=boot)
+    with pytest.raises(ProvisionError, match=r"injected bootstrap failure.*deleted"):
+        prov.provision(REGIONS, transfer_id="aws-fail")
+    assert len(boot.hosts) == 4, "the failure came after all instances had started"
+    assert _leftovers(endpoint) == NOTHING
+    assert not list((Path(os.environ["SKYPLANE_OPS_HOME"]) / "keys").glob("aws-fail-*"))
+
+
+class _FailsInOneRegion(AWSProvisioner):
+    def _provision_region(self, state: _RegionState, *args: Any) -> None:
+        super()._provision_region(state, *args)
+        if state.region == "eu-west-1":
+            raise RuntimeError("injected failure after the eu-west-1 instance started")
+
+
+def test_failure_in_one_region_cleans_all_regions(endpoint: str) -> None:
+    prov = _FailsInOneRegion(
+        endpoint_url=endpoint,
+        session=_session(),
+        image_id="ami-1e749f67",
+        client_cidr=CLIENT_CIDR,
+        poll_interval=0.05,
+        bootstrap=RecordingBootstrap(),
+    )
+    with pytest.raises(ProvisionError, match="injected failure"):
+        prov.provision(REGIONS, transfer_id="aws-half")
+    assert _leftovers(endpoint) == NOTHING
+
+
+def test_sweeper_finds_leftovers_by_tag(endpoint: str) -> None:
+    prov = _provisioner(endpoint, bootstrap=RecordingBootstrap())
+    prov.provision({"aws:us-east-1": 1, "aws:eu-west-1": 1}, transfer_id="aws-leak")
+    other = prov.provision({"aws:us-east-1": 1}, transfer_id="aws-keep")
+    # Someone else's untagged instance must never be touched.
+    foreign = _ec2(endpoint, "us-east-1").run_instances(
+        ImageId="ami-1e749f67", MinCount=1, MaxCount=1
+    )["Instances"][0]["InstanceId"]
+
+    assert prov.sweep(older_than_seconds=3600) == []  # both are fresh
+    deleted = prov.sweep(transfer_id="aws-leak")
+    assert sum(":i-" in d for d in deleted) == 2
+    assert sum(":sg-" in d for d in deleted) == 2
+    assert sum("key-pair/" in d for d in deleted) == 2
+    left = _leftovers(endpoint)
+    assert sorted(left["instances"]) == sorted(
+        [foreign, other.gateways[0].resources["instance_id"]]
+    )
+    assert left["keys"] == ["skyplane-ops-aws-keep"]
+
+    deleted = prov.sweep()  # --all
+    assert any("aws-keep" in d for d in deleted)
+    assert _leftovers(endpoint)["instances"] == [foreign]
+
+
+def test_non_aws_region_is_refused(endpoint: str) -> None:
+    prov = _provisioner(endpoint, bootstrap=RecordingBootstrap())
+    with pytest.raises(ProvisionError, match="not an AWS region"):
+        prov.provision({"gcp:us-central1": 1}, transfer_id="aws-bad")
+    assert _leftovers(endpoint) == NOTHING
+
+
+def test_console_host_key_parsing() -> None:
+    console = (
+        "cloud-init: ...\n-----BEGIN SSH HOST KEY KEYS-----\n"
+        "ecdsa-sha2-nistp256 AAAAE2Vj root@ip\nssh-ed25519 AAAAC3Nza root@ip\n"
+        "-----END SSH HOST KEY KEYS-----\n"
+    )
+    assert parse_console_host_key(console) == "ssh-ed25519 AAAAC3Nza"
+    assert parse_console_host_key("booting...") is None
