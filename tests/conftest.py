@@ -6,6 +6,7 @@ import os
 pytest_plugins = [
     "tests.fixtures.ports",
     "tests.fixtures.sshd",
+    "tests.fixtures.emulators",
 ]
 
 # Make every test run hermetic with respect to user configuration.
