@@ -459,6 +459,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=0)
     serve.add_argument("--secret-file")
     serve.add_argument("--max-seconds", type=float, default=3600.0, help="exit after this long")
+    serve.add_argument(
+        "--exit-on-stdin-eof",
+        action="store_true",
+        help="exit when stdin closes, so a server never outlives the process that started it",
+    )
     run = sub.add_parser("run", help="probe a peer; prints the ProbeResult as JSON")
     run.add_argument("--peer", required=True, help="HOST:PORT of the peer's probe server")
     run.add_argument("--secret-file")
@@ -468,12 +473,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     secret = _read_secret(args)
     if args.cmd == "serve":
         server = ProbeServer(secret, host=args.host, port=args.port).start()
+        done = threading.Event()
+        if args.exit_on_stdin_eof:
+
+            def watch_stdin() -> None:
+                while sys.stdin.buffer.read(4096):
+                    pass
+                done.set()
+
+            threading.Thread(target=watch_stdin, daemon=True).start()
         print(json.dumps({"port": server.port}), flush=True)
         try:
-            # Runs until interrupted or --max-seconds, so a forgotten server cannot linger.
-            deadline = time.monotonic() + args.max_seconds
-            while time.monotonic() < deadline:
-                time.sleep(0.5)
+            # Runs until interrupted, stdin closes (if asked) or --max-seconds pass, so a
+            # forgotten server cannot linger.
+            done.wait(args.max_seconds)
         except KeyboardInterrupt:
             pass
         finally:

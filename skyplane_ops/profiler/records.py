@@ -1,0 +1,129 @@
+"""One measurement of one ordered region pair, with its provenance, and its Parquet schema.
+
+The columns ``src, dst, gbps, connections, measured_at`` are the ones the profiles loader
+(``load_measured_grid``) reads, so a version file is also a valid measured grid on its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA = pa.schema(
+    [
+        ("measurement_id", pa.string()),
+        ("run_id", pa.string()),
+        ("src", pa.string()),
+        ("dst", pa.string()),
+        ("gbps", pa.float64()),
+        ("sent_gbps", pa.float64()),
+        ("received_gbps", pa.float64()),
+        ("rtt_ms", pa.float64()),
+        ("connections", pa.int32()),
+        ("duration_s", pa.float64()),
+        ("bytes_sent", pa.int64()),
+        ("bytes_received", pa.int64()),
+        ("measured_at", pa.timestamp("us", tz="UTC")),
+        ("vm_class", pa.string()),
+        ("tier", pa.string()),
+        ("backend", pa.string()),
+    ]
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A probe result for ``src -> dst``; ``gbps`` is the received rate the planner uses."""
+
+    src: str
+    dst: str
+    gbps: float
+    sent_gbps: float
+    received_gbps: float
+    rtt_ms: float
+    connections: int
+    duration_s: float
+    measured_at: datetime
+    run_id: str = ""
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    vm_class: str = ""
+    tier: str = ""
+    backend: str = ""
+    measurement_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.src, self.dst)
+
+    def age_s(self, now: datetime | None = None) -> float:
+        return ((now or utcnow()) - self.measured_at).total_seconds()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["measured_at"] = self.measured_at.isoformat()
+        return data
+
+
+def to_table(rows: list[Measurement]) -> pa.Table:
+    """Rows as an Arrow table in the fixed schema (column order is stable across versions)."""
+    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    for row in rows:
+        data = asdict(row)
+        for name in SCHEMA.names:
+            columns[name].append(data[name])
+    return pa.Table.from_pydict(columns, schema=SCHEMA)
+
+
+def from_table(table: pa.Table) -> list[Measurement]:
+    """Rows of a version or journal file; columns missing in older files take defaults."""
+    missing = {"src", "dst", "gbps", "measured_at"} - set(table.column_names)
+    if missing:
+        raise ValueError(f"missing columns {sorted(missing)}")
+    rows = []
+    for rec in table.to_pylist():
+        at = rec["measured_at"]
+        if isinstance(at, str):
+            at = datetime.fromisoformat(at)
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        gbps = float(rec["gbps"])
+        rows.append(
+            Measurement(
+                src=str(rec["src"]),
+                dst=str(rec["dst"]),
+                gbps=gbps,
+                sent_gbps=float(rec.get("sent_gbps") or gbps),
+                received_gbps=float(rec.get("received_gbps") or gbps),
+                rtt_ms=float(rec.get("rtt_ms") or 0.0),
+                connections=int(rec.get("connections") or 0),
+                duration_s=float(rec.get("duration_s") or 0.0),
+                measured_at=at,
+                run_id=str(rec.get("run_id") or ""),
+                bytes_sent=int(rec.get("bytes_sent") or 0),
+                bytes_received=int(rec.get("bytes_received") or 0),
+                vm_class=str(rec.get("vm_class") or ""),
+                tier=str(rec.get("tier") or ""),
+                backend=str(rec.get("backend") or ""),
+                measurement_id=str(rec.get("measurement_id") or uuid.uuid4().hex),
+            )
+        )
+    return rows
+
+
+def latest_per_pair(rows: list[Measurement]) -> dict[tuple[str, str], Measurement]:
+    """The newest measurement of each pair (ties: the later row wins)."""
+    best: dict[tuple[str, str], Measurement] = {}
+    for row in rows:
+        cur = best.get(row.pair)
+        if cur is None or row.measured_at >= cur.measured_at:
+            best[row.pair] = row
+    return best

@@ -1,0 +1,338 @@
+"""One profiling run: estimate, provision, probe pairs in rounds, journal, deprovision, publish.
+
+``refresh_grid`` is the core function the CLI, the Airflow DAG and the Dagster schedule call.
+It never leaves gateways behind: deprovisioning is in a ``finally`` (also on Ctrl-C), and every
+measurement is journalled the moment it is taken, so a run that dies keeps what it measured and
+the next run (with a freshness window) measures only the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway_agent.probe import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, MAX_CONNECTIONS, ProbeResult
+from skyplane_ops.profiler.budget import CostEstimate, check_budget, estimate_cost
+from skyplane_ops.profiler.drivers import ProbeDriver
+from skyplane_ops.profiler.errors import ProfilerError
+from skyplane_ops.profiler.records import Measurement, latest_per_pair, utcnow
+from skyplane_ops.profiler.schedule import Pair, all_pairs, schedule_rounds
+from skyplane_ops.profiler.store import GridStore
+from skyplane_ops.provision.base import Provisioner
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class RefreshResult:
+    """What a run did; ``to_dict()`` is small enough for XCom / Dagster metadata."""
+
+    run_id: str
+    store_uri: str
+    regions: list[str]
+    version: str | None
+    pairs_total: int
+    skipped_fresh: int
+    estimate: CostEstimate
+    rounds: int
+    seconds: float
+    measurements: list[Measurement] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    backend: str = ""
+
+    @property
+    def measured(self) -> int:
+        return len(self.measurements)
+
+    def to_dict(self) -> dict[str, Any]:
+        rates = [m.gbps for m in self.measurements]
+        return {
+            "run_id": self.run_id,
+            "store_uri": self.store_uri,
+            "version": self.version,
+            "backend": self.backend,
+            "regions": list(self.regions),
+            "pairs_total": self.pairs_total,
+            "measured": self.measured,
+            "skipped_fresh": self.skipped_fresh,
+            "failed": len(self.failed),
+            "failed_pairs": sorted(self.failed)[:20],
+            "rounds": self.rounds,
+            "seconds": round(self.seconds, 3),
+            "estimate_usd": round(self.estimate.total_usd, 6),
+            "estimate_gb": round(self.estimate.total_gb, 6),
+            "gbps_min": round(min(rates), 4) if rates else None,
+            "gbps_median": round(statistics.median(rates), 4) if rates else None,
+            "gbps_max": round(max(rates), 4) if rates else None,
+        }
+
+
+def new_run_id() -> str:
+    """A transfer-id-safe run id (it tags every gateway the run provisions)."""
+    return f"prof-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+def _validate(regions: Sequence[str], connections: int, duration_s: float) -> list[str]:
+    order = [r.strip() for r in regions if r and r.strip()]
+    if len(set(order)) != len(order):
+        raise ProfilerError(f"regions repeat: {', '.join(order)}")
+    if len(order) < 2:
+        raise ProfilerError("profiling needs at least two regions")
+    if not 1 <= connections <= MAX_CONNECTIONS:
+        raise ProfilerError(f"connections must be in 1..{MAX_CONNECTIONS}, got {connections}")
+    if not 0 < duration_s <= 600:
+        raise ProfilerError(f"duration must be in (0, 600] seconds, got {duration_s}")
+    return order
+
+
+def _cost_functions(
+    profile: Any, budget_usd: float | None
+) -> tuple[Callable[[str, str], float], Callable[[str, str], float]]:
+    """Modelled rate and egress price per pair from the profile (catalog, prices, grid)."""
+
+    def lookup(what: str, fn: Callable[[str, str], float]) -> Callable[[str, str], float]:
+        def get(src: str, dst: str) -> float:
+            try:
+                return float(fn(src, dst))
+            except Exception as exc:
+                if budget_usd is None:
+                    return 0.0  # no budget to enforce: an unknown pair costs nothing here
+                raise ProfilerError(
+                    f"cannot estimate the {what} of {src} -> {dst} for the budget check: {exc}"
+                ) from exc
+
+        return get
+
+    return (
+        lookup("modelled rate", profile.throughput.gbps),
+        lookup("egress price", profile.prices.egress_usd_per_gb),
+    )
+
+
+def _provenance(
+    profile: Any, region: str, backend: str, options: Mapping[str, Any]
+) -> tuple[str, str]:
+    """VM class and network tier recorded with each measurement."""
+    vm = str(options.get("instance_type") or options.get("vm_class") or "")
+    tier = str(options.get("network_tier") or "")
+    provider = region.split(":", 1)[0] if ":" in region else ""
+    if not vm and backend in ("aws", "azure", "gcp") and profile is not None:
+        try:
+            vm = str(profile.prices.vm(provider).instance)
+        except Exception:
+            vm = ""
+    if not tier and provider == "gcp":
+        tier = "premium"
+    return vm or backend, tier
+
+
+def _default_driver(backend: str) -> ProbeDriver:
+    """The agent drives probes where it can; local processes / namespaces otherwise."""
+    if backend in ("local", "netns"):
+        from skyplane_ops.profiler.drivers import ProcessProbeDriver
+
+        return ProcessProbeDriver()
+    try:
+        from skyplane_ops.profiler.drivers import AgentProbeDriver  # type: ignore[attr-defined]
+    except ImportError:
+        raise ProfilerError(
+            f"backend {backend!r} needs the gateway agent's probe endpoint, "
+            "which this build does not have"
+        ) from None
+    driver: ProbeDriver = AgentProbeDriver()
+    return driver
+
+
+def refresh_grid(
+    regions: Sequence[str],
+    *,
+    backend: str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    connections: int = DEFAULT_CONNECTIONS,
+    duration_s: float = DEFAULT_SECONDS,
+    budget_usd: float | None = None,
+    store_uri: str,
+    store_options: Mapping[str, Any] | None = None,
+    freshness_s: float = 0.0,
+    exclusive: bool = False,
+    profile: Any = None,
+    provisioner: Provisioner | None = None,
+    driver: ProbeDriver | None = None,
+    progress: Progress | None = None,
+    run_id: str | None = None,
+) -> RefreshResult:
+    """Measure every ordered pair of ``regions`` not measured within ``freshness_s``.
+
+    Raises ``BudgetExceededError`` (before provisioning anything) when the egress estimate is
+    above ``budget_usd``. Publishes a new grid version at ``store_uri`` with what was measured,
+    also when the run fails or is interrupted half-way.
+    """
+    started = time.monotonic()
+    order = _validate(regions, connections, duration_s)
+    options = dict(backend_options or {})
+    run_id = run_id or new_run_id()
+    emit = progress or (lambda event: None)
+    store = GridStore(store_uri, store_options)
+    if profile is None:
+        from skyplane_ops.profiles import load_default_profile
+
+        profile = load_default_profile()
+
+    now = utcnow()
+    known = latest_per_pair(store.measurements(include_pending=True))
+    wanted = all_pairs(order)
+    fresh = {
+        p for p in wanted if freshness_s > 0 and p in known and known[p].age_s(now) < freshness_s
+    }
+    todo = [p for p in wanted if p not in fresh]
+    rate_of, price_of = _cost_functions(profile, budget_usd)
+    estimate = estimate_cost(todo, duration_s, rate_of, price_of)
+    check_budget(estimate, budget_usd)
+    rounds = schedule_rounds(order, todo, exclusive=exclusive)
+    result = RefreshResult(
+        run_id=run_id,
+        store_uri=store_uri,
+        regions=order,
+        version=None,
+        pairs_total=len(wanted),
+        skipped_fresh=len(fresh),
+        estimate=estimate,
+        rounds=len(rounds),
+        seconds=0.0,
+        backend=backend,
+    )
+    emit(
+        {
+            "event": "plan",
+            "pairs": len(todo),
+            "skipped": len(fresh),
+            "rounds": len(rounds),
+            "estimate_usd": estimate.total_usd,
+            "run_id": run_id,
+        }
+    )
+    if not todo:
+        result.version = store.publish()
+        result.seconds = time.monotonic() - started
+        return result
+
+    if provisioner is None:
+        from skyplane_ops.provision import get_provisioner
+
+        provisioner = get_provisioner(backend, **options)
+    driver = driver or _default_driver(backend)
+    fleet: GatewayFleet | None = None
+    try:
+        emit({"event": "provision", "regions": order})
+        fleet = provisioner.provision(
+            {r: 1 for r in order},
+            transfer_id=run_id,
+            tags={"skyplane-ops:purpose": "profiler", "skyplane-ops:run": run_id},
+        )
+        gateways = {r: fleet.in_region(r)[0] for r in order}
+        driver.start(fleet)
+        for index, rnd in enumerate(rounds, 1):
+            emit({"event": "round", "round": index, "rounds": len(rounds), "pairs": rnd})
+            _run_round(
+                rnd,
+                gateways,
+                driver,
+                connections,
+                duration_s,
+                store,
+                result,
+                run_id,
+                backend,
+                options,
+                profile,
+                emit,
+            )
+    finally:
+        try:
+            driver.close()
+        finally:
+            if fleet is not None:
+                emit({"event": "deprovision"})
+                provisioner.deprovision(fleet)
+            try:
+                result.version = store.publish()
+            except Exception:
+                log.exception("could not publish the grid version of run %s", run_id)
+            result.seconds = time.monotonic() - started
+    if result.failed and not result.measurements:
+        first = next(iter(result.failed.values()))
+        raise ProfilerError(f"every probe failed ({len(result.failed)}); first: {first}")
+    return result
+
+
+def _run_round(
+    rnd: list[Pair],
+    gateways: Mapping[str, Gateway],
+    driver: ProbeDriver,
+    connections: int,
+    duration_s: float,
+    store: GridStore,
+    result: RefreshResult,
+    run_id: str,
+    backend: str,
+    options: Mapping[str, Any],
+    profile: Any,
+    emit: Progress,
+) -> None:
+    """Probe every pair of one round at once; journal each result as soon as it arrives."""
+    with ThreadPoolExecutor(max_workers=len(rnd), thread_name_prefix="probe") as pool:
+        futures: dict[Future[ProbeResult], Pair] = {
+            pool.submit(driver.probe, gateways[s], gateways[d], connections, duration_s): (s, d)
+            for s, d in rnd
+        }
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                src, dst = futures[fut]
+                try:
+                    probe = fut.result()
+                except Exception as exc:
+                    result.failed[f"{src}->{dst}"] = str(exc)
+                    emit({"event": "failed", "src": src, "dst": dst, "error": str(exc)})
+                    continue
+                vm_class, tier = _provenance(profile, src, backend, options)
+                row = Measurement(
+                    src=src,
+                    dst=dst,
+                    gbps=probe.received_gbps,
+                    sent_gbps=probe.sent_gbps,
+                    received_gbps=probe.received_gbps,
+                    rtt_ms=probe.rtt_ms,
+                    connections=probe.connections,
+                    duration_s=duration_s,
+                    measured_at=utcnow(),
+                    run_id=run_id,
+                    bytes_sent=probe.bytes_sent,
+                    bytes_received=probe.bytes_received,
+                    vm_class=vm_class,
+                    tier=tier,
+                    backend=backend,
+                )
+                store.append(row)
+                result.measurements.append(row)
+                emit(
+                    {
+                        "event": "measured",
+                        "src": src,
+                        "dst": dst,
+                        "gbps": row.gbps,
+                        "rtt_ms": row.rtt_ms,
+                        "done": result.measured,
+                    }
+                )
