@@ -1,7 +1,8 @@
 """The control API: JSON over HTTP, every request signed with the per-transfer secret.
 
 Endpoints (all under /v1): GET health, POST shutdown, POST jobs (start), POST jobs/ID/chunks
-(submit source descriptors), GET jobs/ID/status?cursor=N (incremental), POST jobs/ID/stop.
+(submit source descriptors), GET jobs/ID/status?cursor=N (incremental), POST jobs/ID/stop,
+POST probe (throughput probes, see probe.py).
 An unsigned, stale, replayed or wrongly signed request gets 401 and changes nothing.
 """
 
@@ -14,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from gateway_agent import probe
 from gateway_agent.agent import Agent
 from gateway_agent.auth import RequestVerifier
 from gateway_agent.job import JobError
@@ -93,6 +95,8 @@ class _Handler(BaseHTTPRequestHandler):
         agent = self.server.agent
         if parts == ["v1", "health"] and method == "GET":
             return agent.health()
+        if parts == ["v1", "probe"] and method == "POST":
+            return probe.control_request(agent, data)
         if parts == ["v1", "shutdown"] and method == "POST":
             agent.shutdown()
             return {"ok": True}

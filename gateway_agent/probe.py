@@ -6,12 +6,11 @@ the *sending* gateway calls ``run_probe(peer_host, peer_port, secret, connection
 
 Wire protocol (one probe session = one control connection + N data connections):
 
-1. Every connection is authenticated with the per-transfer secret, like every data connection
-   of a transfer: the server sends a random 32-byte nonce, the client answers
-   ``HMAC-SHA256(secret, b"skyplane-probe-v1" + nonce)``. A wrong answer gets one status byte
-   (``AUTH_FAILED``) and the connection is closed; the client raises ``ProbeAuthError``.
-   (The gateway agent had no reusable auth function when this was written, so the challenge-
-   response lives here; it is stdlib ``hmac`` with a constant-time compare.)
+1. Every connection is authenticated with the per-transfer secret exactly like a data
+   connection of a transfer: the agent's mutual HMAC challenge-response
+   (``gateway_agent.wire.server_handshake`` / ``client_handshake``, unencrypted: the probe
+   payload is zeros). A wrong secret closes the connection; the client raises
+   ``ProbeAuthError``.
 2. After auth the client sends one JSON line: ``{"role": "control"}`` or
    ``{"role": "data", "session": ID}``.
 3. On the control connection the client pings a few times (application-level RTT), then opens
@@ -24,18 +23,19 @@ Both ends are counted: ``sent_gbps`` is what the sender pushed into its sockets 
 window, ``received_gbps`` what the receiver got during its window. The grid uses the received
 rate: it is what actually crossed the path.
 
-Standard library only: this module ships to every gateway VM.
+Inside the agent, ``control_request`` serves the control API's ``POST /v1/probe``: ``listen``
+starts this gateway's ProbeServer (beside the data listener, same address) and returns its
+port; ``run`` probes a peer and returns the ProbeResult; ``close`` stops the server.
+
+Standard library plus the agent's own handshake: this module ships to every gateway VM.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
-import hmac
 import json
 import os
-import secrets
 import socket
 import statistics
 import struct
@@ -46,15 +46,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
+
+from gateway_agent.auth import load_secret
+from gateway_agent.wire import HandshakeError, client_handshake, server_handshake
 
 DEFAULT_CONNECTIONS = 64
 DEFAULT_SECONDS = 5.0
 MAX_CONNECTIONS = 1024
-AUTH_CONTEXT = b"skyplane-probe-v1"
-NONCE_BYTES = 32
-AUTH_OK = b"\x01"
-AUTH_FAILED = b"\x00"
 HANDSHAKE_TIMEOUT_S = 10.0
 SEND_CHUNK = 256 * 1024
 RECV_CHUNK = 1024 * 1024
@@ -102,11 +101,6 @@ def _as_key(secret: bytes | str) -> bytes:
     return secret.encode() if isinstance(secret, str) else bytes(secret)
 
 
-def auth_response(secret: bytes | str, nonce: bytes) -> bytes:
-    """The answer a client owes to the server's nonce."""
-    return hmac.new(_as_key(secret), AUTH_CONTEXT + nonce, hashlib.sha256).digest()
-
-
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
@@ -141,15 +135,11 @@ def _recv_json(sock: socket.socket) -> dict[str, Any]:
     return data
 
 
-def _client_auth(sock: socket.socket, secret: bytes | str) -> None:
-    nonce = _recv_exact(sock, NONCE_BYTES)
-    sock.sendall(auth_response(secret, nonce))
+def _client_auth(sock: socket.socket, secret: bytes) -> None:
     try:
-        status = _recv_exact(sock, 1)
-    except (ProbeError, ConnectionError) as exc:
-        raise ProbeAuthError("the probe server refused the secret") from exc
-    if status != AUTH_OK:
-        raise ProbeAuthError("the probe server refused the secret")
+        client_handshake(sock, secret, encrypt=False)
+    except HandshakeError as exc:
+        raise ProbeAuthError(f"probe handshake refused: {exc}") from exc
 
 
 def _rst_close(sock: socket.socket) -> None:
@@ -249,20 +239,14 @@ class ProbeServer:
 
     def _handle(self, conn: socket.socket) -> None:
         try:
+            server_handshake(conn, self._secret)
             conn.settimeout(HANDSHAKE_TIMEOUT_S)
-            nonce = secrets.token_bytes(NONCE_BYTES)
-            conn.sendall(nonce)
-            answer = _recv_exact(conn, 32)
-            if not hmac.compare_digest(answer, auth_response(self._secret, nonce)):
-                conn.sendall(AUTH_FAILED)
-                return
-            conn.sendall(AUTH_OK)
             hello = _recv_json(conn)
             if hello.get("role") == "control":
                 self._serve_control(conn)
             elif hello.get("role") == "data":
                 self._serve_data(conn, str(hello.get("session", "")))
-        except (OSError, ProbeError, ValueError):
+        except (OSError, ProbeError, HandshakeError, ValueError):
             pass
         finally:
             with contextlib.suppress(OSError):
@@ -375,6 +359,7 @@ def run_probe(
     warmup = min(1.0, 0.1 * seconds) if warmup_seconds is None else warmup_seconds
     if not 0 <= warmup < seconds:
         raise ValueError("warmup_seconds must be in [0, seconds)")
+    key = _as_key(secret)
     started_at = datetime.now(UTC).isoformat()
     control = _connect(peer_host, peer_port, connect_timeout)
     senders: list[_Sender] = []
@@ -382,7 +367,7 @@ def run_probe(
     stop = threading.Event()
     try:
         control.settimeout(connect_timeout)
-        _client_auth(control, secret)
+        _client_auth(control, key)
         _send_json(control, {"role": "control"})
         session = str(_recv_json(control)["session"])
         rtts: list[float] = []
@@ -394,7 +379,7 @@ def run_probe(
         for _ in range(connections):
             sock = _connect(peer_host, peer_port, connect_timeout)
             senders.append(_Sender(sock))
-            _client_auth(sock, secret)
+            _client_auth(sock, key)
             _send_json(sock, {"role": "data", "session": session})
         begin = time.monotonic()
         for sender in senders:
@@ -440,10 +425,61 @@ def run_probe(
     )
 
 
+class _AgentLike(Protocol):
+    secret: bytes
+
+
+_AGENT_SERVERS: dict[int, ProbeServer] = {}
+_AGENT_LOCK = threading.Lock()
+
+
+def _bind_host(agent: _AgentLike) -> str:
+    """The address the agent's data listener is bound to (peers reach it there)."""
+    listener = getattr(agent, "_listener", None)
+    if isinstance(listener, socket.socket):
+        return str(listener.getsockname()[0])
+    return "0.0.0.0"
+
+
+def control_request(agent: _AgentLike, data: dict[str, Any]) -> dict[str, Any]:
+    """Serve ``POST /v1/probe`` for the agent's control API (already authenticated).
+
+    ``{"action": "listen"}`` -> ``{"probe_port": N}`` (idempotent), ``{"action": "run",
+    "peer_host", "peer_port", "connections", "seconds"}`` -> the ProbeResult as a dict (or
+    ``{"error": ..., "auth": bool}``), ``{"action": "close"}`` -> ``{"closed": bool}``.
+    """
+    action = data.get("action")
+    if action == "listen":
+        with _AGENT_LOCK:
+            server = _AGENT_SERVERS.get(id(agent))
+            if server is None:
+                server = ProbeServer(agent.secret, host=_bind_host(agent)).start()
+                _AGENT_SERVERS[id(agent)] = server
+        return {"probe_port": server.port}
+    if action == "run":
+        try:
+            result = run_probe(
+                str(data["peer_host"]),
+                int(data["peer_port"]),
+                agent.secret,
+                int(data.get("connections", DEFAULT_CONNECTIONS)),
+                float(data.get("seconds", DEFAULT_SECONDS)),
+            )
+        except (ProbeError, KeyError, ValueError) as exc:
+            return {"error": str(exc), "auth": isinstance(exc, ProbeAuthError)}
+        return result.to_dict()
+    if action == "close":
+        with _AGENT_LOCK:
+            server = _AGENT_SERVERS.pop(id(agent), None)
+        if server is not None:
+            server.stop()
+        return {"closed": server is not None}
+    return {"error": f"unknown probe action {action!r}"}
+
+
 def _read_secret(args: argparse.Namespace) -> bytes:
     if args.secret_file:
-        with open(args.secret_file, "rb") as fh:
-            return fh.read().strip()
+        return load_secret(args.secret_file)
     env = os.environ.get("SKYPLANE_PROBE_SECRET")
     if not env:
         raise SystemExit("give --secret-file or set SKYPLANE_PROBE_SECRET")

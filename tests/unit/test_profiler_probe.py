@@ -11,14 +11,13 @@ import time
 import pytest
 
 from gateway_agent.probe import (
-    NONCE_BYTES,
     ProbeAuthError,
     ProbeError,
     ProbeResult,
     ProbeServer,
-    auth_response,
     run_probe,
 )
+from gateway_agent.wire import CHALLENGE_BYTES, MAGIC
 from tests.fixtures.ports import free_port
 
 
@@ -54,16 +53,13 @@ def test_wrong_secret_is_refused(server: ProbeServer) -> None:
     assert run_probe("127.0.0.1", server.port, b"probe-secret", 1, 0.5).bytes_received > 0
 
 
-def test_unauthenticated_data_is_not_counted(server: ProbeServer) -> None:
-    """A raw client that skips the challenge gets refused before any byte is counted."""
+def test_unauthenticated_client_is_dropped(server: ProbeServer) -> None:
+    """A raw client that cannot answer the agent's challenge is cut off before anything counts."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        nonce = sock.recv(NONCE_BYTES)
-        assert len(nonce) == NONCE_BYTES
-        sock.sendall(b"\x00" * 32)
-        assert sock.recv(1) == b"\x00"
-        assert sock.recv(1) == b""  # closed
-    good = auth_response(b"probe-secret", nonce)
-    assert good != b"\x00" * 32
+        hello = sock.recv(len(MAGIC) + CHALLENGE_BYTES)
+        assert hello.startswith(MAGIC)
+        sock.sendall(b"\x00" * (CHALLENGE_BYTES + 1 + 32))
+        assert sock.recv(64) == b""  # closed without a server proof
 
 
 def test_unreachable_peer_is_a_probe_error() -> None:
@@ -81,7 +77,7 @@ def test_bad_arguments() -> None:
 def test_probe_cli_serve_and_run(tmp_path) -> None:
     """The stand-alone CLI the profiler uses where the agent is not running."""
     secret = tmp_path / "secret"
-    secret.write_bytes(b"cli-secret\n")
+    secret.write_text(b"cli-secret".hex())
     serve = subprocess.Popen(
         [sys.executable, "-m", "gateway_agent.probe", "serve", "--secret-file", str(secret)],
         stdout=subprocess.PIPE,
@@ -114,3 +110,72 @@ def test_probe_cli_serve_and_run(tmp_path) -> None:
     finally:
         serve.terminate()
         serve.wait(timeout=10)
+
+
+def _start_agent(tmp_path, name: str, secret_file) -> tuple[subprocess.Popen, dict]:
+    ready = tmp_path / f"{name}.ready"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway_agent",
+            "serve",
+            "--secret-file",
+            str(secret_file),
+            "--ready-file",
+            str(ready),
+            "--gateway-id",
+            name,
+            "--region",
+            f"test:{name}",
+            "--idle-timeout",
+            "60",
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert proc.poll() is None, "agent exited early"
+        assert time.monotonic() < deadline, "agent never became ready"
+        time.sleep(0.05)
+    return proc, json.loads(ready.read_text())
+
+
+def test_probe_through_the_agent_control_api(tmp_path) -> None:
+    """Two real gateway agents: A probes B over the signed control API route /v1/probe."""
+    from gateway_agent.auth import new_secret, write_secret
+    from gateway_agent.client import GatewayClient
+
+    secret = new_secret()
+    secret_file = tmp_path / "secret"
+    write_secret(str(secret_file), secret)
+    procs = []
+    try:
+        a_proc, a = _start_agent(tmp_path, "a", secret_file)
+        procs.append(a_proc)
+        b_proc, b = _start_agent(tmp_path, "b", secret_file)
+        procs.append(b_proc)
+        client_a = GatewayClient("127.0.0.1", a["control_port"], secret, timeout=30)
+        client_b = GatewayClient("127.0.0.1", b["control_port"], secret, timeout=30)
+        port = client_b._call("POST", "/v1/probe", {"action": "listen"})["probe_port"]
+        assert client_b._call("POST", "/v1/probe", {"action": "listen"})["probe_port"] == port
+        out = client_a._call(
+            "POST",
+            "/v1/probe",
+            {
+                "action": "run",
+                "peer_host": "127.0.0.1",
+                "peer_port": port,
+                "connections": 4,
+                "seconds": 1.0,
+            },
+        )
+        result = ProbeResult.from_dict(out)
+        assert result.connections == 4 and result.received_gbps > 0.1
+        # The agent's probe server speaks the agent's handshake: a wrong secret is refused.
+        with pytest.raises(ProbeAuthError):
+            run_probe("127.0.0.1", port, b"wrong", connections=1, seconds=0.5)
+        assert client_b._call("POST", "/v1/probe", {"action": "close"}) == {"closed": True}
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
