@@ -76,6 +76,13 @@ def modelled_grid(prices: PriceGrid) -> ThroughputGrid:
     return _modelled_grid(caps)
 
 
+def _describe_source(file: str | Path | None, kwargs: dict[str, Any]) -> str:
+    """Name what a price error came from: the override file if any, else the defaults."""
+    if file is not None:
+        return str(file)
+    return "prices.json with keyword overrides" if kwargs else "prices.json"
+
+
 def load_profile(
     *,
     overrides: str | Path | None = None,
@@ -94,7 +101,7 @@ def load_profile(
         document,
         catalog,
         gcp_tier=gcp_tier,
-        source=str(overrides) if overrides is not None else "prices.json",
+        source=_describe_source(overrides, price_overrides),
         applied_overrides=applied,
     )
     throughput = modelled_grid(prices)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyplane_ops.errors import ProfileError
+from skyplane_ops.errors import ProfileError, UnknownRegionError
 from skyplane_ops.profiles.catalog import PROVIDERS, Region, RegionCatalog
 
 GCP_TIERS = ("premium", "standard")
@@ -162,7 +162,10 @@ class PriceGrid:
             parts = str(key).split("->")
             if len(parts) != 2:
                 raise ProfileError(f"{source}: field {path!r}: key must be 'src->dst'")
-            pair = (catalog.resolve(parts[0].strip()), catalog.resolve(parts[1].strip()))
+            try:
+                pair = (catalog.resolve(parts[0].strip()), catalog.resolve(parts[1].strip()))
+            except UnknownRegionError as exc:
+                raise ProfileError(f"{source}: field {path!r}: {exc}") from exc
             self._pairs[pair] = d.price(path, value)
         self._check_continents()
         self._all: dict[tuple[str, str], float] | None = None
