@@ -1,0 +1,243 @@
+"""The local backend: every gateway is a ``python -m gateway_agent serve`` process on this host.
+
+It makes ``skyplane-ops cp`` and the tests work with no cloud account: each region of the plan
+gets its VM count of agent processes on loopback, with the per-transfer secret in a 0600 file.
+Processes run in their own session, carry the transfer id on their command line (so ``sweep``
+can find them after the control plane died) and stop themselves after ``idle_timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gateway_agent.client import GatewayClient, GatewayError
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.records import forget_fleet, load_fleets, save_fleet
+from skyplane_ops.provision.secrets import (
+    check_transfer_id,
+    create_secret,
+    delete_secret,
+    private_dir,
+    secret_bytes,
+)
+
+log = logging.getLogger(__name__)
+
+
+def gateway_id(region: str, index: int) -> str:
+    slug = "".join(c if c.isalnum() else "-" for c in region).strip("-")
+    return f"gw-{slug}-{index}"
+
+
+def _alive(pid: int, marker: str) -> bool:
+    """True if ``pid`` runs and is one of our agents (its command line has ``marker``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return marker.encode() in fh.read()
+    except OSError:
+        return False
+
+
+def _kill(pid: int, marker: str, grace: float = 3.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace``; only if the pid is still our agent."""
+    if not _alive(pid, marker):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        if not _alive(pid, marker):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+class LocalProvisioner:
+    """Gateways as local processes (loopback by default)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        idle_timeout: float = 600.0,
+        buffer_mib: int = 1024,
+        start_timeout: float = 30.0,
+        python: str | None = None,
+        extra_args: Sequence[str] = (),
+        log_level: str = "WARNING",
+    ) -> None:
+        self.host = host
+        self.idle_timeout = idle_timeout
+        self.buffer_mib = buffer_mib
+        self.start_timeout = start_timeout
+        self.python = python or sys.executable
+        self.extra_args = list(extra_args)
+        self.log_level = log_level
+
+    def _start(
+        self, workdir: Path, gid: str, region: str, secret_ref: str, transfer_id: str
+    ) -> subprocess.Popen[bytes]:
+        ready = workdir / f"{gid}.ready"
+        ready.unlink(missing_ok=True)
+        cmd = [
+            self.python,
+            "-m",
+            "gateway_agent",
+            "serve",
+            "--host",
+            self.host,
+            "--control-port",
+            "0",
+            "--data-port",
+            "0",
+            "--secret-file",
+            secret_ref,
+            "--ready-file",
+            str(ready),
+            "--gateway-id",
+            gid,
+            "--region",
+            region,
+            "--idle-timeout",
+            str(self.idle_timeout),
+            "--buffer-mib",
+            str(self.buffer_mib),
+            "--log-level",
+            self.log_level,
+            *self.extra_args,
+        ]
+        env = dict(os.environ)
+        # The agent package must be importable from the child even if cwd differs.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env["SKYPLANE_OPS_TRANSFER_ID"] = transfer_id
+        with open(workdir / f"{gid}.log", "ab") as logf:
+            return subprocess.Popen(
+                cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def provision(
+        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+    ) -> GatewayFleet:
+        check_transfer_id(transfer_id)
+        if not vms or any(n < 0 for n in vms.values()):
+            raise ProvisionError(f"nothing to provision: {dict(vms)}")
+        workdir = private_dir("local", transfer_id)
+        secret_ref = create_secret(transfer_id)
+        started: list[tuple[str, str, subprocess.Popen[bytes]]] = []
+        fleet = GatewayFleet(
+            transfer_id=transfer_id,
+            backend=self.name,
+            gateways=[],
+            secret_ref=secret_ref,
+            tags={"skyplane-ops:transfer-id": transfer_id, **dict(tags or {})},
+            created_at=datetime.now(UTC).isoformat(),
+            resources={"workdir": str(workdir)},
+        )
+        try:
+            for region, count in sorted(vms.items()):
+                for i in range(count):
+                    gid = gateway_id(region, i)
+                    started.append(
+                        (gid, region, self._start(workdir, gid, region, secret_ref, transfer_id))
+                    )
+            secret = secret_bytes(secret_ref)
+            for gid, region, proc in started:
+                info = self._wait_ready(workdir / f"{gid}.ready", proc, gid)
+                gw = Gateway(
+                    gateway_id=gid,
+                    region=region,
+                    host=self.host,
+                    control_port=int(info["control_port"]),
+                    data_port=int(info["data_port"]),
+                    resources={"pid": int(info["pid"]), "log": str(workdir / f"{gid}.log")},
+                )
+                GatewayClient(gw.host, gw.control_port, secret, timeout=10).health()
+                fleet.gateways.append(gw)
+            save_fleet(fleet)
+        except BaseException as exc:
+            for gid, _, proc in started:
+                _kill(proc.pid, str(workdir / f"{gid}.ready"))
+            shutil.rmtree(workdir, ignore_errors=True)
+            delete_secret(secret_ref)
+            if isinstance(exc, (ProvisionError, KeyboardInterrupt)):
+                raise
+            raise ProvisionError(f"starting local gateways failed: {exc}") from exc
+        return fleet
+
+    def _wait_ready(self, path: Path, proc: subprocess.Popen[bytes], gid: str) -> dict[str, int]:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if path.exists():
+                data: dict[str, int] = json.loads(path.read_text())
+                return data
+            if proc.poll() is not None:
+                tail = ""
+                log_path = path.with_suffix(".log")
+                if log_path.exists():
+                    tail = log_path.read_text(errors="replace")[-800:]
+                raise ProvisionError(
+                    f"gateway {gid} exited with status {proc.returncode} before it was ready: "
+                    f"{tail.strip()}"
+                )
+            time.sleep(0.02)
+        raise ProvisionError(f"gateway {gid} not ready after {self.start_timeout:.0f}s")
+
+    def deprovision(self, fleet: GatewayFleet) -> None:
+        """Stop every agent (politely, then by pid) and remove its files; idempotent."""
+        try:
+            secret: bytes | None = secret_bytes(fleet.secret_ref)
+        except ProvisionError:
+            secret = None
+        workdir = fleet.resources.get("workdir")
+        for g in fleet.gateways:
+            pid = int(g.resources.get("pid", 0))
+            marker = str(Path(workdir or ".") / f"{g.gateway_id}.ready")
+            if secret is not None and _alive(pid, marker):
+                try:
+                    GatewayClient(g.host, g.control_port, secret, timeout=2).shutdown()
+                except GatewayError:
+                    pass
+            if pid:
+                _kill(pid, marker)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        delete_secret(fleet.secret_ref)
+        forget_fleet(fleet)
+
+    def sweep(
+        self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
+    ) -> list[str]:
+        """Deprovision recorded local fleets (by transfer id and/or age); returns gateway ids."""
+        removed: list[str] = []
+        now = datetime.now(UTC)
+        for fleet in load_fleets(transfer_id=transfer_id, backend=self.name):
+            if older_than_seconds is not None and fleet.created_at:
+                age = (now - datetime.fromisoformat(fleet.created_at)).total_seconds()
+                if age < older_than_seconds:
+                    continue
+            self.deprovision(fleet)
+            removed.extend(g.gateway_id for g in fleet.gateways)
+        return removed

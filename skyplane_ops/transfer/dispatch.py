@@ -1,0 +1,339 @@
+"""Dispatch chunks along the plan's paths to the fleet's gateways and follow their progress.
+
+Every path of the plan becomes a route (a list of regions) in one job spec that every gateway
+on a route receives. Chunks are assigned to paths by the plan's shares (by bytes) and, within a
+path, to the least-loaded source gateway. Progress comes from each gateway's incremental event
+log: ``done`` at the sink finishes a chunk, ``bad`` (checksum) and ``lost`` (send failure) make
+it go again, ``changed`` means the source object no longer matches the listing, ``error`` or an
+unreachable gateway fails the transfer with a message that names the gateway.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from gateway_agent.auth import seal
+from gateway_agent.client import GatewayClient, GatewayError
+from skyplane_ops.errors import TransferError
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.transfer.manifest import Chunk
+from skyplane_ops.transfer.progress import Progress, ProgressCallback
+
+log = logging.getLogger(__name__)
+
+
+def _submit_to(client: GatewayClient, *, job_id: str, batch: list[dict[str, Any]]) -> int:
+    return client.submit_chunks(job_id, batch)
+
+
+def _start_on(client: GatewayClient, *, spec: dict[str, Any]) -> dict[str, Any]:
+    return client.start_job(spec)
+
+
+def _status_of(client: GatewayClient, *, job_id: str, cursor: int) -> dict[str, Any]:
+    return client.status(job_id, cursor)
+
+
+SUBMIT_BATCH = 500
+
+
+@dataclass
+class DispatchOptions:
+    """Knobs of the data path; ``None`` connections means "as the plan says"."""
+
+    connections: int | None = None
+    encrypt: bool = False
+    compress_level: int = 0
+    max_attempts: int = 4
+    poll_interval: float = 0.1
+    stall_timeout: float = 300.0
+    reader_threads: int = 8
+    writer_threads: int = 8
+    # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
+    test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class DispatchStats:
+    chunks: int = 0
+    resent: int = 0
+    bytes_done: int = 0
+    changed_keys: set[str] = field(default_factory=set)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def plan_routes(plan: TransferPlan) -> list[tuple[list[str], float]]:
+    """(regions, share) per path; a plan without paths means the direct route."""
+    routes = [(list(p.regions), float(p.share)) for p in plan.paths if p.share > 0]
+    if not routes:
+        routes = [([plan.src, plan.dsts[0]], 1.0)]
+    total = sum(s for _, s in routes) or 1.0
+    return [(r, s / total) for r, s in routes]
+
+
+def check_fleet(plan: TransferPlan, fleet: GatewayFleet) -> None:
+    """Every region on a route needs at least one gateway in the fleet."""
+    needed = {r for route, _ in plan_routes(plan) for r in route}
+    missing = sorted(r for r in needed if not fleet.in_region(r))
+    if missing:
+        raise TransferError(
+            f"the plan routes through {', '.join(missing)} but the fleet has no gateway there "
+            f"(fleet regions: {', '.join(fleet.regions) or 'none'})"
+        )
+
+
+class Dispatcher:
+    """Runs one job across the fleet: start, submit, poll, retry, stop."""
+
+    def __init__(
+        self,
+        plan: TransferPlan,
+        fleet: GatewayFleet,
+        secret: bytes,
+        *,
+        src_uri: str,
+        dst_uri: str,
+        src_options: Mapping[str, Any] | None = None,
+        dst_options: Mapping[str, Any] | None = None,
+        options: DispatchOptions | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        check_fleet(plan, fleet)
+        self.plan = plan
+        self.fleet = fleet
+        self.options = options or DispatchOptions()
+        self.job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
+        self.routes = plan_routes(plan)
+        used = {r for route, _ in self.routes for r in route}
+        self.gateways: list[Gateway] = [g for g in fleet.gateways if g.region in used]
+        self.clients = {
+            g.gateway_id: GatewayClient(g.host, g.control_port, secret) for g in self.gateways
+        }
+        self._by_id = {g.gateway_id: g for g in self.gateways}
+        self._secret = secret
+        self._src_uri = src_uri
+        self._dst_uri = dst_uri
+        self._sealed = seal(
+            secret,
+            json.dumps({"src": dict(src_options or {}), "dst": dict(dst_options or {})}).encode(),
+        )
+        self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
+        self._path_bytes = [0] * len(self.routes)
+        self._started: list[str] = []
+
+    # ---- job spec --------------------------------------------------------------------------------
+
+    def _connections(self, src: str, dst: str) -> int:
+        if self.options.connections:
+            return self.options.connections
+        pair = len(self.fleet.in_region(src)) * len(self.fleet.in_region(dst))
+        for hop in self.plan.hops:
+            if hop.src == src and hop.dst == dst and hop.connections > 0:
+                return max(1, min(64, -(-hop.connections // max(1, pair))))
+        return 8
+
+    def job_spec(self, gateway: Gateway) -> dict[str, Any]:
+        hops: dict[str, dict[str, Any]] = {}
+        for route, _ in self.routes:
+            for u, v in itertools.pairwise(route):
+                hops[f"{u}>{v}"] = {
+                    "connections": self._connections(u, v),
+                    "encrypt": self.options.encrypt,
+                    "compress_level": self.options.compress_level,
+                }
+        hooks = self.options.test_hooks.get(gateway.gateway_id) or self.options.test_hooks.get(
+            gateway.region
+        )
+        return {
+            "job_id": self.job_id,
+            "routes": {str(i): route for i, (route, _) in enumerate(self.routes)},
+            "gateways": {
+                region: [
+                    {"id": g.gateway_id, "host": g.host, "data_port": g.data_port}
+                    for g in self.fleet.in_region(region)
+                ]
+                for region in {r for route, _ in self.routes for r in route}
+            },
+            "hops": hops,
+            "src_uri": self._src_uri,
+            "dst_uri": self._dst_uri,
+            "sealed_options": self._sealed,
+            "reader_threads": self.options.reader_threads,
+            "writer_threads": self.options.writer_threads,
+            "test_hooks": hooks or {},
+        }
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _call(self, gateway_id: str, fn: Callable[[GatewayClient], Any]) -> Any:
+        try:
+            return fn(self.clients[gateway_id])
+        except GatewayError as exc:
+            g = self._by_id[gateway_id]
+            raise TransferError(
+                f"gateway {gateway_id} in region {g.region} ({g.host}:{g.control_port}) "
+                f"failed: {exc}"
+            ) from exc
+
+    def _pick_path(self, nbytes: int) -> int:
+        total = sum(self._path_bytes) + nbytes
+        best = max(
+            range(len(self.routes)),
+            key=lambda i: self.routes[i][1] * total - self._path_bytes[i],
+        )
+        self._path_bytes[best] += nbytes
+        return best
+
+    def _pick_source(self, path: int, nbytes: int) -> str:
+        region = self.routes[path][0][0]
+        gid = min(
+            (g.gateway_id for g in self.fleet.in_region(region)), key=lambda i: self._assigned[i]
+        )
+        self._assigned[gid] += nbytes
+        return gid
+
+    def _descriptor(self, chunk: Chunk, path: int, uploads: Mapping[str, str]) -> dict[str, Any]:
+        return {
+            "chunk": chunk.chunk_id,
+            "path": str(path),
+            "attempt": chunk.attempts,
+            "segs": [
+                {
+                    "key": s.key,
+                    "offset": s.offset,
+                    "length": s.length,
+                    "part": s.part,
+                    "upload_id": uploads.get(s.key) if s.part >= 1 else None,
+                }
+                for s in chunk.segments
+            ],
+        }
+
+    def _submit(self, chunks: list[Chunk], uploads: Mapping[str, str]) -> None:
+        per_gateway: dict[str, list[dict[str, Any]]] = {}
+        for c in chunks:
+            path = self._pick_path(c.nbytes)
+            gid = self._pick_source(path, c.nbytes)
+            per_gateway.setdefault(gid, []).append(self._descriptor(c, path, uploads))
+        for gid, descs in per_gateway.items():
+            for i in range(0, len(descs), SUBMIT_BATCH):
+                batch = descs[i : i + SUBMIT_BATCH]
+                self._call(gid, partial(_submit_to, job_id=self.job_id, batch=batch))
+
+    # ---- run -------------------------------------------------------------------------------------
+
+    def run(
+        self,
+        chunks: list[Chunk],
+        uploads: Mapping[str, str],
+        on_done: Callable[[list[tuple[Chunk, list[int]]]], None],
+        progress: ProgressCallback | None = None,
+    ) -> DispatchStats:
+        """Move every chunk or raise ``TransferError``; jobs are stopped either way."""
+        stats = DispatchStats(chunks=len(chunks))
+        pending = {c.chunk_id: c for c in chunks}
+        total_bytes = sum(c.nbytes for c in chunks)
+        next_id = max(pending, default=-1) + 1
+        t0 = time.monotonic()
+        try:
+            # Sinks and relays first, so sources find their next hops listening for the job.
+            order = sorted(
+                self.gateways,
+                key=lambda g: min(
+                    (-route.index(g.region) for route, _ in self.routes if g.region in route),
+                    default=0,
+                ),
+            )
+            for g in order:
+                spec = self.job_spec(g)
+                self._call(g.gateway_id, partial(_start_on, spec=spec))
+                self._started.append(g.gateway_id)
+            self._submit(chunks, uploads)
+            cursors = dict.fromkeys(self.clients, 0)
+            last_progress = time.monotonic()
+            while pending:
+                finished: list[tuple[Chunk, list[int]]] = []
+                retry: list[Chunk] = []
+                for gid in self.clients:
+                    st = self._call(
+                        gid, partial(_status_of, job_id=self.job_id, cursor=cursors[gid])
+                    )
+                    cursors[gid] = st["cursor"]
+                    stats.counters[gid] = st["counters"]
+                    for ev in st["events"]:
+                        kind = ev.get("t")
+                        if kind == "error":
+                            g = self._by_id[gid]
+                            raise TransferError(f"gateway {gid} in region {g.region}: {ev['why']}")
+                        chunk = pending.get(ev.get("chunk", -1))
+                        if chunk is None:
+                            continue
+                        if kind == "done":
+                            del pending[chunk.chunk_id]
+                            finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
+                            stats.bytes_done += chunk.nbytes
+                        elif kind in ("bad", "lost"):
+                            chunk.attempts += 1
+                            if chunk.attempts >= self.options.max_attempts:
+                                raise TransferError(
+                                    f"chunk {chunk.chunk_id} ({chunk.segments[0].key}) failed "
+                                    f"{chunk.attempts} times; last: {ev.get('why')}"
+                                )
+                            log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
+                            stats.resent += 1
+                            retry.append(chunk)
+                        elif kind == "changed":
+                            del pending[chunk.chunk_id]
+                            stats.changed_keys.add(ev["key"])
+                            rest = [s for s in chunk.segments if s.key != ev["key"]]
+                            if rest:
+                                again = Chunk(next_id, rest)
+                                next_id += 1
+                                pending[again.chunk_id] = again
+                                retry.append(again)
+                if finished:
+                    on_done(finished)
+                    last_progress = time.monotonic()
+                if retry:
+                    self._submit(retry, uploads)
+                if progress is not None:
+                    elapsed = time.monotonic() - t0
+                    progress(
+                        Progress(
+                            bytes_done=stats.bytes_done,
+                            bytes_total=total_bytes,
+                            chunks_done=stats.chunks - len(pending),
+                            chunks_total=stats.chunks,
+                            elapsed_s=round(elapsed, 3),
+                            gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
+                            resent=stats.resent,
+                        )
+                    )
+                if time.monotonic() - last_progress > self.options.stall_timeout:
+                    raise TransferError(
+                        f"no chunk finished for {self.options.stall_timeout:.0f} s "
+                        f"({len(pending)} chunks outstanding)"
+                    )
+                if pending:
+                    time.sleep(self.options.poll_interval)
+        finally:
+            self.stop()
+        return stats
+
+    def stop(self) -> None:
+        """Stop the job on every gateway it was started on (best effort)."""
+        for gid in self._started:
+            try:
+                self.clients[gid].stop_job(self.job_id)
+            except GatewayError as exc:
+                log.debug("stopping job on %s: %s", gid, exc)
+        self._started = []

@@ -1,0 +1,160 @@
+"""The manifest: what to copy, cut into segments (ranges aligned to parts) and chunks.
+
+A *segment* is one object range with its destination role: a multipart part (``part >= 1``)
+or a whole small object (``part == 0``). Segment ids are stable across runs, which is what the
+journal records. A *chunk* is what travels: one part, or a batch of whole small objects, so
+10,000 tiny files cost tens of frames, not 10,000 round trips.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore
+from gateway_agent.stores.errors import StoreError
+from skyplane_ops.errors import TransferError
+
+MiB = 1024 * 1024
+DEFAULT_PART_SIZE = 64 * MiB
+DEFAULT_BATCH_BYTES = 8 * MiB
+DEFAULT_BATCH_COUNT = 256
+
+
+@dataclass(frozen=True)
+class Segment:
+    key: str
+    offset: int
+    length: int
+    part: int  # 0 = the whole object in one write
+
+    @property
+    def seg_id(self) -> str:
+        return f"{self.part}:{self.key}"
+
+
+@dataclass
+class Chunk:
+    chunk_id: int
+    segments: list[Segment]
+    attempts: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.length for s in self.segments)
+
+
+def fingerprint(info: ObjectInfo) -> list[object]:
+    """What must not change between listing and commit: size, etag, modification time."""
+    return [info.size, info.etag, info.modified.isoformat() if info.modified else None]
+
+
+@dataclass
+class Manifest:
+    """Listed source objects (sorted by key) and their segments."""
+
+    objects: list[ObjectInfo]
+    part_size: int
+    skipped: int = 0  # objects left out by sync mode
+    segments: dict[str, list[Segment]] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(o.size for o in self.objects)
+
+    def is_multipart(self, key: str) -> bool:
+        return self.segments[key][0].part >= 1
+
+
+def matches(key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    """Shell-style globs on the key relative to the source prefix."""
+    if include and not any(fnmatch.fnmatchcase(key, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatchcase(key, p) for p in exclude)
+
+
+def choose_part_size(size: int, part_size: int, caps: Capabilities) -> int:
+    """Respect the destination's minimum part size and maximum part count."""
+    part = max(part_size, caps.min_part_size or 0)
+    if caps.max_parts and size > part * caps.max_parts:
+        part = math.ceil(size / caps.max_parts / MiB) * MiB
+    return part
+
+
+def split(info: ObjectInfo, part_size: int, multipart: bool) -> list[Segment]:
+    if info.size <= part_size or not multipart:
+        return [Segment(info.key, 0, info.size, 0)]
+    n = math.ceil(info.size / part_size)
+    return [
+        Segment(info.key, i * part_size, min(part_size, info.size - i * part_size), i + 1)
+        for i in range(n)
+    ]
+
+
+def list_source(
+    store: ObjectStore, src_uri: str, include: Sequence[str], exclude: Sequence[str]
+) -> list[ObjectInfo]:
+    try:
+        objects = [o for o in store.list() if matches(o.key, include, exclude)]
+    except StoreError as exc:
+        raise TransferError(f"cannot list source {src_uri}: {exc}") from exc
+    if not objects:
+        filt = (
+            f" matching include={list(include)} exclude={list(exclude)}"
+            if (include or exclude)
+            else ""
+        )
+        raise TransferError(f"no objects{filt} under source {src_uri}")
+    return sorted(objects, key=lambda o: o.key)
+
+
+def build_manifest(
+    objects: list[ObjectInfo],
+    dst_caps: Capabilities,
+    part_size: int = DEFAULT_PART_SIZE,
+    skipped: int = 0,
+) -> Manifest:
+    manifest = Manifest(objects=objects, part_size=part_size, skipped=skipped)
+    for o in objects:
+        manifest.segments[o.key] = split(
+            o, choose_part_size(o.size, part_size, dst_caps), dst_caps.multipart
+        )
+    return manifest
+
+
+def make_chunks(
+    segments: Iterable[Segment],
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_count: int = DEFAULT_BATCH_COUNT,
+) -> list[Chunk]:
+    """Parts become one chunk each; whole objects are batched by bytes and count."""
+    chunks: list[Chunk] = []
+    batch: list[Segment] = []
+    size = 0
+    for seg in segments:
+        if seg.part >= 1:
+            chunks.append(Chunk(len(chunks), [seg]))
+            continue
+        if batch and (size + seg.length > batch_bytes or len(batch) >= batch_count):
+            chunks.append(Chunk(len(chunks), batch))
+            batch, size = [], 0
+        batch.append(seg)
+        size += seg.length
+    if batch:
+        chunks.append(Chunk(len(chunks), batch))
+    return chunks
+
+
+def same_object(src: ObjectInfo, dst: ObjectInfo) -> bool:
+    """Sync's test: equal size and, where both sides report one, an equal checksum; otherwise
+    the destination must not be older than the source."""
+    if src.size != dst.size:
+        return False
+    common = set(src.checksums) & set(dst.checksums)
+    if common:
+        return all(src.checksums[k] == dst.checksums[k] for k in common)
+    if src.modified and dst.modified:
+        return dst.modified >= src.modified
+    return True

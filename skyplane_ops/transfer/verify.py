@@ -1,0 +1,103 @@
+"""End-of-transfer checks: the source did not change, every object landed whole and intact.
+
+Objects are compared by size and by CRC32C. The expected CRC32C is folded from the per-range
+checksums the sources computed; the destination's own CRC32C is used when the store reports
+one, otherwise (``method="full"``) the object is read back and checksummed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway_agent.checksum import crc32c
+from gateway_agent.stores.base import ObjectInfo, ObjectStore
+from gateway_agent.stores.errors import StoreError
+from skyplane_ops.transfer.checksum import crc32c_b64, crc32c_combine
+from skyplane_ops.transfer.manifest import fingerprint
+
+READ_BACK_RANGE = 64 * 1024 * 1024
+
+
+@dataclass
+class Verification:
+    status: str  # passed | failed
+    objects: int
+    method: str
+    failures: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "objects": self.objects,
+            "method": self.method,
+            "failures": len(self.failures),
+            "first_failures": self.failures[:5],
+        }
+
+
+def changed_objects(src: ObjectStore, objects: Iterable[ObjectInfo]) -> set[str]:
+    """Keys whose size/etag/mtime differ now from the listing the manifest was built from."""
+    now = {o.key: o for o in src.list()}
+    return {o.key for o in objects if o.key not in now or fingerprint(now[o.key]) != fingerprint(o)}
+
+
+def read_back_crc(store: ObjectStore, key: str, size: int) -> int:
+    crc = 0
+    for start in range(0, size, READ_BACK_RANGE):
+        n = min(READ_BACK_RANGE, size - start)
+        part = store.read(key, start, n)
+        c = crc32c(part)
+        crc = c if start == 0 else crc32c_combine(crc, c, n)
+    return crc
+
+
+def verify_objects(
+    dst: ObjectStore,
+    expected: dict[str, tuple[int, int]],
+    method: str = "full",
+    threads: int = 4,
+) -> Verification:
+    """``expected`` maps key -> (size, crc32c). ``method``: full | size."""
+    try:
+        listed = {o.key: o for o in dst.list()}
+    except StoreError as exc:
+        return Verification("failed", len(expected), method, [f"cannot list destination: {exc}"])
+    failures: list[str] = []
+    native = 0
+    to_read: list[str] = []
+    for key, (size, crc) in expected.items():
+        info = listed.get(key)
+        if info is None:
+            failures.append(f"{key}: missing at the destination")
+        elif info.size != size:
+            failures.append(f"{key}: size {info.size} != {size}")
+        elif "crc32c" in info.checksums:
+            native += 1
+            if info.checksums["crc32c"] != crc32c_b64(crc):
+                failures.append(f"{key}: crc32c mismatch")
+        elif method == "full":
+            to_read.append(key)
+
+    def check(key: str) -> str | None:
+        size, crc = expected[key]
+        try:
+            got = read_back_crc(dst, key, size)
+        except StoreError as exc:
+            return f"{key}: read-back failed: {exc}"
+        return None if got == crc else f"{key}: crc32c mismatch on read-back"
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        failures.extend(f for f in pool.map(check, to_read) if f)
+    parts = []
+    if native:
+        parts.append("native crc32c")
+    if to_read:
+        parts.append("read-back crc32c")
+    if len(expected) > native + len(to_read):
+        parts.append("size")
+    return Verification(
+        "failed" if failures else "passed", len(expected), "+".join(parts) or "none", failures
+    )

@@ -1,0 +1,75 @@
+"""Shared helpers for the transfer tests: plans built by hand, datasets, local fleets."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.provision.local import LocalProvisioner
+
+SRC, RELAY, DST = "test:src", "test:relay", "test:dst"
+
+
+def make_plan(*paths: Sequence[str], shares: Sequence[float] | None = None) -> TransferPlan:
+    """A plan over the given region paths (the planner is not under test here)."""
+    shares = shares or [1.0 / len(paths)] * len(paths)
+    hops = {}
+    for path in paths:
+        for u, v in zip(path, path[1:], strict=False):
+            hops[(u, v)] = Hop(u, v, 1.0, 4)
+    vms = {r: 1 for p in paths for r in p}
+    return TransferPlan(
+        src=paths[0][0],
+        dsts=(paths[0][-1],),
+        volume_gb=0.05,
+        mode="min_cost",
+        paths=[PlanPath(tuple(p), s, 1.0) for p, s in zip(paths, shares, strict=True)],
+        hops=list(hops.values()),
+        vms=vms,
+        predicted_gbps=1.0,
+        egress_cost_usd=0.01,
+        vm_cost_usd=0.002,
+    )
+
+
+def write_dataset(root: Path, files: dict[str, int], seed: int = 1) -> dict[str, bytes]:
+    """Random files of the given sizes; returns their contents."""
+    data = {}
+    for name, size in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        blob = os.urandom(size)
+        path.write_bytes(blob)
+        data[name] = blob
+    return data
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Every visible file under ``root`` (staging folders excluded) by relative key."""
+    out = {}
+    for path in root.rglob("*"):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not rel.startswith(".%staging"):
+            out[rel] = path.read_bytes()
+    return out
+
+
+@contextmanager
+def local_fleet(
+    plan: TransferPlan, *, hooks: bool = True, buffer_mib: int = 256
+) -> Iterator[tuple[LocalProvisioner, GatewayFleet]]:
+    prov = LocalProvisioner(
+        idle_timeout=120,
+        buffer_mib=buffer_mib,
+        extra_args=["--enable-test-hooks"] if hooks else [],
+    )
+    fleet = prov.provision(plan.vms, transfer_id=f"t-{uuid.uuid4().hex[:10]}")
+    try:
+        yield prov, fleet
+    finally:
+        prov.deprovision(fleet)
