@@ -254,7 +254,6 @@ def _serve_command(
 ) -> str:
     q = shlex.quote
     args = [
-        host.python,
         "-m",
         "gateway_agent",
         "serve",
@@ -277,9 +276,10 @@ def _serve_command(
     ]
     if opts.poweroff_on_idle:
         args.append("--poweroff-on-idle")
-    agent = " ".join(q(a) for a in args)
+    # ``python`` is a shell word list on purpose ("python3 -X utf8"); the rest is quoted.
+    agent = host.python + " " + " ".join(q(a) for a in args)
     return (
-        f"cd {q(remote_dir)} && PYTHONPATH={q(pythonpath)} setsid nohup {agent} "
+        f"cd {q(remote_dir)} || exit 1; PYTHONPATH={q(pythonpath)} setsid nohup {agent} "
         f"> {q(remote_dir + '/agent.log')} 2>&1 < /dev/null & echo $!"
     )
 

@@ -1,0 +1,206 @@
+"""The ssh backend against real OpenSSH sshd servers on loopback (one per emulated host).
+
+The agent that gets bootstrapped is the real ``gateway_agent``, shipped as the zip bundle and
+started detached by sshd's shell; its health is checked through its authenticated control API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway_agent.client import GatewayClient
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import get_provisioner
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.provision.secrets import secret_bytes
+from skyplane_ops.provision.ssh import (
+    GatewayStartError,
+    HostKeyError,
+    HostUnreachableError,
+    SSHAuthError,
+    SSHInventory,
+    connect,
+)
+from tests.fixtures.ports import free_port
+from tests.fixtures.sshd import SshdServer
+
+pytestmark = pytest.mark.sshd
+
+Factory = Callable[[int], list[SshdServer]]
+
+
+def _entry(server: SshdServer, remote_root: Path, **over: Any) -> dict[str, Any]:
+    entry = {
+        "address": "127.0.0.1",
+        "port": server.port,
+        "user": server.user,
+        "key_path": str(server.client_key),
+        "host_key": server.host_key,
+        "python": sys.executable,
+        "bind_host": "127.0.0.1",
+        "remote_root": str(remote_root),
+    }
+    entry.update(over)
+    return entry
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes (its parent, sshd's shell, is gone).
+    return "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+
+
+def _remaining_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*")] if root.exists() else []
+
+
+@pytest.mark.slow
+def test_fleet_on_three_sshd_hosts_bootstraps_and_tears_down(
+    sshd_factory: Factory, tmp_path: Path
+) -> None:
+    servers = sshd_factory(3)
+    root = tmp_path / "remote"
+    inventory = {
+        "regions": {
+            "local:a": [_entry(servers[0], root), _entry(servers[1], root)],
+            "local:b": [_entry(servers[2], root)],
+        }
+    }
+    prov = get_provisioner("ssh", inventory=inventory)
+    fleet = prov.provision({"local:a": 2, "local:b": 1}, transfer_id="ssh-t1")
+    try:
+        assert len(fleet.gateways) == 3 and fleet.regions == ["local:a", "local:b"]
+        secret = secret_bytes(fleet.secret_ref)
+        assert stat.S_IMODE(os.stat(fleet.secret_ref).st_mode) == 0o600
+        pids = []
+        for gw in fleet.gateways:
+            health = GatewayClient(gw.host, gw.control_port, secret).health()
+            assert health  # the real agent answered a signed request
+            remote = Path(gw.resources["remote_dir"])
+            assert stat.S_IMODE((remote / "secret").stat().st_mode) == 0o600
+            assert json.loads((remote / "ready.json").read_text())["pid"] == gw.resources["pid"]
+            pids.append(int(gw.resources["pid"]))
+        assert all(_alive(p) for p in pids)
+        # The fleet survives a JSON round trip (XCom) and deprovisions from that copy.
+        fleet = GatewayFleet.from_json(fleet.to_json())
+    finally:
+        prov.deprovision(fleet)
+    assert not any(_alive(p) for p in pids), "an agent survived tear-down"
+    assert _remaining_files(root) == [], "uploaded files survived tear-down"
+    assert not Path(fleet.secret_ref).exists()
+
+
+def test_wrong_host_key_is_refused_and_nothing_is_left(
+    sshd_factory: Factory, tmp_path: Path
+) -> None:
+    good, other = sshd_factory(2)
+    root = tmp_path / "remote"
+    inventory = {
+        "regions": {
+            "local:a": [_entry(good, root)],
+            # Host 2 claims to be `good` (its key) but is a different machine.
+            "local:b": [_entry(other, root, host_key=good.host_key)],
+        }
+    }
+    prov = get_provisioner("ssh", inventory=inventory)
+    with pytest.raises(HostKeyError, match="does not match"):
+        prov.provision({"local:a": 1, "local:b": 1}, transfer_id="ssh-badkey")
+    assert _remaining_files(root) == [], "the healthy host was not cleaned up"
+    secrets_dir = Path(os.environ["SKYPLANE_OPS_HOME"]) / "secrets"
+    assert not (secrets_dir / "ssh-badkey.secret").exists()
+
+
+def test_unknown_host_key_needs_explicit_opt_in(sshd_factory: Factory, tmp_path: Path) -> None:
+    (server,) = sshd_factory(1)
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("")
+    inv = SSHInventory.from_dict(
+        {"local:a": [_entry(server, tmp_path, host_key=None, known_hosts=str(known_hosts))]}
+    )
+    host = inv.hosts["local:a"][0]
+    with pytest.raises(HostKeyError, match="unknown"):
+        connect(host)
+    connect(host, accept_unknown_host_keys=True).close()
+    # A known_hosts file with the right key works without opting in.
+    known_hosts.write_text(f"[127.0.0.1]:{server.port} {server.host_key}\n")
+    connect(host).close()
+
+
+def test_wrong_credentials_are_a_clear_error(sshd_factory: Factory, tmp_path: Path) -> None:
+    (server,) = sshd_factory(1)
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    prov = get_provisioner(
+        "ssh",
+        inventory={"local:a": [_entry(server, tmp_path / "remote", key_path=str(stranger))]},
+    )
+    with pytest.raises(SSHAuthError, match="refused our credentials"):
+        prov.provision({"local:a": 1}, transfer_id="ssh-auth")
+    assert _remaining_files(tmp_path / "remote") == []
+
+
+def test_unreachable_host_is_a_clear_error(sshd_factory: Factory, tmp_path: Path) -> None:
+    (server,) = sshd_factory(1)
+    dead = {**_entry(server, tmp_path / "remote"), "port": free_port()}
+    prov = get_provisioner("ssh", inventory={"local:a": [dead]}, connect_timeout=3)
+    with pytest.raises(HostUnreachableError, match="cannot reach"):
+        prov.provision({"local:a": 1}, transfer_id="ssh-dead")
+
+
+def test_inventory_missing_a_plan_region_fails_before_any_connection(tmp_path: Path) -> None:
+    inventory = {"local:a": [{"address": "127.0.0.1", "port": free_port()}]}
+    prov = get_provisioner("ssh", inventory=inventory)
+    with pytest.raises(
+        ProvisionError, match=r"region 'local:b' needs 1 host\(s\), the inventory has 0"
+    ):
+        prov.provision({"local:a": 1, "local:b": 1}, transfer_id="ssh-empty")
+    with pytest.raises(ProvisionError, match="needs 2"):
+        prov.provision({"local:a": 2}, transfer_id="ssh-empty")
+
+
+def test_host_python_without_agent_dependencies_is_explained(
+    sshd_factory: Factory, tmp_path: Path
+) -> None:
+    (server,) = sshd_factory(1)
+    # A python with -I -S cannot see any site-packages: the agent's C-extension deps are missing.
+    entry = _entry(server, tmp_path / "remote", python=f"{sys.executable} -I -S")
+    prov = get_provisioner("ssh", inventory={"local:a": [entry]})
+    with pytest.raises(GatewayStartError, match="lacks the agent's dependencies"):
+        prov.provision({"local:a": 1}, transfer_id="ssh-nodeps")
+    assert _remaining_files(tmp_path / "remote") == []
+
+
+def test_unknown_backend_is_a_clear_error() -> None:
+    with pytest.raises(ProvisionError, match=r"unknown provisioning backend 'gce'.*aws, local"):
+        get_provisioner("gce")
+
+
+def test_inventory_loads_from_toml(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text(
+        '[[regions."aws:us-east-1"]]\naddress = "10.0.0.5"\nuser = "ubuntu"\n'
+        'host_key = "ssh-ed25519 AAAA"\n'
+    )
+    inv = SSHInventory.load(path)
+    (host,) = inv.hosts["aws:us-east-1"]
+    assert (host.address, host.user, host.port, host.region) == (
+        "10.0.0.5",
+        "ubuntu",
+        22,
+        "aws:us-east-1",
+    )
+    path.write_text("[[regions.x]]\nbogus = 1\n")
+    with pytest.raises(ProvisionError, match="bad inventory entry"):
+        SSHInventory.load(path)
