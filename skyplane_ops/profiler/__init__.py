@@ -7,6 +7,7 @@ and the Dagster schedule make; ``GridStore`` reads what earlier runs measured.
 from skyplane_ops.profiler.budget import CostEstimate, estimate_cost
 from skyplane_ops.profiler.durations import format_age, parse_duration
 from skyplane_ops.profiler.errors import BudgetExceededError, GridStoreError, ProfilerError
+from skyplane_ops.profiler.planner_grid import measured_grid, planner_grid
 from skyplane_ops.profiler.records import Measurement
 from skyplane_ops.profiler.run import RefreshResult, new_run_id, refresh_grid
 from skyplane_ops.profiler.schedule import all_pairs, schedule_rounds
@@ -25,8 +26,10 @@ __all__ = [
     "all_pairs",
     "estimate_cost",
     "format_age",
+    "measured_grid",
     "new_run_id",
     "parse_duration",
+    "planner_grid",
     "refresh_grid",
     "schedule_rounds",
 ]

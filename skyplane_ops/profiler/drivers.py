@@ -191,3 +191,78 @@ class ProcessProbeDriver:
         if self._secret_dir is not None:
             self._secret_dir.cleanup()
             self._secret_dir = None
+
+
+class AgentProbeDriver:
+    """Probes through each gateway agent's control API (``POST /v1/probe``).
+
+    ``start`` asks every agent to open its probe server; ``probe`` asks the source agent to
+    probe the destination's probe port. If the agents do not have the endpoint (HTTP 404) and a
+    ``fallback`` driver is given (local processes / namespaces), that one is used instead.
+    """
+
+    def __init__(self, fallback: ProbeDriver | None = None, timeout_margin_s: float = 60.0) -> None:
+        self._fallback = fallback
+        self._using_fallback = False
+        self._margin = timeout_margin_s
+        self._secret = b""
+        self._ports: dict[str, int] = {}
+        self._gateways: list[Gateway] = []
+
+    def _client(self, gw: Gateway, timeout: float = 30.0) -> Any:
+        from gateway_agent.client import GatewayClient
+
+        return GatewayClient(gw.host, gw.control_port, self._secret, timeout=timeout)
+
+    def _call(self, gw: Gateway, payload: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        # GatewayClient has no probe() helper; _call is its generic signed request.
+        result: dict[str, Any] = self._client(gw, timeout)._call("POST", "/v1/probe", payload)
+        return result
+
+    def start(self, fleet: GatewayFleet) -> None:
+        from gateway_agent.client import GatewayError
+        from skyplane_ops.provision.secrets import secret_bytes
+
+        self._secret = secret_bytes(fleet.secret_ref)
+        self._gateways = list(fleet.gateways)
+        for gw in fleet.gateways:
+            try:
+                self._ports[gw.gateway_id] = int(self._call(gw, {"action": "listen"})["probe_port"])
+            except GatewayError as exc:
+                if exc.status == 404 and self._fallback is not None:
+                    self._using_fallback = True
+                    self._fallback.start(fleet)
+                    return
+                raise ProfilerError(
+                    f"gateway {gw.gateway_id} ({gw.region}) cannot host a probe: {exc}"
+                ) from exc
+
+    def probe(self, src: Gateway, dst: Gateway, connections: int, seconds: float) -> ProbeResult:
+        from gateway_agent.client import GatewayError
+
+        if self._using_fallback and self._fallback is not None:
+            return self._fallback.probe(src, dst, connections, seconds)
+        payload = {
+            "action": "run",
+            "peer_host": dst.host,
+            "peer_port": self._ports[dst.gateway_id],
+            "connections": connections,
+            "seconds": seconds,
+        }
+        try:
+            data = self._call(src, payload, timeout=seconds + self._margin)
+        except GatewayError as exc:
+            raise ProfilerError(f"probe {src.region} -> {dst.region} failed: {exc}") from exc
+        if "error" in data:
+            raise ProfilerError(f"probe {src.region} -> {dst.region} failed: {data['error']}")
+        return ProbeResult.from_dict(data)
+
+    def close(self) -> None:
+        if self._using_fallback and self._fallback is not None:
+            self._fallback.close()
+            return
+        for gw in self._gateways:
+            if gw.gateway_id in self._ports:
+                with contextlib.suppress(Exception):
+                    self._call(gw, {"action": "close"}, timeout=10)
+        self._ports.clear()

@@ -137,20 +137,12 @@ def _provenance(
 
 
 def _default_driver(backend: str) -> ProbeDriver:
-    """The agent drives probes where it can; local processes / namespaces otherwise."""
-    if backend in ("local", "netns"):
-        from skyplane_ops.profiler.drivers import ProcessProbeDriver
+    """Gateway agents host the probes; on local and netns backends, processes started at each
+    gateway's network location stand in for agents without the probe endpoint."""
+    from skyplane_ops.profiler.drivers import AgentProbeDriver, ProcessProbeDriver
 
-        return ProcessProbeDriver()
-    try:
-        from skyplane_ops.profiler.drivers import AgentProbeDriver  # type: ignore[attr-defined]
-    except ImportError:
-        raise ProfilerError(
-            f"backend {backend!r} needs the gateway agent's probe endpoint, "
-            "which this build does not have"
-        ) from None
-    driver: ProbeDriver = AgentProbeDriver()
-    return driver
+    fallback = ProcessProbeDriver() if backend in ("local", "netns") else None
+    return AgentProbeDriver(fallback=fallback)
 
 
 def refresh_grid(

@@ -41,7 +41,7 @@ from skyplane_ops.profiler.records import (
 LATEST_KEY = "LATEST"
 VERSIONS_PREFIX = "versions/"
 JOURNAL_PREFIX = "journal/"
-OBJECT_SCHEMES = ("s3", "gs", "gcs", "az", "azure", "abfs", "mem", "memory")
+NOT_FOUND = {"ObjectNotFoundError", "NoSuchKey", "NotFound", "ResourceNotFoundError"}
 
 
 class _Blobs(Protocol):
@@ -106,7 +106,10 @@ class _ObjectBlobs:
         try:
             self.store = open_store(uri, dict(options))
         except Exception as exc:
-            raise GridStoreError(f"cannot open grid store {uri!r}: {exc}") from exc
+            raise GridStoreError(
+                f"cannot open grid store {uri!r}: {exc}; use a local path, file://, "
+                "s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
+            ) from exc
 
     def read(self, key: str) -> bytes:
         return bytes(self.store.read(key))
@@ -130,11 +133,6 @@ def _open_blobs(location: str, options: Mapping[str, Any]) -> _Blobs:
     scheme = location.split("://", 1)[0].lower()
     if scheme == "file":
         return _LocalBlobs(Path(location[len("file://") :]).expanduser())
-    if scheme not in OBJECT_SCHEMES:
-        raise GridStoreError(
-            f"unsupported grid store URI {location!r}; use a local path, file://, "
-            "s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
-        )
     return _ObjectBlobs(location, options)
 
 
@@ -261,7 +259,7 @@ class GridStore:
         except (FileNotFoundError, KeyError):
             return None
         except Exception as exc:
-            if type(exc).__name__ in {"NotFoundError", "ObjectNotFound", "NoSuchKey"}:
+            if type(exc).__name__ in NOT_FOUND:
                 return None
             raise GridStoreError(f"grid store {self.location}: cannot read LATEST: {exc}") from exc
         try:
