@@ -1,0 +1,262 @@
+"""``SkyplaneHook``: the ``skyplane`` connection type and the adapter onto ``skyplane_ops.api``.
+
+Every operator goes through this hook so that connection parsing, secret handling and the
+calls into the core live in one place. The hook adds no transfer logic of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseHook, ObjectStoragePath
+from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
+
+from skyplane_ops import api
+from skyplane_ops.airflow.settings import (
+    CONN_TYPE,
+    DEFAULT_CONN_ID,
+    SkyplaneSettings,
+    backend_options_with_secret,
+    parse_extra,
+)
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+
+
+def _extra_dict(conn: Any) -> dict[str, Any]:
+    extra = conn.extra_dejson if hasattr(conn, "extra_dejson") else {}
+    return dict(extra or {})
+
+
+def store_options_from_connection(conn: Any) -> dict[str, Any]:
+    """Object-store options from a usual Airflow cloud connection (aws / google / azure).
+
+    Only the fields a store client needs; every secret is masked in the task log first.
+    An empty mapping means "use the SDK's default credential chain".
+    """
+    extra = _extra_dict(conn)
+    conn_type = (conn.conn_type or "").lower()
+    options: dict[str, Any] = {}
+    if conn_type == "aws":
+        if conn.login:
+            options["aws_access_key_id"] = conn.login
+        if conn.password:
+            options["aws_secret_access_key"] = conn.password
+        for key in ("region_name", "endpoint_url", "aws_session_token"):
+            if extra.get(key):
+                options[key] = extra[key]
+        endpoint = (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
+        if endpoint and "endpoint_url" not in options:
+            options["endpoint_url"] = endpoint
+    elif conn_type in ("google_cloud_platform", "gcp", "google"):
+        for key in ("project", "key_path", "keyfile_dict", "endpoint_url"):
+            if extra.get(key):
+                options[key] = extra[key]
+    elif conn_type in ("wasb", "azure", "azure_blob_storage"):
+        if conn.login:
+            options["account_name"] = conn.login
+        if conn.password:
+            options["account_key"] = conn.password
+        for key in ("connection_string", "sas_token", "account_url", "endpoint_url"):
+            if extra.get(key):
+                options[key] = extra[key]
+    else:
+        raise ValueError(
+            f"connection {conn.conn_id!r} has type {conn_type!r}; expected aws, "
+            "google_cloud_platform or wasb"
+        )
+    for key in ("aws_secret_access_key", "aws_session_token", "keyfile_dict", "account_key"):
+        if key in options:
+            mask_secret(options[key])
+    for key in ("connection_string", "sas_token"):
+        if key in options:
+            mask_secret(options[key])
+    return options
+
+
+class SkyplaneHook(BaseHook):
+    """Reads a ``skyplane`` connection and calls ``skyplane_ops.api`` with its settings.
+
+    The connection's extra holds the non-secret settings (see ``SkyplaneSettings``); the
+    password field may hold one backend secret, passed as the backend option named by
+    ``secret_option``. A missing ``skyplane_default`` connection means "local backend,
+    defaults", so a first DAG runs with no setup.
+    """
+
+    conn_name_attr = "skyplane_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = CONN_TYPE
+    hook_name = "Skyplane"
+
+    def __init__(self, skyplane_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.skyplane_conn_id = skyplane_conn_id
+        self._settings: SkyplaneSettings | None = None
+        self._password: str | None = None
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self._settings is not None:
+            return
+        try:
+            conn = self.get_connection(self.skyplane_conn_id)
+        except AirflowNotFoundException:
+            if self.skyplane_conn_id != DEFAULT_CONN_ID:
+                raise
+            self.log.info("no %r connection: local backend with defaults", DEFAULT_CONN_ID)
+            self._settings = SkyplaneSettings()
+            return
+        if conn.conn_type and conn.conn_type != CONN_TYPE:
+            raise ValueError(
+                f"connection {conn.conn_id!r} has type {conn.conn_type!r}, expected {CONN_TYPE!r}"
+            )
+        self._settings = parse_extra(conn.extra or None)
+        self._password = conn.password or None
+        if self._password:
+            mask_secret(self._password)
+
+    @property
+    def settings(self) -> SkyplaneSettings:
+        """The connection's non-secret settings (safe to log)."""
+        self._load()
+        assert self._settings is not None
+        return self._settings
+
+    def get_conn(self) -> SkyplaneSettings:
+        return self.settings
+
+    def backend_options(self) -> dict[str, Any]:
+        """Backend options including the secret; never log or return these."""
+        self._load()
+        return backend_options_with_secret(self.settings, self._password)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Used by the UI's Test button: checks that the extra parses."""
+        try:
+            settings = self.settings
+        except Exception as exc:
+            return False, str(exc)
+        return True, f"backend {settings.backend!r}"
+
+    @staticmethod
+    def store_options(conn_id: str | None) -> dict[str, Any]:
+        """Store options from an aws / google_cloud_platform / wasb connection (or {})."""
+        if not conn_id:
+            return {}
+        return store_options_from_connection(BaseHook.get_connection(conn_id))
+
+    # -- plans ------------------------------------------------------------------------------
+
+    def plan(
+        self,
+        src_region: str,
+        dst_regions: str | Sequence[str],
+        volume_gb: float,
+        *,
+        min_throughput_gbps: float | None = None,
+        max_cost_usd: float | None = None,
+        deadline_seconds: float | None = None,
+    ) -> TransferPlan:
+        """Plan with the connection's limits; an explicit bound wins over its cost ceiling."""
+        settings = self.settings
+        if min_throughput_gbps is None and max_cost_usd is None and deadline_seconds is None:
+            max_cost_usd = settings.max_cost_usd
+        return api.plan(
+            src_region,
+            dst_regions,
+            volume_gb,
+            min_throughput_gbps=min_throughput_gbps,
+            max_cost_usd=max_cost_usd,
+            deadline_seconds=deadline_seconds,
+            max_vms_per_region=settings.max_vms_per_region,
+            max_connections_per_vm=settings.max_connections_per_vm,
+            profile_overrides=settings.profile_overrides,
+            measured_grid=settings.grid_store,
+        )
+
+    @staticmethod
+    def write_plan(plan: TransferPlan, uri: str, conn_id: str | None = None) -> str:
+        """Store the full plan JSON at a local path or an object-store URI; returns the URI."""
+        path = ObjectStoragePath(uri, conn_id=conn_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(plan.to_json())
+        return str(path)
+
+    @staticmethod
+    def read_plan(uri: str, conn_id: str | None = None) -> TransferPlan:
+        return TransferPlan.from_json(ObjectStoragePath(uri, conn_id=conn_id).read_text())
+
+    @staticmethod
+    def write_json(data: Mapping[str, Any], uri: str, conn_id: str | None = None) -> str:
+        path = ObjectStoragePath(uri, conn_id=conn_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, sort_keys=True, default=str))
+        return str(path)
+
+    # -- fleets -----------------------------------------------------------------------------
+
+    def tags(self, transfer_id: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        tags = {**self.settings.tags, **(extra or {})}
+        tags.setdefault("skyplane-ops:transfer-id", transfer_id)
+        tags.setdefault("skyplane-ops:launched-by", "airflow")
+        return tags
+
+    def provision(
+        self, plan: TransferPlan, *, transfer_id: str, tags: Mapping[str, str] | None = None
+    ) -> GatewayFleet:
+        return api.provision(
+            plan,
+            backend=self.settings.backend,
+            backend_options=self.backend_options(),
+            transfer_id=transfer_id,
+            tags=self.tags(transfer_id, tags),
+        )
+
+    def deprovision(
+        self, fleet: GatewayFleet | None = None, *, transfer_id: str | None = None
+    ) -> list[str]:
+        """Delete a fleet, or every leftover tagged with ``transfer_id`` (idempotent)."""
+        if fleet is not None:
+            return list(api.deprovision(fleet, backend_options=self.backend_options()))
+        return list(
+            api.deprovision(
+                backend=self.settings.backend,
+                backend_options=self.backend_options(),
+                transfer_id=transfer_id,
+            )
+        )
+
+    # -- transfers --------------------------------------------------------------------------
+
+    def transfer(
+        self,
+        plan: TransferPlan,
+        fleet: GatewayFleet,
+        src: str,
+        dst: str,
+        *,
+        src_options: Mapping[str, Any] | None = None,
+        dst_options: Mapping[str, Any] | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        journal_dir: str | None = None,
+        sync: bool = False,
+        progress: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> Any:
+        return api.transfer(
+            plan,
+            fleet,
+            src,
+            dst,
+            src_options=src_options or None,
+            dst_options=dst_options or None,
+            include=list(include),
+            exclude=list(exclude),
+            journal_dir=journal_dir,
+            sync=sync,
+            progress=progress,
+        )

@@ -1,0 +1,105 @@
+"""Provider metadata for the ``apache_airflow_provider`` entry point.
+
+Airflow reads this without importing the hook, so the ``skyplane`` connection form (its
+fields and which standard fields are hidden) is declared here, not in hook methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INTEGRATION = "Skyplane"
+
+CONN_FIELDS: dict[str, dict[str, Any]] = {
+    "backend": {
+        "label": "Provisioner backend",
+        "description": "Where gateways run: local, ssh, aws, netns.",
+        "schema": {"type": ["string", "null"], "default": "local"},
+    },
+    "backend_options": {
+        "label": "Backend options (JSON)",
+        "description": "Options of the backend, e.g. hosts for ssh or subnet for aws.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "secret_option": {
+        "label": "Backend option that receives the password",
+        "description": "The password field is passed to the backend under this option name.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "max_vms_per_region": {
+        "label": "Max gateway VMs per region",
+        "schema": {"type": ["integer", "null"]},
+    },
+    "max_connections_per_vm": {
+        "label": "Max TCP connections per VM",
+        "schema": {"type": ["integer", "null"]},
+    },
+    "max_cost_usd": {
+        "label": "Cost ceiling per transfer (USD)",
+        "description": "Used when a plan task gives no bound of its own.",
+        "schema": {"type": ["number", "null"]},
+    },
+    "tags": {
+        "label": "Tags (JSON)",
+        "description": "Extra tags on every resource a transfer creates.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "grid_store": {
+        "label": "Measured throughput grid",
+        "description": "Path or URI of the grid store the profiler publishes to.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "work_dir": {
+        "label": "Work directory",
+        "description": "Plans, journals and driver status (shared with the triggerer).",
+        "schema": {"type": ["string", "null"]},
+    },
+}
+
+
+def get_provider_info() -> dict[str, Any]:
+    """What ``airflow providers list`` and the connection UI know about skyplane-ops."""
+    from skyplane_ops import __version__
+
+    return {
+        "package-name": "skyplane-ops",
+        "name": "Skyplane",
+        "description": "Cloud-aware overlay transfers of bulk data between regions and clouds: "
+        "plan, provision gateways, transfer with resume and verification.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://www.usenix.org/conference/nsdi23/presentation/jain",
+                "tags": ["service"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["skyplane_ops.airflow.operators"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": INTEGRATION, "python-modules": ["skyplane_ops.airflow.hooks"]}
+        ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["skyplane_ops.airflow.triggers"],
+            }
+        ],
+        "connection-types": [
+            {
+                "connection-type": "skyplane",
+                "hook-class-name": "skyplane_ops.airflow.hooks.SkyplaneHook",
+                "hook-name": "Skyplane",
+                "conn-fields": CONN_FIELDS,
+                "ui-field-behaviour": {
+                    "hidden-fields": ["host", "port", "schema", "login"],
+                    "relabeling": {"password": "Backend secret (optional)"},
+                    "placeholders": {"backend": "local"},
+                },
+            }
+        ],
+    }
