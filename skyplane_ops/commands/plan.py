@@ -1,0 +1,97 @@
+"""``skyplane-ops plan``: plan an overlay transfer on a profile and print it.
+
+Without a bound the plan is the fastest one that costs no more than the direct path with
+the same VM limit (see ``skyplane_ops.planner.api``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from skyplane_ops.planner import (
+    build_problem,
+    plan_transfer,
+    plot_frontier,
+    render_mermaid,
+    render_text,
+)
+from skyplane_ops.planner.problem import InvalidProblemError, Objective
+
+DEFAULT_PLOT_POINTS = 40
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "plan",
+        help="plan a transfer: relays, VMs and connections, with cost and throughput",
+        description=__doc__,
+    )
+    p.add_argument("--src", required=True, help="source region, e.g. aws:us-east-1")
+    p.add_argument(
+        "--dst", required=True, action="append", help="destination region (repeat for several)"
+    )
+    p.add_argument("--volume-gb", type=float, required=True, help="data volume in GB")
+    bound = p.add_mutually_exclusive_group()
+    bound.add_argument("--min-throughput-gbps", type=float, help="min cost s.t. this throughput")
+    bound.add_argument(
+        "--deadline-seconds", type=float, help="min cost s.t. done in this time (incl. VM start)"
+    )
+    bound.add_argument("--max-cost-usd", type=float, help="max throughput s.t. this total cost")
+    p.add_argument("--max-vms", type=int, help="VMs per region at most (default: provider limit)")
+    p.add_argument("--max-conns", type=int, help="TCP connections per VM at most")
+    p.add_argument("--max-relays", type=int, default=1, choices=(0, 1, 2), help="relays per path")
+    p.add_argument(
+        "--provisioning-seconds", type=float, default=60.0, help="VM start-up time billed (60)"
+    )
+    p.add_argument("--gcp-tier", choices=("premium", "standard"), default="premium")
+    p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
+    p.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
+    p.add_argument("--lp", action="store_true", help="LP relaxation + rounding (reports the gap)")
+    p.add_argument("--frontier", type=int, default=0, metavar="N", help="N-point Pareto frontier")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--mermaid", action="store_true", help="also print a Mermaid graph")
+    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of the Pareto frontier")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from skyplane_ops.profiles import load_profile
+
+    if args.frontier < 0:
+        raise InvalidProblemError("--frontier must be a non-negative number of points")
+    profile = load_profile(
+        overrides=args.profile_overrides, measured_grid=args.measured_grid, gcp_tier=args.gcp_tier
+    )
+    objective: Objective = "min_cost"
+    bound: float | None = None
+    if args.min_throughput_gbps is not None:
+        bound = args.min_throughput_gbps
+    elif args.max_cost_usd is not None:
+        objective, bound = "max_throughput", args.max_cost_usd
+    problem = build_problem(
+        profile,
+        args.src,
+        args.dst,
+        args.volume_gb,
+        objective=objective,
+        bound=bound,
+        deadline_seconds=args.deadline_seconds,
+        max_vms=args.max_vms,
+        max_conns_per_vm=args.max_conns,
+        provisioning_seconds=args.provisioning_seconds,
+        max_relays=args.max_relays,
+    )
+    points = args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0)
+    plan = plan_transfer(problem, lp=args.lp, frontier_points=points)
+    if args.json:
+        sys.stdout.write(plan.to_json() + "\n")
+    else:
+        sys.stdout.write(render_text(plan))
+    if args.mermaid:
+        sys.stdout.write("\n```mermaid\n" + render_mermaid(plan) + "```\n")
+    if args.plot:
+        out = plot_frontier(plan, args.plot)
+        print(f"wrote {out}", file=sys.stderr)
+    return 0

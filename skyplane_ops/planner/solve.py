@@ -1,0 +1,229 @@
+"""Solve a ``Problem``: the exact MILP (modes a and b), its LP relaxation with rounding, and
+the feasibility limits that infeasible bounds are reported against."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+from skyplane_ops.errors import InfeasibleError
+from skyplane_ops.planner.evaluate import build_plan
+from skyplane_ops.planner.formulation import PathModel, Solution
+from skyplane_ops.planner.paths import CandidatePath, candidate_paths
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.planner.problem import InvalidProblemError, Problem
+
+#: Relative precision of the lowest feasible cost reported when a ceiling is infeasible.
+CHEAPEST_REL_TOL = 0.002
+
+
+def usable_paths(problem: Problem) -> list[CandidatePath]:
+    """Candidate paths, or ``InfeasibleError`` if some destination cannot be reached at all."""
+    problem.validate()
+    paths = candidate_paths(problem)
+    reached = {p.commodity for p in paths}
+    for k, dst in enumerate(problem.dsts):
+        if k not in reached:
+            raise InfeasibleError(
+                f"no path with measured throughput leads from {problem.src} to {dst}"
+            )
+    return paths
+
+
+def max_throughput_gbps(problem: Problem, paths: Sequence[CandidatePath] | None = None) -> float:
+    """The largest throughput the model allows: every region at its VM limit, price ignored."""
+    paths = usable_paths(problem) if paths is None else paths
+    limits = {u: float(s.max_vms) for u, s in problem.regions.items()}
+    model = PathModel(problem.with_objective("max_throughput", None), paths, fixed_vms=limits)
+    model.set_ceiling(None)
+    solution = model.solve()
+    return 0.0 if solution is None else solution.gbps
+
+
+def _floor_infeasible(
+    problem: Problem, floor: float, paths: Sequence[CandidatePath]
+) -> InfeasibleError:
+    tmax = max_throughput_gbps(problem, paths)
+    return InfeasibleError(
+        f"throughput floor {floor:g} Gbps is infeasible; the most this problem allows is "
+        f"{tmax:.3g} Gbps"
+    )
+
+
+def lowest_feasible_cost(
+    problem: Problem, paths: Sequence[CandidatePath], tmax: float, below: float
+) -> tuple[float, float]:
+    """(cost, Gbps) of (nearly: ``CHEAPEST_REL_TOL``) the cheapest plan of any throughput.
+
+    Found by bisection on the ceiling with mode (b), which is monotone; ``below`` is a ceiling
+    known to be infeasible. Only used to explain an infeasible ceiling.
+    """
+    floor_model = PathModel(problem.with_objective("min_cost", None), paths)
+    hi, hi_gbps = math.inf, tmax
+    for i in range(1, 9):  # a feasible start: min-cost plans on a coarse throughput grid
+        gbps = tmax * i / 8
+        floor_model.set_floor(gbps)
+        sol = floor_model.solve()
+        if sol is not None and sol.objective / gbps < hi:
+            hi, hi_gbps = sol.objective / gbps, gbps
+    lo = below
+    model = PathModel(problem.with_objective("max_throughput", None), paths, tmax=tmax)
+    while hi - lo > CHEAPEST_REL_TOL * hi:
+        mid = (lo + hi) / 2
+        model.set_ceiling(mid)
+        sol = model.solve()
+        if sol is None:
+            lo = mid
+        else:
+            hi, hi_gbps = mid, sol.gbps
+    return hi, hi_gbps
+
+
+def _ceiling_infeasible(
+    problem: Problem, ceiling: float, paths: Sequence[CandidatePath], tmax: float
+) -> InfeasibleError:
+    cost, gbps = lowest_feasible_cost(problem, paths, tmax, ceiling)
+    return InfeasibleError(
+        f"cost ceiling ${ceiling:.4g} is infeasible; the cheapest plan costs about ${cost:.4g} "
+        f"(at {gbps:.3g} Gbps)"
+    )
+
+
+def solve_milp(
+    problem: Problem, paths: Sequence[CandidatePath] | None = None, solver: str | None = None
+) -> tuple[Solution, Sequence[CandidatePath], float | None]:
+    """Exact solve of mode (a) or (b); returns the solution, the paths and Tmax (if computed)."""
+    paths = usable_paths(problem) if paths is None else paths
+    if problem.objective == "min_cost":
+        if problem.bound is None:
+            raise InvalidProblemError("minimising cost needs a throughput floor")
+        model = PathModel(problem, paths, solver=solver)
+        model.set_floor(problem.bound)
+        solution = model.solve()
+        if solution is None:
+            raise _floor_infeasible(problem, problem.bound, paths)
+        return solution, paths, None
+    tmax = max_throughput_gbps(problem, paths)
+    model = PathModel(problem, paths, tmax=tmax, solver=solver)
+    model.set_ceiling(problem.bound)
+    solution = model.solve()
+    if solution is None:
+        assert problem.bound is not None  # without a ceiling, Tmax is always feasible
+        raise _ceiling_infeasible(problem, problem.bound, paths, tmax)
+    return solution, paths, tmax
+
+
+def solve_plan(problem: Problem, solver: str | None = None) -> TransferPlan:
+    """The exact MILP plan for the problem's objective and bound."""
+    start = time.perf_counter()
+    solution, paths, _ = solve_milp(problem, solver=solver)
+    details = {
+        "solver": solver or "SCIP",
+        "solver_seconds": solution.seconds,
+        "mip_gap": _gap(problem, solution.objective, solution.best_bound),
+    }
+    return build_plan(
+        problem,
+        paths,
+        solution.path_flows,
+        solution.gbps,
+        mode=problem.objective,
+        status=solution.status,
+        seconds=time.perf_counter() - start,
+        details=details,
+    )
+
+
+def _gap(problem: Problem, value: float, bound: float) -> float:
+    """Relative optimality gap between a solution's objective and a bound on it."""
+    if problem.objective == "min_cost":
+        return max(0.0, (value - bound) / value) if value > 0 else 0.0
+    return max(0.0, (bound - value) / bound) if bound > 0 else 0.0
+
+
+def _objective_value(plan: TransferPlan) -> float:
+    return plan.total_cost_usd if plan.mode == "min_cost" else plan.predicted_gbps
+
+
+def solve_lp_plan(problem: Problem, compare_milp: bool = True) -> TransferPlan:
+    """LP relaxation (fractional VMs), rounded to whole VMs and re-solved for the flows.
+
+    Mode (a) rounds VMs up (the flows of the relaxation stay feasible, so it always
+    succeeds); mode (b) rounds down (cheaper, so the ceiling holds) and, if no throughput
+    fits the ceiling with that fleet, up. ``details`` reports the gap to the relaxation's
+    bound and, with ``compare_milp``, to the exact MILP.
+    """
+    start = time.perf_counter()
+    paths = usable_paths(problem)
+    if problem.bound is None:
+        raise InvalidProblemError("the problem needs a bound (throughput floor or cost ceiling)")
+    tmax = None if problem.objective == "min_cost" else max_throughput_gbps(problem, paths)
+    relaxed = PathModel(problem, paths, relax=True, tmax=tmax)
+    if problem.objective == "min_cost":
+        relaxed.set_floor(problem.bound)
+    else:
+        relaxed.set_ceiling(problem.bound)
+    lp = relaxed.solve()
+    if lp is None:
+        if problem.objective == "min_cost":
+            raise _floor_infeasible(problem, problem.bound, paths)
+        assert tmax is not None
+        raise _ceiling_infeasible(problem, problem.bound, paths, tmax)
+    endpoints = {problem.src, *problem.dsts}
+    roundings = ("up",) if problem.objective == "min_cost" else ("down", "up")
+    best: Solution | None = None
+    used = ""
+    for how in roundings:
+        fleet: dict[str, float] = {}
+        for u, n in lp.vms.items():
+            whole = math.ceil(n - 1e-6) if how == "up" else math.floor(n + 1e-6)
+            lower = 1 if u in endpoints else 0
+            fleet[u] = float(min(problem.regions[u].max_vms, max(lower, whole)))
+        fixed = PathModel(problem, paths, fixed_vms=fleet)
+        if problem.objective == "min_cost":
+            fixed.set_floor(problem.bound)
+        else:
+            fixed.set_ceiling(problem.bound)
+        sol = fixed.solve()
+        if sol is not None and sol.gbps > 0:
+            best, used = sol, how
+            break
+    if best is None:
+        raise InfeasibleError(
+            "rounding the LP relaxation found no fleet within the cost ceiling; "
+            "use the exact MILP (without --lp)"
+        )
+    lp_cost = lp.objective / problem.bound if problem.objective == "min_cost" else None
+    details: dict[str, object] = {
+        "solver": "GLOP",
+        "rounding": used,
+        "lp_relaxation_vms": {u: n for u, n in lp.vms.items() if n > 1e-9},
+        "lp_bound": lp_cost if lp_cost is not None else lp.gbps,
+    }
+    plan = build_plan(
+        problem,
+        paths,
+        best.path_flows,
+        best.gbps,
+        mode=problem.objective,
+        status="LP_ROUNDED",
+        seconds=0.0,
+        details=details,
+    )
+    value = _objective_value(plan)
+    bound = float(details["lp_bound"])  # type: ignore[arg-type]
+    plan.details["gap_to_lp_bound"] = _gap(problem, value, bound)
+    plan.solve_seconds = time.perf_counter() - start
+    if compare_milp:
+        exact = solve_plan(problem)
+        exact_value = _objective_value(exact)
+        plan.details["milp_objective"] = exact_value
+        if problem.objective == "min_cost":
+            plan.details["gap_to_milp"] = (value - exact_value) / exact_value
+        else:
+            plan.details["gap_to_milp"] = (
+                (exact_value - value) / exact_value if exact_value else 0.0
+            )
+        plan.details["milp_solve_seconds"] = exact.solve_seconds
+    return plan
