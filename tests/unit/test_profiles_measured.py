@@ -230,3 +230,16 @@ def test_unreadable_and_unknown_format(tmp_path: Path, catalog: RegionCatalog) -
     garbage = write(tmp_path, "not parquet at all", "g.parquet")
     with pytest.raises(ProfileError, match="cannot read Parquet"):
         load_measured_grid(garbage, catalog)
+
+
+def test_module_cli_exports_and_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from skyplane_ops.profiles.__main__ import main
+
+    out = tmp_path / "grid.csv"
+    assert main(["export", str(out)]) == 0
+    catalog = load_default_profile().catalog
+    assert len(load_measured_grid(out, catalog)) == len(catalog) ** 2
+    assert main(["show", "canadacentral", "asia-northeast1"]) == 0
+    assert "6.20 Gbps (modelled; 64 connections), $0.0875/GB" in capsys.readouterr().out
+    assert main(["show", "us-east-l", "us-west-2"]) == 2
+    assert "did you mean" in capsys.readouterr().err
