@@ -1,0 +1,1 @@
+"""A Dagster project that replicates a Parquet dataset to another region with skyplane-ops."""

@@ -1,0 +1,34 @@
+"""Dagster face of skyplane-ops: a resource, a replicated-dataset asset factory, a blocking
+"replica matches source" check, leftover-sweeper sensors and a ``Definitions`` helper.
+
+A thin adapter over :mod:`skyplane_ops.api`; nothing here moves bytes itself.
+"""
+
+from skyplane_ops.dagster.checks import CHECK_NAME, build_replica_checks
+from skyplane_ops.dagster.compare import Comparison, compare_stores
+from skyplane_ops.dagster.definitions import skyplane_definitions
+from skyplane_ops.dagster.factory import ReplicatedDataset, replicated_dataset
+from skyplane_ops.dagster.grid import EVERY_THREE_DAYS, GridRefresh, build_grid_refresh
+from skyplane_ops.dagster.locations import ReplicaDestination, ReplicaSource, prefix_for
+from skyplane_ops.dagster.resource import SkyplaneResource
+from skyplane_ops.dagster.sensors import build_leftover_sweepers
+from skyplane_ops.dagster.steps import transfer_id_for
+
+__all__ = [
+    "CHECK_NAME",
+    "EVERY_THREE_DAYS",
+    "Comparison",
+    "GridRefresh",
+    "ReplicaDestination",
+    "ReplicaSource",
+    "ReplicatedDataset",
+    "SkyplaneResource",
+    "build_grid_refresh",
+    "build_leftover_sweepers",
+    "build_replica_checks",
+    "compare_stores",
+    "prefix_for",
+    "replicated_dataset",
+    "skyplane_definitions",
+    "transfer_id_for",
+]

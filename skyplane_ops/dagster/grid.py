@@ -1,0 +1,123 @@
+"""The throughput grid as a Dagster asset, refreshed by the profiler every three days.
+
+Materialising ``throughput_grid`` runs :func:`skyplane_ops.profiler.refresh_grid` on the
+resource's backend and publishes a new grid version to the grid store the planner reads
+(``SkyplaneResource.measured_grid``). Pairs measured within ``freshness`` are skipped, so a
+re-run after a failure measures only what is missing. A time-window freshness policy marks the
+grid stale in the UI when no refresh succeeded for longer than the schedule's period plus slack.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import dagster as dg
+
+from skyplane_ops.dagster.metadata import clean_uri
+from skyplane_ops.dagster.resource import SkyplaneResource
+
+# 03:00 UTC on days 1, 4, 7, ... of the month: every three days (the 31st -> 1st gap is one day).
+EVERY_THREE_DAYS = "0 3 */3 * *"
+
+
+@dataclass
+class GridRefresh:
+    """The grid asset, the job that materialises it and its schedule."""
+
+    asset: dg.AssetsDefinition
+    job: Any  # what dg.define_asset_job returns (an unresolved asset job)
+    schedule: dg.ScheduleDefinition
+
+
+def build_grid_refresh(
+    regions: Sequence[str],
+    *,
+    key: str | Sequence[str] = "throughput_grid",
+    store_uri: str | None = None,
+    connections: int | None = None,
+    duration_s: float | None = None,
+    budget_usd: float | None = None,
+    freshness: timedelta = timedelta(days=2),
+    cron_schedule: str = EVERY_THREE_DAYS,
+    execution_timezone: str = "UTC",
+    group_name: str | None = "skyplane",
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+) -> GridRefresh:
+    """Define the grid asset for ``regions`` and a schedule that refreshes it.
+
+    ``store_uri`` defaults to the resource's ``measured_grid`` (so plans use what was
+    measured). ``freshness`` is passed to the profiler: pairs measured more recently are kept.
+    The schedule starts stopped unless ``default_status`` says otherwise: probing costs money.
+    """
+    order = list(regions)
+    asset_key = dg.AssetKey.from_coercible(key)
+
+    @dg.asset(
+        key=asset_key,
+        group_name=group_name,
+        kinds={"skyplane"},
+        description=f"Measured throughput between {len(order)} regions (skyplane-ops profiler).",
+        freshness_policy=dg.FreshnessPolicy.time_window(
+            fail_window=timedelta(days=4), warn_window=timedelta(days=3, hours=6)
+        ),
+        metadata={"regions": ", ".join(order)},
+    )
+    def _grid(
+        context: dg.AssetExecutionContext, skyplane: SkyplaneResource
+    ) -> dg.MaterializeResult:
+        from skyplane_ops.profiler import refresh_grid
+
+        target = store_uri or skyplane.measured_grid
+        if not target:
+            raise dg.Failure(
+                description="no grid store: set store_uri or SkyplaneResource.measured_grid"
+            )
+        extra: dict[str, Any] = {}
+        if connections is not None:
+            extra["connections"] = connections
+        if duration_s is not None:
+            extra["duration_s"] = duration_s
+        try:
+            result = refresh_grid(
+                order,
+                backend=skyplane.backend,
+                backend_options={**skyplane.backend_options, **skyplane.backend_secrets},
+                budget_usd=budget_usd,
+                store_uri=target,
+                store_options=skyplane.store_options_for(target),
+                freshness_s=freshness.total_seconds(),
+                run_id=f"prof-{context.run_id.replace('-', '')[:24]}",
+                progress=lambda event: None,
+                **extra,
+            )
+        except Exception as exc:
+            raise dg.Failure(
+                description=skyplane.redact(f"grid refresh failed: {type(exc).__name__}: {exc}")
+            ) from None
+        summary = result.to_dict()
+        context.log.info(
+            f"grid refresh: {summary['measured']} measured, {summary['skipped_fresh']} fresh, "
+            f"{summary['failed']} failed -> version {summary['version']}"
+        )
+        meta = {
+            k: v
+            for k, v in summary.items()
+            if k not in ("store_uri", "regions", "failed_pairs") and v is not None
+        }
+        meta["store_uri"] = clean_uri(str(summary["store_uri"]))
+        if summary["failed_pairs"]:
+            meta["failed_pairs"] = ", ".join(map(str, summary["failed_pairs"]))
+        if summary["failed"] and not summary["measured"]:
+            raise dg.Failure(description="grid refresh measured no pair", metadata=meta)
+        return dg.MaterializeResult(metadata=meta)
+
+    job = dg.define_asset_job(f"{asset_key.to_python_identifier()}_refresh", selection=[asset_key])
+    schedule = dg.ScheduleDefinition(
+        name=f"{asset_key.to_python_identifier()}_every_three_days",
+        job=job,
+        cron_schedule=cron_schedule,
+        execution_timezone=execution_timezone,
+        default_status=default_status,
+    )
+    return GridRefresh(asset=_grid, job=job, schedule=schedule)

@@ -1,0 +1,209 @@
+"""``SkyplaneResource``: the one Dagster resource every replica asset, check and sensor uses.
+
+It holds configuration only (backend, limits, cost ceiling, grid store, store options) and
+forwards to :mod:`skyplane_ops.api`, so the Dagster face never grows its own transfer logic.
+Secrets go in ``backend_secrets`` as ``dg.EnvVar(...)``: Dagster resolves them at run time and
+never stores their values in run config; they are merged into the backend options only at the
+moment of the API call, and :meth:`redact` scrubs them from anything we log or raise. Object
+store credentials never pass through here: the stores take them from their SDK's own chain
+(``AWS_*``, ``AZURE_*``/``DefaultAzureCredential``, ``GOOGLE_APPLICATION_CREDENTIALS``), which
+a Dagster deployment sets as environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from skyplane_ops import api
+from skyplane_ops.errors import PlanningError
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+
+
+def _default_home() -> str:
+    return os.environ.get("SKYPLANE_OPS_HOME") or os.path.join(
+        os.path.expanduser("~"), ".skyplane-ops"
+    )
+
+
+class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
+    """Where gateways run, how big a transfer may get and where plans and journals are kept."""
+
+    backend: str = Field(
+        default="local", description="Provisioning backend: local, ssh, aws or netns."
+    )
+    backend_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Non-secret backend options (inventory file, instance type, ...).",
+    )
+    backend_secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Secret backend options; give each value as dg.EnvVar('NAME').",
+    )
+    store_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description=(
+            "Object-store options by URI scheme ('s3', 'gs', 'az', 'file') or by URI prefix "
+            "('s3://bucket/'); the longest matching prefix wins over the scheme."
+        ),
+    )
+    max_vms_per_region: int | None = Field(default=None, description="Planner VM limit.")
+    max_connections_per_vm: int | None = Field(default=None, description="TCP conns per VM.")
+    max_cost_usd: float | None = Field(
+        default=None,
+        description="Cost ceiling: plan for maximum throughput within this many dollars.",
+    )
+    min_throughput_gbps: float | None = Field(
+        default=None, description="Plan for minimum cost at or above this throughput."
+    )
+    deadline_seconds: float | None = Field(default=None, description="Finish within this time.")
+    measured_grid: str | None = Field(
+        default=None, description="Grid store: a measured throughput grid (path or URI)."
+    )
+    profile_overrides: str | None = Field(default=None, description="Profile overrides file.")
+    gcp_tier: str = Field(default="premium", description="GCP network tier for pricing.")
+    artifacts_uri: str | None = Field(
+        default=None,
+        description="Store URI where plans are written (default file://$SKYPLANE_OPS_HOME/dagster).",
+    )
+    journal_root: str | None = Field(
+        default=None,
+        description="Directory for resume journals (default $SKYPLANE_OPS_HOME/dagster/journals).",
+    )
+    check_checksums: str = Field(
+        default="auto",
+        description=(
+            "Replica check: 'auto' compares native checksums where both stores have one and "
+            "CRC32C of the bytes otherwise; 'native' only native ones; 'off' sizes only."
+        ),
+    )
+
+    # -- secrets ---------------------------------------------------------------------------
+    def secret_values(self) -> list[str]:
+        """Every configured secret value, longest first (for :meth:`redact`)."""
+        values = list(self.backend_secrets.values())
+        return sorted({v for v in values if v and len(v) >= 4}, key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every configured secret replaced by ``***``."""
+        for value in self.secret_values():
+            text = text.replace(value, "***")
+        return text
+
+    # -- options ---------------------------------------------------------------------------
+    def _backend_options(self) -> dict[str, Any]:
+        return {**self.backend_options, **self.backend_secrets}
+
+    def store_options_for(self, uri: str) -> dict[str, Any]:
+        """Options for the store at ``uri``: the scheme's entry, then matching URI prefixes."""
+        scheme = uri.split("://", 1)[0].lower()
+        merged: dict[str, Any] = dict(self.store_options.get(scheme, {}))
+        prefixes = sorted(
+            (p for p in self.store_options if "://" in p and uri.startswith(p)), key=len
+        )
+        for prefix in prefixes:
+            merged.update(self.store_options[prefix])
+        return merged
+
+    def open_store(self, uri: str) -> Any:
+        """An ``ObjectStore`` for ``uri`` (imported lazily: gateway_agent stays optional here)."""
+        from gateway_agent.stores import open_store
+
+        return open_store(uri, self.store_options_for(uri))
+
+    # -- the API, configured ---------------------------------------------------------------
+    def plan(
+        self, src_region: str, dst_regions: str | Sequence[str], volume_gb: float
+    ) -> TransferPlan:
+        """Plan with this resource's bound, limits and grid store."""
+        bounds = [self.min_throughput_gbps, self.max_cost_usd, self.deadline_seconds]
+        if sum(b is not None for b in bounds) > 1:
+            raise PlanningError(
+                "SkyplaneResource: set at most one of min_throughput_gbps, max_cost_usd, "
+                "deadline_seconds"
+            )
+        return api.plan(
+            src_region,
+            dst_regions,
+            volume_gb,
+            min_throughput_gbps=self.min_throughput_gbps,
+            max_cost_usd=self.max_cost_usd,
+            deadline_seconds=self.deadline_seconds,
+            max_vms_per_region=self.max_vms_per_region,
+            max_connections_per_vm=self.max_connections_per_vm,
+            profile_overrides=self.profile_overrides,
+            measured_grid=self.measured_grid,
+            gcp_tier=self.gcp_tier,
+        )
+
+    def provision(
+        self,
+        plan_or_vms: TransferPlan | Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+    ) -> GatewayFleet:
+        return api.provision(
+            plan_or_vms,
+            backend=self.backend,
+            backend_options=self._backend_options(),
+            transfer_id=transfer_id,
+            tags=tags,
+        )
+
+    def transfer(
+        self,
+        plan: TransferPlan,
+        fleet: GatewayFleet,
+        src_uri: str,
+        dst_uri: str,
+        *,
+        journal_dir: str | None = None,
+        progress: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> Any:
+        return api.transfer(
+            plan,
+            fleet,
+            src_uri,
+            dst_uri,
+            src_options=self.store_options_for(src_uri),
+            dst_options=self.store_options_for(dst_uri),
+            journal_dir=journal_dir,
+            progress=progress,
+        )
+
+    def deprovision(
+        self, fleet: GatewayFleet | None = None, *, transfer_id: str | None = None
+    ) -> list[str]:
+        """Delete ``fleet`` or, without one, every leftover tagged with ``transfer_id``."""
+        return api.deprovision(
+            fleet,
+            backend=self.backend,
+            backend_options=self._backend_options(),
+            transfer_id=transfer_id,
+        )
+
+    # -- where things are kept ---------------------------------------------------------------
+    def home(self) -> str:
+        return os.path.join(_default_home(), "dagster")
+
+    def journal_dir(self, *parts: str) -> str:
+        root = self.journal_root or os.path.join(self.home(), "journals")
+        path = os.path.join(root, *parts)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def write_artifact(self, name: str, text: str) -> str:
+        """Store a small artifact (a plan) and return its URI, for metadata links."""
+        base = self.artifacts_uri
+        if base is None:
+            os.makedirs(self.home(), exist_ok=True)
+            base = "file://" + self.home()
+        store = self.open_store(base)
+        store.write(name, text.encode("utf-8"))
+        return base.rstrip("/") + "/" + name

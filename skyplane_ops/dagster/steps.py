@@ -1,0 +1,268 @@
+"""The bodies of the three steps of a replica materialisation: plan, provision, transfer.
+
+They are plain functions over a Dagster context, the ``SkyplaneResource`` and a
+:class:`ReplicationSpec`, so the Dagster wiring in :mod:`.factory` stays declarative. The
+transfer step owns the fleet from the moment it starts: it deprovisions in ``finally``, so a
+failing or interrupted transfer still tears every gateway down; a run that dies between the
+provision and transfer steps is cleaned up by the leftover sweeper sensor (:mod:`.sensors`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from skyplane_ops.dagster.locations import (
+    PartitionPrefix,
+    ReplicaDestination,
+    ReplicaSource,
+    join_uri,
+    prefix_for,
+)
+from skyplane_ops.dagster.metadata import fleet_metadata, plan_metadata, transfer_metadata
+from skyplane_ops.dagster.resource import SkyplaneResource
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+
+GB = 1e9
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class ReplicationSpec:
+    """Everything the factory was told: one source, its replicas and the partition layout."""
+
+    name: str
+    source: ReplicaSource
+    destinations: tuple[ReplicaDestination, ...]
+    partitions_def: dg.PartitionsDefinition[Any] | None
+    partition_prefix: PartitionPrefix
+
+
+def transfer_id_for(run_id: str, spec_name: str) -> str:
+    """Deterministic per (run, dataset): the sweeper sensor recomputes it after a crash."""
+    digest = hashlib.sha256(spec_name.encode("utf-8")).hexdigest()[:8]
+    return f"dg-{run_id.replace('-', '')[:32]}-{digest}"
+
+
+def run_partition_keys(
+    context: Any, partitions_def: dg.PartitionsDefinition[Any] | None
+) -> list[str | None]:
+    """The partitions this run targets ([None] when unpartitioned or not partition-scoped)."""
+    if partitions_def is None:
+        return [None]
+    tags: Mapping[str, str] = context.run.tags
+    single = tags.get("dagster/partition")
+    if single is not None:
+        return [single]
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    if start is not None and end is not None:
+        keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(start, end))
+        return list(keys)
+    return [None]
+
+
+def _fail(skyplane: SkyplaneResource, context: Any, what: str, exc: BaseException) -> dg.Failure:
+    """A Dagster Failure whose text (and the logged traceback) has every secret redacted."""
+    context.log.error(skyplane.redact("".join(traceback.format_exception(exc)))[-4000:])
+    return dg.Failure(description=skyplane.redact(f"{what}: {type(exc).__name__}: {exc}"))
+
+
+def plan_step(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> Iterator[Any]:
+    """List the source (per partition), plan one route per destination, store the plans."""
+    run_id: str = context.run_id
+    tid = transfer_id_for(run_id, spec.name)
+    units: list[dict[str, Any]] = []
+    for key in run_partition_keys(context, spec.partitions_def):
+        prefix = prefix_for(key, spec.partition_prefix) if key is not None else ""
+        src_uri = join_uri(spec.source.uri, prefix)
+        try:
+            listing = list(skyplane.open_store(src_uri).list())
+        except Exception as exc:
+            raise _fail(skyplane, context, f"cannot list {src_uri}", exc) from None
+        units.append(
+            {
+                "partition": key,
+                "prefix": prefix,
+                "src_uri": src_uri,
+                "objects": len(listing),
+                "bytes": sum(o.size for o in listing),
+            }
+        )
+    total_bytes = sum(u["bytes"] for u in units)
+    total_objects = sum(u["objects"] for u in units)
+    if total_objects == 0:
+        raise dg.Failure(
+            description=f"nothing to replicate: no objects under {spec.source.uri} "
+            f"for partitions {[u['partition'] for u in units]}"
+        )
+    plans: dict[str, dict[str, Any]] = {}
+    vms: dict[str, int] = {}
+    meta: dict[str, Any] = {
+        "transfer_id": tid,
+        "source_objects": total_objects,
+        "source_bytes": total_bytes,
+        "partitions": len(units),
+    }
+    for dest in spec.destinations:
+        try:
+            plan = skyplane.plan(spec.source.region, dest.region, max(total_bytes / GB, 1e-9))
+            plan_uri = skyplane.write_artifact(
+                f"plans/{tid}-{dest.output_name}.json", plan.to_json()
+            )
+        except Exception as exc:
+            raise _fail(skyplane, context, f"planning {dest.region} failed", exc) from None
+        plans[dest.output_name] = {"plan": plan.to_dict(), "plan_uri": plan_uri}
+        for region, count in plan.vms.items():
+            vms[region] = max(vms.get(region, 0), int(count))
+        for k, v in plan_metadata(plan, plan_uri).items():
+            meta[k if len(spec.destinations) == 1 else f"{dest.output_name}/{k}"] = v
+        context.log.info(
+            f"planned {spec.source.region} -> {dest.region}: {plan.predicted_gbps:.2f} Gbit/s "
+            f"predicted, ${plan.total_cost_usd:.4f}, VMs {plan.vms}"
+        )
+    yield dg.Output(
+        {"transfer_id": tid, "units": units, "plans": plans, "vms": vms},
+        metadata=meta,
+    )
+
+
+def provision_step(
+    context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec, planned: Mapping[str, Any]
+) -> Iterator[Any]:
+    """Start the gateways every destination's plan needs: one fleet shared by the whole run."""
+    tid = planned["transfer_id"]
+    tags = {
+        "orchestrator": "dagster",
+        "dagster_run_id": context.run_id,
+        "dataset": spec.name[:63],
+    }
+    try:
+        fleet = skyplane.provision(dict(planned["vms"]), transfer_id=tid, tags=tags)
+    except Exception as exc:  # provision() cleans up its own partial state before raising
+        raise _fail(skyplane, context, "provisioning failed", exc) from None
+    context.log.info(
+        f"provisioned {len(fleet.gateways)} gateway(s) in {', '.join(fleet.regions)} "
+        f"on backend {fleet.backend} (transfer {tid})"
+    )
+    yield dg.Output(fleet.to_dict(), metadata=fleet_metadata(fleet))
+
+
+class _Progress:
+    """Logs a short progress line at most every few seconds (numbers only, never keys)."""
+
+    def __init__(self, context: Any, label: str) -> None:
+        self.context = context
+        self.label = label
+        self.last = 0.0
+
+    def __call__(self, update: Mapping[str, Any]) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        numbers = {
+            k: round(v, 3) if isinstance(v, float) else v
+            for k, v in list(update.items())[:12]
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        self.context.log.info(f"{self.label}: {numbers}")
+
+
+def _result_dict(result: Any) -> dict[str, Any]:
+    if hasattr(result, "to_dict"):
+        return dict(result.to_dict())
+    if isinstance(result, Mapping):
+        return dict(result)
+    return dict(vars(result))
+
+
+def transfer_step(
+    context: Any,
+    skyplane: SkyplaneResource,
+    spec: ReplicationSpec,
+    planned: Mapping[str, Any],
+    fleet_dict: Mapping[str, Any],
+) -> Iterator[Any]:
+    """Copy every partition to every destination on the shared fleet, then always deprovision."""
+    fleet = GatewayFleet.from_dict(dict(fleet_dict))
+    root_run = getattr(context.run, "root_run_id", None) or context.run_id
+    outcomes: dict[str, list[dict[str, Any]]] = {d.output_name: [] for d in spec.destinations}
+    failure: dg.Failure | None = None
+    try:
+        for dest in spec.destinations:
+            plan = TransferPlan.from_dict(planned["plans"][dest.output_name]["plan"])
+            for unit in planned["units"]:
+                dst_uri = join_uri(dest.uri, unit["prefix"])
+                label = f"{dest.output_name}" + (
+                    f"[{unit['partition']}]" if unit["partition"] else ""
+                )
+                journal = skyplane.journal_dir(
+                    root_run.replace("-", ""),
+                    spec.name,
+                    dest.output_name,
+                    unit["partition"] or "all",
+                )
+                context.log.info(
+                    f"transfer {label}: {unit['objects']} objects, {unit['bytes']} bytes"
+                )
+                result = skyplane.transfer(
+                    plan,
+                    fleet,
+                    unit["src_uri"],
+                    dst_uri,
+                    journal_dir=journal,
+                    progress=_Progress(context, f"transfer {label}"),
+                )
+                summary = _result_dict(result)
+                outcomes[dest.output_name].append(summary)
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            failure = _fail(skyplane, context, "transfer failed", exc)
+        else:  # interrupted (run terminated): still deprovision below, then re-raise as is
+            context.log.error("transfer interrupted; deprovisioning the fleet")
+            _deprovision(context, skyplane, fleet)
+            raise
+    deprovision_error = _deprovision(context, skyplane, fleet)
+    if failure is not None:
+        raise failure from None
+    if deprovision_error is not None:
+        raise _fail(skyplane, context, "deprovisioning failed", deprovision_error) from None
+    for dest in spec.destinations:
+        entry = planned["plans"][dest.output_name]
+        plan = TransferPlan.from_dict(entry["plan"])
+        yield dg.MaterializeResult(
+            asset_key=dest.asset_key,
+            metadata=transfer_metadata(
+                outcomes[dest.output_name],
+                plan,
+                entry["plan_uri"],
+                transfer_id=planned["transfer_id"],
+                replica_uri=dest.uri,
+                partitions=len(planned["units"]),
+            ),
+        )
+
+
+def _deprovision(
+    context: Any, skyplane: SkyplaneResource, fleet: GatewayFleet
+) -> BaseException | None:
+    """Delete the fleet; returns the error instead of raising so the caller decides."""
+    try:
+        deleted = skyplane.deprovision(fleet)
+    except Exception as exc:
+        context.log.error(
+            skyplane.redact(
+                f"deprovision of {fleet.transfer_id} failed: {type(exc).__name__}: {exc}"
+            )
+        )
+        return exc
+    context.log.info(f"deprovisioned {fleet.transfer_id}: {len(deleted)} resource(s) deleted")
+    return None
