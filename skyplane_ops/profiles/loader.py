@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyplane_ops.errors import ProfileError
 from skyplane_ops.profiles._data import default_file, read_json
 from skyplane_ops.profiles.catalog import PROVIDERS, RegionCatalog, load_catalog
 from skyplane_ops.profiles.measured import load_measured_grid
@@ -88,10 +89,12 @@ def load_profile(
     overrides: str | Path | None = None,
     measured_grid: str | Path | None = None,
     gcp_tier: str = "premium",
+    measured_only: bool = False,
     **price_overrides: Any,
 ) -> Profile:
     """Load the default profile with user overrides (a JSON file, then keyword arguments,
-    both partial prices.json documents) and an optional measured grid merged over the model.
+    both partial prices.json documents) and an optional measured grid merged over the model
+    (or, with ``measured_only=True``, used in its place: pairs it lacks are then unknown).
     """
     catalog = default_catalog()
     document, applied = apply_overrides(
@@ -107,7 +110,9 @@ def load_profile(
     throughput = modelled_grid(prices)
     if measured_grid is not None:
         grid = load_measured_grid(measured_grid, catalog, connections=throughput.connections)
-        throughput = throughput.merge(grid)
+        throughput = grid if measured_only else throughput.merge(grid)
+    elif measured_only:
+        raise ProfileError("measured_only=True needs a measured_grid")
     return Profile(catalog=catalog, prices=prices, throughput=throughput)
 
 

@@ -243,3 +243,13 @@ def test_module_cli_exports_and_shows(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "6.20 Gbps (modelled; 64 connections), $0.0875/GB" in capsys.readouterr().out
     assert main(["show", "us-east-l", "us-west-2"]) == 2
     assert "did you mean" in capsys.readouterr().err
+
+
+def test_measured_grid_in_place_of_the_model(tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "azure:eastus,aws:ap-northeast-1,3.5,64,2024-06-01T00:00:00Z\n")
+    profile = load_profile(measured_grid=path, measured_only=True)
+    assert profile.throughput.as_dict() == {("azure:eastus", "aws:ap-northeast-1"): 3.5}
+    with pytest.raises(ProfileError, match="no throughput"):
+        profile.throughput.gbps("aws:us-east-1", "aws:us-east-2")
+    with pytest.raises(ProfileError, match="needs a measured_grid"):
+        load_profile(measured_only=True)
