@@ -19,6 +19,9 @@ from skyplane_ops.errors import SkyplaneOpsError
 # Add a module here to add a sub-command; keep the order the one shown in --help.
 COMMAND_MODULES: list[str] = [
     "skyplane_ops.commands.plan",
+    "skyplane_ops.commands.cp",
+    "skyplane_ops.commands.profile",
+    "skyplane_ops.commands.grid",
 ]
 
 

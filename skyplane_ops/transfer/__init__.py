@@ -115,13 +115,22 @@ def _prepare_uploads(
 
 
 def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, float]:
-    """(predicted, actual) $ for the bytes moved: egress scales with bytes, VM $ with time."""
+    """(predicted, actual) $ for the bytes moved.
+
+    Egress scales with bytes. The plan's VM $ covers ``volume/throughput + provisioning``
+    seconds; its per-second rate is recovered from that and applied to the predicted and
+    to the measured transfer time (provisioning time counted the same on both sides).
+    """
     gb = nbytes / 1e9
     scale = gb / plan.volume_gb if plan.volume_gb > 0 else 0.0
-    predicted = plan.total_cost_usd * scale
-    predicted_s = plan.volume_gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
-    vm_actual = plan.vm_cost_usd * (seconds / predicted_s) if predicted_s > 0 else 0.0
-    return round(predicted, 6), round(plan.egress_cost_usd * scale + vm_actual, 6)
+    egress = plan.egress_cost_usd * scale
+    prov_s = float(plan.details.get("provisioning_seconds", 60.0))
+    plan_s = plan.volume_gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
+    rate = plan.vm_cost_usd / (plan_s + prov_s) if plan_s + prov_s > 0 else 0.0
+    predicted_s = gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
+    predicted = egress + rate * (predicted_s + prov_s)
+    actual = egress + rate * (seconds + prov_s)
+    return round(predicted, 6), round(actual, 6)
 
 
 def run_transfer(
