@@ -145,6 +145,88 @@ def _default_driver(backend: str) -> ProbeDriver:
     return AgentProbeDriver(fallback=fallback)
 
 
+@dataclass
+class _Prepared:
+    order: list[str]
+    store: GridStore
+    fresh: set[Pair]
+    todo: list[Pair]
+    rounds: list[list[Pair]]
+    estimate: CostEstimate
+    profile: Any
+
+
+def _prepare(
+    regions: Sequence[str],
+    connections: int,
+    duration_s: float,
+    store_uri: str,
+    store_options: Mapping[str, Any] | None,
+    freshness_s: float,
+    exclusive: bool,
+    profile: Any,
+    budget_usd: float | None,
+) -> _Prepared:
+    """Everything decided before provisioning: pairs left, rounds, cost estimate."""
+    order = _validate(regions, connections, duration_s)
+    if freshness_s < 0:
+        raise ProfilerError(f"freshness must not be negative, got {freshness_s}")
+    store = GridStore(store_uri, store_options)
+    if profile is None:
+        from skyplane_ops.profiles import load_default_profile
+
+        profile = load_default_profile()
+    now = utcnow()
+    known = latest_per_pair(store.measurements(include_pending=True))
+    wanted = all_pairs(order)
+    fresh = {
+        p for p in wanted if freshness_s > 0 and p in known and known[p].age_s(now) < freshness_s
+    }
+    todo = [p for p in wanted if p not in fresh]
+    rate_of, price_of = _cost_functions(profile, budget_usd)
+    estimate = estimate_cost(todo, duration_s, rate_of, price_of)
+    rounds = schedule_rounds(order, todo, exclusive=exclusive)
+    return _Prepared(order, store, fresh, todo, rounds, estimate, profile)
+
+
+def plan_run(
+    regions: Sequence[str],
+    *,
+    connections: int = DEFAULT_CONNECTIONS,
+    duration_s: float = DEFAULT_SECONDS,
+    budget_usd: float | None = None,
+    store_uri: str,
+    store_options: Mapping[str, Any] | None = None,
+    freshness_s: float = 0.0,
+    exclusive: bool = False,
+    profile: Any = None,
+    **_ignored: Any,
+) -> dict[str, Any]:
+    """What ``refresh_grid`` would do (pairs, rounds, estimate), without provisioning."""
+    prep = _prepare(
+        regions,
+        connections,
+        duration_s,
+        store_uri,
+        store_options,
+        freshness_s,
+        exclusive,
+        profile,
+        budget_usd,
+    )
+    return {
+        "regions": prep.order,
+        "pairs": len(prep.todo),
+        "skipped_fresh": len(prep.fresh),
+        "rounds": len(prep.rounds),
+        "schedule": [[list(p) for p in rnd] for rnd in prep.rounds],
+        "estimate_gb": round(prep.estimate.total_gb, 6),
+        "estimate_usd": round(prep.estimate.total_usd, 6),
+        "budget_usd": budget_usd,
+        "within_budget": budget_usd is None or prep.estimate.total_usd <= budget_usd,
+    }
+
+
 def refresh_grid(
     regions: Sequence[str],
     *,
@@ -170,27 +252,31 @@ def refresh_grid(
     also when the run fails or is interrupted half-way.
     """
     started = time.monotonic()
-    order = _validate(regions, connections, duration_s)
     options = dict(backend_options or {})
     run_id = run_id or new_run_id()
     emit = progress or (lambda event: None)
-    store = GridStore(store_uri, store_options)
-    if profile is None:
-        from skyplane_ops.profiles import load_default_profile
-
-        profile = load_default_profile()
-
-    now = utcnow()
-    known = latest_per_pair(store.measurements(include_pending=True))
+    prep = _prepare(
+        regions,
+        connections,
+        duration_s,
+        store_uri,
+        store_options,
+        freshness_s,
+        exclusive,
+        profile,
+        budget_usd,
+    )
+    check_budget(prep.estimate, budget_usd)
+    order, store, fresh, todo, rounds, estimate, profile = (
+        prep.order,
+        prep.store,
+        prep.fresh,
+        prep.todo,
+        prep.rounds,
+        prep.estimate,
+        prep.profile,
+    )
     wanted = all_pairs(order)
-    fresh = {
-        p for p in wanted if freshness_s > 0 and p in known and known[p].age_s(now) < freshness_s
-    }
-    todo = [p for p in wanted if p not in fresh]
-    rate_of, price_of = _cost_functions(profile, budget_usd)
-    estimate = estimate_cost(todo, duration_s, rate_of, price_of)
-    check_budget(estimate, budget_usd)
-    rounds = schedule_rounds(order, todo, exclusive=exclusive)
     result = RefreshResult(
         run_id=run_id,
         store_uri=store_uri,

@@ -136,6 +136,12 @@ def _open_blobs(location: str, options: Mapping[str, Any]) -> _Blobs:
     return _ObjectBlobs(location, options)
 
 
+def default_store_uri() -> str:
+    """Where grids live when no ``--store`` is given: ``$SKYPLANE_OPS_HOME/grid``."""
+    home = os.environ.get("SKYPLANE_OPS_HOME") or str(Path.home() / ".skyplane-ops")
+    return str(Path(home) / "grid")
+
+
 def new_version_id(now: datetime | None = None) -> str:
     """A sortable, unique version name such as ``v20261122T013000123456Z-1a2b3c``."""
     stamp = (now or utcnow()).astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -370,6 +376,22 @@ class GridStore:
             )
             for src, dst in sorted(set(a) | set(b))
         ]
+
+    def export(self, path: str, version: str | None = None) -> int:
+        """Write the latest row per pair as a measured-grid file (.parquet or .csv) that
+        ``skyplane-ops plan --measured-grid`` and ``load_measured_grid`` read; returns rows."""
+        rows = sorted(self.latest(version).values(), key=lambda r: (r.src, r.dst))
+        table = to_table(rows)
+        try:
+            if path.endswith(".csv"):
+                import pyarrow.csv as pacsv
+
+                pacsv.write_csv(table, path)
+            else:
+                pq.write_table(table, path)
+        except (OSError, pa.ArrowException) as exc:
+            raise GridStoreError(f"cannot write {path}: {exc}") from exc
+        return len(rows)
 
     def iter_history(self) -> Iterator[tuple[str, list[Measurement]]]:
         for version in self.versions():
