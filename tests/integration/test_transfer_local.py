@@ -213,7 +213,7 @@ def test_source_changed_during_transfer_is_detected(dirs: tuple[Path, Path, Path
 
 
 def test_missing_source_is_a_clear_error(dirs: tuple[Path, Path, Path]) -> None:
-    _, dst, journal = dirs
+    _, dst, _journal = dirs
     plan = make_plan([SRC, DST])
     with local_fleet(plan, hooks=False) as (_, fleet), pytest.raises(TransferError) as err:
         run_transfer(plan, fleet, "file:///nonexistent/skyplane-src", f"file://{dst}")
@@ -221,7 +221,7 @@ def test_missing_source_is_a_clear_error(dirs: tuple[Path, Path, Path]) -> None:
 
 
 def test_empty_prefix_is_a_clear_error(dirs: tuple[Path, Path, Path]) -> None:
-    src, dst, journal = dirs
+    src, dst, _journal = dirs
     write_dataset(src, {"data/a": 10})
     plan = make_plan([SRC, DST])
     with local_fleet(plan, hooks=False) as (_, fleet), pytest.raises(TransferError) as err:
@@ -256,7 +256,7 @@ def test_unwritable_destination_is_a_clear_error(
 
 
 def test_plan_with_regions_the_fleet_lacks(dirs: tuple[Path, Path, Path]) -> None:
-    src, dst, journal = dirs
+    src, dst, _journal = dirs
     write_dataset(src, {"a": 10})
     with local_fleet(make_plan([SRC, DST]), hooks=False) as (_, fleet):
         other = make_plan([SRC, "test:elsewhere", DST])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ def make_plan(*paths: Sequence[str], shares: Sequence[float] | None = None) -> T
     shares = shares or [1.0 / len(paths)] * len(paths)
     hops = {}
     for path in paths:
-        for u, v in zip(path, path[1:], strict=False):
+        for u, v in itertools.pairwise(path):
             hops[(u, v)] = Hop(u, v, 1.0, 4)
     vms = {r: 1 for p in paths for r in p}
     return TransferPlan(
