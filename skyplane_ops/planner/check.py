@@ -1,0 +1,83 @@
+"""Independent check of a plan against its problem: every rule of the model, re-derived from
+the plan's paths and hops (not from the solver), so tests and callers can trust a plan."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.planner.problem import BITS_PER_BYTE, Problem
+
+
+def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5) -> list[str]:
+    """Every broken rule, as text; an empty list means the plan is valid for the problem."""
+    bad: list[str] = []
+    t = plan.predicted_gbps
+    slack = rel_tol * max(1.0, t)
+
+    def over(value: float, limit: float, what: str) -> None:
+        if value > limit + rel_tol * max(1.0, abs(limit)):
+            bad.append(f"{what}: {value:.6g} > {limit:.6g}")
+
+    # Paths: each destination receives exactly T, shares add up to 1.
+    edge_flow: dict[tuple[str, str], float] = defaultdict(float)
+    for dst in problem.dsts:
+        mine = [p for p in plan.paths if p.regions[-1] == dst]
+        total = sum(p.gbps for p in mine)
+        if abs(total - t) > slack:
+            bad.append(f"{dst} receives {total:.6g} Gbps, not {t:.6g}")
+        if abs(sum(p.share for p in mine) - 1.0) > rel_tol * 10:
+            bad.append(f"shares to {dst} add up to {sum(p.share for p in mine):.6g}")
+    for path in plan.paths:
+        if path.regions[0] != problem.src or len(set(path.regions)) != len(path.regions):
+            bad.append(f"path {path.regions} does not start at the source or repeats a region")
+        if len(path.regions) - 2 > problem.max_relays:
+            bad.append(f"path {path.regions} has more than {problem.max_relays} relays")
+        for u, v in zip(path.regions, path.regions[1:], strict=False):
+            edge_flow[(u, v)] += path.gbps
+    hops = {(h.src, h.dst): h for h in plan.hops}
+    if set(hops) != set(edge_flow):
+        bad.append("hops do not match the edges of the paths")
+    c, m = float(problem.conns_measured), float(problem.max_conns_per_vm)
+    for (u, v), f in edge_flow.items():
+        hop = hops.get((u, v))
+        if hop is not None:
+            if abs(hop.gbps - f) > slack:
+                bad.append(f"hop {u}->{v} carries {hop.gbps:.6g}, paths say {f:.6g}")
+            over(f, problem.gbps(u, v) * hop.connections / c, f"hop {u}->{v} flow vs its conns")
+    # Conservation and per-region caps.
+    egress: dict[str, float] = defaultdict(float)
+    ingress: dict[str, float] = defaultdict(float)
+    conn_out: dict[str, float] = defaultdict(float)
+    conn_in: dict[str, float] = defaultdict(float)
+    for (u, v), f in edge_flow.items():
+        egress[u] += f
+        ingress[v] += f
+        conn_out[u] += c * f / problem.gbps(u, v)
+        conn_in[v] += c * f / problem.gbps(u, v)
+    for u in set(egress) | set(ingress) | {problem.src, *problem.dsts}:
+        net = egress[u] - ingress[u]
+        want = len(problem.dsts) * t if u == problem.src else -t if u in problem.dsts else 0.0
+        if abs(net - want) > slack * len(problem.dsts):
+            bad.append(f"flow not conserved at {u}: out - in = {net:.6g}, expected {want:.6g}")
+        spec, n = problem.regions[u], plan.vms.get(u, 0)
+        if (u == problem.src or u in problem.dsts) and n < 1:
+            bad.append(f"{u} needs a VM")
+        over(n, spec.max_vms, f"VMs in {u}")
+        over(egress[u], spec.egress_cap_gbps * n, f"egress of {u}")
+        over(ingress[u], spec.ingress_cap_gbps * n, f"ingress of {u}")
+        over(conn_out[u], m * n, f"connections out of {u}")
+        over(conn_in[u], m * n, f"connections into {u}")
+    # Cost accounting.
+    if t > 0:
+        per_gb = sum(problem.price(u, v) * f / t for (u, v), f in edge_flow.items())
+        egress_usd = problem.volume_gb * per_gb
+        seconds = BITS_PER_BYTE * problem.volume_gb / t + problem.provisioning_seconds
+        vm_usd = (
+            sum(problem.regions[u].vm_usd_per_second * n for u, n in plan.vms.items()) * seconds
+        )
+        if abs(egress_usd - plan.egress_cost_usd) > 1e-6 * max(1.0, egress_usd):
+            bad.append(f"egress cost {plan.egress_cost_usd:.6g} != {egress_usd:.6g}")
+        if abs(vm_usd - plan.vm_cost_usd) > 1e-6 * max(1.0, vm_usd):
+            bad.append(f"VM cost {plan.vm_cost_usd:.6g} != {vm_usd:.6g}")
+    return bad

@@ -1,0 +1,71 @@
+"""``skyplane-ops plan`` end to end through ``cli.main`` on the shipped default profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skyplane_ops.cli import main
+from skyplane_ops.planner import TransferPlan
+
+SRC, DST = "azure:canadacentral", "gcp:asia-northeast1"
+
+
+def test_plan_json_round_trips_and_plot_is_a_png(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "frontier.png"
+    argv = ["plan", "--src", SRC, "--dst", DST, "--volume-gb", "100"]
+    argv += ["--min-throughput-gbps", "12", "--max-vms", "1", "--json", "--plot", str(png)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    plan = TransferPlan.from_json(out)
+    assert plan.src == SRC and plan.dsts == (DST,)
+    assert plan.predicted_gbps == pytest.approx(12.0)
+    assert plan.baseline is not None and plan.baseline["predicted_gbps"] < 12.0
+    assert len(plan.paths) >= 2  # one VM per region: the direct path alone cannot do 12 Gbps
+    assert json.loads(out)["total_cost_usd"] == pytest.approx(plan.total_cost_usd)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(plan.details["frontier"]) == 40
+
+
+def test_plan_text_mermaid_and_default_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--src", "canadacentral", "--dst", DST, "--volume-gb", "100", "--mermaid"]
+    assert main([*argv, "--max-vms", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Objective: max throughput s.t. cost <=" in out and "default" in out
+    assert "direct (2 VM/region)" in out
+    assert "```mermaid\ngraph LR" in out
+
+
+def test_plan_lp_and_deadline_and_cost_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--src", SRC, "--dst", DST, "--volume-gb", "1000", "--max-vms", "2", "--json"]
+    assert main([*base, "--deadline-seconds", "900", "--lp"]) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    assert plan.solver_status == "LP_ROUNDED" and "gap_to_milp" in plan.details
+    assert plan.details["transfer_seconds"] <= 900 + 1e-6
+    assert main([*base, "--max-cost-usd", "120"]) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    assert plan.mode == "max_throughput" and plan.total_cost_usd <= 120 + 1e-6
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dst", "gcp:asia-northeast9"], "unknown region 'gcp:asia-northeast9'; did you mean"),
+        (["--dst", DST, "--min-throughput-gbps", "5000"], "most this problem allows is"),
+        (["--dst", DST, "--max-cost-usd", "0.01"], "cheapest plan costs about $"),
+        (["--dst", DST, "--max-vms", "0"], "--max-vms must be at least 1"),
+        (["--dst", SRC], "also a destination"),
+        (["--dst", DST, "--deadline-seconds", "10"], "deadline 10 s leaves no time"),
+    ],
+)
+def test_plan_errors_are_one_line(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--src", SRC, "--volume-gb", "100", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err

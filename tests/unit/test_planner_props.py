@@ -1,0 +1,74 @@
+"""Property test: on random small grids every plan obeys the model, and mode (b) at a mode-(a)
+plan's cost is at least as fast as that plan."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from skyplane_ops.errors import InfeasibleError
+from skyplane_ops.planner import Problem, RegionSpec, max_throughput_gbps, solve_plan
+from skyplane_ops.planner.check import plan_violations
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> Problem:
+    n = draw(st.integers(3, 5))
+    names = [f"r{i}" for i in range(n)]
+    providers = ("aws", "azure", "gcp")
+    regions = {}
+    for name in names:
+        provider = draw(st.sampled_from(providers))
+        regions[name] = RegionSpec(
+            id=name,
+            provider=provider,
+            vm_usd_per_hour=draw(st.sampled_from([0.5, 1.536, 3.0])),
+            egress_cap_gbps=draw(st.sampled_from([2.0, 5.0, 7.0, 16.0])),
+            ingress_cap_gbps=draw(st.sampled_from([5.0, 10.0, 16.0])),
+            max_vms=draw(st.integers(1, 3)),
+        )
+    grid = {}
+    prices = {}
+    for u in names:
+        for v in names:
+            if u != v and draw(st.booleans() | st.just(True)):
+                grid[(u, v)] = draw(st.floats(0.2, 12.0))
+                prices[(u, v)] = draw(st.sampled_from([0.0, 0.01, 0.02, 0.05, 0.09]))
+    grid.setdefault(("r0", "r1"), 1.0)
+    prices.setdefault(("r0", "r1"), 0.02)
+    dsts = ("r1", "r2") if draw(st.booleans()) and n >= 4 else ("r1",)
+    return Problem(
+        src="r0",
+        dsts=dsts,
+        volume_gb=draw(st.sampled_from([10.0, 100.0, 1000.0])),
+        regions=regions,
+        throughput=grid,
+        egress_usd_per_gb=prices,
+        conns_measured=64,
+        max_conns_per_vm=draw(st.sampled_from([32, 64, 128])),
+        provisioning_seconds=draw(st.sampled_from([0.0, 60.0])),
+        max_relays=draw(st.sampled_from([1, 2])),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems(), fraction=st.floats(0.05, 1.0))
+def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
+    problem: Problem, fraction: float
+) -> None:
+    try:
+        tmax = max_throughput_gbps(problem)
+    except InfeasibleError:
+        return  # a destination without any path: nothing to plan
+    assert tmax > 0
+    a_problem = problem.with_objective("min_cost", tmax * fraction)
+    a = solve_plan(a_problem)
+    assert plan_violations(a_problem, a) == []
+    assert a.predicted_gbps == pytest.approx(tmax * fraction)
+    b_problem = problem.with_objective("max_throughput", a.total_cost_usd * (1 + 1e-9))
+    b = solve_plan(b_problem)
+    assert plan_violations(b_problem, b) == []
+    assert b.total_cost_usd <= a.total_cost_usd * (1 + 1e-6)
+    assert b.predicted_gbps >= a.predicted_gbps * (1 - 2e-3)
+    assert b.predicted_gbps <= tmax * (1 + 1e-6)
