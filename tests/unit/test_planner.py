@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -115,7 +116,7 @@ def test_both_modes_agree_with_the_frontier() -> None:
         b = solve_plan(problem.with_objective("max_throughput", point.cost_usd * (1 + 1e-9)))
         assert b.predicted_gbps >= point.gbps * (1 - 1e-3)
     pareto = [p for p in frontier if p.pareto]
-    assert pareto and all(x.cost_usd < y.cost_usd for x, y in zip(pareto, pareto[1:], strict=False))
+    assert pareto and all(x.cost_usd < y.cost_usd for x, y in itertools.pairwise(pareto))
 
 
 def test_baselines_direct_and_ron() -> None:
