@@ -1,0 +1,246 @@
+"""The high-level Python API: plan, provision, transfer, deprovision, copy.
+
+This is the one surface the faces (CLI, Airflow, Dagster) build on, so that every feature lives
+in the core first and the integrations stay thin adapters. Every function takes and returns
+small JSON-friendly objects (``TransferPlan``, ``GatewayFleet``, ``TransferResult``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.transfer import ProgressCallback, TransferResult
+
+# Gateways per region the local backend starts at most: one machine gains nothing from more
+# processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
+LOCAL_MAX_GATEWAYS_PER_REGION = 1
+
+
+def new_transfer_id(prefix: str = "sk") -> str:
+    """A short unique id that tags every resource of one transfer."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def plan(
+    src_region: str,
+    dst_regions: str | Sequence[str],
+    volume_gb: float,
+    *,
+    min_throughput_gbps: float | None = None,
+    max_cost_usd: float | None = None,
+    deadline_seconds: float | None = None,
+    max_vms_per_region: int | None = None,
+    max_connections_per_vm: int | None = None,
+    max_relays: int = 1,
+    profile_overrides: str | None = None,
+    measured_grid: str | None = None,
+    gcp_tier: str = "premium",
+    frontier_points: int = 0,
+) -> TransferPlan:
+    """Plan a transfer on the default profile (plus overrides / a measured grid).
+
+    At most one bound may be given; with none, the planner's default applies (the fastest plan
+    that costs no more than the direct path). Raises ``UnknownRegionError``,
+    ``InfeasibleError`` or ``PlanningError``.
+    """
+    from skyplane_ops.errors import PlanningError
+    from skyplane_ops.planner import plan_transfer
+    from skyplane_ops.planner.problem import Objective, build_problem
+    from skyplane_ops.profiles import load_profile
+
+    bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
+    if len(bounds) > 1:
+        raise PlanningError(
+            "give at most one of min_throughput_gbps, max_cost_usd and deadline_seconds"
+        )
+    profile = load_profile(
+        overrides=profile_overrides, measured_grid=measured_grid, gcp_tier=gcp_tier
+    )
+    objective: Objective = "max_throughput" if max_cost_usd is not None else "min_cost"
+    bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
+    problem = build_problem(
+        profile,
+        src_region,
+        dst_regions,
+        max(volume_gb, 1e-6),
+        objective=objective,
+        bound=bound,
+        deadline_seconds=deadline_seconds,
+        max_vms=max_vms_per_region,
+        max_conns_per_vm=max_connections_per_vm,
+        max_relays=max_relays,
+    )
+    return plan_transfer(problem, frontier_points=frontier_points)
+
+
+def vms_for(
+    plan_or_vms: TransferPlan | Mapping[str, int], *, max_per_region: int | None = None
+) -> dict[str, int]:
+    """Gateways to start per region: every region on a path of the plan, at least one each."""
+    if isinstance(plan_or_vms, TransferPlan):
+        used = {r for p in plan_or_vms.paths for r in p.regions}
+        used |= {plan_or_vms.src, *plan_or_vms.dsts}
+        vms = {r: max(1, int(plan_or_vms.vms.get(r, 1))) for r in used}
+    else:
+        vms = {r: int(n) for r, n in plan_or_vms.items()}
+    if max_per_region is not None:
+        vms = {r: min(n, max_per_region) for r, n in vms.items()}
+    return vms
+
+
+def provision(
+    plan_or_vms: TransferPlan | Mapping[str, int],
+    *,
+    backend: str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    transfer_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    max_per_region: int | None = None,
+) -> GatewayFleet:
+    """Start gateways for every region of the plan; cleans up its own partial state on error.
+
+    The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
+    ``max_per_region`` says otherwise.
+    """
+    from skyplane_ops.provision import get_provisioner
+
+    if max_per_region is None and backend == "local":
+        max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
+    provisioner = get_provisioner(backend, **dict(backend_options or {}))
+    return provisioner.provision(
+        vms_for(plan_or_vms, max_per_region=max_per_region),
+        transfer_id=transfer_id or new_transfer_id(),
+        tags=dict(tags or {}),
+    )
+
+
+def transfer(
+    plan: TransferPlan,
+    fleet: GatewayFleet,
+    src_uri: str,
+    dst_uri: str,
+    *,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    journal_dir: str | None = None,
+    sync: bool = False,
+    progress: ProgressCallback | None = None,
+    **engine_options: Any,
+) -> TransferResult:
+    """Run the transfer on the fleet along the plan and verify it.
+
+    Re-running with the same ``journal_dir`` resumes: only chunks not yet written are sent.
+    ``engine_options`` go to ``skyplane_ops.transfer.run_transfer`` (part_size, verify,
+    dispatch).
+    """
+    from skyplane_ops.transfer import run_transfer
+
+    return run_transfer(
+        plan,
+        fleet,
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        include=include,
+        exclude=exclude,
+        journal_dir=journal_dir,
+        sync=sync,
+        progress=progress,
+        **engine_options,
+    )
+
+
+def deprovision(
+    fleet: GatewayFleet | None = None,
+    *,
+    backend: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+    transfer_id: str | None = None,
+) -> list[str]:
+    """Delete a fleet, or (with no fleet) every leftover tagged with ``transfer_id``.
+
+    Idempotent: deleting what is already gone is not an error. Returns what was deleted when
+    sweeping by tag (an empty list after deleting a known fleet).
+    """
+    from skyplane_ops.errors import ProvisionError
+    from skyplane_ops.provision import get_provisioner
+
+    name = backend or (fleet.backend if fleet is not None else None)
+    if name is None:
+        raise ProvisionError("deprovision needs a fleet or a backend name")
+    provisioner = get_provisioner(name, **dict(backend_options or {}))
+    if fleet is not None:
+        provisioner.deprovision(fleet)
+        return []
+    if transfer_id is None:
+        raise ProvisionError("deprovision needs a fleet or a transfer_id to sweep by tag")
+    return provisioner.sweep(transfer_id=transfer_id)
+
+
+def source_volume_gb(
+    src_uri: str,
+    *,
+    src_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> float:
+    """Size of what a transfer of ``src_uri`` would copy, in GB (for planning)."""
+    from gateway_agent.synthetic import open_any_store
+    from skyplane_ops.errors import TransferError
+    from skyplane_ops.transfer.manifest import list_source
+
+    try:
+        store = open_any_store(src_uri, dict(src_options or {}))
+    except Exception as exc:
+        raise TransferError(f"cannot open source {src_uri}: {exc}") from exc
+    return sum(o.size for o in list_source(store, src_uri, include, exclude)) / 1e9
+
+
+def copy(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    src_region: str,
+    dst_region: str,
+    backend: str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    plan_options: Mapping[str, Any] | None = None,
+    transfer_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    **transfer_options: Any,
+) -> TransferResult:
+    """Plan, provision, transfer and always deprovision, in one call."""
+    volume_gb = source_volume_gb(src_uri, src_options=src_options, include=include, exclude=exclude)
+    the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
+    fleet = provision(
+        the_plan,
+        backend=backend,
+        backend_options=backend_options,
+        transfer_id=transfer_id,
+        tags=tags,
+    )
+    try:
+        return transfer(
+            the_plan,
+            fleet,
+            src_uri,
+            dst_uri,
+            src_options=src_options,
+            dst_options=dst_options,
+            include=include,
+            exclude=exclude,
+            **transfer_options,
+        )
+    finally:
+        deprovision(fleet, backend_options=backend_options)
