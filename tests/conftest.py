@@ -7,6 +7,7 @@ pytest_plugins = [
     "tests.fixtures.ports",
     "tests.fixtures.sshd",
     "tests.fixtures.emulators",
+    "tests.fixtures.airflow_env",
 ]
 
 # Make every test run hermetic with respect to user configuration.

@@ -154,16 +154,10 @@ class _Cancelled(Exception):
     """Raised in the driver's main thread when it receives SIGTERM."""
 
 
-def _scalars(progress: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep counters only: progress callbacks must not grow the status file with key lists."""
-    return {
-        str(k): v for k, v in progress.items() if isinstance(v, int | float | str | bool | None)
-    }
-
-
 def run(spec: Mapping[str, Any]) -> int:
     """Run the transfer described by ``spec`` and keep ``status_path`` current."""
     from skyplane_ops import api
+    from skyplane_ops.airflow.summaries import progress_counters
     from skyplane_ops.errors import SkyplaneOpsError
     from skyplane_ops.planner.plan import TransferPlan
     from skyplane_ops.provision.fleet import GatewayFleet
@@ -172,7 +166,7 @@ def run(spec: Mapping[str, Any]) -> int:
     base = {"transfer_id": spec["transfer_id"], "pid": os.getpid()}
     last_write = 0.0
 
-    def progress(update: Mapping[str, Any]) -> None:
+    def progress(update: Any) -> None:
         nonlocal last_write
         now = time.monotonic()
         if now - last_write >= 0.5:
@@ -183,7 +177,7 @@ def run(spec: Mapping[str, Any]) -> int:
                     **base,
                     "state": "running",
                     "updated_at": time.time(),
-                    "progress": _scalars(update),
+                    "progress": progress_counters(update),
                 },
             )
 

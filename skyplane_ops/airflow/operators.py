@@ -25,6 +25,7 @@ from skyplane_ops.airflow.summaries import (
     bounded,
     fleet_reference,
     plan_summary,
+    progress_counters,
     transfer_summary,
 )
 from skyplane_ops.airflow.triggers import SkyplaneTransferTrigger
@@ -416,14 +417,11 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
             return None
         last = [0.0]
 
-        def progress(update: Mapping[str, Any]) -> None:
+        def progress(update: Any) -> None:
             now = time.monotonic()
             if now - last[0] >= 5.0:
                 last[0] = now
-                counters = {
-                    k: v for k, v in update.items() if isinstance(v, int | float | str | bool)
-                }
-                self.log.info("progress: %s", counters)
+                self.log.info("progress: %s", progress_counters(update))
 
         result = self.hook.transfer(
             plan,

@@ -7,6 +7,7 @@ if a core object grows a long list one day.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -134,4 +135,20 @@ def asset_metadata(summary: Mapping[str, Any]) -> dict[str, Any]:
         "route": summary.get("route"),
         "verified": _pick(summary, "verified", "verification"),
         "plan_uri": summary.get("plan_uri"),
+    }
+
+
+def progress_counters(update: Any) -> dict[str, Any]:
+    """Scalar counters of a progress sample (a mapping or the core's ``Progress`` dataclass).
+
+    Only scalars: a progress sample must never carry key lists into logs or status files.
+    """
+    if dataclasses.is_dataclass(update) and not isinstance(update, type):
+        items = dataclasses.asdict(update)
+    elif isinstance(update, Mapping):
+        items = dict(update)
+    else:
+        items = dict(getattr(update, "__dict__", {}))
+    return {
+        str(k): v for k, v in items.items() if isinstance(v, int | float | str | bool) or v is None
     }
