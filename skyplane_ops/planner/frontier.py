@@ -16,6 +16,7 @@ from skyplane_ops.planner.evaluate import build_plan
 from skyplane_ops.planner.formulation import PathModel
 from skyplane_ops.planner.paths import CandidatePath
 from skyplane_ops.planner.problem import Problem
+from skyplane_ops.planner.prune import prune_dominated_relays
 from skyplane_ops.planner.solve import max_throughput_gbps, usable_paths
 
 #: Relative cost difference under which two frontier points count as equally cheap.
@@ -52,6 +53,7 @@ def pareto_frontier(
         raise ValueError("a frontier needs at least one point")
     paths = usable_paths(problem) if paths is None else paths
     tmax = max_throughput_gbps(problem, paths) if tmax is None else tmax
+    paths = prune_dominated_relays(problem, paths, tmax)
     model = PathModel(problem.with_objective("min_cost", None), paths)
     raw: list[FrontierPoint] = []
     endpoints = {problem.src, *problem.dsts}

@@ -13,6 +13,7 @@ from skyplane_ops.planner.formulation import PathModel, Solution
 from skyplane_ops.planner.paths import CandidatePath, candidate_paths
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.planner.problem import InvalidProblemError, Problem
+from skyplane_ops.planner.prune import prune_dominated_relays
 
 #: Relative precision of the lowest feasible cost reported when a ceiling is infeasible.
 CHEAPEST_REL_TOL = 0.002
@@ -98,19 +99,21 @@ def solve_milp(
     if problem.objective == "min_cost":
         if problem.bound is None:
             raise InvalidProblemError("minimising cost needs a throughput floor")
-        model = PathModel(problem, paths, solver=solver)
+        kept = prune_dominated_relays(problem, paths, problem.bound)
+        model = PathModel(problem, kept, solver=solver)
         model.set_floor(problem.bound)
         solution = model.solve()
         if solution is None:
             raise _floor_infeasible(problem, problem.bound, paths)
-        return solution, paths, None
+        return solution, kept, None
     tmax = max_throughput_gbps(problem, paths)
+    full, paths = paths, prune_dominated_relays(problem, paths, tmax)
     model = PathModel(problem, paths, tmax=tmax, solver=solver)
     model.set_ceiling(problem.bound)
     solution = model.solve()
     if solution is None:
         assert problem.bound is not None  # without a ceiling, Tmax is always feasible
-        raise _ceiling_infeasible(problem, problem.bound, paths, tmax)
+        raise _ceiling_infeasible(problem, problem.bound, full, tmax)
     return solution, paths, tmax
 
 
@@ -159,6 +162,8 @@ def solve_lp_plan(problem: Problem, compare_milp: bool = True) -> TransferPlan:
     if problem.bound is None:
         raise InvalidProblemError("the problem needs a bound (throughput floor or cost ceiling)")
     tmax = None if problem.objective == "min_cost" else max_throughput_gbps(problem, paths)
+    full = paths
+    paths = prune_dominated_relays(problem, paths, problem.bound if tmax is None else tmax)
     relaxed = PathModel(problem, paths, relax=True, tmax=tmax)
     if problem.objective == "min_cost":
         relaxed.set_floor(problem.bound)
@@ -167,9 +172,9 @@ def solve_lp_plan(problem: Problem, compare_milp: bool = True) -> TransferPlan:
     lp = relaxed.solve()
     if lp is None:
         if problem.objective == "min_cost":
-            raise _floor_infeasible(problem, problem.bound, paths)
+            raise _floor_infeasible(problem, problem.bound, full)
         assert tmax is not None
-        raise _ceiling_infeasible(problem, problem.bound, paths, tmax)
+        raise _ceiling_infeasible(problem, problem.bound, full, tmax)
     endpoints = {problem.src, *problem.dsts}
     roundings = ("up",) if problem.objective == "min_cost" else ("down", "up")
     best: Solution | None = None
