@@ -1,0 +1,486 @@
+"""The ``netns`` backend: an emulated multi-region WAN on one Linux host (root only).
+
+Every region is a network namespace ``skyplane-ops.<transfer_id>.r<i>`` with one "region
+address" ``10.77.255.<i+1>`` on its loopback. Every pair of regions gets its own veth link
+(``10.77.<k>.0/30``) shaped with ``tc tbf`` on BOTH ends (tbf shapes egress only): the end in
+region a sends at grid[a->b] * scale, the end in b at grid[b->a] * scale. Host routes send each
+pair's traffic over its own link, so an overlay path A->C->B really crosses two links. The
+control plane (root namespace) reaches every region over an unshaped management veth
+(``10.77.254.<4i>/30``). The 10.77.0.0/16 addresses exist only inside these namespaces and on
+the management veths, which are all deleted on tear-down.
+
+Added one-way delay (the kernel here has no netem) comes from ``wanrelay``: a userspace relay
+in the sending namespace that the pair's traffic is redirected through with an iptables
+``REDIRECT`` rule. Gateways are the real agent, started with ``ip netns exec``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import records
+from skyplane_ops.provision.bundle import build_bundle
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.secrets import (
+    check_transfer_id,
+    create_secret,
+    delete_secret,
+    private_dir,
+    secret_bytes,
+)
+
+log = logging.getLogger(__name__)
+
+NS_PREFIX = "skyplane-ops."
+MAX_REGIONS = 60
+_NS_NAME = re.compile(r"^skyplane-ops\.(?P<tid>[A-Za-z0-9_-]+)\.r(?P<idx>\d+)$")
+_ROOT_VETH = re.compile(r"^sm(?P<h>[0-9a-f]{6})(?P<idx>\d+)$")
+
+Grid = Mapping[tuple[str, str], float] | Mapping[str, float]
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise ProvisionError("the netns backend needs root (network namespaces, veth and tc)")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise ProvisionError(f"the netns backend needs '{tool}' (apt-get install iproute2)")
+
+
+def _short(transfer_id: str) -> str:
+    return hashlib.sha1(transfer_id.encode()).hexdigest()[:6]
+
+
+def _sh(*argv: str, ns: str | None = None, check: bool = True) -> str:
+    cmd = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise ProvisionError(f"'{' '.join(cmd)}' failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _normalise_grid(grid: Grid) -> dict[tuple[str, str], float]:
+    """Accept {(a, b): gbps} or {"a->b": gbps}."""
+    out: dict[tuple[str, str], float] = {}
+    for key, value in grid.items():
+        if isinstance(key, str):
+            a, sep, b = key.partition("->")
+            if not sep:
+                raise ProvisionError(f"grid key {key!r} is not 'SRC->DST'")
+            out[(a.strip(), b.strip())] = float(value)
+        else:
+            out[(key[0], key[1])] = float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Link:
+    """A shaped veth link between regions a (index i) and b (index j), i < j."""
+
+    a: str
+    b: str
+    index: int
+    mbit_ab: float
+    mbit_ba: float
+    delay_ms: float = 0.0
+
+    @property
+    def addr_a(self) -> str:
+        return f"10.77.{self.index}.1"
+
+    @property
+    def addr_b(self) -> str:
+        return f"10.77.{self.index}.2"
+
+
+def tbf_args(mbit: float) -> list[str]:
+    """tbf parameters: burst above the MTU and ~4 ms of tokens; a queue of ~50 ms."""
+    rate_bytes = mbit * 1e6 / 8
+    burst = max(32 * 1024, int(rate_bytes / 250))
+    limit = burst + int(rate_bytes * 0.05)
+    return ["rate", f"{mbit:g}mbit", "burst", str(burst), "limit", str(limit)]
+
+
+@dataclass
+class Testbed:
+    """Namespaces, links, shaping and routes of one emulated WAN; no gateways."""
+
+    __test__ = False  # not a pytest test class despite its name
+
+    transfer_id: str
+    regions: list[str]
+    links: list[Link]
+    relays: list[int] = field(default_factory=list)  # pids of delay relays
+
+    # -------------------------------------------------------------- naming
+
+    def index(self, region: str) -> int:
+        return self.regions.index(region)
+
+    def namespace(self, region: str) -> str:
+        return f"{NS_PREFIX}{self.transfer_id}.r{self.index(region)}"
+
+    def address(self, region: str) -> str:
+        """The region's address, reachable from the root namespace and from every peer."""
+        return f"10.77.255.{self.index(region) + 1}"
+
+    def _veth(self, link: Link, end: str) -> str:
+        i, j = self.index(link.a), self.index(link.b)
+        return f"sl{i}-{j}{end}"
+
+    def _root_veth(self, i: int) -> str:
+        return f"sm{_short(self.transfer_id)}{i}"
+
+    def exec_argv(self, region: str, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(region), *argv]
+
+    def link(self, a: str, b: str) -> Link:
+        for link in self.links:
+            if {link.a, link.b} == {a, b}:
+                return link
+        raise KeyError((a, b))
+
+    def shaped_mbit(self, a: str, b: str) -> float:
+        link = self.link(a, b)
+        return link.mbit_ab if link.a == a else link.mbit_ba
+
+    # -------------------------------------------------------------- build / tear down
+
+    @classmethod
+    def plan(
+        cls,
+        transfer_id: str,
+        regions: Sequence[str],
+        grid: Grid,
+        *,
+        scale: float = 0.1,
+        default_gbps: float | None = None,
+        delay_ms: Mapping[tuple[str, str], float] | None = None,
+    ) -> Testbed:
+        """Decide links and rates (grid Gbps * scale -> Mbit/s) without touching the system."""
+        check_transfer_id(transfer_id)
+        regions = list(dict.fromkeys(regions))
+        if not 1 <= len(regions) <= MAX_REGIONS:
+            raise ProvisionError(f"the netns testbed needs 1..{MAX_REGIONS} regions")
+        rates = _normalise_grid(grid)
+        delays = {frozenset(k): v for k, v in (delay_ms or {}).items()}
+
+        def mbit(a: str, b: str) -> float:
+            gbps = rates.get((a, b), rates.get((b, a), default_gbps))
+            if gbps is None or gbps <= 0:
+                raise ProvisionError(f"the throughput grid has no rate for {a} -> {b}")
+            return gbps * 1000 * scale
+
+        links = [
+            Link(a, b, k + 1, mbit(a, b), mbit(b, a), delays.get(frozenset((a, b)), 0.0))
+            for k, (a, b) in enumerate(combinations(regions, 2))
+        ]
+        if len(links) > 250:
+            raise ProvisionError("too many region pairs for the 10.77.0.0/16 testbed plan")
+        return cls(transfer_id, regions, links)
+
+    def build(self) -> None:
+        """Create everything; on failure remove what was created, then raise."""
+        require_root()
+        taken = _sh("ip", "-4", "route", "show", "root", "10.77.255.0/24")
+        if taken.strip():
+            raise ProvisionError(
+                "another netns testbed is up (routes to 10.77.255.0/24 exist); "
+                "run 'skyplane-ops deprovision --backend netns --all' first"
+            )
+        try:
+            self._build()
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _build(self) -> None:
+        for i, region in enumerate(self.regions):
+            ns = self.namespace(region)
+            _sh("ip", "netns", "add", ns)
+            _sh("ip", "link", "set", "lo", "up", ns=ns)
+            _sh("ip", "addr", "add", f"{self.address(region)}/32", "dev", "lo", ns=ns)
+            # Management link to the root namespace (unshaped): the control plane's path.
+            root_end, ns_end = self._root_veth(i), "smgmt"
+            _sh("ip", "link", "add", root_end, "type", "veth", "peer", "name", ns_end, "netns", ns)
+            _sh("ip", "addr", "add", f"10.77.254.{4 * i + 1}/30", "dev", root_end)
+            _sh("ip", "link", "set", root_end, "up")
+            _sh("ip", "addr", "add", f"10.77.254.{4 * i + 2}/30", "dev", ns_end, ns=ns)
+            _sh("ip", "link", "set", ns_end, "up", ns=ns)
+            _sh("ip", "route", "add", f"{self.address(region)}/32", "via", f"10.77.254.{4 * i + 2}")
+        for link in self.links:
+            ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)
+            va, vb = self._veth(link, "a"), self._veth(link, "b")
+            _sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb, "netns", ns_b, ns=ns_a)
+            for ns, dev, addr, peer_region, via, mbit in (
+                (ns_a, va, link.addr_a, link.b, link.addr_b, link.mbit_ab),
+                (ns_b, vb, link.addr_b, link.a, link.addr_a, link.mbit_ba),
+            ):
+                _sh("ip", "addr", "add", f"{addr}/30", "dev", dev, ns=ns)
+                _sh("ip", "link", "set", dev, "up", ns=ns)
+                _sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", *tbf_args(mbit), ns=ns)
+                _sh("ip", "route", "add", f"{self.address(peer_region)}/32", "via", via, ns=ns)
+
+    def teardown(self) -> list[str]:
+        """Kill every process in our namespaces, delete them and the management veths."""
+        return teardown_namespaces(
+            [f"{NS_PREFIX}{self.transfer_id}.r{i}" for i in range(len(self.regions))],
+            [self._root_veth(i) for i in range(len(self.regions))],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "regions": list(self.regions),
+            "namespaces": {r: self.namespace(r) for r in self.regions},
+            "links": [
+                {
+                    "a": ln.a,
+                    "b": ln.b,
+                    "mbit_ab": ln.mbit_ab,
+                    "mbit_ba": ln.mbit_ba,
+                    "delay_ms": ln.delay_ms,
+                }
+                for ln in self.links
+            ],
+        }
+
+
+def list_namespaces() -> list[str]:
+    out = _sh("ip", "netns", "list", check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _kill_namespace_processes(ns: str) -> None:
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+        pids = [int(p) for p in _sh("ip", "netns", "pids", ns, check=False).split()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _sh("ip", "netns", "pids", ns, check=False).split():
+                return
+            time.sleep(0.05)
+
+
+def teardown_namespaces(namespaces: Sequence[str], root_veths: Sequence[str]) -> list[str]:
+    """Delete namespaces (after killing their processes) and root veths; idempotent."""
+    existing = set(list_namespaces())
+    removed = []
+    for ns in namespaces:
+        if ns in existing:
+            _kill_namespace_processes(ns)
+            _sh("ip", "netns", "del", ns)
+            removed.append(f"netns:{ns}")
+    links = _sh("ip", "-o", "link", "show", check=False)
+    for veth in root_veths:
+        if re.search(rf"^\d+: {re.escape(veth)}[@:]", links, re.M):
+            _sh("ip", "link", "del", veth, check=False)
+            removed.append(f"veth:{veth}")
+    return removed
+
+
+# ------------------------------------------------------------------------ the backend
+
+
+class NetnsProvisioner:
+    """Gateways (real agents) inside the namespaces of an emulated WAN testbed."""
+
+    name = "netns"
+
+    def __init__(
+        self,
+        grid: Grid | None = None,
+        *,
+        scale: float = 0.1,
+        default_gbps: float | None = None,
+        delay_ms: Mapping[tuple[str, str], float] | None = None,
+        python: str = sys.executable,
+        idle_timeout: float = 900.0,
+        ready_timeout: float = 30.0,
+    ) -> None:
+        self.grid: Grid = grid or {}
+        self.scale = scale
+        self.default_gbps = default_gbps
+        self.delay_ms = delay_ms
+        self.python = python
+        self.idle_timeout = idle_timeout
+        self.ready_timeout = ready_timeout
+
+    def provision(
+        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+    ) -> GatewayFleet:
+        require_root()
+        testbed = Testbed.plan(
+            transfer_id,
+            [r for r, n in vms.items() if n > 0],
+            self.grid,
+            scale=self.scale,
+            default_gbps=self.default_gbps,
+            delay_ms=self.delay_ms,
+        )
+        secret_ref = create_secret(transfer_id)
+        workdir = private_dir("netns", transfer_id)
+        try:
+            testbed.build()
+            bundle = build_bundle()
+            gateways = [
+                self._start_agent(testbed, region, i, workdir, bundle.path, secret_ref)
+                for region in testbed.regions
+                for i in range(vms[region])
+            ]
+        except BaseException:
+            testbed.teardown()
+            shutil.rmtree(workdir, ignore_errors=True)
+            delete_secret(secret_ref)
+            raise
+        fleet = GatewayFleet(
+            transfer_id=transfer_id,
+            backend=self.name,
+            gateways=gateways,
+            secret_ref=secret_ref,
+            tags={"skyplane-ops:transfer-id": transfer_id, **(tags or {})},
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            resources={"testbed": testbed.to_dict(), "workdir": str(workdir)},
+        )
+        records.save_fleet(fleet)
+        return fleet
+
+    def _start_agent(
+        self,
+        testbed: Testbed,
+        region: str,
+        index: int,
+        workdir: Path,
+        bundle_path: Path,
+        secret_ref: str,
+    ) -> Gateway:
+        slug = "".join(c if c.isalnum() else "-" for c in region).strip("-")
+        gw_id = f"gw-{slug}-{index}"
+        ready = workdir / f"{gw_id}.ready.json"
+        log_path = workdir / f"{gw_id}.log"
+        argv = testbed.exec_argv(
+            region,
+            [
+                *self.python.split(),
+                "-m",
+                "gateway_agent",
+                "serve",
+                "--host",
+                "0.0.0.0",
+                "--control-port",
+                "0",
+                "--data-port",
+                "0",
+                "--secret-file",
+                secret_ref,
+                "--ready-file",
+                str(ready),
+                "--gateway-id",
+                gw_id,
+                "--region",
+                region,
+                "--idle-timeout",
+                str(self.idle_timeout),
+            ],
+        )
+        env = {**os.environ, "PYTHONPATH": str(bundle_path)}
+        with open(log_path, "wb") as log_fh:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self.ready_timeout
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise ProvisionError(
+                    f"agent {gw_id} in {testbed.namespace(region)} exited: "
+                    f"{log_path.read_text()[-1500:]}"
+                )
+            if time.monotonic() > deadline:
+                raise ProvisionError(f"agent {gw_id} wrote no ready file in {self.ready_timeout}s")
+            time.sleep(0.05)
+        info = json.loads(ready.read_text())
+        gateway = Gateway(
+            gateway_id=gw_id,
+            region=region,
+            host=testbed.address(region),
+            control_port=int(info["control_port"]),
+            data_port=int(info["data_port"]),
+            resources={"namespace": testbed.namespace(region), "pid": int(info["pid"])},
+        )
+        from skyplane_ops.provision.ssh import wait_healthy
+
+        wait_healthy(gateway.host, gateway.control_port, secret_bytes(secret_ref), timeout=10)
+        return gateway
+
+    def deprovision(self, fleet: GatewayFleet) -> None:
+        testbed = fleet.resources.get("testbed", {})
+        n = len(testbed.get("regions", []))
+        teardown_namespaces(
+            [f"{NS_PREFIX}{fleet.transfer_id}.r{i}" for i in range(n)],
+            [f"sm{_short(fleet.transfer_id)}{i}" for i in range(n)],
+        )
+        if fleet.resources.get("workdir"):
+            shutil.rmtree(fleet.resources["workdir"], ignore_errors=True)
+        delete_secret(fleet.secret_ref)
+        records.forget_fleet(fleet)
+
+    def sweep(
+        self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
+    ) -> list[str]:
+        """Delete our namespaces (by name prefix + transfer id) and orphaned root veths."""
+        if os.geteuid() != 0:
+            return []
+        victims: dict[str, list[str]] = {}
+        for ns in list_namespaces():
+            m = _NS_NAME.match(ns)
+            if not m or (transfer_id is not None and m["tid"] != transfer_id):
+                continue
+            if older_than_seconds is not None:
+                try:
+                    age = time.time() - os.stat(f"/run/netns/{ns}").st_mtime
+                except OSError:
+                    age = float("inf")
+                if age < older_than_seconds:
+                    continue
+            victims.setdefault(m["tid"], []).append(ns)
+        removed: list[str] = []
+        hashes = {_short(t) for t in victims}
+        if transfer_id is not None:
+            hashes.add(_short(transfer_id))
+        root_veths = []
+        for line in _sh("ip", "-o", "link", "show", check=False).splitlines():
+            name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+            m = _ROOT_VETH.match(name)
+            # A root veth whose namespace peer is gone is an orphan whatever its transfer.
+            if m and (m["h"] in hashes or "link-netns" not in line):
+                root_veths.append(name)
+        for _tid, namespaces in sorted(victims.items()):
+            removed += teardown_namespaces(namespaces, [])
+        removed += teardown_namespaces([], root_veths)
+        return removed
