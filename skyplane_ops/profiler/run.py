@@ -341,7 +341,7 @@ def refresh_grid(
         finally:
             if fleet is not None:
                 emit({"event": "deprovision"})
-                provisioner.deprovision(fleet)
+                _deprovision(provisioner, fleet)
             try:
                 result.version = store.publish()
             except Exception:
@@ -351,6 +351,20 @@ def refresh_grid(
         first = next(iter(result.failed.values()))
         raise ProfilerError(f"every probe failed ({len(result.failed)}); first: {first}")
     return result
+
+
+def _deprovision(provisioner: Provisioner, fleet: GatewayFleet, attempts: int = 3) -> None:
+    """Deprovision, retrying: it is idempotent, and a gateway that dies while answering its
+    shutdown request must not leave the others running."""
+    for attempt in range(1, attempts + 1):
+        try:
+            provisioner.deprovision(fleet)
+            return
+        except Exception:
+            if attempt == attempts:
+                raise
+            log.warning("deprovisioning %s failed, retrying", fleet.transfer_id, exc_info=True)
+            time.sleep(0.5 * attempt)
 
 
 def _run_round(
