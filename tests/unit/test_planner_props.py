@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 from skyplane_ops.errors import InfeasibleError
 from skyplane_ops.planner import Problem, RegionSpec, max_throughput_gbps, solve_plan
 from skyplane_ops.planner.check import plan_violations
+from skyplane_ops.planner.formulation import PathModel
+from skyplane_ops.planner.prune import prune_dominated_relays
+from skyplane_ops.planner.solve import usable_paths
 
 
 @st.composite
@@ -72,3 +75,46 @@ def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
     assert b.total_cost_usd <= a.total_cost_usd * (1 + 1e-6)
     assert b.predicted_gbps >= a.predicted_gbps * (1 - 2e-3)
     assert b.predicted_gbps <= tmax * (1 + 1e-6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems(), fraction=st.floats(0.05, 1.0), relays=st.integers(3, 9))
+def test_pruning_dominated_relays_keeps_the_optimum(
+    problem: Problem, fraction: float, relays: int
+) -> None:
+    """Many near-identical relays (what pruning removes): pruned and full MILPs agree."""
+    regions = dict(problem.regions)
+    grid, prices = dict(problem.throughput), dict(problem.egress_usd_per_gb)
+    for i in range(relays):
+        name = f"x{i}"
+        regions[name] = RegionSpec(name, "aws", 1.0 + (i % 3) * 0.5, 5.0, 10.0, 1 + i % 3)
+        grid[("r0", name)] = 2.0 + (i * 7 % 5)
+        grid[(name, "r1")] = 2.0 + (i * 3 % 4)
+        prices[("r0", name)] = prices[(name, "r1")] = 0.01 * (1 + i % 2)
+    problem = Problem(
+        **{
+            **problem.__dict__,
+            "dsts": ("r1",),
+            "max_relays": 1,
+            "regions": regions,
+            "throughput": grid,
+            "egress_usd_per_gb": prices,
+        }
+    )
+    paths = usable_paths(problem)
+    tmax = max_throughput_gbps(problem, paths)
+    floor = tmax * fraction
+    assert len(prune_dominated_relays(problem, paths, floor)) <= len(paths)
+    full = PathModel(problem.with_objective("min_cost", floor), paths)
+    full.set_floor(floor)
+    exact = full.solve()
+    assert exact is not None
+    pruned = solve_plan(problem.with_objective("min_cost", floor))
+    assert pruned.total_cost_usd * floor == pytest.approx(exact.objective, rel=2e-3)
+    ceiling = pruned.total_cost_usd * 1.05
+    b_full = PathModel(problem.with_objective("max_throughput", ceiling), paths, tmax=tmax)
+    b_full.set_ceiling(ceiling)
+    b_exact = b_full.solve()
+    assert b_exact is not None
+    b_pruned = solve_plan(problem.with_objective("max_throughput", ceiling))
+    assert b_pruned.predicted_gbps == pytest.approx(b_exact.gbps, rel=2e-3)
