@@ -9,6 +9,7 @@ import pytest
 
 from skyplane_ops.cli import main
 from skyplane_ops.planner import TransferPlan
+from skyplane_ops.profiles import load_default_profile
 
 SRC, DST = "azure:canadacentral", "gcp:asia-northeast1"
 
@@ -69,3 +70,28 @@ def test_plan_errors_are_one_line(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_plan_uses_measured_grid_and_price_overrides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["plan", "--src", SRC, "--dst", DST, "--volume-gb", "100", "--max-vms", "1"]
+    base += ["--min-throughput-gbps", "12", "--json"]
+    # The model's direct path (6.2 Gbps per VM pair) needs relays for 12 Gbps ...
+    assert main(base) == 0
+    assert len(TransferPlan.from_json(capsys.readouterr().out).paths) >= 2
+    # ... a measured 15 Gbps direct path makes the direct path enough on its own.
+    grid = tmp_path / "grid.csv"
+    grid.write_text(
+        f"src,dst,gbps,connections,measured_at\n{SRC},{DST},15.0,64,2026-01-01T00:00:00Z\n"
+    )
+    assert main([*base, "--measured-grid", str(grid)]) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    assert [p.regions for p in plan.paths] == [(SRC, DST)]
+    # An overridden Azure VM price shows up in the VM cost: ($36/h + GCP's) * (800/12 + 60) s.
+    overrides = tmp_path / "prices.json"
+    overrides.write_text(json.dumps({"vm_classes": {"azure": {"usd_per_hour": 36.0}}}))
+    assert main([*base, "--measured-grid", str(grid), "--profile-overrides", str(overrides)]) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    gcp_per_s = load_default_profile().prices.vm("gcp").usd_per_hour / 3600
+    assert plan.vm_cost_usd == pytest.approx((0.01 + gcp_per_s) * (800 / 12 + 60), rel=1e-3)
