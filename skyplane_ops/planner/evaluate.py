@@ -96,6 +96,7 @@ def build_plan(
         "max_relays": problem.max_relays,
         "candidate_paths": len(paths),
     }
+    info.update(problem.details)
     info.update(details or {})
     plan_paths.sort(key=lambda p: (problem.dsts.index(p.regions[-1]), -p.gbps))
     return TransferPlan(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from skyplane_ops.errors import InfeasibleError
 from skyplane_ops.planner.evaluate import build_plan
-from skyplane_ops.planner.formulation import PathModel, Solution
+from skyplane_ops.planner.formulation import DEFAULT_MILP_SOLVER, PathModel, Solution
 from skyplane_ops.planner.paths import CandidatePath, candidate_paths
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.planner.problem import InvalidProblemError, Problem
@@ -122,7 +122,7 @@ def solve_plan(problem: Problem, solver: str | None = None) -> TransferPlan:
     start = time.perf_counter()
     solution, paths, _ = solve_milp(problem, solver=solver)
     details = {
-        "solver": solver or "SCIP",
+        "solver": solver or DEFAULT_MILP_SOLVER,
         "solver_seconds": solution.seconds,
         "mip_gap": _gap(problem, solution.objective, solution.best_bound),
     }
