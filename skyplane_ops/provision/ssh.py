@@ -423,6 +423,14 @@ def bootstrap_gateway(
         client.close()
 
 
+def _gone(pid: int) -> str:
+    """Shell test: the process has exited (a zombie nobody reaps counts as exited)."""
+    return (
+        f"{{ ! kill -0 {pid} 2>/dev/null || "
+        f"[ \"$(sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -d' ' -f1)\" = Z ]; }}"
+    )
+
+
 def _stop_and_remove(
     client: paramiko.SSHClient, remote_dir: str, pid: int, transfer_id: str, gw_id: str
 ) -> None:
@@ -435,7 +443,7 @@ def _stop_and_remove(
         script = (
             f"if grep -qa {q} /proc/{pid}/cmdline 2>/dev/null || "
             f"grep -qa {q} /proc/{pid}/environ 2>/dev/null; then kill -TERM {pid}; "
-            f"for i in $(seq 50); do kill -0 {pid} 2>/dev/null || break; sleep 0.1; done; "
+            f"for i in $(seq 50); do {_gone(pid)} && break; sleep 0.1; done; "
             f"kill -KILL {pid} 2>/dev/null; fi; true"
         )
         run(client, script)
@@ -576,39 +584,50 @@ class SSHProvisioner:
         self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
     ) -> list[str]:
         """Find agent directories (by ``meta.json``) on every inventory host and remove them."""
+        results = _parallel(
+            lambda host: self._sweep_host(host, transfer_id, older_than_seconds),
+            [(h,) for h in self.inventory.all_hosts()],
+        )
+        errors = [f"{item[0].label}: {exc}" for item, _, exc in results if exc is not None]
+        if errors:
+            raise ProvisionError("SSH sweep incomplete: " + "; ".join(errors))
+        return [path for _, found, _ in results for path in found]
+
+    def _sweep_host(
+        self, host: SSHHost, transfer_id: str | None, older_than_seconds: float | None
+    ) -> list[str]:
         removed: list[str] = []
-        for host in self.inventory.all_hosts():
-            client = connect(
-                host,
-                accept_unknown_host_keys=self.options.accept_unknown_host_keys,
-                timeout=self.options.connect_timeout,
-            )
-            try:
-                home = client.open_sftp().normalize(".")
-                root = posixpath.dirname(posixpath.dirname(_remote_dir(home, host, "t", "g")))
-                _, out, _ = run(client, f"cat {shlex.quote(root)}/*/*/meta.json 2>/dev/null; true")
-                for line in out.replace("}{", "}\n{").splitlines():
-                    try:
-                        meta = json.loads(line)
-                    except ValueError:
-                        continue
-                    if transfer_id is not None and meta.get("transfer_id") != transfer_id:
-                        continue
-                    age = time.time() - float(meta.get("created_at", 0))
-                    if older_than_seconds is not None and age < older_than_seconds:
-                        continue
-                    tid, gid = meta["transfer_id"], meta["gateway_id"]
-                    remote_dir = posixpath.join(root, tid, gid)
-                    _, pid_text, _ = run(
-                        client,
-                        "sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' "
-                        f"{shlex.quote(remote_dir + '/ready.json')} 2>/dev/null; true",
-                    )
-                    pid = int(pid_text.strip()) if pid_text.strip().isdigit() else 0
-                    _stop_and_remove(client, remote_dir, pid, tid, gid)
-                    removed.append(f"ssh:{host.label}:{remote_dir}")
-            finally:
-                client.close()
+        client = connect(
+            host,
+            accept_unknown_host_keys=self.options.accept_unknown_host_keys,
+            timeout=self.options.connect_timeout,
+        )
+        try:
+            home = client.open_sftp().normalize(".")
+            root = posixpath.dirname(posixpath.dirname(_remote_dir(home, host, "t", "g")))
+            _, out, _ = run(client, f"cat {shlex.quote(root)}/*/*/meta.json 2>/dev/null; true")
+            for line in out.replace("}{", "}\n{").splitlines():
+                try:
+                    meta = json.loads(line)
+                except ValueError:
+                    continue
+                if transfer_id is not None and meta.get("transfer_id") != transfer_id:
+                    continue
+                age = time.time() - float(meta.get("created_at", 0))
+                if older_than_seconds is not None and age < older_than_seconds:
+                    continue
+                tid, gid = meta["transfer_id"], meta["gateway_id"]
+                remote_dir = posixpath.join(root, tid, gid)
+                _, pid_text, _ = run(
+                    client,
+                    "sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' "
+                    f"{shlex.quote(remote_dir + '/ready.json')} 2>/dev/null; true",
+                )
+                pid = int(pid_text.strip()) if pid_text.strip().isdigit() else 0
+                _stop_and_remove(client, remote_dir, pid, tid, gid)
+                removed.append(f"ssh:{host.label}:{remote_dir}")
+        finally:
+            client.close()
         return removed
 
 

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from gateway_agent.client import GatewayClient
+from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import get_provisioner
+from skyplane_ops.provision import get_provisioner, records
 from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.provision.secrets import secret_bytes
+from skyplane_ops.provision.secrets import delete_secret, secret_bytes
 from skyplane_ops.provision.ssh import (
     GatewayStartError,
     HostKeyError,
@@ -204,3 +205,40 @@ def test_inventory_loads_from_toml(tmp_path: Path) -> None:
     path.write_text("[[regions.x]]\nbogus = 1\n")
     with pytest.raises(ProvisionError, match="bad inventory entry"):
         SSHInventory.load(path)
+
+
+@pytest.mark.slow
+def test_deprovision_command_sweeps_a_lost_fleet_by_tag(
+    sshd_factory: Factory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    servers = sshd_factory(2)
+    root = tmp_path / "remote"
+    # Separate remote roots: these loopback "hosts" share one filesystem, real hosts do not.
+    inventory = {
+        "local:a": [_entry(servers[0], root / "h0")],
+        "local:b": [_entry(servers[1], root / "h1")],
+    }
+    inv_path = tmp_path / "hosts.json"
+    inv_path.write_text(json.dumps(inventory))
+    prov = get_provisioner("ssh", inventory=inventory)
+    fleet = prov.provision({"local:a": 1, "local:b": 1}, transfer_id="ssh-lost")
+    pids = [int(g.resources["pid"]) for g in fleet.gateways]
+    records.forget_fleet(fleet)  # the control plane died and its record is gone too
+    delete_secret(fleet.secret_ref)
+
+    assert prov.sweep(older_than_seconds=3600) == [], "fresh gateways are not 'older than 1h'"
+    assert prov.sweep(transfer_id="someone-else") == []
+    assert all(_alive(p) for p in pids)
+    argv = ["deprovision", "--transfer-id", "ssh-lost", "--backend", "ssh"]
+    assert cli.main([*argv, "--inventory", str(inv_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("deleted ssh:") == 2 and "2 resource(s) deleted" in out
+    assert not any(_alive(p) for p in pids)
+    assert [p for p in _remaining_files(root) if p.is_file()] == []
+
+
+def test_deprovision_command_needs_an_inventory_for_ssh(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["deprovision", "--all", "--backend", "ssh"]) == 2
+    assert "needs --inventory" in capsys.readouterr().err

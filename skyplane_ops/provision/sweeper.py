@@ -1,0 +1,98 @@
+"""Find and delete leftovers of transfers: recorded fleets first, then resources by tag.
+
+Two passes, because either alone can miss something: (1) every fleet recorded in
+``$SKYPLANE_OPS_HOME/fleets`` that matches is deprovisioned from its record (works for any
+backend, even from another process); (2) each backend's ``sweep`` looks for resources that
+carry the skyplane-ops tag/prefix but have no record (the control plane died mid-provision).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import get_provisioner, records
+
+log = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ProvisionError(f"bad duration {text!r}: use e.g. 90s, 30m, 2h or 1d")
+    return float(m[1]) * _UNITS[m[2]]
+
+
+def load_backend_options(path: str | Path | None) -> dict[str, dict[str, Any]]:
+    """Per-backend options from a JSON or TOML file: ``{"ssh": {"inventory": ...}, ...}``."""
+    if path is None:
+        return {}
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ProvisionError(f"cannot read backend options {path}: {exc}") from exc
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ProvisionError(f"{path} must map backend names to option tables")
+    return data
+
+
+@dataclass
+class SweepReport:
+    """What a sweep deleted, per backend, and what it could not do."""
+
+    deleted: dict[str, list[str]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(len(v) for v in self.deleted.values())
+
+
+def _age_ok(created_at: str, older_than_seconds: float | None) -> bool:
+    if older_than_seconds is None or not created_at:
+        return True
+    age = (datetime.now(UTC) - datetime.fromisoformat(created_at)).total_seconds()
+    return age >= older_than_seconds
+
+
+def sweep(
+    backends: Sequence[str],
+    *,
+    transfer_id: str | None = None,
+    older_than_seconds: float | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> SweepReport:
+    """Deprovision matching recorded fleets, then sweep each backend by tag; never stops early."""
+    options = options or {}
+    report = SweepReport()
+    for backend in backends:
+        deleted = report.deleted.setdefault(backend, [])
+        try:
+            prov = get_provisioner(backend, **options.get(backend, {}))
+            for fleet in records.load_fleets(transfer_id=transfer_id, backend=backend):
+                if _age_ok(fleet.created_at, older_than_seconds):
+                    prov.deprovision(fleet)
+                    deleted += [
+                        f"{backend}:{fleet.transfer_id}:{g.gateway_id}" for g in fleet.gateways
+                    ]
+            deleted += prov.sweep(transfer_id=transfer_id, older_than_seconds=older_than_seconds)
+        except ProvisionError as exc:
+            report.errors[backend] = str(exc)
+        except Exception as exc:  # keep sweeping the other backends; report this one
+            log.exception("sweeping %s failed", backend)
+            report.errors[backend] = repr(exc)
+    return report
