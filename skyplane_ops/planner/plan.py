@@ -9,7 +9,11 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Hop:
-    """One directed edge of the overlay with its flow and TCP connection count."""
+    """One directed edge of the overlay with its flow and TCP connection count.
+
+    ``connections`` is the model's ``conns_measured * gbps / grid[src, dst]`` rounded up, so a
+    region's hops may together exceed its ``max_conns_per_vm * VMs`` by under one per hop.
+    """
 
     src: str
     dst: str
@@ -85,3 +89,15 @@ class TransferPlan:
     @classmethod
     def from_json(cls, text: str) -> TransferPlan:
         return cls.from_dict(json.loads(text))
+
+    def to_text(self) -> str:
+        """The human report (paths, hops, VMs, cost split, baselines); see ``render``."""
+        from skyplane_ops.planner.render import render_text
+
+        return render_text(self)
+
+    def to_mermaid(self) -> str:
+        """A Mermaid flowchart of the overlay; see ``render``."""
+        from skyplane_ops.planner.render import render_mermaid
+
+        return render_mermaid(self)

@@ -120,8 +120,10 @@ def solve_milp(
 def solve_plan(problem: Problem, solver: str | None = None) -> TransferPlan:
     """The exact MILP plan for the problem's objective and bound."""
     start = time.perf_counter()
-    solution, paths, _ = solve_milp(problem, solver=solver)
+    full = usable_paths(problem)
+    solution, paths, _ = solve_milp(problem, full, solver=solver)
     details = {
+        "paths_before_pruning": len(full),
         "solver": solver or DEFAULT_MILP_SOLVER,
         "solver_seconds": solution.seconds,
         "mip_gap": _gap(problem, solution.objective, solution.best_bound),
