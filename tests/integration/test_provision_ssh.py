@@ -31,8 +31,10 @@ from skyplane_ops.provision.ssh import (
     SSHInventory,
     connect,
 )
+from skyplane_ops.transfer import run_transfer
 from tests.fixtures.ports import free_port
 from tests.fixtures.sshd import SshdServer
+from tests.integration.transfer_helpers import make_plan, read_tree, write_dataset
 
 pytestmark = pytest.mark.sshd
 
@@ -101,6 +103,28 @@ def test_fleet_on_three_sshd_hosts_bootstraps_and_tears_down(
     assert not any(_alive(p) for p in pids), "an agent survived tear-down"
     assert _remaining_files(root) == [], "uploaded files survived tear-down"
     assert not Path(fleet.secret_ref).exists()
+
+
+@pytest.mark.slow
+def test_real_transfer_through_an_ssh_fleet(sshd_factory: Factory, tmp_path: Path) -> None:
+    servers = sshd_factory(3)
+    root = tmp_path / "remote"
+    regions = ["ssh:src", "ssh:relay", "ssh:dst"]
+    inventory = {r: [_entry(s, root)] for r, s in zip(regions, servers, strict=True)}
+    prov = get_provisioner("ssh", inventory=inventory)
+    plan = make_plan(regions)
+    fleet = prov.provision(plan.vms, transfer_id="ssh-xfer")
+    try:
+        src, dst = tmp_path / "src", tmp_path / "dst"
+        data = write_dataset(src, {"big.bin": 5 * 1024 * 1024 + 7, "dir/small.txt": 999})
+        result = run_transfer(
+            plan, fleet, f"file://{src}", f"file://{dst}", journal_dir=tmp_path / "journal"
+        )
+        assert read_tree(dst) == data
+        assert result.verified and result.route == ["ssh:src -> ssh:relay -> ssh:dst (100%)"]
+    finally:
+        prov.deprovision(fleet)
+    assert _remaining_files(root) == []
 
 
 def test_wrong_host_key_is_refused_and_nothing_is_left(
