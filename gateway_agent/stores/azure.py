@@ -3,7 +3,8 @@
 Credentials: ``AZURE_STORAGE_CONNECTION_STRING`` from the environment when it names this
 account (that is also how Azurite is reached), otherwise ``DefaultAzureCredential`` from
 azure-identity (env, managed identity, CLI login) against ``https://ACCOUNT.blob.core.windows.net``
-or the ``endpoint_url`` option. Option ``anonymous`` reads public containers without credentials.
+or the ``endpoint_url`` option. Option ``anonymous`` reads public containers without credentials;
+``list_page_size`` (default 5000), ``timeout`` and ``max_single_put_mib`` tune the client.
 
 Multipart maps to staged blocks: ``create_multipart`` mints an id, each part is staged with a
 block id derived from ``(upload_id, part_number)`` (fixed length, as Azure requires), and
@@ -41,7 +42,9 @@ from gateway_agent.stores.uri import StoreURI
 
 T = TypeVar("T")
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-_OPTIONS = frozenset({"endpoint_url", "anonymous", "max_single_put_mib", "timeout"})
+_OPTIONS = frozenset(
+    {"endpoint_url", "anonymous", "max_single_put_mib", "timeout", "list_page_size"}
+)
 _BUCKET_CODES = {"ContainerNotFound", "ContainerBeingDeleted"}
 _KEY_CODES = {"BlobNotFound"}
 _DENIED_CODES = {
@@ -85,6 +88,7 @@ class AzureBlobStore:
         opts = check_options(options, _OPTIONS, self.uri)
         self._retry = retry_policy(opts)
         self._timeout = int(opts.get("timeout", 120))
+        self._page_size = int(opts.get("list_page_size", 5000))
         common: dict[str, Any] = {
             "retry_total": 0,  # tenacity retries, not azure-core
             "max_single_put_size": int(opts.get("max_single_put_mib", 64)) * 1024 * 1024,

@@ -2,7 +2,8 @@
 
 Credentials: Application Default Credentials; when ``STORAGE_EMULATOR_HOST`` is set (the
 emulator) the client is anonymous. Options: ``project``, ``endpoint_url``, ``anonymous``,
-``timeout``.
+``timeout``, ``list_page_size`` (default 1000; gcp-storage-emulator ignores it and returns
+every key in one page).
 
 Multipart is built from what every GCS implementation (including gcp-storage-emulator)
 supports: each part is a temporary object ``.%staging/<upload_id>/<part>`` at the bucket root,
@@ -44,7 +45,7 @@ T = TypeVar("T")
 STAGING = ".%staging/"
 COMPOSE_LIMIT = 32
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
-_OPTIONS = frozenset({"project", "endpoint_url", "anonymous", "timeout"})
+_OPTIONS = frozenset({"project", "endpoint_url", "anonymous", "timeout", "list_page_size"})
 
 
 class GCSStore:
@@ -64,6 +65,7 @@ class GCSStore:
         opts = check_options(options, _OPTIONS, self.uri)
         self._retry = retry_policy(opts)
         self._timeout = float(opts.get("timeout", 120))
+        self._page_size = int(opts.get("list_page_size", 1000))
         kwargs: dict[str, Any] = {"project": opts.get("project")}
         if opts.get("endpoint_url"):
             kwargs["client_options"] = {"api_endpoint": opts["endpoint_url"]}
@@ -138,7 +140,12 @@ class GCSStore:
 
         def fetch(token: str | None) -> tuple[list[Any], str | None]:
             it = self._client.list_blobs(
-                self._bucket, prefix=full, page_token=token, timeout=self._timeout, retry=None
+                self._bucket,
+                prefix=full,
+                page_token=token,
+                page_size=self._page_size,
+                timeout=self._timeout,
+                retry=None,
             )
             items = list(next(it.pages))
             return items, it.next_page_token

@@ -1,4 +1,8 @@
-"""Local filesystem store (``file:///abs/path``): the root directory plays the bucket.
+"""Local filesystem store (``file:///abs/path``): keys are files under the root directory.
+
+The root behaves like a prefix in a bucket, not like a bucket: a missing root lists as empty
+and is created (``mkdir -p``) by the first write, so this backend never raises
+:class:`BucketNotFoundError`; permission problems raise :class:`AccessDeniedError`.
 
 Keys map to files under the root, one directory per ``/``-separated segment. Segments the
 filesystem cannot hold verbatim are escaped so every key round-trips through ``list``: ``%``
@@ -34,7 +38,6 @@ from gateway_agent.stores._common import (
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
-    BucketNotFoundError,
     ObjectNotFoundError,
     StoreError,
     UploadNotFoundError,
@@ -79,8 +82,6 @@ class LocalStore:
     def _error(self, exc: OSError, op: str, key: str = "") -> StoreError:
         where = f"{op} {self.uri}{key}"
         code = errno.errorcode.get(exc.errno or 0, "OSError")
-        if not self.root.is_dir():
-            return BucketNotFoundError(f"{where}: root directory does not exist", code=code)
         if isinstance(exc, PermissionError) or exc.errno in (
             errno.EROFS,
             errno.EPERM,
@@ -97,7 +98,7 @@ class LocalStore:
         return ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}", {}, modified)
 
     def _tmp(self) -> Path:
-        self._staging.mkdir(exist_ok=True)
+        self._staging.mkdir(parents=True, exist_ok=True)
         return self._staging / f"tmp-{uuid.uuid4().hex}"
 
     def _install(self, tmp: Path, key: str) -> Path:
@@ -117,8 +118,6 @@ class LocalStore:
 
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        if not self.root.is_dir():
-            raise BucketNotFoundError(f"list {self.uri}: root directory does not exist")
         folder, _, _ = prefix.rpartition("/")
         start = (
             self.root.joinpath(*(encode_segment(s) for s in folder.split("/")))

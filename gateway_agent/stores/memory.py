@@ -13,7 +13,7 @@ import hashlib
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -94,18 +94,22 @@ class MemoryStore:
 
     def _info(self, name: str, data: bytes) -> ObjectInfo:
         md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        rel = name[len(self._parsed.prefix) :]
-        return ObjectInfo(rel, len(data), md5, {"md5": md5}, datetime.now(UTC))
+        return ObjectInfo(name, len(data), md5, {"md5": md5}, datetime.now(UTC))
+
+    def _relative(self, info: ObjectInfo) -> ObjectInfo:
+        """Stored infos carry the full name; callers see keys relative to this store's prefix."""
+        return replace(info, key=info.key[len(self._parsed.prefix) :])
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         bucket = self._call(self._bucket)
         full = self._parsed.key(prefix)
         with bucket.lock:
             infos = [info for name, (_, info) in bucket.objects.items() if name.startswith(full)]
-        yield from sorted(infos, key=lambda info: info.key.encode("utf-8"))
+        for info in sorted(infos, key=lambda info: info.key.encode("utf-8")):
+            yield self._relative(info)
 
     def head(self, key: str) -> ObjectInfo:
-        return self._get(check_key(key))[1]
+        return self._relative(self._get(check_key(key))[1])
 
     def _get(self, key: str) -> tuple[bytes, ObjectInfo]:
         def get() -> tuple[bytes, ObjectInfo]:
@@ -133,7 +137,7 @@ class MemoryStore:
             info = self._info(name, bytes(data))
             with bucket.lock:
                 bucket.objects[name] = (bytes(data), info)
-            return info
+            return self._relative(info)
 
         result: ObjectInfo = self._call(put)
         return result
@@ -179,7 +183,7 @@ class MemoryStore:
             info = self._info(name, data)
             bucket.objects[name] = (data, info)
             del bucket.uploads[upload_id]
-        return info
+        return self._relative(info)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         bucket = self._call(self._bucket)

@@ -2,7 +2,8 @@
 
 Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 ``addressing_style`` ("path"/"virtual"/"auto"; path is used whenever an endpoint is given),
-``max_pool_connections`` (default 64), ``connect_timeout``/``read_timeout`` (seconds).
+``max_pool_connections`` (default 64), ``connect_timeout``/``read_timeout`` (seconds),
+``list_page_size`` (keys per ListObjectsV2 page, default 1000).
 Credentials come from boto3's normal chain (env, profile, instance role).
 
 Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
@@ -47,6 +48,7 @@ _OPTIONS = frozenset(
         "max_pool_connections",
         "connect_timeout",
         "read_timeout",
+        "list_page_size",
     }
 )
 _TRANSIENT_CODES = {
@@ -90,6 +92,7 @@ class S3Store:
         self._bucket = parsed.bucket
         opts = check_options(options, _OPTIONS, self.uri)
         self._retry = retry_policy(opts)
+        self._page_size = int(opts.get("list_page_size", 1000))
         endpoint = opts.get("endpoint_url")
         style = opts.get("addressing_style", "path" if endpoint else "auto")
         config = Config(
@@ -173,7 +176,11 @@ class S3Store:
         skip = len(self._parsed.prefix)
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Bucket": self._bucket, "Prefix": full}
+            kwargs: dict[str, Any] = {
+                "Bucket": self._bucket,
+                "Prefix": full,
+                "MaxKeys": self._page_size,
+            }
             if token:
                 kwargs["ContinuationToken"] = token
             page = self._call("list", prefix, self._client.list_objects_v2, **kwargs)
