@@ -22,7 +22,7 @@ from gateway_agent.probe import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, MAX_CONNEC
 from skyplane_ops.profiler.budget import CostEstimate, check_budget, estimate_cost
 from skyplane_ops.profiler.drivers import ProbeDriver
 from skyplane_ops.profiler.errors import ProfilerError
-from skyplane_ops.profiler.records import Measurement, latest_per_pair, utcnow
+from skyplane_ops.profiler.records import Measurement, latest_per_pair, to_table, utcnow
 from skyplane_ops.profiler.schedule import Pair, all_pairs, schedule_rounds
 from skyplane_ops.profiler.store import GridStore
 from skyplane_ops.provision.base import Provisioner
@@ -172,6 +172,9 @@ def _prepare(
     if freshness_s < 0:
         raise ProfilerError(f"freshness must not be negative, got {freshness_s}")
     store = GridStore(store_uri, store_options)
+    # pyarrow's first array conversion costs seconds (lazy imports): pay it before any
+    # gateway is running, not between the first probes and their journal entries.
+    to_table([])
     if profile is None:
         from skyplane_ops.profiles import load_default_profile
 
