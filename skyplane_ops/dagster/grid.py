@@ -2,7 +2,7 @@
 
 Materialising ``throughput_grid`` runs :func:`skyplane_ops.profiler.refresh_grid` on the
 resource's backend and publishes a new grid version to the grid store the planner reads
-(``SkyplaneResource.measured_grid``). Pairs measured within ``freshness`` are skipped, so a
+(``SkyplaneResource.grid_store``). Pairs measured within ``freshness`` are skipped, so a
 re-run after a failure measures only what is missing. A time-window freshness policy marks the
 grid stale in the UI when no refresh succeeded for longer than the schedule's period plus slack.
 """
@@ -46,7 +46,7 @@ def build_grid_refresh(
 ) -> GridRefresh:
     """Define the grid asset for ``regions`` and a schedule that refreshes it.
 
-    ``store_uri`` defaults to the resource's ``measured_grid`` (so plans use what was
+    ``store_uri`` defaults to the resource's ``grid_store`` (so plans use what was
     measured). ``freshness`` is passed to the profiler: pairs measured more recently are kept.
     The schedule starts stopped unless ``default_status`` says otherwise: probing costs money.
     """
@@ -68,10 +68,10 @@ def build_grid_refresh(
     ) -> dg.MaterializeResult:
         from skyplane_ops.profiler import refresh_grid
 
-        target = store_uri or skyplane.measured_grid
+        target = store_uri or skyplane.grid_store
         if not target:
             raise dg.Failure(
-                description="no grid store: set store_uri or SkyplaneResource.measured_grid"
+                description="no grid store: set store_uri or SkyplaneResource.grid_store"
             )
         extra: dict[str, Any] = {}
         if connections is not None:

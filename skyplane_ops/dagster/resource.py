@@ -62,8 +62,15 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         default=None, description="Plan for minimum cost at or above this throughput."
     )
     deadline_seconds: float | None = Field(default=None, description="Finish within this time.")
+    grid_store: str | None = Field(
+        default=None,
+        description=(
+            "Grid store URI the profiler publishes to (see build_grid_refresh); plans use its "
+            "latest version laid over the modelled grid."
+        ),
+    )
     measured_grid: str | None = Field(
-        default=None, description="Grid store: a measured throughput grid (path or URI)."
+        default=None, description="A measured grid file (CSV/Parquet); wins over grid_store."
     )
     profile_overrides: str | None = Field(default=None, description="Profile overrides file.")
     gcp_tier: str = Field(default="premium", description="GCP network tier for pricing.")
@@ -137,7 +144,7 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             max_vms_per_region=self.max_vms_per_region,
             max_connections_per_vm=self.max_connections_per_vm,
             profile_overrides=self.profile_overrides,
-            measured_grid=self.measured_grid,
+            measured_grid=self.grid_file(),
             gcp_tier=self.gcp_tier,
         )
 
@@ -164,7 +171,7 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         dst_uri: str,
         *,
         journal_dir: str | None = None,
-        progress: Callable[[Mapping[str, Any]], None] | None = None,
+        progress: Callable[[Any], None] | None = None,
     ) -> Any:
         return api.transfer(
             plan,
@@ -187,6 +194,30 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             backend_options=self._backend_options(),
             transfer_id=transfer_id,
         )
+
+    def grid_file(self) -> str | None:
+        """The measured grid to plan on: ``measured_grid``, else the grid store's latest
+        version exported once to a local Parquet file (versions are immutable)."""
+        if self.measured_grid or not self.grid_store:
+            return self.measured_grid
+        from skyplane_ops.profiler import GridStore, measured_grid
+        from skyplane_ops.profiles import load_default_profile
+        from skyplane_ops.profiles.measured import write_grid
+
+        store = GridStore(self.grid_store, self.store_options_for(self.grid_store))
+        version = store.latest_version()
+        if version is None:
+            return None
+        folder = os.path.join(self.home(), "grids")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{version}.parquet")
+        if not os.path.exists(path):
+            base = load_default_profile().throughput
+            grid = measured_grid(store.read_version(version), base, {"version": version})
+            tmp = f"{path}.{os.getpid()}.tmp.parquet"
+            write_grid(grid, tmp)
+            os.replace(tmp, path)
+        return path
 
     # -- where things are kept ---------------------------------------------------------------
     def home(self) -> str:

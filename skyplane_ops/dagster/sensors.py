@@ -21,7 +21,7 @@ def _sweep(
     selection = run.asset_selection
     for spec in specs:
         keys = {d.asset_key for d in spec.destinations}
-        if selection is not None and not (keys & set(selection)):
+        if selection and not (keys & set(selection)):  # empty: unknown, sweep all
             continue
         tid = transfer_id_for(run.run_id, spec.name)
         try:

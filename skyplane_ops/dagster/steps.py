@@ -9,6 +9,7 @@ provision and transfer steps is cleaned up by the leftover sweeper sensor (:mod:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 import traceback
@@ -18,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 
+from skyplane_ops import api
 from skyplane_ops.dagster.locations import (
     PartitionPrefix,
     ReplicaDestination,
@@ -120,8 +122,8 @@ def plan_step(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -
         except Exception as exc:
             raise _fail(skyplane, context, f"planning {dest.region} failed", exc) from None
         plans[dest.output_name] = {"plan": plan.to_dict(), "plan_uri": plan_uri}
-        for region, count in plan.vms.items():
-            vms[region] = max(vms.get(region, 0), int(count))
+        for region, count in api.vms_for(plan).items():
+            vms[region] = max(vms.get(region, 0), count)
         for k, v in plan_metadata(plan, plan_uri).items():
             meta[k if len(spec.destinations) == 1 else f"{dest.output_name}/{k}"] = v
         context.log.info(
@@ -163,14 +165,18 @@ class _Progress:
         self.label = label
         self.last = 0.0
 
-    def __call__(self, update: Mapping[str, Any]) -> None:
+    def __call__(self, update: Any) -> None:
         now = time.monotonic()
         if now - self.last < PROGRESS_EVERY_S:
             return
         self.last = now
+        if dataclasses.is_dataclass(update) and not isinstance(update, type):
+            fields = dataclasses.asdict(update)
+        else:
+            fields = dict(update)
         numbers = {
             k: round(v, 3) if isinstance(v, float) else v
-            for k, v in list(update.items())[:12]
+            for k, v in list(fields.items())[:12]
             if isinstance(v, int | float) and not isinstance(v, bool)
         }
         self.context.log.info(f"{self.label}: {numbers}")
