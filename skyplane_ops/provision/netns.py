@@ -1,13 +1,14 @@
 """The ``netns`` backend: an emulated multi-region WAN on one Linux host (root only).
 
 Every region is a network namespace ``skyplane-ops.<transfer_id>.r<i>`` with one "region
-address" ``10.77.255.<i+1>`` on its loopback. Every pair of regions gets its own veth link
-(``10.77.<k>.0/30``) shaped with ``tc tbf`` on BOTH ends (tbf shapes egress only): the end in
-region a sends at grid[a->b] * scale, the end in b at grid[b->a] * scale. Host routes send each
-pair's traffic over its own link, so an overlay path A->C->B really crosses two links. The
-control plane (root namespace) reaches every region over an unshaped management veth
-(``10.77.254.<4i>/30``). The 10.77.0.0/16 addresses exist only inside these namespaces and on
-the management veths, which are all deleted on tear-down.
+address" ``10.77.<240+slot>.<i+1>`` on its loopback. Every pair of regions gets its own veth
+link (a /30 in ``10.77.<30*slot + k//64>.0/24``) shaped with ``tc tbf`` on BOTH ends (tbf
+shapes egress only): the end in region a sends at grid[a->b] * scale, the end in b at
+grid[b->a] * scale. Host routes send each pair's traffic over its own link, so an overlay path
+A->C->B really crosses two links. The control plane (root namespace) reaches every region over
+an unshaped management veth (``10.77.<248+slot>.<4i>/30``). Up to 8 testbeds run side by side
+(one address slot each, taken under a lock). The 10.77.0.0/16 addresses exist only inside these
+namespaces and on the management veths, which are all deleted on tear-down.
 
 Added one-way delay (the kernel here has no netem) comes from ``wanrelay``: a userspace relay
 in the sending namespace that the pair's traffic is redirected through with an iptables
@@ -16,6 +17,7 @@ in the sending namespace that the pair's traffic is redirected through with an i
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import combinations
 from pathlib import Path
@@ -100,13 +102,11 @@ class Link:
     mbit_ba: float
     delay_ms: float = 0.0
 
-    @property
-    def addr_a(self) -> str:
-        return f"10.77.{self.index}.1"
-
-    @property
-    def addr_b(self) -> str:
-        return f"10.77.{self.index}.2"
+    def addresses(self, slot: int) -> tuple[str, str]:
+        """The a-side and b-side addresses of this link's /30 in address slot ``slot``."""
+        base = f"10.77.{30 * slot + self.index // 64}.{4 * (self.index % 64)}"
+        prefix, last = base.rsplit(".", 1)
+        return f"{prefix}.{int(last) + 1}", f"{prefix}.{int(last) + 2}"
 
 
 def tbf_args(mbit: float) -> list[str]:
@@ -126,7 +126,7 @@ class Testbed:
     transfer_id: str
     regions: list[str]
     links: list[Link]
-    relays: list[int] = field(default_factory=list)  # pids of delay relays
+    slot: int = -1  # address slot, chosen by build()
 
     # -------------------------------------------------------------- naming
 
@@ -138,7 +138,9 @@ class Testbed:
 
     def address(self, region: str) -> str:
         """The region's address, reachable from the root namespace and from every peer."""
-        return f"10.77.255.{self.index(region) + 1}"
+        if self.slot < 0:
+            raise ProvisionError("the testbed has no address slot until build()")
+        return f"10.77.{240 + self.slot}.{self.index(region) + 1}"
 
     def _veth(self, link: Link, end: str) -> str:
         i, j = self.index(link.a), self.index(link.b)
@@ -191,24 +193,21 @@ class Testbed:
             Link(a, b, k + 1, mbit(a, b), mbit(b, a), delays.get(frozenset((a, b)), 0.0))
             for k, (a, b) in enumerate(combinations(regions, 2))
         ]
-        if len(links) > 250:
+        if len(links) >= 30 * 64:
             raise ProvisionError("too many region pairs for the 10.77.0.0/16 testbed plan")
         return cls(transfer_id, regions, links)
 
     def build(self) -> None:
         """Create everything; on failure remove what was created, then raise."""
         require_root()
-        taken = _sh("ip", "-4", "route", "show", "root", "10.77.255.0/24")
-        if taken.strip():
-            raise ProvisionError(
-                "another netns testbed is up (routes to 10.77.255.0/24 exist); "
-                "run 'skyplane-ops deprovision --backend netns --all' first"
-            )
-        try:
-            self._build()
-        except BaseException:
-            self.teardown()
-            raise
+        with open(_LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # slot choice + creation are atomic across processes
+            try:
+                self.slot = _free_slot()
+                self._build()
+            except BaseException:
+                self.teardown()
+                raise
 
     def _build(self) -> None:
         for i, region in enumerate(self.regions):
@@ -219,18 +218,20 @@ class Testbed:
             # Management link to the root namespace (unshaped): the control plane's path.
             root_end, ns_end = self._root_veth(i), "smgmt"
             _sh("ip", "link", "add", root_end, "type", "veth", "peer", "name", ns_end, "netns", ns)
-            _sh("ip", "addr", "add", f"10.77.254.{4 * i + 1}/30", "dev", root_end)
+            mgmt = f"10.77.{248 + self.slot}"
+            _sh("ip", "addr", "add", f"{mgmt}.{4 * i + 1}/30", "dev", root_end)
             _sh("ip", "link", "set", root_end, "up")
-            _sh("ip", "addr", "add", f"10.77.254.{4 * i + 2}/30", "dev", ns_end, ns=ns)
+            _sh("ip", "addr", "add", f"{mgmt}.{4 * i + 2}/30", "dev", ns_end, ns=ns)
             _sh("ip", "link", "set", ns_end, "up", ns=ns)
-            _sh("ip", "route", "add", f"{self.address(region)}/32", "via", f"10.77.254.{4 * i + 2}")
+            _sh("ip", "route", "add", f"{self.address(region)}/32", "via", f"{mgmt}.{4 * i + 2}")
         for link in self.links:
             ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)
             va, vb = self._veth(link, "a"), self._veth(link, "b")
+            addr_a, addr_b = link.addresses(self.slot)
             _sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb, "netns", ns_b, ns=ns_a)
             for ns, dev, addr, peer_region, via, mbit in (
-                (ns_a, va, link.addr_a, link.b, link.addr_b, link.mbit_ab),
-                (ns_b, vb, link.addr_b, link.a, link.addr_a, link.mbit_ba),
+                (ns_a, va, addr_a, link.b, addr_b, link.mbit_ab),
+                (ns_b, vb, addr_b, link.a, addr_a, link.mbit_ba),
             ):
                 _sh("ip", "addr", "add", f"{addr}/30", "dev", dev, ns=ns)
                 _sh("ip", "link", "set", dev, "up", ns=ns)
@@ -246,6 +247,7 @@ class Testbed:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "slot": self.slot,
             "regions": list(self.regions),
             "namespaces": {r: self.namespace(r) for r in self.regions},
             "links": [
@@ -259,6 +261,21 @@ class Testbed:
                 for ln in self.links
             ],
         }
+
+
+_LOCK_FILE = "/run/skyplane-ops-netns.lock"
+SLOTS = 8
+
+
+def _free_slot() -> int:
+    """The first address slot no running testbed uses (its routes are in the root namespace)."""
+    for slot in range(SLOTS):
+        if not _sh("ip", "-4", "route", "show", "root", f"10.77.{240 + slot}.0/24").strip():
+            return slot
+    raise ProvisionError(
+        f"{SLOTS} netns testbeds are already up; "
+        "run 'skyplane-ops deprovision --backend netns --all' to remove leftovers"
+    )
 
 
 def list_namespaces() -> list[str]:

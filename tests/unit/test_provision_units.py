@@ -82,7 +82,11 @@ def test_testbed_plan_scales_the_grid_per_direction() -> None:
     tb = Testbed.plan("unit", ["A", "B", "C"], {"A->B": 1.0, "B->A": 2.0}, default_gbps=4.0)
     assert tb.shaped_mbit("A", "B") == 100 and tb.shaped_mbit("B", "A") == 200
     assert tb.shaped_mbit("A", "C") == tb.shaped_mbit("C", "B") == 400
-    assert [tb.address(r) for r in "ABC"] == ["10.77.255.1", "10.77.255.2", "10.77.255.3"]
+    with pytest.raises(ProvisionError, match="no address slot"):
+        tb.address("A")
+    tb.slot = 2
+    assert [tb.address(r) for r in "ABC"] == ["10.77.242.1", "10.77.242.2", "10.77.242.3"]
+    assert tb.link("A", "C").addresses(2) == ("10.77.60.9", "10.77.60.10")
     assert tb.namespace("C") == "skyplane-ops.unit.r2"
     with pytest.raises(ProvisionError, match="no rate for A -> C"):
         Testbed.plan("unit", ["A", "B", "C"], {"A->B": 1.0})
