@@ -136,4 +136,7 @@ def skyplane_etl_example() -> None:
     produced >> replicate >> check_replica(produced)
 
 
-skyplane_etl_example()
+etl_dag = skyplane_etl_example()
+
+if __name__ == "__main__":
+    etl_dag.test()

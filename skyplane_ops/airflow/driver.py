@@ -112,9 +112,11 @@ def start_driver(
     journal_dir: str,
     src_options: Mapping[str, Any],
     dst_options: Mapping[str, Any],
+    env: Mapping[str, str],
+    engine_options: Mapping[str, Any],
     work_dir: str,
 ) -> DriverHandle:
-    """Start a detached driver; the store options (maybe secrets) go through a pipe."""
+    """Start a detached driver; credentials (``env``) go through a pipe, never to disk."""
     folder = run_dir(work_dir, transfer_id)
     folder.mkdir(parents=True, exist_ok=True)
     status_path = folder / "status.json"
@@ -133,6 +135,8 @@ def start_driver(
         "journal_dir": journal_dir,
         "src_options": dict(src_options),
         "dst_options": dict(dst_options),
+        "env": dict(env),
+        "engine_options": dict(engine_options),
         "status_path": str(status_path),
     }
     with open(log_path, "ab") as log:
@@ -185,6 +189,7 @@ def run(spec: Mapping[str, Any]) -> int:
         raise _Cancelled()
 
     signal.signal(signal.SIGTERM, on_term)
+    os.environ.update(spec.get("env") or {})
     _write_json_atomic(status_path, {**base, "state": "running", "updated_at": time.time()})
     try:
         result = api.transfer(
@@ -199,6 +204,7 @@ def run(spec: Mapping[str, Any]) -> int:
             journal_dir=spec["journal_dir"],
             sync=spec["sync"],
             progress=progress,
+            **(spec.get("engine_options") or {}),
         )
     except _Cancelled:
         _write_json_atomic(status_path, {**base, "state": "cancelled", "updated_at": time.time()})
@@ -214,7 +220,7 @@ def run(spec: Mapping[str, Any]) -> int:
         error = {"type": type(exc).__name__, "message": str(exc), "user_error": False}
         _write_json_atomic(status_path, {**base, "state": "failed", "error": error})
         return 2
-    summary = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    summary = result.to_dict()
     _write_json_atomic(
         status_path, {**base, "state": "success", "updated_at": time.time(), "result": summary}
     )

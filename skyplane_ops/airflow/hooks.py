@@ -7,7 +7,10 @@ calls into the core live in one place. The hook adds no transfer logic of its ow
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.sdk import BaseHook, ObjectStoragePath
@@ -31,50 +34,100 @@ def _extra_dict(conn: Any) -> dict[str, Any]:
     return dict(extra or {})
 
 
-def store_options_from_connection(conn: Any) -> dict[str, Any]:
-    """Object-store options from a usual Airflow cloud connection (aws / google / azure).
+@dataclass(frozen=True)
+class StoreAccess:
+    """How the control plane reaches a store named by an Airflow cloud connection.
 
-    Only the fields a store client needs; every secret is masked in the task log first.
-    An empty mapping means "use the SDK's default credential chain".
+    ``options`` are the non-secret store options the backends accept (endpoint, region,
+    project); ``env`` holds SDK credential variables, exported only around the core call in
+    the process that lists the source and completes uploads. Gateways use their own default
+    chain (instance role, managed identity, or the environment they were started with).
     """
+
+    options: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def store_access_from_connection(conn: Any) -> StoreAccess:
+    """Store options and SDK credentials from an aws / google_cloud_platform / wasb connection."""
     extra = _extra_dict(conn)
     conn_type = (conn.conn_type or "").lower()
     options: dict[str, Any] = {}
+    env: dict[str, str] = {}
     if conn_type == "aws":
-        if conn.login:
-            options["aws_access_key_id"] = conn.login
-        if conn.password:
-            options["aws_secret_access_key"] = conn.password
-        for key in ("region_name", "endpoint_url", "aws_session_token"):
-            if extra.get(key):
-                options[key] = extra[key]
-        endpoint = (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
-        if endpoint and "endpoint_url" not in options:
+        endpoint = extra.get("endpoint_url") or (extra.get("service_config") or {}).get(
+            "s3", {}
+        ).get("endpoint_url")
+        if endpoint:
             options["endpoint_url"] = endpoint
+        if extra.get("region_name"):
+            options["region"] = extra["region_name"]
+        if conn.login and conn.password:
+            env["AWS_ACCESS_KEY_ID"] = conn.login
+            env["AWS_SECRET_ACCESS_KEY"] = conn.password
+        if extra.get("aws_session_token"):
+            env["AWS_SESSION_TOKEN"] = extra["aws_session_token"]
     elif conn_type in ("google_cloud_platform", "gcp", "google"):
-        for key in ("project", "key_path", "keyfile_dict", "endpoint_url"):
-            if extra.get(key):
-                options[key] = extra[key]
+        project = extra.get("project") or extra.get("extra__google_cloud_platform__project")
+        if project:
+            options["project"] = project
+        if extra.get("endpoint_url"):
+            options["endpoint_url"] = extra["endpoint_url"]
+        key_path = extra.get("key_path") or extra.get("extra__google_cloud_platform__key_path")
+        if key_path:
+            env["GOOGLE_APPLICATION_CREDENTIALS"] = key_path
     elif conn_type in ("wasb", "azure", "azure_blob_storage"):
-        if conn.login:
-            options["account_name"] = conn.login
-        if conn.password:
-            options["account_key"] = conn.password
-        for key in ("connection_string", "sas_token", "account_url", "endpoint_url"):
-            if extra.get(key):
-                options[key] = extra[key]
+        endpoint = extra.get("account_url") or extra.get("endpoint_url")
+        if endpoint:
+            options["endpoint_url"] = endpoint
+        if extra.get("connection_string"):
+            env["AZURE_STORAGE_CONNECTION_STRING"] = extra["connection_string"]
+        elif conn.login and conn.password:
+            where = (
+                f"BlobEndpoint={endpoint}"
+                if endpoint
+                else "DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net"
+            )
+            env["AZURE_STORAGE_CONNECTION_STRING"] = (
+                f"{where};AccountName={conn.login};AccountKey={conn.password}"
+            )
     else:
         raise ValueError(
             f"connection {conn.conn_id!r} has type {conn_type!r}; expected aws, "
             "google_cloud_platform or wasb"
         )
-    for key in ("aws_secret_access_key", "aws_session_token", "keyfile_dict", "account_key"):
-        if key in options:
-            mask_secret(options[key])
-    for key in ("connection_string", "sas_token"):
-        if key in options:
-            mask_secret(options[key])
-    return options
+    for value in env.values():
+        mask_secret(value)
+    return StoreAccess(options=options, env=env)
+
+
+def merge_env(*accesses: StoreAccess) -> dict[str, str]:
+    """One credential environment for a transfer; two different values for a name clash."""
+    env: dict[str, str] = {}
+    for access in accesses:
+        for name, value in access.env.items():
+            if name in env and env[name] != value:
+                raise ValueError(
+                    f"the source and destination connections both set {name} to different "
+                    "values; one process cannot hold both (use an instance role for one side)"
+                )
+            env[name] = value
+    return env
+
+
+@contextmanager
+def exported_env(env: Mapping[str, str]) -> Iterator[None]:
+    """Export SDK credential variables for the duration of a core call, then restore."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class SkyplaneHook(BaseHook):
@@ -143,11 +196,11 @@ class SkyplaneHook(BaseHook):
         return True, f"backend {settings.backend!r}"
 
     @staticmethod
-    def store_options(conn_id: str | None) -> dict[str, Any]:
-        """Store options from an aws / google_cloud_platform / wasb connection (or {})."""
+    def store_access(conn_id: str | None) -> StoreAccess:
+        """Store options and credentials from a cloud connection (none: the SDK's chain)."""
         if not conn_id:
-            return {}
-        return store_options_from_connection(BaseHook.get_connection(conn_id))
+            return StoreAccess()
+        return store_access_from_connection(BaseHook.get_connection(conn_id))
 
     # -- plans ------------------------------------------------------------------------------
 
@@ -177,6 +230,23 @@ class SkyplaneHook(BaseHook):
             profile_overrides=settings.profile_overrides,
             measured_grid=settings.grid_store,
         )
+
+    @staticmethod
+    def source_volume_gb(
+        src: str,
+        *,
+        src_options: Mapping[str, Any] | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> float:
+        """Size of what would be copied, for plans made without a ``volume_gb``."""
+        with exported_env(env or {}):
+            return float(
+                api.source_volume_gb(
+                    src, src_options=src_options, include=list(include), exclude=list(exclude)
+                )
+            )
 
     @staticmethod
     def write_plan(plan: TransferPlan, uri: str, conn_id: str | None = None) -> str:
@@ -245,18 +315,23 @@ class SkyplaneHook(BaseHook):
         exclude: Sequence[str] = (),
         journal_dir: str | None = None,
         sync: bool = False,
-        progress: Callable[[Mapping[str, Any]], None] | None = None,
+        progress: Callable[[Any], None] | None = None,
+        env: Mapping[str, str] | None = None,
+        **engine_options: Any,
     ) -> Any:
-        return api.transfer(
-            plan,
-            fleet,
-            src,
-            dst,
-            src_options=src_options or None,
-            dst_options=dst_options or None,
-            include=list(include),
-            exclude=list(exclude),
-            journal_dir=journal_dir,
-            sync=sync,
-            progress=progress,
-        )
+        """``api.transfer`` with ``env`` (store credentials) exported around the call."""
+        with exported_env(env or {}):
+            return api.transfer(
+                plan,
+                fleet,
+                src,
+                dst,
+                src_options=src_options or None,
+                dst_options=dst_options or None,
+                include=list(include),
+                exclude=list(exclude),
+                journal_dir=journal_dir,
+                sync=sync,
+                progress=progress,
+                **engine_options,
+            )

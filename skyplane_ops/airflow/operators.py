@@ -18,7 +18,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from skyplane_ops.airflow import driver
-from skyplane_ops.airflow.hooks import SkyplaneHook
+from skyplane_ops.airflow.hooks import SkyplaneHook, StoreAccess, merge_env
 from skyplane_ops.airflow.settings import DEFAULT_CONN_ID, make_transfer_id
 from skyplane_ops.airflow.summaries import (
     asset_metadata,
@@ -151,6 +151,9 @@ class SkyplanePlanOperator(_SkyplaneBaseOperator):
         "deadline_seconds",
         "plan_uri",
         "transfer_id",
+        "src",
+        "include",
+        "exclude",
     )
 
     def __init__(
@@ -158,18 +161,28 @@ class SkyplanePlanOperator(_SkyplaneBaseOperator):
         *,
         src_region: str,
         dst_regions: str | Sequence[str],
-        volume_gb: float | str,
+        volume_gb: float | str | None = None,
         min_throughput_gbps: float | str | None = None,
         max_cost_usd: float | str | None = None,
         deadline_seconds: float | str | None = None,
         plan_uri: str | None = None,
         plan_conn_id: str | None = None,
+        src: str | None = None,
+        src_conn_id: str | None = None,
+        src_options: Mapping[str, Any] | None = None,
+        include: Sequence[str] | str | None = None,
+        exclude: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.src_region = src_region
         self.dst_regions = dst_regions
         self.volume_gb = volume_gb
+        self.src = src
+        self.src_conn_id = src_conn_id
+        self.src_options = dict(src_options or {})
+        self.include = include
+        self.exclude = exclude
         self.min_throughput_gbps = min_throughput_gbps
         self.max_cost_usd = max_cost_usd
         self.deadline_seconds = deadline_seconds
@@ -179,8 +192,20 @@ class SkyplanePlanOperator(_SkyplaneBaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         transfer_id = self.resolve_transfer_id(context)
         volume = _float_or_none("volume_gb", self.volume_gb)
-        if volume is None or volume <= 0:
-            raise ValueError(f"volume_gb must be a positive number, got {self.volume_gb!r}")
+        if volume is None and self.src:
+            access = self.hook.store_access(self.src_conn_id)
+            volume = SkyplaneHook.source_volume_gb(
+                str(self.src),
+                src_options={**access.options, **self.src_options},
+                include=_as_list(self.include),
+                exclude=_as_list(self.exclude),
+                env=access.env,
+            )
+            self.log.info("volume measured at the source: %.6f GB", volume)
+        if volume is None or volume < 0:
+            raise ValueError(
+                f"volume_gb must be a non-negative number (or give src), got {self.volume_gb!r}"
+            )
         dsts = _as_list(self.dst_regions)
         plan = self.hook.plan(
             str(self.src_region),
@@ -326,9 +351,12 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
         exclude: Sequence[str] | str | None = None,
         src_conn_id: str | None = None,
         dst_conn_id: str | None = None,
+        src_options: Mapping[str, Any] | None = None,
+        dst_options: Mapping[str, Any] | None = None,
         plan_conn_id: str | None = None,
         sync: bool = False,
         journal_dir: str | None = None,
+        engine_options: Mapping[str, Any] | None = None,
         deferrable: bool = False,
         timeout: timedelta | float | None = None,
         poll_interval: float = 5.0,
@@ -350,9 +378,12 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
         self.exclude = exclude
         self.src_conn_id = src_conn_id
         self.dst_conn_id = dst_conn_id
+        self.src_options = dict(src_options or {})
+        self.dst_options = dict(dst_options or {})
         self.plan_conn_id = plan_conn_id
         self.sync = sync
         self.journal_dir = journal_dir
+        self.engine_options = dict(engine_options or {})
         self.deferrable = deferrable
         self.timeout = timeout
         self.poll_interval = poll_interval
@@ -408,11 +439,16 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any] | None:
         plan, plan_uri, fleet, transfer_id, journal = self._prepare(context)
-        src_options = self.hook.store_options(self.src_conn_id)
-        dst_options = self.hook.store_options(self.dst_conn_id)
+        src_access = self.hook.store_access(self.src_conn_id)
+        dst_access = self.hook.store_access(self.dst_conn_id)
+        access = StoreAccess(
+            options={**src_access.options, **self.src_options},
+            env=merge_env(src_access, dst_access),
+        )
+        dst_options = {**dst_access.options, **self.dst_options}
         if self.deferrable:
             self._defer_to_driver(
-                context, plan, plan_uri, fleet, transfer_id, journal, src_options, dst_options
+                context, plan, plan_uri, fleet, transfer_id, journal, access, dst_options
             )
             return None
         last = [0.0]
@@ -428,13 +464,15 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
             fleet,
             str(self.src),
             str(self.dst),
-            src_options=src_options,
+            src_options=access.options,
             dst_options=dst_options,
             include=_as_list(self.include),
             exclude=_as_list(self.exclude),
             journal_dir=journal,
             sync=self.sync,
             progress=progress,
+            env=access.env,
+            **self.engine_options,
         )
         return self._finish(
             context, result, transfer_id=transfer_id, plan=plan, plan_uri=plan_uri, journal=journal
@@ -454,7 +492,7 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
         fleet: GatewayFleet,
         transfer_id: str,
         journal: str,
-        src_options: Mapping[str, Any],
+        access: StoreAccess,
         dst_options: Mapping[str, Any],
     ) -> None:
         work_dir = self.hook.settings.work_dir
@@ -477,8 +515,10 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
                 exclude=_as_list(self.exclude),
                 sync=self.sync,
                 journal_dir=journal,
-                src_options=src_options,
+                src_options=access.options,
                 dst_options=dst_options,
+                env=access.env,
+                engine_options=self.engine_options,
                 work_dir=work_dir,
             )
             self.log.info("started transfer driver pid %d for %s", handle.pid, transfer_id)
@@ -618,7 +658,7 @@ class SkyplaneCopyOperator(_SkyplaneBaseOperator):
         dst: str,
         src_region: str,
         dst_region: str,
-        volume_gb: float | str,
+        volume_gb: float | str | None = None,
         min_throughput_gbps: float | str | None = None,
         max_cost_usd: float | str | None = None,
         deadline_seconds: float | str | None = None,
@@ -657,9 +697,20 @@ class SkyplaneCopyOperator(_SkyplaneBaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         transfer_id = self.resolve_transfer_id(context)
         self._transfer_id = transfer_id
+        src_access = self.hook.store_access(self.src_conn_id)
+        dst_access = self.hook.store_access(self.dst_conn_id)
+        env = merge_env(src_access, dst_access)
         volume = _float_or_none("volume_gb", self.volume_gb)
-        if volume is None or volume <= 0:
-            raise ValueError(f"volume_gb must be a positive number, got {self.volume_gb!r}")
+        if volume is None:
+            volume = SkyplaneHook.source_volume_gb(
+                str(self.src),
+                src_options=src_access.options,
+                include=_as_list(self.include),
+                exclude=_as_list(self.exclude),
+                env=env,
+            )
+        if volume < 0:
+            raise ValueError(f"volume_gb must be a non-negative number, got {self.volume_gb!r}")
         plan = self.hook.plan(
             str(self.src_region),
             str(self.dst_region),
@@ -675,8 +726,6 @@ class SkyplaneCopyOperator(_SkyplaneBaseOperator):
             conn_id=self.plan_conn_id,
         )
         journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
-        src_options = self.hook.store_options(self.src_conn_id)
-        dst_options = self.hook.store_options(self.dst_conn_id)
         try:
             self._fleet = self.hook.provision(plan, transfer_id=transfer_id)
             result = self.hook.transfer(
@@ -684,15 +733,21 @@ class SkyplaneCopyOperator(_SkyplaneBaseOperator):
                 self._fleet,
                 str(self.src),
                 str(self.dst),
-                src_options=src_options,
-                dst_options=dst_options,
+                src_options=src_access.options,
+                dst_options=dst_access.options,
                 include=_as_list(self.include),
                 exclude=_as_list(self.exclude),
                 journal_dir=journal,
                 sync=self.sync,
+                env=env,
             )
-        finally:
-            self._teardown()
+        except BaseException:
+            try:
+                self._teardown()
+            except Exception:
+                self.log.exception("deprovisioning after the failure failed")
+            raise
+        self._teardown()
         summary = transfer_summary(
             result,
             transfer_id=transfer_id,

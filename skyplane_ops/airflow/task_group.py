@@ -29,7 +29,7 @@ def skyplane_transfer_group(
     dst: str,
     src_region: str,
     dst_region: str | Sequence[str],
-    volume_gb: float | str,
+    volume_gb: float | str | None = None,
     min_throughput_gbps: float | str | None = None,
     max_cost_usd: float | str | None = None,
     deadline_seconds: float | str | None = None,
@@ -38,6 +38,9 @@ def skyplane_transfer_group(
     sync: bool = False,
     src_conn_id: str | None = None,
     dst_conn_id: str | None = None,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    engine_options: Mapping[str, Any] | None = None,
     skyplane_conn_id: str = DEFAULT_CONN_ID,
     plan_uri: str | None = None,
     plan_conn_id: str | None = None,
@@ -51,6 +54,8 @@ def skyplane_transfer_group(
     **task_kwargs: Any,
 ) -> TaskGroup:
     """Build the four-task transfer group inside the current DAG; returns the ``TaskGroup``.
+
+    Without ``volume_gb`` the plan task measures the source (``src`` with include/exclude).
 
     ``task_kwargs`` (retries, pool, queue, ...) go to every task; ``transfer_kwargs`` only to
     the transfer task (e.g. ``retries=3``). ``upstream >> group >> downstream`` works as
@@ -74,6 +79,11 @@ def skyplane_transfer_group(
             deadline_seconds=deadline_seconds,
             plan_uri=plan_uri,
             plan_conn_id=plan_conn_id,
+            src=src,
+            src_conn_id=src_conn_id,
+            src_options=src_options,
+            include=include,
+            exclude=exclude,
             **common,
             **task_kwargs,
         )
@@ -95,6 +105,9 @@ def skyplane_transfer_group(
             exclude=exclude,
             src_conn_id=src_conn_id,
             dst_conn_id=dst_conn_id,
+            src_options=src_options,
+            dst_options=dst_options,
+            engine_options=engine_options,
             plan_conn_id=plan_conn_id,
             sync=sync,
             deferrable=deferrable,

@@ -142,8 +142,8 @@ def test_hook_reads_the_connection_and_masks_nothing_into_settings(
     assert SkyplaneHook().settings.backend == "local"
 
 
-def test_store_options_from_usual_cloud_connections(monkeypatch: pytest.MonkeyPatch) -> None:
-    from skyplane_ops.airflow.hooks import SkyplaneHook
+def test_store_access_from_usual_cloud_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyplane_ops.airflow.hooks import SkyplaneHook, StoreAccess, exported_env, merge_env
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_MY_AWS",
@@ -156,14 +156,35 @@ def test_store_options_from_usual_cloud_connections(monkeypatch: pytest.MonkeyPa
             }
         ),
     )
-    options = SkyplaneHook.store_options("my_aws")
-    assert options == {
-        "aws_access_key_id": "AKIAEXAMPLE",
-        "aws_secret_access_key": "aws-secret-value",
-        "region_name": "us-east-1",
-        "endpoint_url": "http://127.0.0.1:9",
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MY_WASB",
+        json.dumps(
+            {
+                "conn_type": "wasb",
+                "login": "devstoreaccount1",
+                "password": "azure-key-value",
+                "extra": {"account_url": "http://127.0.0.1:10000/devstoreaccount1"},
+            }
+        ),
+    )
+    aws = SkyplaneHook.store_access("my_aws")
+    # Only options the S3 store accepts; the keys go to the SDK's environment chain.
+    assert aws.options == {"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1"}
+    assert aws.env == {
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
     }
-    assert SkyplaneHook.store_options(None) == {}
+    azure = SkyplaneHook.store_access("my_wasb")
+    assert "AccountKey=azure-key-value" in azure.env["AZURE_STORAGE_CONNECTION_STRING"]
+    assert SkyplaneHook.store_access(None) == StoreAccess()
+    env = merge_env(aws, azure)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    with exported_env(env):
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] == "aws-secret-value"
+    assert "AWS_SECRET_ACCESS_KEY" not in os.environ
+    clash = StoreAccess(env={"AWS_ACCESS_KEY_ID": "OTHER"})
+    with pytest.raises(ValueError, match="both set AWS_ACCESS_KEY_ID"):
+        merge_env(aws, clash)
 
 
 # -- provider metadata -----------------------------------------------------------------------

@@ -1,0 +1,380 @@
+"""The Airflow face end to end: ``dag.test()`` runs with real local gateway processes and bytes.
+
+Three DAG runs share one AIRFLOW_HOME (see ``tests/fixtures/airflow_env.py``):
+
+* the shipped example (``examples/airflow_etl_dag.py``): Parquet produced with pyarrow,
+  replicated by the task group, read back and checked downstream; the destination Asset event
+  carries the transfer metadata;
+* failure paths: a transfer that fails (the teardown still deletes the gateways) and a
+  provision task that dies after starting its gateways and before returning the fleet (the
+  teardown deletes them by tag);
+* success paths: a deferrable transfer whose first attempt is stopped half-way (its driver is
+  terminated once the journal holds finished chunks) and whose retry resumes, re-sending only
+  the missing chunks; and a one-task copy of 10,000 objects whose XCom stays small.
+
+Nothing is mocked: plans come from the real planner, gateways are ``gateway_agent`` processes
+on loopback, stores are local folders. Task logs (the captured stdout/stderr of ``dag.test``)
+are grepped for the credentials the connections hold.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures import airflow_env
+
+pytestmark = [pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SRC_REGION = "aws:us-east-1"
+DST_REGION = "gcp:europe-west4"
+AWS_SECRET = "aws-secret-Zq8vX3-never-logged"
+SKYPLANE_SECRET = "skyplane-pw-Jm2kL7-never-logged"
+BIG_FILES, BIG_MIB, PART = 8, 16, 1 << 20
+
+TEST_DAGS = '''
+"""DAGs of tests/integration/test_airflow_dags.py (written here by the test)."""
+import json
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, TaskGroup, TriggerRule
+
+from skyplane_ops.airflow import (
+    SkyplaneCopyOperator,
+    SkyplaneDeprovisionOperator,
+    SkyplanePlanOperator,
+    SkyplaneProvisionOperator,
+    SkyplaneTransferOperator,
+    skyplane_transfer_group,
+)
+
+BASE = os.environ.get("SKYPLANE_AFTEST_DIR", "/nonexistent")
+SRC_REGION, DST_REGION = "aws:us-east-1", "gcp:europe-west4"
+
+
+class ProvisionThenCrash(SkyplaneProvisionOperator):
+    """Starts the gateways, then dies before returning the fleet (like a killed worker)."""
+
+    def execute(self, context):
+        fleet = super().execute(context)
+        with open(os.path.join(BASE, "crashed_fleet.json"), "w") as fh:
+            json.dump(fleet, fh)
+        raise RuntimeError("worker died after provisioning")
+
+
+with DAG("skyplane_test_failures", schedule=None, start_date=datetime(2024, 1, 1)):
+    skyplane_transfer_group(
+        "bad_transfer",
+        src=f"file://{BASE}/fsrc/",
+        dst="file:///proc/skyplane-not-writable/",
+        src_region=SRC_REGION,
+        dst_region=DST_REGION,
+        volume_gb=0.001,
+    )
+    with TaskGroup("crash"):
+        tid = "{{ dag.dag_id }}-{{ run_id }}-crash"
+        plan = SkyplanePlanOperator(
+            task_id="plan", src_region=SRC_REGION, dst_regions=DST_REGION, volume_gb=0.001,
+            transfer_id=tid,
+        )
+        prov = ProvisionThenCrash(task_id="provision", plan=plan.output, transfer_id=tid)
+        xfer = SkyplaneTransferOperator(
+            task_id="transfer", src=f"file://{BASE}/fsrc/", dst=f"file://{BASE}/fdst/",
+            plan=plan.output, fleet=prov.output, transfer_id=tid,
+        )
+        tear = SkyplaneDeprovisionOperator(
+            task_id="deprovision", fleet_task_id="crash.provision", transfer_id=tid
+        )
+        plan >> prov >> xfer >> tear
+        tear.as_teardown(setups=prov)
+        tear.trigger_rule = TriggerRule.ALL_DONE
+
+
+with DAG("skyplane_test_paths", schedule=None, start_date=datetime(2024, 1, 1)):
+    skyplane_transfer_group(
+        "resume",
+        src=f"file://{BASE}/big/",
+        dst=f"file://{BASE}/big-replica/",
+        src_region=SRC_REGION,
+        dst_region=DST_REGION,
+        deferrable=True,
+        poll_interval=0.1,
+        timeout=timedelta(minutes=5),
+        engine_options={"part_size": 1 << 20},
+        transfer_kwargs={"retries": 1, "retry_delay": timedelta(seconds=0)},
+    )
+    SkyplaneCopyOperator(
+        task_id="copy_tiny",
+        src=f"file://{BASE}/tiny/",
+        dst=f"file://{BASE}/tiny-replica/",
+        src_region=SRC_REGION,
+        dst_region=DST_REGION,
+        src_conn_id="aftest_aws",
+    )
+'''
+
+
+@pytest.fixture(scope="session")
+def af(airflow_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The DAGs folder (example + test DAGs), connections and a data folder for this module."""
+    base = tmp_path_factory.mktemp("airflow-e2e")
+    dags = Path(airflow_env.AIRFLOW_HOME) / "dags"
+    (dags / "airflow_etl_dag.py").write_text((REPO / "examples" / "airflow_etl_dag.py").read_text())
+    (dags / "skyplane_test_dags.py").write_text(TEST_DAGS)
+    env = {
+        "SKYPLANE_AFTEST_DIR": str(base),
+        "SKYPLANE_EXAMPLE_DIR": str(base / "example"),
+        "AIRFLOW_CONN_SKYPLANE_DEFAULT": json.dumps(
+            {
+                "conn_type": "skyplane",
+                "password": SKYPLANE_SECRET,
+                "extra": {"backend": "local", "work_dir": str(base / "work")},
+            }
+        ),
+        "AIRFLOW_CONN_AFTEST_AWS": json.dumps(
+            {"conn_type": "aws", "login": "AKIAAFTESTEXAMPLE", "password": AWS_SECRET}
+        ),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield base
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _dag(dag_id: str) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(Path(airflow_env.AIRFLOW_HOME) / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.get_dag(dag_id)
+
+
+def _states(run: Any) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+def _xcom(run: Any, task_id: str) -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == run.dag_id,
+                XComModel.run_id == run.run_id,
+                XComModel.task_id == task_id,
+                XComModel.key == "return_value",
+            )
+        ).first()
+        if row is None:
+            return None
+        value = row.value
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _gateways_alive(fleet: dict[str, Any]) -> list[int]:
+    alive = []
+    for gateway in fleet["gateways"]:
+        pid = int(gateway["resources"].get("pid", 0))
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"gateway_agent" in cmdline:
+            alive.append(pid)
+    return alive
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line mentions ``text`` (a transfer id)."""
+    found = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            if text.encode() in Path(path).read_bytes():
+                found.append(int(path.split("/")[2]))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _assert_no_secret(text: str) -> None:
+    for secret in (AWS_SECRET, SKYPLANE_SECRET):
+        assert secret not in text, f"a credential leaked into the task logs: {secret}"
+
+
+def _log_files_text(base: Path) -> str:
+    texts = []
+    for root in (Path(airflow_env.AIRFLOW_HOME) / "logs", base / "work"):
+        for path in root.rglob("*"):
+            if path.is_file() and path.suffix in (".log", ".json", ".jsonl", ""):
+                texts.append(path.read_text(errors="replace"))
+    return "\n".join(texts)
+
+
+def test_every_dag_file_imports_cleanly() -> None:
+    """DagBag over dags/ and examples/: no import error, the expected DAGs are there."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    found: set[str] = set()
+    for folder in ("dags", "examples"):
+        path = REPO / folder
+        if not path.exists():
+            continue
+        bag = DagBag(dag_folder=str(path))
+        assert not bag.import_errors, bag.import_errors
+        found |= set(bag.dag_ids)
+    assert "skyplane_etl_example" in found
+    if (REPO / "dags" / "skyplane_grid_refresh.py").exists():
+        assert "skyplane_grid_refresh" in found
+
+
+def test_example_etl_dag_replicates_parquet_and_checks_it(
+    af: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    run = _dag("skyplane_etl_example").test()
+    logs = capfd.readouterr()
+    states = _states(run)
+    assert set(states.values()) == {"success"}, states
+    checked = _xcom(run, "check_replica")
+    assert checked["ok"] and checked["rows"] == 200_000 and checked["files"] == 8
+    summary = _xcom(run, "replicate.transfer")
+    assert summary["objects"] == 8 and summary["verification"]["status"] == "passed"
+    assert summary["plan_uri"] and Path(summary["plan_uri"].removeprefix("file://")).exists()
+    assert len(json.dumps(summary)) < 4096
+    fleet = _xcom(run, "replicate.provision")
+    assert fleet["gateways"] and not _gateways_alive(fleet)
+    # The destination Asset event carries the transfer's numbers.
+    with create_session() as session:
+        event = session.scalars(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == "events_replica")
+            .order_by(AssetEvent.id.desc())
+        ).first()
+        assert event is not None
+        extra = dict(event.extra)
+    assert extra["bytes"] == summary["bytes"] and extra["objects"] == 8
+    assert extra["route"] and extra["gbps"] is not None and extra["cost_usd"] is not None
+    _assert_no_secret(logs.out + logs.err)
+
+
+def test_failures_still_tear_the_gateways_down(af: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    src = af / "fsrc"
+    src.mkdir(exist_ok=True)
+    for i in range(3):
+        (src / f"obj-{i}.bin").write_bytes(os.urandom(200_000))
+    run = _dag("skyplane_test_failures").test()
+    logs = capfd.readouterr()
+    states = _states(run)
+    # A failed transfer: its teardown still ran and the gateways are gone.
+    assert states["bad_transfer.transfer"] == "failed", states
+    assert states["bad_transfer.deprovision"] == "success", states
+    fleet = _xcom(run, "bad_transfer.provision")
+    assert fleet["gateways"] and not _gateways_alive(fleet)
+    assert not _processes_mentioning(fleet["transfer_id"])
+    # Provisioning died after starting gateways and left no XCom: deleted by tag.
+    assert states["crash.provision"] == "failed", states
+    assert states["crash.transfer"] == "upstream_failed", states
+    assert states["crash.deprovision"] == "success", states
+    assert _xcom(run, "crash.provision") is None
+    crashed = json.loads((af / "crashed_fleet.json").read_text())
+    swept = _xcom(run, "crash.deprovision")
+    assert swept["had_fleet"] is False and swept["deleted_count"] >= len(crashed["gateways"])
+    assert swept["transfer_id"] == crashed["transfer_id"]
+    assert not _gateways_alive(crashed)
+    assert not _processes_mentioning(crashed["transfer_id"])
+    _assert_no_secret(logs.out + logs.err)
+
+
+def _stop_first_driver_midway(base: Path, done: threading.Event, out: dict[str, Any]) -> None:
+    """Terminate the deferrable transfer's driver once its journal holds finished chunks."""
+    deadline = time.monotonic() + 240
+    while not done.is_set() and time.monotonic() < deadline:
+        for status_path in glob.glob(str(base / "work" / "runs" / "*" / "status.json")):
+            try:
+                status = json.loads(Path(status_path).read_text())
+            except (OSError, ValueError):
+                continue
+            tid = Path(status_path).parent.name
+            journaled = 0
+            for journal in glob.glob(str(base / "work" / "journals" / tid / "*.jsonl")):
+                with open(journal) as fh:
+                    journaled += sum(1 for _ in fh)
+            if status.get("pid") and journaled > 0:
+                out["journaled_before_stop"] = journaled
+                out["status_when_stopped"] = status.get("state")
+                os.killpg(int(status["pid"]), signal.SIGTERM)
+                return
+        time.sleep(0.005)
+
+
+def test_deferred_transfer_retry_resumes_and_copy_xcom_stays_small(
+    af: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    big = af / "big"
+    big.mkdir(exist_ok=True)
+    for i in range(BIG_FILES):
+        (big / f"part-{i}.bin").write_bytes(os.urandom(BIG_MIB << 20))
+    tiny = af / "tiny"
+    tiny.mkdir(exist_ok=True)
+    for i in range(10_000):
+        (tiny / f"k{i:05d}.txt").write_bytes(os.urandom(64))
+    done = threading.Event()
+    seen: dict[str, Any] = {}
+    watcher = threading.Thread(target=_stop_first_driver_midway, args=(af, done, seen))
+    watcher.start()
+    try:
+        run = _dag("skyplane_test_paths").test()
+    finally:
+        done.set()
+        watcher.join()
+    logs = capfd.readouterr()
+    states = _states(run)
+    assert set(states.values()) == {"success"}, states
+    # The first attempt was stopped half-way; the retry re-sent only the missing chunks.
+    assert seen.get("journaled_before_stop", 0) > 0, seen
+    from airflow.models.taskinstance import TaskInstance
+
+    ti = run.get_task_instance("resume.transfer")
+    assert isinstance(ti, TaskInstance) and ti.try_number == 2
+    summary = _xcom(run, "resume.transfer")
+    total = BIG_FILES * BIG_MIB * (1 << 20) // PART
+    assert summary["chunks_resumed"] > 0, summary
+    assert summary["chunks"] + summary["chunks_resumed"] == total, summary
+    assert summary["chunks"] < total
+    assert summary["verification"]["status"] == "passed"
+    for i in range(BIG_FILES):
+        name = f"part-{i}.bin"
+        assert (af / "big-replica" / name).read_bytes() == (big / name).read_bytes()
+    fleet = _xcom(run, "resume.provision")
+    assert not _gateways_alive(fleet)
+    # 10,000 objects in one task: the XCom is a small summary, not a key list.
+    copied = _xcom(run, "copy_tiny")
+    assert copied["objects"] == 10_000
+    assert len(json.dumps(copied)) < 4096
+    assert len(list((af / "tiny-replica").iterdir())) == 10_000
+    assert not _processes_mentioning(copied["transfer_id"])
+    _assert_no_secret(logs.out + logs.err + _log_files_text(af))
+    shutil.rmtree(tiny, ignore_errors=True)
+    shutil.rmtree(af / "tiny-replica", ignore_errors=True)
