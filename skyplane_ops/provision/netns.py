@@ -10,9 +10,10 @@ an unshaped management veth (``10.77.<248+slot>.<4i>/30``). Up to 8 testbeds run
 (one address slot each, taken under a lock). The 10.77.0.0/16 addresses exist only inside these
 namespaces and on the management veths, which are all deleted on tear-down.
 
-Added one-way delay (the kernel here has no netem) comes from ``wanrelay``: a userspace relay
-in the sending namespace that the pair's traffic is redirected through with an iptables
-``REDIRECT`` rule. Gateways are the real agent, started with ``ip netns exec``.
+Added delay (the kernel here has no netem) comes from ``wanrelay``, a userspace relay in the
+sending namespace: the peer's region address is made local there and the relay, listening on
+the peer gateway's data port, forwards over the pair's link with the delay added (``delay_ms``
+is the added round-trip time). Gateways are the real agent, started with ``ip netns exec``.
 """
 
 from __future__ import annotations
@@ -238,6 +239,45 @@ class Testbed:
                 _sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", *tbf_args(mbit), ns=ns)
                 _sh("ip", "route", "add", f"{self.address(peer_region)}/32", "via", via, ns=ns)
 
+    def add_delay(self, src: str, dst: str, port: int, delay_ms: float) -> None:
+        """Add ``delay_ms`` of round-trip time to TCP connections from ``src`` to ``dst:port``.
+
+        ``dst``'s region address becomes local inside ``src``'s namespace, where a ``wanrelay``
+        listens on ``port`` and forwards over the pair's own link to ``dst``'s link address.
+        Call it for every port of ``dst`` that ``src`` uses (the gateways' data ports).
+        """
+        ns, link = self.namespace(src), self.link(src, dst)
+        addr_a, addr_b = link.addresses(self.slot)
+        dst_link_addr = addr_b if link.b == dst else addr_a
+        local = _sh("ip", "-4", "-o", "addr", "show", "dev", "lo", ns=ns)
+        if f" {self.address(dst)}/32" not in local:
+            _sh("ip", "addr", "add", f"{self.address(dst)}/32", "dev", "lo", ns=ns)
+        subprocess.Popen(
+            self.exec_argv(
+                src,
+                [
+                    sys.executable,
+                    "-m",
+                    "skyplane_ops.provision.wanrelay",
+                    "--listen",
+                    f"{self.address(dst)}:{port}",
+                    "--connect",
+                    f"{dst_link_addr}:{port}",
+                    "--delay-ms",
+                    str(delay_ms),
+                ],
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while f"{self.address(dst)}:{port}" not in _sh("ss", "-ltnH", ns=ns, check=False):
+            if time.monotonic() > deadline:
+                raise ProvisionError(f"delay relay in {ns} for {dst}:{port} did not start")
+            time.sleep(0.05)
+
     def teardown(self) -> list[str]:
         """Kill every process in our namespaces, delete them and the management veths."""
         return teardown_namespaces(
@@ -366,6 +406,11 @@ class NetnsProvisioner:
                 for region in testbed.regions
                 for i in range(vms[region])
             ]
+            for link in testbed.links:
+                if link.delay_ms > 0:
+                    for src, dst in ((link.a, link.b), (link.b, link.a)):
+                        for gw in (g for g in gateways if g.region == dst):
+                            testbed.add_delay(src, dst, gw.data_port, link.delay_ms)
         except BaseException:
             testbed.teardown()
             shutil.rmtree(workdir, ignore_errors=True)

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -198,3 +199,76 @@ def test_sweeper_removes_a_leftover_testbed() -> None:
         f"netns:skyplane-ops.nt-leak.r{i}" for i in range(3)
     ]
     _assert_nothing_left("nt-leak", [])
+
+
+_ECHO = """
+import socket
+srv = socket.create_server(("0.0.0.0", 7007))
+while True:
+    conn, _ = srv.accept()
+    while data := conn.recv(65536):
+        conn.sendall(data)
+    conn.close()
+"""
+
+_PING = """
+import socket, sys, time
+sock = socket.create_connection((sys.argv[1], 7007), timeout=5)
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+best = 9.0
+for _ in range(5):
+    t = time.perf_counter()
+    sock.sendall(b"x")
+    sock.recv(1)
+    best = min(best, time.perf_counter() - t)
+print(best)
+"""
+
+
+def test_delay_relay_adds_round_trip_time() -> None:
+    tid = f"nt-{uuid.uuid4().hex[:8]}"
+    tb = Testbed.plan(tid, [A, B], {f"{A}->{B}": 1.0})
+    tb.build()
+    try:
+        subprocess.Popen(tb.exec_argv(B, [sys.executable, "-c", _ECHO]), start_new_session=True)
+
+        def rtt() -> float:
+            for _ in range(50):
+                out = subprocess.run(
+                    tb.exec_argv(A, [sys.executable, "-c", _PING, tb.address(B)]),
+                    capture_output=True,
+                    text=True,
+                )
+                if out.returncode == 0:
+                    return float(out.stdout)
+                time.sleep(0.1)  # the echo server is still starting
+            raise AssertionError(out.stderr)
+
+        before = rtt()
+        tb.add_delay(A, B, 7007, 40.0)
+        after = rtt()
+        assert before < 0.01, before
+        assert 0.040 <= after < 0.080, after
+    finally:
+        tb.teardown()
+    assert not [ns for ns in list_namespaces() if f".{tid}." in ns]
+
+
+def test_transfer_over_a_delayed_link(tmp_path: Path) -> None:
+    prov = get_provisioner("netns", grid=GRID, delay_ms={(A, B): 30.0}, idle_timeout=60)
+    tid = f"nt-{uuid.uuid4().hex[:8]}"
+    fleet = prov.provision({A: 1, B: 1}, transfer_id=tid)
+    pids = [int(g.resources["pid"]) for g in fleet.gateways]
+    try:
+        data = write_dataset(tmp_path / "src", {"x.bin": 3 * MiB, "y.txt": 10})
+        run_transfer(
+            make_plan([A, B]),
+            fleet,
+            f"file://{tmp_path / 'src'}",
+            f"file://{tmp_path / 'dst'}",
+            journal_dir=tmp_path / "journal",
+        )
+        assert read_tree(tmp_path / "dst") == data
+    finally:
+        prov.deprovision(fleet)
+    _assert_nothing_left(tid, pids)
