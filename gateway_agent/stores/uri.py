@@ -51,6 +51,12 @@ class StoreURI:
         return self.prefix + relative
 
 
+def _safe(uri: str) -> str:
+    """The URI without query or fragment: a signed URL's signature never reaches a message."""
+    cut = min((i for i in (uri.find("?"), uri.find("#")) if i >= 0), default=-1)
+    return uri if cut < 0 else uri[:cut] + "?<redacted>"
+
+
 def _norm_prefix(prefix: str) -> str:
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
@@ -63,7 +69,14 @@ def _split_bucket(rest: str) -> tuple[str, str]:
 def parse_uri(uri: str) -> StoreURI:
     """Parse and validate a store URI; raises :class:`InvalidURIError` with the reason."""
     if not isinstance(uri, str) or "://" not in uri:
-        raise InvalidURIError(f"not a store URI (expected scheme://...): {uri!r}")
+        raise InvalidURIError(f"not a store URI (expected scheme://...): {_safe(str(uri))!r}")
+    try:
+        return _parse(uri)
+    except InvalidURIError as exc:
+        raise InvalidURIError(str(exc).replace(repr(uri), repr(_safe(uri)))) from None
+
+
+def _parse(uri: str) -> StoreURI:
     scheme, _, rest = uri.partition("://")
     scheme = scheme.lower()
     if scheme == "https":

@@ -1,0 +1,114 @@
+"""Behaviour outside the shared contract: retries, lazy SDK imports, local-filesystem details."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway_agent.stores import StoreError, TransientStoreError, open_store
+from gateway_agent.stores import memory as memory_backend
+from gateway_agent.stores.local import STAGING, decode_segment, encode_segment
+from tests.fixtures.ports import free_port
+
+
+# -- retries (tenacity) --------------------------------------------------------------------------
+def test_transient_failures_are_retried() -> None:
+    memory_backend.create_bucket("retry-ok")
+    store = open_store("mem://retry-ok/", {"inject_transient_failures": 3})
+    assert store.write("k", b"v").size == 1  # 3 failures, then success on attempt 4
+    assert store.read("k") == b"v"
+
+
+def test_retry_budget_is_bounded() -> None:
+    memory_backend.create_bucket("retry-fail")
+    store = open_store("mem://retry-fail/", {"inject_transient_failures": 10, "max_attempts": 3})
+    for _ in range(3):  # 3 calls x 3 attempts = 9 of the 10 injected failures
+        with pytest.raises(TransientStoreError):
+            store.write("k", b"v")
+    store.write("k", b"v")  # the 10th failure, then success on the second attempt
+    assert store.read("k") == b"v"
+
+
+def test_unreachable_endpoint_is_transient_after_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real refused TCP connection to loopback: retried, then a TransientStoreError."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    port = free_port()
+    store = open_store(
+        "s3://some-bucket/",
+        {"endpoint_url": f"http://127.0.0.1:{port}", "region": "us-east-1", "max_attempts": 2,
+         "backoff_seconds": 0.01},
+    )  # fmt: skip
+    with pytest.raises(TransientStoreError) as err:
+        store.head("k")
+    assert "connection failed" in str(err.value)
+
+
+# -- the gateway ships alone ---------------------------------------------------------------------
+def test_backends_import_their_sdk_lazily() -> None:
+    """A gateway with only boto3 must work: azure/google are never imported for s3/file."""
+    code = textwrap.dedent(
+        """
+        import sys
+        for blocked in ("azure", "google", "airflow", "dagster", "skyplane_ops"):
+            sys.modules[blocked] = None  # any import of these now fails
+        from gateway_agent.stores import open_store
+        open_store("s3://bkt-x/p", {"endpoint_url": "http://127.0.0.1:9", "region": "us-east-1"})
+        open_store("file:///tmp/x")
+        open_store("mem://m/")
+        try:
+            open_store("gs://bkt-x/p")
+        except ImportError:
+            print("gcs needs its SDK")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "gcs needs its SDK"
+
+
+# -- local filesystem ----------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=["Cs"]), max_size=40)
+)
+def test_local_segment_encoding_round_trips(segment: str) -> None:
+    name = encode_segment(segment)
+    assert decode_segment(name) == segment
+    assert name not in ("", ".", "..") and "/" not in name and name != STAGING
+
+
+def test_local_staging_is_never_listed(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}")
+    upload = store.create_multipart("obj")
+    store.upload_part("obj", upload, 1, b"part")
+    assert (tmp_path / STAGING).is_dir()
+    assert list(store.list()) == []
+    assert list(store.list(".")) == []
+    store.complete_multipart("obj", upload, [1])
+    assert [i.key for i in store.list()] == ["obj"]
+    assert not list((tmp_path / STAGING).iterdir())  # the upload folder is gone
+
+
+def test_local_files_are_plain_files(tmp_path: Path) -> None:
+    """Ordinary keys are ordinary paths, so file:// sources need no import step."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "a b.txt").write_bytes(b"hello")
+    store = open_store(f"file://{tmp_path}")
+    assert [(i.key, i.size) for i in store.list()] == [("dir/a b.txt", 5)]
+    store.write("x/y.bin", b"12")
+    assert (tmp_path / "x" / "y.bin").read_bytes() == b"12"
+    store.delete("x/y.bin")
+    assert not (tmp_path / "x").exists()  # emptied folders are pruned
+
+
+def test_local_key_cannot_be_object_and_folder(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}")
+    store.write("a", b"1")
+    with pytest.raises(StoreError):
+        store.write("a/b", b"2")
