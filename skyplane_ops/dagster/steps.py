@@ -270,5 +270,7 @@ def _deprovision(
             )
         )
         return exc
-    context.log.info(f"deprovisioned {fleet.transfer_id}: {len(deleted)} resource(s) deleted")
+    context.log.info(
+        f"deprovisioned {fleet.transfer_id} ({len(fleet.gateways)} gateways, {len(deleted)} swept)"
+    )
     return None
