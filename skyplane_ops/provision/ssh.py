@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import posixpath
 import shlex
 import time
@@ -175,7 +176,7 @@ def connect(
         client.get_host_keys().add(_known_name(host), key.get_name(), key)
     elif host.known_hosts:
         try:
-            client.load_host_keys(host.known_hosts)
+            client.load_host_keys(os.path.expanduser(host.known_hosts))
         except OSError as exc:
             raise HostKeyError(f"cannot read known_hosts {host.known_hosts}: {exc}") from exc
     else:
@@ -188,7 +189,7 @@ def connect(
             host.address,
             port=host.port,
             username=host.user,
-            key_filename=host.key_path,
+            key_filename=os.path.expanduser(host.key_path) if host.key_path else None,
             timeout=timeout,
             banner_timeout=timeout,
             auth_timeout=timeout,

@@ -21,6 +21,7 @@ from gateway_agent.client import GatewayClient
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import get_provisioner, records
+from skyplane_ops.provision.bundle import build_wheelhouse
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import delete_secret, secret_bytes
 from skyplane_ops.provision.ssh import (
@@ -266,3 +267,48 @@ def test_deprovision_command_needs_an_inventory_for_ssh(
 ) -> None:
     assert cli.main(["deprovision", "--all", "--backend", "ssh"]) == 2
     assert "needs --inventory" in capsys.readouterr().err
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    """Agent dependency wheels for the system python, downloaded once with pip (cached)."""
+    version = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    dest = Path(".cache") / "wheelhouse-test" / f"py{version}"
+    if not list(dest.glob("zstandard-*.whl")):
+        try:
+            build_wheelhouse(dest, python_version=version)
+        except ProvisionError as exc:
+            pytest.skip(f"cannot download agent wheels from PyPI here: {exc}")
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason="no system python3")
+def test_agent_dependencies_come_from_an_uploaded_wheelhouse(
+    sshd_factory: Factory, tmp_path: Path, wheelhouse: Path
+) -> None:
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import zstandard"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("the system python already has the agent's dependencies")
+    (server,) = sshd_factory(1)
+    root = tmp_path / "remote"
+    entry = _entry(server, root, python=SYSTEM_PYTHON)
+    prov = get_provisioner("ssh", inventory={"local:a": [entry]}, wheelhouse=str(wheelhouse))
+    fleet = prov.provision({"local:a": 1}, transfer_id="ssh-wheels")
+    try:
+        (gw,) = fleet.gateways
+        assert GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref)).health()
+        assert (Path(gw.resources["remote_dir"]) / "deps" / "zstandard").is_dir()
+        cmdline = Path(f"/proc/{gw.resources['pid']}/cmdline").read_bytes()
+        assert cmdline.startswith(SYSTEM_PYTHON.encode())
+    finally:
+        prov.deprovision(fleet)
+    assert _remaining_files(root) == []
