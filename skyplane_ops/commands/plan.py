@@ -48,6 +48,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gcp-tier", choices=("premium", "standard"), default="premium")
     p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
     p.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
+    p.add_argument(
+        "--exact-floor",
+        action="store_true",
+        help="size the plan for exactly the floor, even if a faster plan is cheaper",
+    )
     p.add_argument("--lp", action="store_true", help="LP relaxation + rounding (reports the gap)")
     p.add_argument("--frontier", type=int, default=0, metavar="N", help="N-point Pareto frontier")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         max_relays=args.max_relays,
     )
     points = args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0)
-    plan = plan_transfer(problem, lp=args.lp, frontier_points=points)
+    plan = plan_transfer(problem, lp=args.lp, frontier_points=points, exact_floor=args.exact_floor)
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
     else:

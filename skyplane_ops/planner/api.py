@@ -36,11 +36,13 @@ def plan_transfer(
     frontier_points: int = 0,
     compare_milp: bool = True,
     solver: str | None = None,
+    exact_floor: bool = False,
 ) -> TransferPlan:
     """Solve ``problem`` (MILP, or LP+rounding with ``lp``), attach baselines and a frontier.
 
     ``plan.baseline`` is the direct path with ``baseline_vms`` VMs per end;
     ``details["ron"]`` the RON route; ``details["frontier"]`` the sweep if asked for.
+    A throughput floor is met at the cheapest rate ``>= floor`` unless ``exact_floor``.
     """
     if problem.bound is None:
         problem = default_bound(problem)  # no direct path: maximise throughput outright
@@ -51,7 +53,7 @@ def plan_transfer(
     if lp:
         plan = solve_lp_plan(problem, compare_milp=compare_milp)
     else:
-        plan = solve_plan(problem, solver=solver)
+        plan = solve_plan(problem, solver=solver, exact_floor=exact_floor)
     plan.details["default_bound"] = default
     vms = baseline_vms(problem)
     try:

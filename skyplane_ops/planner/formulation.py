@@ -21,8 +21,8 @@ Conservation at relays holds by construction of path flows. Cost for volume ``V`
 
 **Mode (a), min cost s.t. throughput = floor.** ``T`` is a constant, so ``T * cost`` is
 linear: minimise ``V sum_p price_p f_p + sum_u k_u (8V + t0 T) N_u``; the cost is that / T.
-(The plan is sized to deliver exactly the floor; a faster rate needs more VMs or dearer
-paths, which the frontier shows.)
+``T >= floor`` is then solved by Dinkelbach steps on the ratio ``(T * cost) / T`` with
+``set_ratio`` (see ``solve.solve_milp``): a faster plan can be cheaper, as VM time shrinks.
 
 **Mode (b), max throughput s.t. cost <= C, one exact solve.** ``T`` is a variable; multiply
 the cost constraint by ``T > 0``::
@@ -134,6 +134,7 @@ class PathModel:
         if name == "SCIP" and not self.continuous:
             self.solver.SetSolverSpecificParametersAsString(SCIP_PARAMS)
         self.tmax = tmax
+        self._abs_gap: float | None = None
         self._build(fixed_vms)
 
     def _build(self, fixed_vms: Mapping[str, float] | None) -> None:
@@ -255,6 +256,9 @@ class PathModel:
     def set_ceiling(self, usd: float | None) -> None:
         """Mode (b): maximise throughput with total cost at most ``usd`` (None: no ceiling)."""
         objective = self.solver.Objective()
+        objective.SetMaximization()
+        self.t.SetLb(0.0)
+        self._abs_gap = None
         if usd is None:
             if self.budget is not None:
                 self.budget.SetBounds(-math.inf, math.inf)
@@ -277,11 +281,40 @@ class PathModel:
         objective.SetCoefficient(self.t, 1.0 - EPS * t_coef / usd)
         self.ceiling = usd
 
+    def set_ratio(self, usd_per_run: float, floor: float, abs_gap: float) -> None:
+        """Dinkelbach step of mode (a) with ``T >= floor``: minimise ``T*cost - lambda*T``.
+
+        ``T * cost`` is the left side of the cost row of mode (b) (linear, see the module
+        docstring); its minimum is < 0 exactly when some plan at least as fast as ``floor``
+        costs less than ``lambda`` = ``usd_per_run``. ``abs_gap`` is the absolute gap wanted.
+        """
+        if self.budget is None:
+            self._build_budget()
+        assert self.budget is not None
+        self.budget.SetBounds(-math.inf, math.inf)  # the cost row only supplies the terms
+        objective = self.solver.Objective()
+        objective.SetMinimization()
+        t_coef = 0.0
+        for var, coef in self._budget_terms:
+            if var.index() == self.t.index():
+                t_coef = coef
+            else:
+                objective.SetCoefficient(var, coef)
+        objective.SetCoefficient(self.t, t_coef - usd_per_run)
+        self.t.SetLb(floor)
+        self._abs_gap = abs_gap
+
     def solve(self) -> Solution | None:
         """Solve; ``None`` if infeasible. Raises ``PlanningError`` if no answer in time."""
         params = pywraplp.MPSolverParameters()
         if not self.continuous:
             params.SetDoubleParam(params.RELATIVE_MIP_GAP, MIP_GAP)
+            if self._abs_gap is not None:  # the Dinkelbach objective ends near 0
+                params.SetDoubleParam(params.RELATIVE_MIP_GAP, 1e-9)
+                if self.solver_name == "SCIP":
+                    self.solver.SetSolverSpecificParametersAsString(
+                        f"{SCIP_PARAMS}\nlimits/absgap = {self._abs_gap:.12g}"
+                    )
         start = time.perf_counter()
         status = self.solver.Solve(params)
         seconds = time.perf_counter() - start

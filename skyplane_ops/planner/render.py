@@ -47,6 +47,8 @@ def _describe_mode(plan: TransferPlan) -> str:
     text = template.format(bound=bound) if bound is not None else plan.mode.replace("_", " ")
     if plan.details.get("default_bound"):
         text += " (default: the direct path's cost)"
+    if plan.details.get("exact_floor"):
+        text += " (exactly the floor)"
     if plan.details.get("deadline_seconds"):
         text += f" (deadline {plan.details['deadline_seconds']:g} s)"
     return text

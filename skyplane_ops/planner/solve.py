@@ -6,15 +6,23 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from skyplane_ops.errors import InfeasibleError
 from skyplane_ops.planner.evaluate import build_plan
-from skyplane_ops.planner.formulation import DEFAULT_MILP_SOLVER, PathModel, Solution
+from skyplane_ops.planner.formulation import (
+    DEFAULT_MILP_SOLVER,
+    MIP_GAP,
+    PathModel,
+    Solution,
+)
 from skyplane_ops.planner.paths import CandidatePath, candidate_paths
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.planner.problem import InvalidProblemError, Problem
 from skyplane_ops.planner.prune import prune_dominated_relays
 
+#: Most Dinkelbach iterations for mode (a) with faster-is-fine (2-3 are typical).
+MAX_DINKELBACH = 8
 #: Relative precision of the lowest feasible cost reported when a ceiling is infeasible.
 CHEAPEST_REL_TOL = 0.002
 
@@ -91,21 +99,51 @@ def _ceiling_infeasible(
     )
 
 
+@dataclass(frozen=True)
+class MilpResult:
+    """An exact solve: the solution, the (pruned) paths its flows index, and its proven gap."""
+
+    solution: Solution
+    paths: Sequence[CandidatePath]
+    gap: float
+    solver_seconds: float
+    iterations: int = 1
+
+
 def solve_milp(
-    problem: Problem, paths: Sequence[CandidatePath] | None = None, solver: str | None = None
-) -> tuple[Solution, Sequence[CandidatePath], float | None]:
-    """Exact solve of mode (a) or (b); returns the solution, the paths and Tmax (if computed)."""
+    problem: Problem,
+    paths: Sequence[CandidatePath] | None = None,
+    solver: str | None = None,
+    *,
+    exact_floor: bool = False,
+) -> MilpResult:
+    """Exact solve of mode (a) or (b).
+
+    Mode (a) first prices the cheapest plan at exactly the floor; unless ``exact_floor``, it
+    then runs Dinkelbach's method for ``min cost(x)`` over plans with ``T >= floor``:
+    ``cost = N(x) / T`` where ``N(x) = T * cost`` is linear (mode (b)'s cost row), so with
+    ``lambda`` the best cost so far, ``min N(x) - lambda T`` < 0 finds a cheaper plan, and a
+    lower bound >= ``-0.001 * lambda * floor`` proves ``lambda`` within 0.1% of the optimum
+    (any plan then costs >= ``lambda - 0.001 lambda floor / T >= 0.999 lambda``). Faster
+    plans can be cheaper because VM time shrinks as ``T`` grows.
+    """
     paths = usable_paths(problem) if paths is None else paths
     if problem.objective == "min_cost":
         if problem.bound is None:
             raise InvalidProblemError("minimising cost needs a throughput floor")
-        kept = prune_dominated_relays(problem, paths, problem.bound)
+        floor = problem.bound
+        kept = prune_dominated_relays(problem, paths, floor)
         model = PathModel(problem, kept, solver=solver)
-        model.set_floor(problem.bound)
-        solution = model.solve()
-        if solution is None:
-            raise _floor_infeasible(problem, problem.bound, paths)
-        return solution, kept, None
+        model.set_floor(floor)
+        first = model.solve()
+        if first is None:
+            raise _floor_infeasible(problem, floor, paths)
+        result = MilpResult(
+            first, kept, _gap(problem, first.objective, first.best_bound), first.seconds
+        )
+        if exact_floor:
+            return result
+        return _cheapest_at_least(problem, paths, result, floor, solver)
     tmax = max_throughput_gbps(problem, paths)
     full, paths = paths, prune_dominated_relays(problem, paths, tmax)
     model = PathModel(problem, paths, tmax=tmax, solver=solver)
@@ -114,25 +152,69 @@ def solve_milp(
     if solution is None:
         assert problem.bound is not None  # without a ceiling, Tmax is always feasible
         raise _ceiling_infeasible(problem, problem.bound, full, tmax)
-    return solution, paths, tmax
+    gap = _gap(problem, solution.objective, solution.best_bound)
+    return MilpResult(solution, paths, gap, solution.seconds)
 
 
-def solve_plan(problem: Problem, solver: str | None = None) -> TransferPlan:
-    """The exact MILP plan for the problem's objective and bound."""
+def _cheapest_at_least(
+    problem: Problem,
+    full: Sequence[CandidatePath],
+    first: MilpResult,
+    floor: float,
+    solver: str | None,
+) -> MilpResult:
+    """Dinkelbach iterations from the exact-floor plan (see ``solve_milp``)."""
+    lam = first.solution.objective / floor  # its cost with the solver's (untrimmed) fleet
+    tmax = max_throughput_gbps(problem, full)
+    seconds = first.solver_seconds
+    if tmax <= floor * (1 + 1e-9):
+        return first
+    paths = prune_dominated_relays(problem, full, tmax)
+    model = PathModel(
+        problem.with_objective("max_throughput", None), paths, tmax=tmax, solver=solver
+    )
+    best: MilpResult = first
+    for iteration in range(1, MAX_DINKELBACH + 1):
+        tolerance = MIP_GAP * lam * floor
+        model.set_ratio(lam, floor, tolerance)
+        sol = model.solve()
+        if sol is None:  # cannot happen: the exact-floor plan is feasible here too
+            break
+        seconds += sol.seconds
+        cost = (sol.objective + lam * sol.gbps) / sol.gbps
+        gap = max(0.0, -sol.best_bound / (lam * floor))
+        if cost < lam * (1 - 1e-9):
+            lam = cost
+            best = MilpResult(sol, paths, gap, seconds, iteration + 1)
+        else:
+            best = MilpResult(best.solution, best.paths, gap, seconds, iteration + 1)
+        if sol.best_bound >= -tolerance:
+            break
+    return best
+
+
+def solve_plan(
+    problem: Problem, solver: str | None = None, *, exact_floor: bool = False
+) -> TransferPlan:
+    """The exact MILP plan for the problem's objective and bound (see ``solve_milp``)."""
     start = time.perf_counter()
     full = usable_paths(problem)
-    solution, paths, _ = solve_milp(problem, full, solver=solver)
+    result = solve_milp(problem, full, solver=solver, exact_floor=exact_floor)
+    solution = result.solution
     details = {
         "paths_before_pruning": len(full),
         "solver": solver or DEFAULT_MILP_SOLVER,
-        "solver_seconds": solution.seconds,
-        "mip_gap": _gap(problem, solution.objective, solution.best_bound),
+        "solver_seconds": result.solver_seconds,
+        "mip_gap": result.gap,
+        "solves": result.iterations,
     }
+    if problem.objective == "min_cost":
+        details["exact_floor"] = exact_floor
     return build_plan(
         problem,
-        paths,
-        solution.path_flows,
-        solution.gbps,
+        paths=result.paths,
+        path_flows=solution.path_flows,
+        gbps=solution.gbps,
         mode=problem.objective,
         status=solution.status,
         seconds=time.perf_counter() - start,

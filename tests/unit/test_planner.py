@@ -98,6 +98,19 @@ def test_max_throughput_reaches_the_relay_and_respects_the_ceiling() -> None:
     assert slower.total_cost_usd <= 4.2 + 1e-6
 
 
+def test_min_cost_takes_a_faster_plan_when_it_is_cheaper() -> None:
+    # Direct only, 1 VM each end: cost(T) = 100 * 0.02 + 2 * 0.001 * (800 / T + 60), which
+    # falls with T, so a 0.1 Gbps floor is best met at the path's full 1 Gbps: $3.72.
+    problem = triangle(1.0, 5.0, bound=0.1, throughput={("a", "c"): 1.0})
+    at_floor = solve_plan(problem, exact_floor=True)
+    assert at_floor.predicted_gbps == pytest.approx(0.1)
+    assert at_floor.total_cost_usd == pytest.approx(2 + 0.002 * (8000 + 60))
+    plan = solve_plan(problem)
+    assert plan.predicted_gbps == pytest.approx(1.0, rel=1e-6)
+    assert plan.total_cost_usd == pytest.approx(2 + 0.002 * (800 + 60), rel=1e-3)
+    assert plan_violations(problem, plan) == []
+
+
 def test_mode_b_at_mode_a_cost_is_at_least_as_fast() -> None:
     problem = triangle(1.0, 5.0)
     a = solve_plan(problem)
@@ -110,9 +123,16 @@ def test_both_modes_agree_with_the_frontier() -> None:
     frontier = pareto_frontier(problem, 10)
     assert len(frontier) == 10
     assert frontier[-1].gbps == pytest.approx(max_throughput_gbps(problem))
-    for point in frontier:
+    for i, point in enumerate(frontier):
+        # Each frontier point is mode (a) at exactly that throughput ...
+        exact = solve_plan(problem.with_objective("min_cost", point.gbps), exact_floor=True)
+        assert exact.total_cost_usd == pytest.approx(point.cost_usd, rel=1e-6)
+        # ... mode (a) proper (T >= floor) is no dearer than any faster frontier point ...
         a = solve_plan(problem.with_objective("min_cost", point.gbps))
-        assert a.total_cost_usd == pytest.approx(point.cost_usd, rel=1e-6)
+        assert a.predicted_gbps >= point.gbps * (1 - 1e-9)
+        cheapest_faster = min(p.cost_usd for p in frontier[i:])
+        assert a.total_cost_usd <= cheapest_faster * (1 + 1e-3)
+        # ... and mode (b) at a point's cost is at least as fast as the point.
         b = solve_plan(problem.with_objective("max_throughput", point.cost_usd * (1 + 1e-9)))
         assert b.predicted_gbps >= point.gbps * (1 - 1e-3)
     pareto = [p for p in frontier if p.pareto]
@@ -192,8 +212,10 @@ def test_multiple_destinations_replicate_to_each() -> None:
     problem = Problem("s", ("d1", "d2"), 50.0, regions, grid, prices, "min_cost", 3.0)
     plan = solve_plan(problem)
     assert plan_violations(problem, plan) == []
+    assert plan.predicted_gbps >= 3.0
     for dst in ("d1", "d2"):
-        assert sum(p.gbps for p in plan.paths if p.regions[-1] == dst) == pytest.approx(3.0)
+        got = sum(p.gbps for p in plan.paths if p.regions[-1] == dst)
+        assert got == pytest.approx(plan.predicted_gbps)
     assert direct_plan(problem, 2).predicted_gbps > 0
 
 

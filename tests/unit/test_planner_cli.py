@@ -88,10 +88,12 @@ def test_plan_uses_measured_grid_and_price_overrides(
     assert main([*base, "--measured-grid", str(grid)]) == 0
     plan = TransferPlan.from_json(capsys.readouterr().out)
     assert [p.regions for p in plan.paths] == [(SRC, DST)]
-    # An overridden Azure VM price shows up in the VM cost: ($36/h + GCP's) * (800/12 + 60) s.
+    # An overridden Azure VM price shows up in the VM cost: ($36/h + GCP's) * (800/T + 60) s.
     overrides = tmp_path / "prices.json"
     overrides.write_text(json.dumps({"vm_classes": {"azure": {"usd_per_hour": 36.0}}}))
     assert main([*base, "--measured-grid", str(grid), "--profile-overrides", str(overrides)]) == 0
     plan = TransferPlan.from_json(capsys.readouterr().out)
+    # The direct path's full 15 Gbps is cheaper than 12 (less VM time), so the plan takes it.
+    assert plan.predicted_gbps == pytest.approx(15.0, rel=1e-6)
     gcp_per_s = load_default_profile().prices.vm("gcp").usd_per_hour / 3600
-    assert plan.vm_cost_usd == pytest.approx((0.01 + gcp_per_s) * (800 / 12 + 60), rel=1e-3)
+    assert plan.vm_cost_usd == pytest.approx((0.01 + gcp_per_s) * (800 / 15 + 60), rel=1e-6)
