@@ -444,16 +444,19 @@ def _bind_host(agent: _AgentLike) -> str:
 def control_request(agent: _AgentLike, data: dict[str, Any]) -> dict[str, Any]:
     """Serve ``POST /v1/probe`` for the agent's control API (already authenticated).
 
-    ``{"action": "listen"}`` -> ``{"probe_port": N}`` (idempotent), ``{"action": "run",
-    "peer_host", "peer_port", "connections", "seconds"}`` -> the ProbeResult as a dict (or
-    ``{"error": ..., "auth": bool}``), ``{"action": "close"}`` -> ``{"closed": bool}``.
+    ``{"action": "listen", "port": P}`` -> ``{"probe_port": N}``: idempotent; P = 0 (default)
+    takes any free port, a fixed P suits firewalls that only open known ports.
+    ``{"action": "run", "peer_host", "peer_port", "connections", "seconds"}`` -> the
+    ProbeResult as a dict (or ``{"error": ..., "auth": bool}``).
+    ``{"action": "close"}`` -> ``{"closed": bool}``.
     """
     action = data.get("action")
     if action == "listen":
         with _AGENT_LOCK:
             server = _AGENT_SERVERS.get(id(agent))
             if server is None:
-                server = ProbeServer(agent.secret, host=_bind_host(agent)).start()
+                port = int(data.get("port", 0))
+                server = ProbeServer(agent.secret, host=_bind_host(agent), port=port).start()
                 _AGENT_SERVERS[id(agent)] = server
         return {"probe_port": server.port}
     if action == "run":

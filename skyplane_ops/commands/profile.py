@@ -44,6 +44,9 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="a gateway takes part in one probe per round (send or receive), not one of each",
     )
+    p.add_argument(
+        "--probe-port", type=int, default=0, help="port gateways take probes on (default: any)"
+    )
     p.add_argument("--run-id", default=None, help="run id (tags the gateways); default: new")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimate only")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -103,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         "freshness_s": parse_duration(args.freshness),
         "exclusive": args.exclusive,
         "run_id": args.run_id,
+        "probe_port": args.probe_port,
     }
     if args.dry_run:
         from skyplane_ops.profiler.run import plan_run

@@ -196,13 +196,21 @@ class ProcessProbeDriver:
 class AgentProbeDriver:
     """Probes through each gateway agent's control API (``POST /v1/probe``).
 
-    ``start`` asks every agent to open its probe server; ``probe`` asks the source agent to
-    probe the destination's probe port. If the agents do not have the endpoint (HTTP 404) and a
-    ``fallback`` driver is given (local processes / namespaces), that one is used instead.
+    ``start`` asks every agent to open its probe server (on ``probe_port`` if given: a port
+    the backend's firewall lets through, e.g. a cloud security group; any free port otherwise);
+    ``probe`` asks the source agent to probe the destination's probe port. If the agents do
+    not have the endpoint (HTTP 404) and a ``fallback`` driver is given (local processes /
+    namespaces), that one is used instead.
     """
 
-    def __init__(self, fallback: ProbeDriver | None = None, timeout_margin_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        fallback: ProbeDriver | None = None,
+        timeout_margin_s: float = 60.0,
+        probe_port: int = 0,
+    ) -> None:
         self._fallback = fallback
+        self._probe_port = probe_port
         self._using_fallback = False
         self._margin = timeout_margin_s
         self._secret = b""
@@ -227,7 +235,8 @@ class AgentProbeDriver:
         self._gateways = list(fleet.gateways)
         for gw in fleet.gateways:
             try:
-                self._ports[gw.gateway_id] = int(self._call(gw, {"action": "listen"})["probe_port"])
+                reply = self._call(gw, {"action": "listen", "port": self._probe_port})
+                self._ports[gw.gateway_id] = int(reply["probe_port"])
             except GatewayError as exc:
                 if exc.status == 404 and self._fallback is not None:
                     self._using_fallback = True

@@ -136,13 +136,13 @@ def _provenance(
     return vm or backend, tier
 
 
-def _default_driver(backend: str) -> ProbeDriver:
+def _default_driver(backend: str, probe_port: int = 0) -> ProbeDriver:
     """Gateway agents host the probes; on local and netns backends, processes started at each
     gateway's network location stand in for agents without the probe endpoint."""
     from skyplane_ops.profiler.drivers import AgentProbeDriver, ProcessProbeDriver
 
     fallback = ProcessProbeDriver() if backend in ("local", "netns") else None
-    return AgentProbeDriver(fallback=fallback)
+    return AgentProbeDriver(fallback=fallback, probe_port=probe_port)
 
 
 @dataclass
@@ -247,12 +247,14 @@ def refresh_grid(
     driver: ProbeDriver | None = None,
     progress: Progress | None = None,
     run_id: str | None = None,
+    probe_port: int = 0,
 ) -> RefreshResult:
     """Measure every ordered pair of ``regions`` not measured within ``freshness_s``.
 
     Raises ``BudgetExceededError`` (before provisioning anything) when the egress estimate is
-    above ``budget_usd``. Publishes a new grid version at ``store_uri`` with what was measured,
-    also when the run fails or is interrupted half-way.
+    above ``budget_usd``. ``probe_port`` fixes the port gateways listen for probes on (for
+    backends whose firewall only opens known ports; 0 = any). Publishes a new grid version at
+    ``store_uri`` with what was measured, also when the run fails or is interrupted half-way.
     """
     started = time.monotonic()
     options = dict(backend_options or {})
@@ -311,7 +313,7 @@ def refresh_grid(
         from skyplane_ops.provision import get_provisioner
 
         provisioner = get_provisioner(backend, **options)
-    driver = driver or _default_driver(backend)
+    driver = driver or _default_driver(backend, probe_port)
     fleet: GatewayFleet | None = None
     try:
         emit({"event": "provision", "regions": order})

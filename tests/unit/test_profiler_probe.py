@@ -156,7 +156,10 @@ def test_probe_through_the_agent_control_api(tmp_path) -> None:
         procs.append(b_proc)
         client_a = GatewayClient("127.0.0.1", a["control_port"], secret, timeout=30)
         client_b = GatewayClient("127.0.0.1", b["control_port"], secret, timeout=30)
-        port = client_b._call("POST", "/v1/probe", {"action": "listen"})["probe_port"]
+        fixed = free_port()  # e.g. the one port a cloud firewall opens for probes
+        reply = client_b._call("POST", "/v1/probe", {"action": "listen", "port": fixed})
+        port = reply["probe_port"]
+        assert port == fixed
         assert client_b._call("POST", "/v1/probe", {"action": "listen"})["probe_port"] == port
         out = client_a._call(
             "POST",
