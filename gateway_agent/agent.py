@@ -170,25 +170,32 @@ class Agent:
                 except wire.HandshakeError as exc:
                     log.warning("dropping connection from %s: %s", addr, exc)
                     return
-                need = header[3]  # raw_len: what the decoded chunk occupies in memory
-                while not self.budget.acquire(need, timeout=0.5):
+                flags, payload_len, raw_len = header[0], header[2], header[3]
+                # The decoded chunk's size is what it occupies while held here.
+                lease = None
+                while lease is None:
+                    lease = self.budget.lease(raw_len, timeout=0.5)
                     if self.stopping.is_set():
+                        if lease is not None:
+                            lease.release()
                         return
+                if not flags & (wire.FRAME_ZSTD | wire.FRAME_SEALED):
+                    lease.buffer = self.budget.take_buffer(payload_len)
                 try:
-                    if header[0] & wire.FRAME_ZSTD and decompressor is None:
+                    if flags & wire.FRAME_ZSTD and decompressor is None:
                         import zstandard
 
                         decompressor = zstandard.ZstdDecompressor()
-                    frame = wire.read_body(sock, session, header, decompressor)
-                except Exception as exc:
-                    self.budget.release(need)
+                    frame = wire.read_body(sock, session, header, decompressor, lease.buffer)
+                except Exception as exc:  # a broken frame drops the connection
+                    lease.release()
                     log.warning("bad frame from %s: %s", addr, exc)
                     return
                 job = self.jobs.get(str(frame.meta.get("job")))
                 if job is None:
-                    self.budget.release(need)
+                    lease.release()
                     continue
-                job.on_frame(frame.meta, frame.payload, frame.crc32c, need)
+                job.on_frame(frame.meta, frame.payload, frame.crc32c, lease)
 
 
 def _max_rss_kb() -> int:

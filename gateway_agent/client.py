@@ -6,6 +6,8 @@ import http.client
 import json
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
 from gateway_agent.auth import sign_request
 
 
@@ -20,32 +22,60 @@ class GatewayError(Exception):
 class GatewayClient:
     """Talks to one gateway's control API with the per-transfer secret."""
 
-    def __init__(self, host: str, control_port: int, secret: bytes, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        control_port: int,
+        secret: bytes,
+        timeout: float = 30.0,
+        attempts: int = 4,
+    ) -> None:
         self.host = host
+        self.attempts = max(1, attempts)
         self.port = control_port
         self._secret = secret
         self.timeout = timeout
 
     def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         body = json.dumps(payload).encode() if payload is not None else b""
+        # Every endpoint is idempotent, so a reset connection (a busy listen backlog) is retried
+        # a few times; a gateway that stays unreachable is reported after ~1 s.
+        for attempt in Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=0.05, max=0.5),
+            retry=retry_if_exception_type((OSError, http.client.HTTPException)),
+            reraise=True,
+        ):
+            with attempt:
+                try:
+                    status, reason, raw = self._once(method, path, body)
+                except (OSError, http.client.HTTPException) as exc:
+                    if attempt.retry_state.attempt_number >= self.attempts:
+                        raise GatewayError(
+                            f"gateway {self.host}:{self.port} unreachable: {exc}"
+                        ) from exc
+                    raise
+        return self._decode(status, reason, raw)
+
+    def _once(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
         headers = sign_request(self._secret, method, path, body)
         headers["Content-Type"] = "application/json"
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
-            raw = resp.read()
-        except OSError as exc:
-            raise GatewayError(f"gateway {self.host}:{self.port} unreachable: {exc}") from exc
+            return resp.status, resp.reason, resp.read()
         finally:
             conn.close()
+
+    def _decode(self, status: int, reason: str, raw: bytes) -> Any:
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:
             data = {"error": raw[:200].decode(errors="replace")}
-        if resp.status != 200:
+        if status != 200:
             raise GatewayError(
-                f"gateway {self.host}:{self.port}: {data.get('error', resp.reason)}", resp.status
+                f"gateway {self.host}:{self.port}: {data.get('error', reason)}", status
             )
         return data
 

@@ -26,6 +26,7 @@ MAX_BODY = 64 * 1024 * 1024
 
 class ControlServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
 
     def __init__(self, host: str, port: int, agent: Agent) -> None:
         self.agent = agent
@@ -86,8 +87,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(404, {"error": f"no such endpoint {method} {url.path}"})
             return
         self._reply(200, result)
-        if parts == ["v1", "shutdown"]:
-            threading.Thread(target=self.server.shutdown, daemon=True).start()
+        if parts == ["v1", "shutdown"] and method == "POST":
+            self.wfile.flush()
+            threading.Thread(target=agent.shutdown, daemon=True).start()
 
     def _route(
         self, method: str, parts: list[str], query: dict[str, list[str]], data: dict[str, Any]
@@ -98,8 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
         if parts == ["v1", "probe"] and method == "POST":
             return probe.control_request(agent, data)
         if parts == ["v1", "shutdown"] and method == "POST":
-            agent.shutdown()
-            return {"ok": True}
+            return {"ok": True}  # the agent stops after this reply has been written
         if parts == ["v1", "jobs"] and method == "POST":
             return agent.start_job(data)
         if len(parts) == 4 and parts[:2] == ["v1", "jobs"]:

@@ -15,16 +15,20 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from gateway_agent import auth
 from gateway_agent.checksum import crc32c
-from gateway_agent.flow import ByteBudget
+from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.synthetic import open_any_store
 
 log = logging.getLogger(__name__)
+
+# Stores that accept any buffer and are done with it when the call returns; SDK-backed stores
+# get ``bytes`` (they may retry, hash or hold on to the body).
+ZERO_COPY_SCHEMES = frozenset({"file", "null"})
 
 COUNTERS = (
     "chunks_read",
@@ -48,7 +52,7 @@ class InChunk:
     meta: dict[str, Any]
     payload: memoryview | bytes
     crc32c: int
-    budget: int
+    lease: Lease
 
 
 class JobError(Exception):
@@ -115,7 +119,6 @@ class Job:
             sent=self._on_sent,
             lost=self._on_lost,
             fatal=self._fail,
-            release=self._budget.release,
             stopped=self._stop.is_set,
         )
         for nxt in sorted(next_regions):
@@ -225,7 +228,7 @@ class Job:
             except queue.Empty:
                 break
             if item is not None:
-                self._budget.release(item.budget)
+                item.lease.release()
 
     # ---- routing -------------------------------------------------------------------------------
 
@@ -241,11 +244,11 @@ class Job:
     def route(self, chunk: InChunk) -> None:
         """Hand a chunk on: to the sink writers if this is its last region, else downstream."""
         if self._stop.is_set():
-            self._budget.release(chunk.budget)
+            chunk.lease.release()
             return
         route = self.routes.get(str(chunk.meta["path"]))
         if route is None or self.region not in route:
-            self._budget.release(chunk.budget)
+            chunk.lease.release()
             self._fail(f"chunk {chunk.meta.get('chunk')} arrived on a path not through here")
             return
         i = route.index(self.region)
@@ -254,13 +257,13 @@ class Job:
             return
         chunk = self._apply_relay_hooks(chunk, first=i == 0)
         self._pools[route[i + 1]].put(
-            OutChunk(chunk.meta, chunk.payload, chunk.crc32c, chunk.budget, len(chunk.payload))
+            OutChunk(chunk.meta, chunk.payload, chunk.crc32c, chunk.lease)
         )
 
-    def on_frame(self, meta: dict[str, Any], payload: memoryview, crc: int, budget: int) -> None:
+    def on_frame(self, meta: dict[str, Any], payload: memoryview, crc: int, lease: Lease) -> None:
         """A frame arrived from upstream for this job."""
         self._count(chunks_received=1, bytes_received=len(payload))
-        self.route(InChunk(meta, payload, crc, budget))
+        self.route(InChunk(meta, payload, crc, lease))
 
     def _apply_relay_hooks(self, chunk: InChunk, first: bool) -> InChunk:
         """Test hooks (only with --enable-test-hooks): corrupt or delay forwarded chunks."""
@@ -277,7 +280,7 @@ class Job:
             buf = bytearray(chunk.payload)
             buf[len(buf) // 2] ^= 0xFF
             self._event(t="hook", what="corrupted", chunk=chunk.meta["chunk"])
-            return InChunk(chunk.meta, memoryview(buf), chunk.crc32c, chunk.budget)
+            return InChunk(chunk.meta, memoryview(buf), chunk.crc32c, chunk.lease)
         return chunk
 
     # ---- source role ---------------------------------------------------------------------------
@@ -289,21 +292,25 @@ class Job:
                 return
             segs: list[dict[str, Any]] = desc["segs"]
             total = sum(int(s["length"]) for s in segs)
-            while not self._budget.acquire(total, timeout=0.5):
+            lease = None
+            while lease is None:
+                lease = self._budget.lease(total, timeout=0.5)
                 if self._stop.is_set():
+                    if lease is not None:
+                        lease.release()
                     return
             try:
-                chunk = self._read_chunk(desc, total)
-            except Exception as exc:
-                self._budget.release(total)
+                chunk = self._read_chunk(desc, total, lease)
+            except Exception as exc:  # any store error is reported with its text
+                lease.release()
                 self._fail(f"reading source chunk {desc['chunk']} failed: {exc!r}")
                 continue
             if chunk is None:
-                self._budget.release(total)
+                lease.release()
                 continue
             self.route(chunk)
 
-    def _read_chunk(self, desc: dict[str, Any], total: int) -> InChunk | None:
+    def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
         store = self._store("src")
         segs: list[dict[str, Any]] = desc["segs"]
         crcs: list[int] = []
@@ -318,8 +325,8 @@ class Job:
             crcs.append(crc32c(data))
             full = crcs[0]
         else:
-            buf = bytearray(total)
-            view = memoryview(buf)
+            lease.buffer = self._budget.take_buffer(total)
+            view = memoryview(lease.buffer)[:total]
             pos = 0
             for s in segs:
                 part = store.read(s["key"], int(s["offset"]), int(s["length"]))
@@ -340,7 +347,7 @@ class Job:
             "crcs": crcs,
         }
         payload = data if isinstance(data, memoryview) else memoryview(data)
-        return InChunk(meta, payload, full, total)
+        return InChunk(meta, payload, full, lease)
 
     # ---- sink role -----------------------------------------------------------------------------
 
@@ -358,7 +365,7 @@ class Job:
             finally:
                 if rate:
                     time.sleep(max(0.0, len(chunk.payload) / rate - (time.monotonic() - t0)))
-                self._budget.release(chunk.budget)
+                chunk.lease.release()
 
     def _write_chunk(self, chunk: InChunk) -> None:
         if crc32c(chunk.payload) != chunk.crc32c:
@@ -367,10 +374,12 @@ class Job:
             return
         store = self._store("dst")
         view = memoryview(chunk.payload).cast("B")
+        zero_copy = str(self._dst_uri).split(":", 1)[0] in ZERO_COPY_SCHEMES
         pos = 0
         for seg in chunk.meta["segs"]:
             n = int(seg["length"])
-            data = bytes(view[pos : pos + n])
+            piece = view[pos : pos + n]
+            data = cast(bytes, piece) if zero_copy else bytes(piece)
             pos += n
             if seg.get("upload_id"):
                 store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)

@@ -21,19 +21,19 @@ import zstandard
 from tenacity import retry, stop_after_attempt, wait_exponential
 
 from gateway_agent import wire
+from gateway_agent.flow import Lease
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class OutChunk:
-    """A chunk waiting for a connection; ``budget`` bytes are released once it is sent."""
+    """A chunk waiting for a connection; its lease is released once it is sent (or dropped)."""
 
     meta: dict[str, Any]
     payload: memoryview | bytes
     crc32c: int
-    budget: int
-    raw_len: int = 0
+    lease: Lease
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,6 @@ class PoolCallbacks:
     sent: Callable[[OutChunk, int], None]
     lost: Callable[[OutChunk, str], None]
     fatal: Callable[[str], None]
-    release: Callable[[int], None]
     stopped: Callable[[], bool]
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -106,7 +105,7 @@ class OutboundPool:
             except queue.Empty:
                 return
             if item is not None:
-                self._cb.release(item.budget)
+                item.lease.release()
 
     def _connect(self, peer: Peer) -> tuple[socket.socket, wire.Session]:
         @retry(
@@ -160,12 +159,12 @@ class OutboundPool:
                 except OSError as exc:
                     log.warning("send to %s failed: %s", peer.gateway_id, exc)
                     self._cb.lost(item, f"send to {peer.gateway_id} failed: {exc}")
-                    self._cb.release(item.budget)
+                    item.lease.release()
                     sock.close()
                     conn = None
                     time.sleep(0.05)
                     continue
-                self._cb.release(item.budget)
+                item.lease.release()
                 self._cb.sent(item, n)
         finally:
             if conn is not None:

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore
 
-_BLOCK = 8 * 1024 * 1024
+_BLOCK = 64 * 1024 * 1024
 _block_lock = threading.Lock()
 _block: bytearray | None = None
 

@@ -208,8 +208,13 @@ def read_body(
     session: Session,
     header: tuple[int, int, int, int, int, int, int],
     decompressor: Any = None,
+    buffer: bytearray | None = None,
 ) -> Frame:
-    """Read the rest of a frame whose header was already read (after budget was granted)."""
+    """Read the rest of a frame whose header was already read (after budget was granted).
+
+    A clear frame's payload is received straight into ``buffer`` when one is given (at least
+    ``payload_len`` bytes, e.g. from the budget's pool), otherwise into a new bytearray.
+    """
     flags, meta_len, payload_len, raw_len, crc, seq, kind = header
     if flags & FRAME_SEALED:
         if session.aead is None:
@@ -226,8 +231,9 @@ def read_body(
         if session.aead is not None:
             raise HandshakeError("clear frame on an encrypted connection")
         meta_b = bytes(recv_exact(sock, meta_len))
-        buf = bytearray(payload_len)
-        body = memoryview(buf)
+        if buffer is None or len(buffer) < payload_len:
+            buffer = bytearray(payload_len)
+        body = memoryview(buffer)[:payload_len]
         recv_exact_into(sock, body)
     if flags & FRAME_ZSTD:
         if decompressor is None:
