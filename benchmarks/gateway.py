@@ -18,6 +18,7 @@ Writes ``benchmarks/results/gateway.json``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -94,7 +95,7 @@ def run_job(
             "encrypt": encrypt,
             "compress_level": compress_level,
         }
-        for u, v in zip(route, route[1:], strict=False)
+        for u, v in itertools.pairwise(route)
     }
     spec_base = {
         "job_id": job_id,
