@@ -10,7 +10,9 @@ A run appends each measurement to the journal the moment it is taken, so a run t
 half-way keeps what it measured. ``publish()`` folds the latest version and the journal into a
 new immutable version file, then rewrites the small ``LATEST`` pointer (a single atomic write:
 a rename on a local disk, one PUT on an object store). Readers never see a half-written
-version. Versions sort by name (UTC timestamp first).
+version. Versions sort by name (UTC timestamp first). Readers may be many; publish from one
+run at a time per store: two concurrent publishers can leave the other's new rows out of the
+latest version (they stay in that run's own version file).
 """
 
 from __future__ import annotations

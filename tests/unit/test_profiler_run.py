@@ -279,3 +279,28 @@ def test_ctrl_c_deprovisions_and_keeps_measurements(tmp_path: Path) -> None:
     assert LocalProvisioner().sweep(transfer_id="prof-interrupted") == []
     grid = GridStore(str(store))
     assert grid.latest_version() is not None and 1 <= len(grid.read_version()) < 6
+
+
+def test_bad_store_fails_before_provisioning(tmp_path: Path) -> None:
+    from skyplane_ops.profiler import GridStoreError
+
+    prov = Recording()
+    with pytest.raises(GridStoreError):
+        refresh_grid(REGIONS, store_uri="mem://no-such-bucket/grid", provisioner=prov, **FAST)
+    assert prov.provisioned == []
+
+
+def test_process_driver_probes_from_each_gateway_host(tmp_path: Path) -> None:
+    """The fallback for agents without the probe endpoint: probe processes per gateway."""
+    from skyplane_ops.profiler.drivers import ProcessProbeDriver
+
+    prov = Recording()
+    result = refresh_grid(
+        REGIONS[:2],
+        store_uri=str(tmp_path),
+        provisioner=prov,
+        driver=ProcessProbeDriver(),
+        **FAST,
+    )
+    assert result.measured == 2 and all(m.gbps > 0.05 for m in result.measurements)
+    assert prov.deprovisioned == [result.run_id]
