@@ -7,7 +7,6 @@ some faster-and-no-dearer point beats are kept but marked ``pareto=False``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -90,10 +89,3 @@ def mark_pareto(points: Sequence[FrontierPoint]) -> list[FrontierPoint]:
         cheapest_faster = min(cheapest_faster, point.cost_usd)
     out.reverse()
     return out
-
-
-def timed_frontier(problem: Problem, points: int) -> tuple[list[FrontierPoint], float]:
-    """The frontier and its wall time in seconds (for the benchmark)."""
-    start = time.perf_counter()
-    frontier = pareto_frontier(problem, points)
-    return frontier, time.perf_counter() - start

@@ -168,6 +168,14 @@ def test_plan_transfer_attaches_baselines_and_default_bound() -> None:
     assert len(plan.details["frontier"]) == 5
 
 
+def test_default_without_a_direct_path_maximises_throughput() -> None:
+    problem = triangle(1.0, 5.0, bound=None, throughput={("a", "b"): 5.0, ("b", "c"): 5.0})
+    plan = plan_transfer(problem)
+    assert plan.baseline is None
+    assert [p.regions for p in plan.paths] == [("a", "b", "c")]
+    assert plan.predicted_gbps == pytest.approx(5.0)
+
+
 def _two_relays() -> Problem:
     """Source caps force fractional VMs in the LP: the LP spreads over two relays."""
     regions = {
