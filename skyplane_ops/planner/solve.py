@@ -54,6 +54,13 @@ def _floor_infeasible(
     problem: Problem, floor: float, paths: Sequence[CandidatePath]
 ) -> InfeasibleError:
     tmax = max_throughput_gbps(problem, paths)
+    deadline = problem.details.get("deadline_seconds")
+    if deadline is not None and tmax > 0:
+        return InfeasibleError(
+            f"deadline {deadline:g} s (a throughput floor of {floor:.4g} Gbps) is infeasible; "
+            f"the most this problem allows is {tmax:.3g} Gbps, which takes "
+            f"{problem.transfer_seconds(tmax):.4g} s"
+        )
     return InfeasibleError(
         f"throughput floor {floor:g} Gbps is infeasible; the most this problem allows is "
         f"{tmax:.3g} Gbps"

@@ -61,6 +61,7 @@ def test_plan_lp_and_deadline_and_cost_modes(capsys: pytest.CaptureFixture[str])
         (["--dst", DST, "--max-vms", "0"], "--max-vms must be at least 1"),
         (["--dst", SRC], "also a destination"),
         (["--dst", DST, "--deadline-seconds", "10"], "deadline 10 s leaves no time"),
+        (["--dst", DST, "--deadline-seconds", "61"], "deadline 61 s (a throughput floor of 800"),
     ],
 )
 def test_plan_errors_are_one_line(
