@@ -217,14 +217,16 @@ class AgentProbeDriver:
         self._ports: dict[str, int] = {}
         self._gateways: list[Gateway] = []
 
-    def _client(self, gw: Gateway, timeout: float = 30.0) -> Any:
+    def _call(
+        self, gw: Gateway, payload: dict[str, Any], timeout: float = 30.0, attempts: int = 4
+    ) -> dict[str, Any]:
         from gateway_agent.client import GatewayClient
 
-        return GatewayClient(gw.host, gw.control_port, self._secret, timeout=timeout)
-
-    def _call(self, gw: Gateway, payload: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        client = GatewayClient(
+            gw.host, gw.control_port, self._secret, timeout=timeout, attempts=attempts
+        )
         # GatewayClient has no probe() helper; _call is its generic signed request.
-        result: dict[str, Any] = self._client(gw, timeout)._call("POST", "/v1/probe", payload)
+        result: dict[str, Any] = client._call("POST", "/v1/probe", payload)
         return result
 
     def start(self, fleet: GatewayFleet) -> None:
@@ -259,7 +261,8 @@ class AgentProbeDriver:
             "seconds": seconds,
         }
         try:
-            data = self._call(src, payload, timeout=seconds + self._margin)
+            # One attempt: a retried probe would move its bytes (and egress dollars) twice.
+            data = self._call(src, payload, timeout=seconds + self._margin, attempts=1)
         except GatewayError as exc:
             raise ProfilerError(f"probe {src.region} -> {dst.region} failed: {exc}") from exc
         if "error" in data:
