@@ -160,20 +160,19 @@ class AWSProvisioner:
         self.poll_interval = poll_interval
         self.start_timeout = start_timeout
         self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
-        self._local = threading.local()
+        self._clients: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ helpers
 
     def _ec2(self, region: str) -> Any:
-        """One EC2 client per (thread, region): boto3 clients are cheap but sessions are not
-        thread-safe to create clients from concurrently."""
-        cache = self._local.__dict__.setdefault("clients", {})
-        if region not in cache:
-            with _SESSION_LOCK:
-                cache[region] = self.session.client(
+        """One EC2 client per region, shared by threads (clients are thread-safe; creating
+        them from one session is not, hence the lock)."""
+        with _SESSION_LOCK:
+            if region not in self._clients:
+                self._clients[region] = self.session.client(
                     "ec2", region_name=region, endpoint_url=self.endpoint_url
                 )
-        return cache[region]
+            return self._clients[region]
 
     def _image_for(self, region: str) -> str:
         if isinstance(self.image_id, str):

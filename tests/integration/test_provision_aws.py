@@ -21,8 +21,9 @@ from typing import Any
 import boto3
 import pytest
 
+from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import get_provisioner
+from skyplane_ops.provision import get_provisioner, records
 from skyplane_ops.provision.aws import (
     TAG_CREATED,
     TAG_CREATOR,
@@ -287,3 +288,18 @@ def test_console_host_key_parsing() -> None:
     )
     assert parse_console_host_key(console) == "ssh-ed25519 AAAAC3Nza"
     assert parse_console_host_key("booting...") is None
+
+
+def test_deprovision_command_sweeps_aws_by_tag(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prov = _provisioner(endpoint, bootstrap=RecordingBootstrap())
+    fleet = prov.provision({"aws:us-east-1": 1, "aws:eu-west-1": 1}, transfer_id="aws-cli")
+    records.forget_fleet(fleet)  # lost: only the tags remain
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    argv = ["deprovision", "--transfer-id", "aws-cli", "--backend", "aws"]
+    argv += ["--aws-regions", "us-east-1,eu-west-1", "--aws-endpoint-url", endpoint]
+    assert cli.main(argv) == 0
+    assert "6 resource(s) deleted from aws" in capsys.readouterr().out
+    assert _leftovers(endpoint) == NOTHING
