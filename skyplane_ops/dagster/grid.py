@@ -88,7 +88,6 @@ def build_grid_refresh(
                 store_options=skyplane.store_options_for(target),
                 freshness_s=freshness.total_seconds(),
                 run_id=f"prof-{context.run_id.replace('-', '')[:24]}",
-                progress=lambda event: None,
                 **extra,
             )
         except Exception as exc:

@@ -113,6 +113,15 @@ def transfer_metadata(
         meta["actual_cost_usd"] = dg.MetadataValue.float(round(sum(float(a) for a in actual), 6))
     if verified and all(v is not None for v in verified):
         meta["verified"] = dg.MetadataValue.bool(all(bool(v) for v in verified))
+    methods = sorted(
+        {
+            str(s["verification"].get("method"))
+            for s in summaries
+            if isinstance(s.get("verification"), Mapping) and s["verification"].get("method")
+        }
+    )
+    if methods:
+        meta["verification_method"] = dg.MetadataValue.text(", ".join(methods)[:200])
     return meta
 
 

@@ -29,6 +29,7 @@ from skyplane_ops.dagster.locations import (
 )
 from skyplane_ops.dagster.metadata import fleet_metadata, plan_metadata, transfer_metadata
 from skyplane_ops.dagster.resource import SkyplaneResource
+from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 
@@ -228,6 +229,9 @@ def transfer_step(
                     progress=_Progress(context, f"transfer {label}"),
                 )
                 summary = _result_dict(result)
+                status = (summary.get("verification") or {}).get("status", "passed")
+                if status != "passed":
+                    raise TransferError(f"verification of {label} did not pass: {status}")
                 outcomes[dest.output_name].append(summary)
     except BaseException as exc:
         if isinstance(exc, Exception):

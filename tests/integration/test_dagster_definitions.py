@@ -216,11 +216,14 @@ def test_sweeper_deprovisions_a_fleet_left_by_a_dead_run(home: Path) -> None:
         dagster_run=run,
         resources={"skyplane": skyplane},
     ).for_run_failure()
-    on_failure(context)
-    deadline = time.monotonic() + 10
-    while any(_is_agent(p, tid) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_is_agent(p, tid) for p in pids)
+    try:
+        on_failure(context)
+        deadline = time.monotonic() + 10
+        while any(_is_agent(p, tid) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_is_agent(p, tid) for p in pids)
+    finally:
+        skyplane.deprovision(fleet)  # idempotent; only does work if the sensor did not
 
 
 def _is_agent(pid: int, marker: str) -> bool:

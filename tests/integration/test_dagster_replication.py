@@ -67,10 +67,12 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
 
 
 @pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> FleetSpy:
+def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetSpy]:
     recorder = FleetSpy()
     monkeypatch.setattr(api, "provision", recorder)
-    return recorder
+    yield recorder
+    for fleet in recorder.fleets:  # a failed test must not leave gateways running
+        api.deprovision(fleet)
 
 
 def _everything(example: ModuleType) -> list[Any]:
