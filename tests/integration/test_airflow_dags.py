@@ -382,3 +382,42 @@ def test_deferred_transfer_retry_resumes_and_copy_xcom_stays_small(
     _assert_no_secret(logs.out + logs.err + _log_files_text(af))
     shutil.rmtree(tiny, ignore_errors=True)
     shutil.rmtree(af / "tiny-replica", ignore_errors=True)
+
+
+def test_transfer_operator_on_kill_stops_the_driver_and_the_gateways(af: Path) -> None:
+    """Killing a deferred transfer task stops its driver and its gateways (real processes)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from skyplane_ops import api
+    from skyplane_ops.airflow import driver
+    from skyplane_ops.airflow.operators import SkyplaneTransferOperator
+
+    src = af / "kill-src"
+    src.mkdir(exist_ok=True)
+    for i in range(4):
+        (src / f"blob-{i}.bin").write_bytes(os.urandom(16 << 20))
+    plan = api.plan(SRC_REGION, DST_REGION, 0.07)
+    fleet = api.provision(plan, transfer_id=f"af-onkill-{os.getpid()}")
+    try:
+        op = SkyplaneTransferOperator(
+            task_id="transfer",
+            src=f"file://{src}/",
+            dst=f"file://{af}/kill-dst/",
+            plan=plan.to_dict(),
+            fleet=fleet.to_dict(),
+            deferrable=True,
+            engine_options={"part_size": PART},
+            timeout=600,
+        )
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute({"run_id": "manual__on-kill"})
+        trigger = deferred.value.trigger
+        assert trigger.deadline is not None and trigger.deadline > time.time() + 500
+        pid = trigger.driver_pid
+        assert driver.is_alive(pid)
+        assert _gateways_alive(fleet.to_dict())
+        op.on_kill()
+        assert not driver.is_alive(pid)
+        assert not _gateways_alive(fleet.to_dict())
+    finally:
+        api.deprovision(fleet)
