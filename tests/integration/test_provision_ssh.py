@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -311,4 +312,22 @@ def test_agent_dependencies_come_from_an_uploaded_wheelhouse(
         assert cmdline.startswith(SYSTEM_PYTHON.encode())
     finally:
         prov.deprovision(fleet)
+    assert _remaining_files(root) == []
+
+
+def test_gateway_that_loses_its_control_plane_stops_itself(
+    sshd_factory: Factory, tmp_path: Path
+) -> None:
+    (server,) = sshd_factory(1)
+    root = tmp_path / "remote"
+    prov = get_provisioner("ssh", inventory={"local:a": [_entry(server, root)]}, idle_timeout=1.5)
+    fleet = prov.provision({"local:a": 1}, transfer_id="ssh-idle")
+    pid = int(fleet.gateways[0].resources["pid"])
+    try:
+        deadline = time.monotonic() + 15
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)  # nobody talks to the agent: its idle timer must fire
+        assert not _alive(pid), "the agent kept running without its control plane"
+    finally:
+        prov.deprovision(fleet)  # still removes the uploaded files
     assert _remaining_files(root) == []
