@@ -13,11 +13,14 @@ becomes ``%25``, an empty segment (from ``//`` or a trailing ``/``) becomes ``%0
 Writes go to a temporary file in the hidden staging folder ``<root>/.%staging`` (a name the
 escaping can never produce, and which ``list`` skips) and are atomically renamed into place.
 Multipart parts are files ``.%staging/<upload_id>/<part>``, written by any process in any order;
-completion concatenates them and renames the result into place, abort removes the folder.
+completion appends parts 2..N to part 1 (``copy_file_range``, in-kernel) and renames the result
+into place, abort removes the folder. The extra copy at completion is the price of atomic
+visibility: the layer writes about 2x the bytes a plain ``open().write()`` does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -59,6 +62,22 @@ def encode_segment(segment: str) -> str:
 def decode_segment(name: str) -> str:
     """Inverse of :func:`encode_segment`."""
     return "" if name == "%00" else unquote(name)
+
+
+def _append(part: Path, out_fd: int) -> None:
+    """Append a part file to ``out_fd`` with an in-kernel copy (no round trip through Python)."""
+    with open(part, "rb") as src:
+        remaining = os.fstat(src.fileno()).st_size
+        while remaining > 0:
+            try:
+                sent = os.copy_file_range(src.fileno(), out_fd, min(remaining, 1 << 30))
+            except OSError:  # e.g. EXDEV/ENOSYS on some filesystems: plain buffered copy
+                with os.fdopen(os.dup(out_fd), "ab") as out:
+                    shutil.copyfileobj(src, out, _COPY_BUFFER)
+                return
+            if sent == 0:
+                return
+            remaining -= sent
 
 
 class LocalStore:
@@ -233,16 +252,20 @@ class LocalStore:
         if missing or not parts:
             raise UploadNotFoundError(f"{self.uri}: upload {upload_id} misses parts {missing}")
         assembled = folder / f"assembled-{uuid.uuid4().hex}"
+        first_size = parts[0].stat().st_size
         try:
-            with open(assembled, "wb") as out:
-                for part in parts:
-                    with open(part, "rb") as src:
-                        shutil.copyfileobj(src, out, _COPY_BUFFER)
+            os.replace(parts[0], assembled)  # the first part becomes the file: one copy less
+            with open(assembled, "ab") as out:
+                for part in parts[1:]:
+                    _append(part, out.fileno())
                 if self._fsync:
                     out.flush()
                     os.fsync(out.fileno())
             info = self._info(key, self._install(assembled, key))
         except OSError as exc:
+            with contextlib.suppress(OSError):  # put part 1 back so completion can be retried
+                os.truncate(assembled, first_size)
+                os.replace(assembled, parts[0])
             raise self._error(exc, "complete_multipart", key) from None
         shutil.rmtree(folder, ignore_errors=True)
         return info
