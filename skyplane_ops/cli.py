@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "skyplane_ops.commands.cp",
     "skyplane_ops.commands.profile",
     "skyplane_ops.commands.grid",
+    "skyplane_ops.commands.provision",
     "skyplane_ops.commands.deprovision",
 ]
 

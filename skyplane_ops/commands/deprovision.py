@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import BACKENDS
+from skyplane_ops.provision import BACKENDS, get_provisioner
+from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.sweeper import load_backend_options, parse_duration, sweep
 
 
@@ -25,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     which.add_argument("--all", action="store_true", help="everything skyplane-ops created")
     which.add_argument("--transfer-id", help="only this transfer's resources")
     which.add_argument("--older-than", metavar="AGE", help="resources older than AGE (30m, 2h, 1d)")
+    which.add_argument("--fleet", metavar="FILE", help="exactly the fleet in this JSON file")
     p.add_argument(
         "--backend",
         action="append",
@@ -41,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     options = load_backend_options(args.options)
+    if args.fleet:
+        return _deprovision_fleet(args.fleet, options)
     if args.inventory:
         options.setdefault("ssh", {})["inventory"] = args.inventory
     if args.aws_regions:
@@ -78,3 +83,19 @@ def _default_backends(options: dict[str, dict[str, object]]) -> list[str]:
     if "sweep_regions" in options.get("aws", {}):
         backends.append("aws")
     return backends
+
+
+def _deprovision_fleet(path: str, options: dict[str, dict[str, object]]) -> int:
+    """Deprovision one fleet from its JSON (what ``skyplane-ops provision`` printed)."""
+    try:
+        fleet = GatewayFleet.from_json(Path(path).read_text())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ProvisionError(f"cannot read fleet {path}: {exc}") from exc
+    backend_options = dict(options.get(fleet.backend, {}))
+    if fleet.backend == "ssh":
+        backend_options.setdefault("inventory", {})  # the fleet itself says where the hosts are
+    get_provisioner(fleet.backend, **backend_options).deprovision(fleet)
+    print(
+        f"deprovisioned {len(fleet.gateways)} gateway(s) of {fleet.transfer_id} ({fleet.backend})"
+    )
+    return 0
