@@ -256,3 +256,57 @@ def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path
     grid_file = skyplane.grid_file()
     assert grid_file is not None and meta["version"] in grid_file
     assert skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0).predicted_gbps > 0
+
+
+@needs_core
+def test_one_source_two_replicas_share_one_fleet(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two destinations in two other clouds' regions: both planned, one fleet, both verified."""
+    from skyplane_ops import api
+
+    fleets = []
+    real = api.provision
+
+    def spy(*args: object, **kwargs: object) -> object:
+        fleet = real(*args, **kwargs)  # type: ignore[arg-type]
+        fleets.append(fleet)
+        return fleet
+
+    monkeypatch.setattr(api, "provision", spy)
+    src = home / "src"
+
+    @dg.asset
+    def blobs() -> None:
+        (src / "nested").mkdir(parents=True)
+        (src / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+        for i in range(5):
+            (src / "nested" / f"small-{i}.bin").write_bytes(os.urandom(1000 * i))
+
+    dataset = replicated_dataset(
+        "blobs_replication",
+        ReplicaSource(f"file://{src}/", "aws:us-east-1", asset=blobs),
+        [
+            ReplicaDestination("blobs_gcp", f"file://{home}/gcp/", "gcp:europe-west1"),
+            ReplicaDestination("blobs_azure", f"file://{home}/azure/", "azure:westeurope"),
+        ],
+    )
+    try:
+        result = dg.materialize(
+            [blobs, dataset.assets_def, *dataset.checks],
+            resources={"skyplane": SkyplaneResource(max_vms_per_region=1)},
+            raise_on_error=False,
+        )
+    finally:
+        for fleet in fleets:
+            api.deprovision(fleet)  # idempotent: a no-op after the transfer step's own teardown
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert len(fleets) == 1
+    mats = result.asset_materializations_for_node("blobs_replication")
+    assert {m.asset_key.to_user_string() for m in mats} == {"blobs_gcp", "blobs_azure"}
+    for mat in mats:
+        assert mat.metadata["objects"].value == 6
+    checks = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert len(checks) == 2 and all(c.event_specific_data.passed for c in checks)
+    for name in ("gcp", "azure"):
+        assert (home / name / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
