@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore
+from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore, SupportsCopy
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -33,6 +33,7 @@ __all__ = [
     "ObjectStore",
     "StoreError",
     "StoreURI",
+    "SupportsCopy",
     "TransientStoreError",
     "UploadNotFoundError",
     "open_store",

@@ -65,3 +65,10 @@ class ObjectStore(Protocol):
     def abort_multipart(self, key: str, upload_id: str) -> None: ...
 
     def delete(self, key: str) -> None: ...
+
+
+@runtime_checkable
+class SupportsCopy(Protocol):
+    """Optional: server-side copy within the store (declared by ``server_side_copy``)."""
+
+    def copy(self, src_key: str, dst_key: str) -> ObjectInfo: ...

@@ -2,8 +2,8 @@
 
 Credentials: Application Default Credentials; when ``STORAGE_EMULATOR_HOST`` is set (the
 emulator) the client is anonymous. Options: ``project``, ``endpoint_url``, ``anonymous``,
-``timeout``, ``list_page_size`` (default 1000; gcp-storage-emulator ignores it and returns
-every key in one page).
+``timeout``, ``max_pool_connections`` (default 64), ``list_page_size`` (default 1000;
+gcp-storage-emulator ignores it and returns every key in one page).
 
 Multipart is built from what every GCS implementation (including gcp-storage-emulator)
 supports: each part is a temporary object ``.%staging/<upload_id>/<part>`` at the bucket root,
@@ -45,7 +45,9 @@ T = TypeVar("T")
 STAGING = ".%staging/"
 COMPOSE_LIMIT = 32
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
-_OPTIONS = frozenset({"project", "endpoint_url", "anonymous", "timeout", "list_page_size"})
+_OPTIONS = frozenset(
+    {"project", "endpoint_url", "anonymous", "timeout", "list_page_size", "max_pool_connections"}
+)
 
 
 class GCSStore:
@@ -75,6 +77,13 @@ class GCSStore:
             kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
             kwargs["project"] = kwargs["project"] or "test"
         self._client: Any = storage.Client(**kwargs)
+        # requests keeps 10 connections per host by default; gateways run many more threads.
+        from requests.adapters import HTTPAdapter
+
+        pool = int(opts.get("max_pool_connections", 64))
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool)
+        self._client._http.mount("https://", adapter)
+        self._client._http.mount("http://", adapter)
         self._bucket: Any = self._client.bucket(parsed.bucket)
 
     # -- errors --------------------------------------------------------------------------------

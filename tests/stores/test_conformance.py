@@ -21,6 +21,7 @@ from gateway_agent.stores import (
     InvalidURIError,
     ObjectNotFoundError,
     ObjectStore,
+    SupportsCopy,
     UploadNotFoundError,
     open_store,
 )
@@ -124,6 +125,18 @@ def test_keys_are_relative_to_the_uri_prefix(
     assert root.read(PREFIX + "ab") == b"3"
     sibling = backend.open(bucket, "pre")  # "pre/" is not a prefix of "pre fix/"
     assert keys_of(sibling) == []
+
+
+def test_server_side_copy_when_declared(store: ObjectStore) -> None:
+    if not store.capabilities.server_side_copy:
+        pytest.skip("backend declares no server-side copy")
+    assert isinstance(store, SupportsCopy)
+    store.write("src/a", b"payload")
+    info = store.copy("src/a", "dst/b c")
+    assert info.key == "dst/b c" and info.size == 7
+    assert store.read("dst/b c") == b"payload"
+    with pytest.raises(ObjectNotFoundError):
+        store.copy("src/missing", "dst/x")
 
 
 def test_delete(store: ObjectStore) -> None:
