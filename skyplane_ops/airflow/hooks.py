@@ -300,6 +300,44 @@ class SkyplaneHook(BaseHook):
             )
         )
 
+    # -- throughput grid ----------------------------------------------------------------------
+
+    def grid_store_uri(self) -> str:
+        """Where measured grids are published: the connection's grid store or the work dir."""
+        return self.settings.grid_store or os.path.join(self.settings.work_dir, "grid")
+
+    def refresh_grid(
+        self,
+        regions: Sequence[str],
+        *,
+        run_id: str,
+        connections: int,
+        duration_s: float,
+        budget_usd: float | None,
+        freshness_s: float,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> Any:
+        """One profiling run with the connection's backend; publishes a new grid version.
+
+        The profiler has no ``skyplane_ops.api`` entry yet, so this calls its one public
+        function, ``skyplane_ops.profiler.refresh_grid`` (budget check before provisioning,
+        fleet always deprovisioned, measurements journalled as they come).
+        """
+        from skyplane_ops.profiler import refresh_grid
+
+        return refresh_grid(
+            list(regions),
+            backend=self.settings.backend,
+            backend_options=self.backend_options(),
+            connections=connections,
+            duration_s=duration_s,
+            budget_usd=budget_usd,
+            store_uri=self.grid_store_uri(),
+            freshness_s=freshness_s,
+            run_id=run_id,
+            progress=progress,
+        )
+
     # -- transfers --------------------------------------------------------------------------
 
     def transfer(

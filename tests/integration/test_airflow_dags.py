@@ -133,6 +133,8 @@ def af(airflow_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     dags = Path(airflow_env.AIRFLOW_HOME) / "dags"
     (dags / "airflow_etl_dag.py").write_text((REPO / "examples" / "airflow_etl_dag.py").read_text())
     (dags / "skyplane_test_dags.py").write_text(TEST_DAGS)
+    for shipped in (REPO / "dags").glob("*.py"):
+        (dags / shipped.name).write_text(shipped.read_text())
     env = {
         "SKYPLANE_AFTEST_DIR": str(base),
         "SKYPLANE_EXAMPLE_DIR": str(base / "example"),
@@ -421,3 +423,43 @@ def test_transfer_operator_on_kill_stops_the_driver_and_the_gateways(af: Path) -
         assert not _gateways_alive(fleet.to_dict())
     finally:
         api.deprovision(fleet)
+
+
+def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
+    af: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped grid-refresh DAG on the local backend: real probes between real gateways."""
+    from datetime import UTC, datetime
+
+    from skyplane_ops.profiler import GridStore
+
+    dag = _dag("skyplane_grid_refresh")
+    when = datetime(2026, 1, 4, tzinfo=UTC)
+    conf = {
+        "regions": [SRC_REGION, DST_REGION, "aws:us-west-2"],
+        "connections": 2,
+        "duration_s": 0.3,
+        "budget_usd": 1.0,
+    }
+    first = dag.test(logical_date=when, run_conf=conf)
+    assert set(_states(first).values()) == {"success"}, _states(first)
+    summary = _xcom(first, "refresh")
+    assert summary["measured"] == 6 and summary["version"], summary
+    run_id = summary["run_id"]
+    assert not _processes_mentioning(run_id)
+    store = GridStore(str(af / "work" / "grid"))
+    assert store.latest_version() == summary["version"]
+    # The same interval again: everything is fresh, nothing is probed or published.
+    again = dag.test(logical_date=when, run_conf=conf)
+    repeat = _xcom(again, "refresh")
+    assert repeat["run_id"] == run_id and repeat["measured"] == 0, repeat
+    assert repeat["skipped_fresh"] == 6 and store.latest_version() == summary["version"]
+    # A new region over a tiny budget: refused before any gateway starts; the teardown ran.
+    poor = dag.test(
+        logical_date=datetime(2026, 1, 7, tzinfo=UTC),
+        run_conf={**conf, "regions": [*conf["regions"], "azure:westeurope"], "budget_usd": 1e-9},
+    )
+    states = _states(poor)
+    assert states["refresh"] == "failed" and states["sweep"] == "success", states
+    assert store.latest_version() == summary["version"]
+    assert "budget" in capfd.readouterr().out.lower()
