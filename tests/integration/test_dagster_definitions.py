@@ -31,8 +31,6 @@ from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "dagster_project"
-WIRED = "NotImplementedError" not in (REPO / "skyplane_ops" / "api.py").read_text()
-needs_core = pytest.mark.skipif(not WIRED, reason="skyplane_ops.api is not wired yet")
 
 
 @pytest.fixture
@@ -181,7 +179,6 @@ def test_resource_options_bounds_and_redaction(monkeypatch: pytest.MonkeyPatch) 
         )
 
 
-@needs_core
 def test_sweeper_deprovisions_a_fleet_left_by_a_dead_run(home: Path) -> None:
     """A replica run died after its provision step (here: the fleet is started by hand under
     the run's transfer id, as the step would have): the failure sensor finds the fleet by that
@@ -236,7 +233,6 @@ def _is_agent(pid: int, marker: str) -> bool:
         return False
 
 
-@needs_core
 def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path) -> None:
     grid_uri = f"file://{home}/grid/"
     grid = build_grid_refresh(["aws:us-east-1", "aws:eu-west-1"], duration_s=0.5, budget_usd=1.0)
@@ -258,7 +254,6 @@ def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path
     assert skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0).predicted_gbps > 0
 
 
-@needs_core
 def test_one_source_two_replicas_share_one_fleet(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,11 +22,6 @@ from skyplane_ops import api
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import read_secret
 
-pytestmark = pytest.mark.skipif(
-    "NotImplementedError" in Path(api.__file__).read_text(),
-    reason="skyplane_ops.api is not wired to the core yet",
-)
-
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dagster_project"
 DAY = "2026-11-20"
 
