@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import os
 import subprocess
 import sys
 import zipfile
@@ -33,6 +34,7 @@ AGENT_REQUIREMENTS = ("google-crc32c", "zstandard", "cryptography", "tenacity")
 AGENT_IMPORTS = ("google_crc32c", "zstandard", "cryptography", "tenacity")
 # A fixed timestamp keeps the zip byte-identical for identical sources (stable digest).
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+KEEP_BUNDLES = 5
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,13 @@ def build_bundle(package_dir: Path | None = None, out_dir: Path | None = None) -
     target_dir = out_dir or private_dir("bundles")
     path = target_dir / f"gateway_agent-{digest[:12]}.zip"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(data)
         tmp.replace(path)
+        # Keep a few recent bundles (running fleets may still use them), drop the rest.
+        old = sorted(target_dir.glob("gateway_agent-*.zip"), key=lambda p: p.stat().st_mtime)
+        for stale in old[:-KEEP_BUNDLES]:
+            stale.unlink(missing_ok=True)
     return AgentBundle(path=path, digest=digest)
 
 

@@ -271,6 +271,9 @@ def test_sweeper_finds_leftovers_by_tag(endpoint: str) -> None:
     deleted = prov.sweep()  # --all
     assert any("aws-keep" in d for d in deleted)
     assert _leftovers(endpoint)["instances"] == [foreign]
+    for fleet in records.load_fleets(backend="aws"):
+        if fleet.transfer_id in ("aws-leak", "aws-keep"):
+            records.forget_fleet(fleet)
 
 
 def test_non_aws_region_is_refused(endpoint: str) -> None:
