@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC
 from typing import Any, TypeVar
 
 from gateway_agent.stores._common import (
@@ -159,6 +160,8 @@ class S3Store:
 
     def _info(self, key: str, size: int, etag: str | None, modified: Any) -> ObjectInfo:
         etag = etag.strip('"') if etag else None
+        if modified is not None:
+            modified = modified.astimezone(UTC)  # list and head parse to different tzinfos
         checksums = {"md5": etag} if etag and _MD5.match(etag) else {}
         return ObjectInfo(key, int(size), etag, checksums, modified)
 
