@@ -398,12 +398,12 @@ class AWSProvisioner:
             if not any(cache.glob("*.whl")):
                 build_wheelhouse(cache, python_version=self.remote_python_version)
             wheelhouse = str(cache)
-        with_keys = []
-        for h in hosts:
-            key = None
-            if not self.accept_unknown_host_keys:
-                key = self._console_host_key(h.region, h.instance_id)
-            with_keys.append((h.gateway_id, replace(h.ssh, host_key=key)))
+        keys: list[str | None] = [None] * len(hosts)
+        if not self.accept_unknown_host_keys:  # cloud-init prints them on the serial console
+            keys = _run_all(lambda h: self._console_host_key(h.region, h.instance_id), hosts)
+        with_keys = [
+            (h.gateway_id, replace(h.ssh, host_key=key)) for h, key in zip(hosts, keys, strict=True)
+        ]
         opts = self._bootstrap_options(wheelhouse)
         return bootstrap_gateways(with_keys, transfer_id, secret_ref, opts)
 

@@ -18,7 +18,7 @@ import shlex
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -470,16 +470,42 @@ def teardown_gateway(gateway: Gateway, transfer_id: str, opts: BootstrapOptions)
 def _parallel(
     fn: Callable[..., Any], items: Sequence[Any]
 ) -> list[tuple[Any, Any, BaseException | None]]:
-    """Run ``fn(*item)`` for every item in threads: (item, result, error) per item, in order."""
+    """Run ``fn(*item)`` for every item in threads: (item, result, error) per item, in order.
+
+    An interrupt (Ctrl-C) while waiting cancels what has not started, lets running calls
+    finish, and is raised as ``InterruptedDuringBatch`` carrying the finished results, so the
+    caller can undo them before the interrupt propagates.
+    """
     if not items:
         return []
-    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
-        futures = [pool.submit(fn, *item) for item in items]
-        out: list[tuple[Any, Any, BaseException | None]] = []
-        for item, fut in zip(items, futures, strict=True):
-            exc = fut.exception()
-            out.append((item, None if exc else fut.result(), exc))
-        return out
+    pool = ThreadPoolExecutor(max_workers=min(16, len(items)))
+    futures = [pool.submit(fn, *item) for item in items]
+    interrupted: BaseException | None = None
+    try:
+        wait(futures)
+    except BaseException as exc:
+        interrupted = exc
+        for fut in futures:
+            fut.cancel()
+    pool.shutdown(wait=True)
+    out: list[tuple[Any, Any, BaseException | None]] = []
+    for item, fut in zip(items, futures, strict=True):
+        if fut.cancelled():
+            out.append((item, None, CancelledError()))
+            continue
+        error = fut.exception()
+        out.append((item, None if error else fut.result(), error))
+    if interrupted is not None:
+        raise InterruptedDuringBatch(out) from interrupted
+    return out
+
+
+class InterruptedDuringBatch(KeyboardInterrupt):
+    """A KeyboardInterrupt that still carries the results of the calls that finished."""
+
+    def __init__(self, results: list[tuple[Any, Any, BaseException | None]]) -> None:
+        super().__init__("interrupted")
+        self.results = results
 
 
 def bootstrap_gateways(
@@ -491,10 +517,19 @@ def bootstrap_gateways(
 ) -> list[Gateway]:
     """Bootstrap every (gateway_id, host) in parallel; all-or-nothing."""
     bundle = bundle or build_bundle()
-    results = _parallel(
-        lambda gw_id, host: bootstrap_gateway(host, gw_id, transfer_id, bundle, secret_ref, opts),
-        list(assignments),
-    )
+    try:
+        results = _parallel(
+            lambda gw_id, host: bootstrap_gateway(
+                host, gw_id, transfer_id, bundle, secret_ref, opts
+            ),
+            list(assignments),
+        )
+    except InterruptedDuringBatch as interrupt:
+        # Ctrl-C: undo the gateways that did start, then let the interrupt through.
+        teardown_gateways(
+            [res for _, res, exc in interrupt.results if exc is None], transfer_id, opts
+        )
+        raise
     started = [res for _, res, exc in results if exc is None]
     failures = [(item, exc) for item, _, exc in results if exc is not None]
     if failures:

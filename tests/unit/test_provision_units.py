@@ -98,3 +98,25 @@ def test_tbf_burst_exceeds_the_mtu() -> None:
     assert burst > 1500 and args[1] == "100mbit"
     big = tbf_args(4000.0)
     assert int(big[big.index("burst") + 1]) >= 4000e6 / 8 / 250
+
+
+def test_ctrl_c_during_parallel_bootstrap_keeps_the_finished_results() -> None:
+    """A real SIGINT while waiting: the running calls finish and are handed back for undo."""
+    import signal
+    import time
+
+    from skyplane_ops.provision.ssh import InterruptedDuringBatch, _parallel
+
+    def slow(i: int) -> int:
+        time.sleep(0.3)
+        return i
+
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    old = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    try:
+        with pytest.raises(InterruptedDuringBatch) as info:
+            _parallel(slow, [(1,), (2,), (3,)])
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert [res for _, res, exc in info.value.results if exc is None] == [1, 2, 3]
+    assert isinstance(info.value, KeyboardInterrupt)
