@@ -19,7 +19,7 @@ import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -641,8 +641,12 @@ class SSHProvisioner:
         try:
             home = client.open_sftp().normalize(".")
             root = posixpath.dirname(posixpath.dirname(_remote_dir(home, host, "t", "g")))
-            _, out, _ = run(client, f"cat {shlex.quote(root)}/*/*/meta.json 2>/dev/null; true")
-            for line in out.replace("}{", "}\n{").splitlines():
+            listing = (
+                f"for f in {shlex.quote(root)}/*/*/meta.json; do "
+                '[ -f "$f" ] && cat "$f" && echo; done; true'
+            )
+            _, out, _ = run(client, listing)
+            for line in out.splitlines():
                 try:
                     meta = json.loads(line)
                 except ValueError:
@@ -680,8 +684,3 @@ def _graceful_shutdown(fleet: GatewayFleet) -> None:
             GatewayClient(gw.host, gw.control_port, secret).shutdown()
         except Exception as exc:  # already gone, unreachable: the SSH kill handles it
             log.debug("graceful shutdown of %s failed: %s", gw.gateway_id, exc)
-
-
-def host_with(host: SSHHost, **changes: Any) -> SSHHost:
-    """A copy of ``host`` with some fields changed (tests, AWS)."""
-    return replace(host, **changes)
