@@ -123,12 +123,14 @@ class AWSProvisioner:
         image_id: str | Mapping[str, str] | None = None,
         client_cidr: str | None = None,
         ssh_user: str = "ubuntu",
+        ssh_port: int = 22,
         remote_python: str = "python3",
         remote_python_version: str = "3.10",
         control_port: int = 8701,
         data_port: int = 8702,
         ttl_seconds: float = 6 * 3600,
         idle_timeout: float = 900.0,
+        poweroff_on_idle: bool = True,
         endpoint_url: str | None = None,
         session: Any = None,
         bootstrap: Bootstrap | None = None,
@@ -146,6 +148,9 @@ class AWSProvisioner:
         self.image_id = image_id
         self.client_cidr = client_cidr
         self.ssh_user = ssh_user
+        self.ssh_port = ssh_port
+        self.poweroff_on_idle = poweroff_on_idle
+        self._wheel_lock = threading.Lock()
         self.remote_python = remote_python
         self.remote_python_version = remote_python_version
         self.control_port = control_port
@@ -342,6 +347,7 @@ class AWSProvisioner:
                     ssh=SSHHost(
                         address=s.public_ips[iid],
                         region=by_aws[s.region],
+                        port=self.ssh_port,
                         user=self.ssh_user,
                         key_path=s.key_path,
                         python=self.remote_python,
@@ -392,27 +398,29 @@ class AWSProvisioner:
         self, hosts: Sequence[InstanceHost], transfer_id: str, secret_ref: str
     ) -> list[Gateway]:
         """Default bootstrap: host keys from the console output, then the SSH bootstrap."""
-        wheelhouse = self.wheelhouse
-        if wheelhouse is None:
-            cache = private_dir("wheelhouse", f"py{self.remote_python_version}")
-            if not any(cache.glob("*.whl")):
-                build_wheelhouse(cache, python_version=self.remote_python_version)
-            wheelhouse = str(cache)
         keys: list[str | None] = [None] * len(hosts)
         if not self.accept_unknown_host_keys:  # cloud-init prints them on the serial console
             keys = _run_all(lambda h: self._console_host_key(h.region, h.instance_id), hosts)
         with_keys = [
             (h.gateway_id, replace(h.ssh, host_key=key)) for h, key in zip(hosts, keys, strict=True)
         ]
-        opts = self._bootstrap_options(wheelhouse)
-        return bootstrap_gateways(with_keys, transfer_id, secret_ref, opts)
+        return bootstrap_gateways(with_keys, transfer_id, secret_ref, self._bootstrap_options())
 
-    def _bootstrap_options(self, wheelhouse: str | None = None) -> BootstrapOptions:
+    def _default_wheelhouse(self) -> str:
+        """Wheels for the image's python, downloaded once (only if a host lacks the deps)."""
+        with self._wheel_lock:
+            cache = private_dir("wheelhouse", f"py{self.remote_python_version}")
+            if not any(cache.glob("*.whl")):
+                build_wheelhouse(cache, python_version=self.remote_python_version)
+            return str(cache)
+
+    def _bootstrap_options(self) -> BootstrapOptions:
         return BootstrapOptions(
             accept_unknown_host_keys=self.accept_unknown_host_keys,
-            wheelhouse=wheelhouse,
+            wheelhouse=self.wheelhouse,
+            wheelhouse_builder=self._default_wheelhouse,
             idle_timeout=self.idle_timeout,
-            poweroff_on_idle=True,
+            poweroff_on_idle=self.poweroff_on_idle,
             connect_timeout=20.0,
             ready_timeout=120.0,
         )

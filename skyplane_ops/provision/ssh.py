@@ -239,6 +239,8 @@ class BootstrapOptions:
 
     accept_unknown_host_keys: bool = False
     wheelhouse: str | None = None
+    # Called (once per host that needs it) to obtain a wheelhouse when none was given.
+    wheelhouse_builder: Callable[[], str] | None = None
     idle_timeout: float = 900.0
     poweroff_on_idle: bool = False
     connect_timeout: float = 10.0
@@ -296,15 +298,18 @@ def _make_available_deps(
     status, _, err = run(client, deps_check_command(host.python))
     if status == 0:
         return ""
-    if not opts.wheelhouse:
+    wheelhouse = opts.wheelhouse
+    if not wheelhouse and opts.wheelhouse_builder is not None:
+        wheelhouse = opts.wheelhouse_builder()
+    if not wheelhouse:
         raise GatewayStartError(
             f"{host.python} on {host.label} lacks the agent's dependencies "
             f"({err.strip().splitlines()[-1] if err.strip() else 'import failed'}); "
             "install them there or pass a wheelhouse (see bundle.build_wheelhouse)"
         )
-    wheels = sorted(Path(opts.wheelhouse).glob("*.whl"))
+    wheels = sorted(Path(wheelhouse).glob("*.whl"))
     if not wheels:
-        raise GatewayStartError(f"wheelhouse {opts.wheelhouse} has no wheels")
+        raise GatewayStartError(f"wheelhouse {wheelhouse} has no wheels")
     run(client, f"mkdir -p {shlex.quote(remote_dir + '/wheels')}")
     for wheel in wheels:
         sftp.put(str(wheel), f"{remote_dir}/wheels/{wheel.name}")
@@ -318,7 +323,7 @@ def _make_available_deps(
         )
     if status != 0:
         raise GatewayStartError(
-            f"agent dependencies from {opts.wheelhouse} do not import with {host.python} on "
+            f"agent dependencies from {wheelhouse} do not import with {host.python} on "
             f"{host.label}: {err.strip()[-300:]}"
         )
     return ":" + deps

@@ -2,8 +2,9 @@
 
 This is the one place where a cloud API is emulated: we cannot create EC2 resources here.
 moto's instances have no SSH daemon, so the SSH bootstrap step is injected (``bootstrap=``)
-with a recorder that returns gateway records without starting agents; the SSH bootstrap itself
-is covered against real sshd servers in test_provision_ssh.py.
+with a recorder that returns gateway records without starting agents. One test keeps the
+default bootstrap and lets a real sshd on 127.0.0.1 stand in for the instance (moto's fictitious
+instance addresses are never contacted); the SSH bootstrap is covered in test_provision_ssh.py.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
+from gateway_agent.client import GatewayClient
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import get_provisioner, records
@@ -35,7 +38,9 @@ from skyplane_ops.provision.aws import (
     parse_console_host_key,
 )
 from skyplane_ops.provision.fleet import Gateway
+from skyplane_ops.provision.secrets import secret_bytes
 from tests.fixtures.ports import free_port, wait_for_port
+from tests.fixtures.sshd import SshdServer
 
 pytestmark = pytest.mark.emulator
 
@@ -305,4 +310,62 @@ def test_deprovision_command_sweeps_aws_by_tag(
     argv += ["--aws-regions", "us-east-1,eu-west-1", "--aws-endpoint-url", endpoint]
     assert cli.main(argv) == 0
     assert "6 resource(s) deleted from aws" in capsys.readouterr().out
+    assert _leftovers(endpoint) == NOTHING
+
+
+class _LoopbackInstances(AWSProvisioner):
+    """The full default path (key pair, SSH bootstrap of the real agent) with one substitution:
+    moto's instances have fictitious addresses that we never contact, so each instance's address
+    becomes 127.0.0.1 where a real sshd plays the VM, the host key cloud-init would print on the
+    console is that sshd's, and the imported key pair is authorized there."""
+
+    server: SshdServer
+
+    def _provision_region(self, state: _RegionState, *args: Any) -> None:
+        super()._provision_region(state, *args)
+        assert state.key_path
+        public = subprocess.run(
+            ["ssh-keygen", "-y", "-f", state.key_path], capture_output=True, text=True, check=True
+        ).stdout
+        with open(self.server.workdir / "authorized_keys", "a") as fh:
+            fh.write(public)
+
+    def _wait_running(self, ec2: Any, instance_ids: list[str]) -> dict[str, str]:
+        super()._wait_running(ec2, instance_ids)
+        return {i: "127.0.0.1" for i in instance_ids}
+
+    def _console_host_key(self, region: str, instance_id: str) -> str:
+        return self.server.host_key
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_default_ssh_bootstrap_of_an_instance(
+    endpoint: str, sshd_factory: Callable[[int], list[SshdServer]]
+) -> None:
+    (server,) = sshd_factory(1)
+    prov = _LoopbackInstances(
+        endpoint_url=endpoint,
+        session=_session(),
+        image_id="ami-1e749f67",
+        client_cidr=CLIENT_CIDR,
+        poll_interval=0.05,
+        ssh_user=server.user,
+        ssh_port=server.port,
+        remote_python=sys.executable,
+        control_port=free_port(),
+        data_port=free_port(),
+        poweroff_on_idle=False,  # this "VM" is the test machine
+        idle_timeout=120,
+    )
+    prov.server = server
+    fleet = prov.provision({"aws:us-east-1": 1}, transfer_id="aws-boot")
+    (gw,) = fleet.gateways
+    remote_dir = Path(gw.resources["remote_dir"])
+    try:
+        assert GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref)).health()
+        assert gw.resources["instance_id"].startswith("i-") and remote_dir.is_dir()
+    finally:
+        prov.deprovision(fleet)
+    assert not remote_dir.exists()
     assert _leftovers(endpoint) == NOTHING
