@@ -65,16 +65,21 @@ def decode_segment(name: str) -> str:
 
 
 def _append(part: Path, out_fd: int) -> None:
-    """Append a part file to ``out_fd`` with an in-kernel copy (no round trip through Python)."""
-    with open(part, "rb") as src:
+    """Append a part file at ``out_fd``'s offset with an in-kernel copy (no trip through Python).
+
+    ``out_fd`` must not be O_APPEND (copy_file_range refuses that); both offsets advance, so the
+    buffered fallback (other filesystems, old kernels) continues exactly where it stopped.
+    """
+    with open(part, "rb", buffering=0) as src:
         remaining = os.fstat(src.fileno()).st_size
         while remaining > 0:
             try:
                 sent = os.copy_file_range(src.fileno(), out_fd, min(remaining, 1 << 30))
-            except OSError:  # e.g. EXDEV/ENOSYS on some filesystems: plain buffered copy
-                with os.fdopen(os.dup(out_fd), "ab") as out:
-                    shutil.copyfileobj(src, out, _COPY_BUFFER)
-                return
+            except OSError:
+                chunk = memoryview(src.read(min(remaining, _COPY_BUFFER)))
+                sent = len(chunk)
+                while chunk:
+                    chunk = chunk[os.write(out_fd, chunk) :]
             if sent == 0:
                 return
             remaining -= sent
@@ -255,12 +260,15 @@ class LocalStore:
         first_size = parts[0].stat().st_size
         try:
             os.replace(parts[0], assembled)  # the first part becomes the file: one copy less
-            with open(assembled, "ab") as out:
+            out_fd = os.open(assembled, os.O_WRONLY)
+            try:
+                os.lseek(out_fd, 0, os.SEEK_END)
                 for part in parts[1:]:
-                    _append(part, out.fileno())
+                    _append(part, out_fd)
                 if self._fsync:
-                    out.flush()
-                    os.fsync(out.fileno())
+                    os.fsync(out_fd)
+            finally:
+                os.close(out_fd)
             info = self._info(key, self._install(assembled, key))
         except OSError as exc:
             with contextlib.suppress(OSError):  # put part 1 back so completion can be retried

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -112,3 +114,18 @@ def test_local_key_cannot_be_object_and_folder(tmp_path: Path) -> None:
     store.write("a", b"1")
     with pytest.raises(StoreError):
         store.write("a/b", b"2")
+
+
+def test_local_completion_without_copy_file_range(tmp_path: Path) -> None:
+    """Filesystems without copy_file_range (EXDEV/ENOSYS) fall back to a buffered copy.
+
+    The refusal is simulated (mock): every filesystem on this machine supports the call.
+    """
+    store = open_store(f"file://{tmp_path}")
+    parts = {n: bytes([n]) * (3 * 1024 * 1024 + n) for n in (1, 2, 3)}
+    upload = store.create_multipart("k")
+    for n in (3, 1, 2):
+        store.upload_part("k", upload, n, parts[n])
+    with mock.patch("os.copy_file_range", side_effect=OSError(errno.EXDEV, "cross-device")):
+        store.complete_multipart("k", upload, [1, 2, 3])
+    assert store.read("k") == parts[1] + parts[2] + parts[3]
