@@ -396,9 +396,9 @@ def test_transfer_operator_on_kill_stops_the_driver_and_the_gateways(af: Path) -
 
     src = af / "kill-src"
     src.mkdir(exist_ok=True)
-    for i in range(4):
-        (src / f"blob-{i}.bin").write_bytes(os.urandom(16 << 20))
-    plan = api.plan(SRC_REGION, DST_REGION, 0.07)
+    for i in range(6):  # big enough that the driver is still at work when the task is killed
+        (src / f"blob-{i}.bin").write_bytes(os.urandom(32 << 20))
+    plan = api.plan(SRC_REGION, DST_REGION, 0.2)
     fleet = api.provision(plan, transfer_id=f"af-onkill-{os.getpid()}")
     try:
         op = SkyplaneTransferOperator(
@@ -416,11 +416,13 @@ def test_transfer_operator_on_kill_stops_the_driver_and_the_gateways(af: Path) -
         trigger = deferred.value.trigger
         assert trigger.deadline is not None and trigger.deadline > time.time() + 500
         pid = trigger.driver_pid
-        assert driver.is_alive(pid)
+        assert driver.is_alive(pid), driver.read_status(trigger.status_path)
         assert _gateways_alive(fleet.to_dict())
         op.on_kill()
-        assert not driver.is_alive(pid)
-        assert not _gateways_alive(fleet.to_dict())
+        assert not driver.is_alive(pid), driver.read_status(trigger.status_path)
+        assert not _gateways_alive(fleet.to_dict()), fleet.to_dict()
+        status = driver.read_status(trigger.status_path) or {}
+        assert status.get("state") != "success", status
     finally:
         api.deprovision(fleet)
 
