@@ -10,7 +10,9 @@ supports: each part is a temporary object ``.%staging/<upload_id>/<part>`` at th
 written by any process in any order; ``complete_multipart`` composes them (GCS composes at most
 32 sources per call, so larger uploads compose in a tree of intermediate objects) into the
 destination in one final compose — the object appears atomically — then deletes the temporaries.
-``list`` never shows the staging folder. Composite objects carry a CRC32C but no MD5.
+``list`` never shows the staging folder. Composite objects carry a CRC32C but no MD5. A part
+uploaded after ``abort_multipart`` (a straggler) lands in the staging folder again, invisible;
+aborting once more removes it.
 """
 
 from __future__ import annotations

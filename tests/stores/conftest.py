@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,6 @@ class Backend:
     denied: Callable[[], contextlib.AbstractContextManager[ObjectStore]] | None = None
     denied_reason: str = ""
     cross_process: bool = True
-    created: list[str] = field(default_factory=list)
 
     def new_bucket(self) -> str:
         """Create a fresh, uniquely named bucket and return its name."""
