@@ -1,0 +1,117 @@
+"""Pure parts of the transfer engine: CRC folding, manifest cutting, journal, budget."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+
+import google_crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway_agent.flow import ByteBudget
+from gateway_agent.stores.base import Capabilities, ObjectInfo
+from skyplane_ops.transfer.checksum import combine_ranges, crc32c_b64, crc32c_combine
+from skyplane_ops.transfer.journal import Journal, transfer_key
+from skyplane_ops.transfer.manifest import (
+    build_manifest,
+    make_chunks,
+    matches,
+    same_object,
+)
+
+MiB = 1024 * 1024
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=3000), st.lists(st.integers(0, 3000), max_size=4))
+def test_crc_combine_equals_whole(data: bytes, cuts: list[int]) -> None:
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    ranges = [
+        (google_crc32c.value(data[a:b]), b - a) for a, b in itertools.pairwise(points)
+    ]
+    whole = google_crc32c.value(data)
+    assert (combine_ranges(ranges) if ranges else 0) == whole
+    if len(points) > 2:
+        a = google_crc32c.value(data[: points[1]])
+        b = google_crc32c.value(data[points[1] :])
+        assert crc32c_combine(a, b, len(data) - points[1]) == whole
+
+
+def test_crc_b64_is_gcs_form() -> None:
+    # GCS/S3 report base64 of the big-endian CRC32C; "hello" -> 0x9a71bb4c.
+    assert crc32c_b64(google_crc32c.value(b"hello")) == "mnG7TA=="
+
+
+def test_manifest_parts_align_and_small_objects_batch() -> None:
+    objs = [ObjectInfo("big", 130 * MiB), ObjectInfo("exact", 64 * MiB)]
+    objs += [ObjectInfo(f"tiny/{i}", 4096) for i in range(10_000)]
+    m = build_manifest(objs, Capabilities(), 64 * MiB)
+    big = m.segments["big"]
+    assert [(s.offset, s.length, s.part) for s in big] == [
+        (0, 64 * MiB, 1),
+        (64 * MiB, 64 * MiB, 2),
+        (128 * MiB, 2 * MiB, 3),
+    ]
+    assert m.segments["exact"][0].part == 0  # fits one part: written whole
+    chunks = make_chunks(s for segs in m.segments.values() for s in segs)
+    assert sum(len(c.segments) for c in chunks) == 3 + 1 + 10_000
+    assert len(chunks) < 60  # 10,000 tiny objects ride in a few dozen chunks
+
+
+def test_manifest_respects_destination_limits() -> None:
+    caps = Capabilities(min_part_size=5 * MiB, max_parts=10)
+    m = build_manifest([ObjectInfo("o", 100 * MiB)], caps, part_size=1 * MiB)
+    segs = m.segments["o"]
+    assert len(segs) <= 10 and all(s.length >= 5 * MiB for s in segs[:-1])
+
+
+def test_globs_and_sync_comparison() -> None:
+    assert matches("a/b.csv", ["*.csv"], [])
+    assert not matches("a/b.csv", ["*.csv"], ["a/*"])
+    assert not matches("a/b.txt", ["*.csv"], [])
+    s = ObjectInfo("k", 10, checksums={"crc32c": "x"})
+    assert same_object(s, ObjectInfo("k", 10, checksums={"crc32c": "x"}))
+    assert not same_object(s, ObjectInfo("k", 10, checksums={"crc32c": "y"}))
+    assert not same_object(s, ObjectInfo("k", 11))
+
+
+def test_journal_resumes_only_matching_fingerprints(tmp_path: Path) -> None:
+    key = transfer_key("file:///a", "file:///b", 64, [], [])
+    j = Journal(tmp_path, key)
+    j.record_upload("big", "up-1", [10, "e1", None])
+    j.record_done([("1:big", 123, [10, "e1", None]), ("0:small", 7, [1, "e", None])])
+    again = Journal(tmp_path, key)
+    assert again.upload_for("big", [10, "e1", None]) == "up-1"
+    assert again.finished("1:big", [10, "e1", None]) == 123
+    assert again.finished("1:big", [10, "e2", None]) is None  # source changed since
+    with open(again.path, "a") as fh:
+        fh.write('{"t": "done", "segs": [[')  # torn last line after a crash
+    assert Journal(tmp_path, key).finished("0:small", [1, "e", None]) == 7
+    again.remove()
+    assert not again.path.exists()
+
+
+def test_byte_budget_blocks_and_pool_stays_bounded() -> None:
+    b = ByteBudget(4 * MiB)
+    assert b.acquire(3 * MiB)
+    assert not b.acquire(2 * MiB, timeout=0.05)
+    got: list[float] = []
+
+    def waiter() -> None:
+        t0 = time.monotonic()
+        b.acquire(2 * MiB)
+        got.append(time.monotonic() - t0)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.1)
+    b.release(3 * MiB)
+    t.join(2)
+    assert got and got[0] >= 0.09
+    bufs = [b.take_buffer(MiB) for _ in range(8)]
+    for buf in bufs:
+        b.give_buffer(buf)
+    assert b._pooled <= 2 * b.capacity
