@@ -465,3 +465,40 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     assert states["refresh"] == "failed" and states["sweep"] == "success", states
     assert store.latest_version() == summary["version"]
     assert "budget" in capfd.readouterr().out.lower()
+
+
+def test_trigger_on_kill_also_deletes_the_fleet(af: Path) -> None:
+    """A user killing a deferred task: the trigger stops its driver and deletes the gateways."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from skyplane_ops import api
+    from skyplane_ops.airflow import driver
+    from skyplane_ops.airflow.triggers import SkyplaneTransferTrigger
+
+    plan = api.plan(SRC_REGION, DST_REGION, 0.01)
+    fleet = api.provision(plan, transfer_id=f"af-trigkill-{os.getpid()}")
+    idle = subprocess.Popen(  # a real driver process that waits on its stdin
+        [sys.executable, "-m", driver.MODULE], stdin=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not driver.is_alive(idle.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        trigger = SkyplaneTransferTrigger(
+            transfer_id=fleet.transfer_id,
+            status_path=str(af / "no-status.json"),
+            driver_pid=idle.pid,
+            fleet=fleet.to_dict(),
+            skyplane_conn_id="skyplane_default",
+        )
+        assert _gateways_alive(fleet.to_dict())
+        asyncio.run(trigger.on_kill())
+        assert not driver.is_alive(idle.pid)
+        assert not _gateways_alive(fleet.to_dict())
+    finally:
+        if idle.poll() is None:
+            idle.kill()
+        idle.wait(timeout=10)
+        api.deprovision(fleet)
