@@ -55,6 +55,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--journal-dir", default=None, help="where resume journals live")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-progress", action="store_true")
+    # Tests only: JSON {region-or-gateway-id: hooks}; local gateways then honour them.
+    p.add_argument("--gateway-test-hooks", default=None, help=argparse.SUPPRESS)
 
 
 def register(subparsers: Any) -> None:
@@ -119,7 +121,11 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
     objects = list_source(src_store, args.src, args.include, args.exclude)
     volume_gb = sum(o.size for o in objects) / 1e9
     plan = make_plan(args, volume_gb)
-    provisioner = get_provisioner(args.backend)
+    hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
+    if hooks and args.backend == "local":
+        provisioner = get_provisioner("local", extra_args=["--enable-test-hooks"])
+    else:
+        provisioner = get_provisioner(args.backend)
     transfer_id = f"cp-{uuid.uuid4().hex[:10]}"
     progress = None
     if not args.no_progress:
@@ -150,6 +156,7 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
                 connections=args.connections,
                 encrypt=args.encrypt,
                 compress_level=3 if args.compress else 0,
+                test_hooks=hooks,
             ),
         )
     finally:

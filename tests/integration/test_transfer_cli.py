@@ -1,0 +1,113 @@
+"""``skyplane-ops cp`` / ``sync`` as a user runs them: planner, local fleet, summary, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.transfer_helpers import read_tree, write_dataset
+
+MiB = 1024 * 1024
+REGIONS = ["--src-region", "azure:canadacentral", "--dst-region", "gcp:asia-northeast1"]
+
+
+def _cli(home: Path, *args: str, **kw: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "SKYPLANE_OPS_HOME": str(home)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "skyplane_ops.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _agents_of(home: Path) -> list[int]:
+    """Pids of gateway agents whose files live under this test's home."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"gateway_agent" in cmd and str(home).encode() in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, bytes]]:
+    src, dst, home = tmp_path / "src", tmp_path / "dst", tmp_path / "home"
+    src.mkdir()
+    dst.mkdir()
+    data = write_dataset(src, {"big.bin": 3 * MiB, **{f"s/{i}": 2000 for i in range(30)}})
+    return src, dst, home, data
+
+
+def test_cp_then_sync(setup: tuple[Path, Path, Path, dict[str, bytes]]) -> None:
+    src, dst, home, data = setup
+    proc = _cli(
+        home, "cp", f"file://{src}", f"file://{dst}", *REGIONS, "--chunk-mib", "1", "--json"
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["objects"] == 31 and result["verification"]["status"] == "passed"
+    assert result["route"] and result["plan_summary"]["src"] == "azure:canadacentral"
+    assert '"event": "progress"' in err  # JSON progress lines when stderr is not a terminal
+    assert read_tree(dst) == data
+    assert _agents_of(home) == []  # the fleet was torn down
+    (src / "s" / "new").write_bytes(b"fresh")
+    proc = _cli(home, "sync", f"file://{src}", f"file://{dst}", *REGIONS, "--json", "--no-progress")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["objects"] == 1 and result["objects_skipped"] == 31
+    assert (dst / "s" / "new").read_bytes() == b"fresh"
+
+
+def test_cp_missing_source_is_one_line_error(
+    setup: tuple[Path, Path, Path, dict[str, bytes]],
+) -> None:
+    _, dst, home, _ = setup
+    proc = _cli(home, "cp", "file:///nonexistent/dir", f"file://{dst}", *REGIONS)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "error:" in err and "/nonexistent/dir" in err and "Traceback" not in err
+
+
+def test_ctrl_c_deprovisions(setup: tuple[Path, Path, Path, dict[str, bytes]]) -> None:
+    src, dst, home, _ = setup
+    hooks = json.dumps({"azure:canadacentral": {}, "gcp:asia-northeast1": {"sink_rate_bps": 1e5}})
+    proc = _cli(
+        home,
+        "cp",
+        f"file://{src}",
+        f"file://{dst}",
+        *REGIONS,
+        "--chunk-mib",
+        "1",
+        "--gateway-test-hooks",
+        hooks,
+        "--no-progress",
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _agents_of(home):
+        time.sleep(0.1)
+    assert _agents_of(home), "the fleet never started"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert _agents_of(home) == []
+    assert "big.bin" not in read_tree(dst)
