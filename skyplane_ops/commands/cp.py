@@ -34,7 +34,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--min-throughput-gbps", type=float, help="cheapest plan at least this fast")
     bound.add_argument("--max-cost-usd", type=float, help="fastest plan at most this dear")
-    bound.add_argument("--deadline-s", type=float, help="cheapest plan that finishes in time")
+    bound.add_argument("--deadline-seconds", type=float, help="cheapest plan that finishes in time")
     p.add_argument("--max-vms", type=int, default=None, help="VMs per region limit")
     p.add_argument("--max-conns", type=int, default=None, help="TCP connections per VM limit")
     p.add_argument("--max-relays", type=int, default=1, help="relay regions per path")
@@ -94,7 +94,7 @@ def make_plan(args: argparse.Namespace, volume_gb: float) -> TransferPlan:
         max(volume_gb, 1e-6),
         objective=objective,  # type: ignore[arg-type]
         bound=bound,
-        deadline_seconds=args.deadline_s,
+        deadline_seconds=args.deadline_seconds,
         max_vms=args.max_vms,
         max_conns_per_vm=args.max_conns,
         max_relays=args.max_relays,
