@@ -418,6 +418,15 @@ def test_transfer_operator_on_kill_stops_the_driver_and_the_gateways(af: Path) -
         pid = trigger.driver_pid
         assert driver.is_alive(pid), driver.read_status(trigger.status_path)
         assert _gateways_alive(fleet.to_dict())
+        # A retry while the driver still runs (the worker died, not the driver) follows the
+        # running driver instead of starting a second one on the same journal.
+        deadline = time.monotonic() + 30
+        while (driver.read_status(trigger.status_path) or {}).get("state") != "running":
+            assert time.monotonic() < deadline, driver.read_status(trigger.status_path)
+            time.sleep(0.02)
+        with pytest.raises(TaskDeferred) as again:
+            op.execute({"run_id": "manual__on-kill"})
+        assert again.value.trigger.driver_pid == pid
         op.on_kill()
         assert not driver.is_alive(pid), driver.read_status(trigger.status_path)
         assert not _gateways_alive(fleet.to_dict()), fleet.to_dict()
