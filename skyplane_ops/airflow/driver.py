@@ -13,6 +13,17 @@ see the status file (same host or a shared ``work_dir``) and the worker host mus
 task (Local/Celery executors; not a Kubernetes pod that is deleted on deferral).
 
 This module never imports Airflow: the driver process loads only the core.
+
+Proposed core split (would let the trigger poll the gateways directly, with no driver and no
+host affinity); the dispatcher already submits every chunk up front and then only polls
+cursors, so the state between polls is small and JSON-friendly::
+
+    api.start_transfer(plan, fleet, src_uri, dst_uri, *, ..., journal_uri) -> TransferHandle
+        # manifest, uploads, start jobs, submit chunks; handle = job id, cursors, journal URI
+    api.poll_transfer(handle) -> tuple[TransferHandle, Progress, bool]
+        # one status round: journal finished chunks, re-submit bad/lost ones, done flag
+    api.finish_transfer(handle) -> TransferResult   # complete uploads, verify
+    api.cancel_transfer(handle) -> None             # stop the jobs on the gateways
 """
 
 from __future__ import annotations
