@@ -186,7 +186,9 @@ class Agent:
                         import zstandard
 
                         decompressor = zstandard.ZstdDecompressor()
-                    frame = wire.read_body(sock, session, header, decompressor, lease.buffer)
+                    frame = wire.read_body(
+                        sock, session, header, decompressor, lease.buffer, self._is_sink
+                    )
                 except Exception as exc:  # a broken frame drops the connection
                     lease.release()
                     log.warning("bad frame from %s: %s", addr, exc)
@@ -195,7 +197,11 @@ class Agent:
                 if job is None:
                     lease.release()
                     continue
-                job.on_frame(frame.meta, frame.payload, frame.crc32c, lease)
+                job.on_frame(frame.meta, frame.payload, frame.crc32c, lease, frame.computed_crc)
+
+    def _is_sink(self, meta: dict[str, Any]) -> bool:
+        job = self.jobs.get(str(meta.get("job")))
+        return job is not None and job.is_sink_for(meta)
 
 
 def _max_rss_kb() -> int:

@@ -53,6 +53,8 @@ class InChunk:
     payload: memoryview | bytes
     crc32c: int
     lease: Lease
+    # CRC32C of the payload as received here (computed on arrival), if already known.
+    received_crc: int | None = None
 
 
 class JobError(Exception):
@@ -260,10 +262,22 @@ class Job:
             OutChunk(chunk.meta, chunk.payload, chunk.crc32c, chunk.lease)
         )
 
-    def on_frame(self, meta: dict[str, Any], payload: memoryview, crc: int, lease: Lease) -> None:
+    def on_frame(
+        self,
+        meta: dict[str, Any],
+        payload: memoryview,
+        crc: int,
+        lease: Lease,
+        received_crc: int | None = None,
+    ) -> None:
         """A frame arrived from upstream for this job."""
         self._count(chunks_received=1, bytes_received=len(payload))
-        self.route(InChunk(meta, payload, crc, lease))
+        self.route(InChunk(meta, payload, crc, lease, received_crc))
+
+    def is_sink_for(self, meta: dict[str, Any]) -> bool:
+        """Whether a chunk with this metadata ends its path at this gateway."""
+        route = self.routes.get(str(meta.get("path")))
+        return route is not None and route[-1] == self.region
 
     def _apply_relay_hooks(self, chunk: InChunk, first: bool) -> InChunk:
         """Test hooks (only with --enable-test-hooks): corrupt or delay forwarded chunks."""
@@ -280,7 +294,7 @@ class Job:
             buf = bytearray(chunk.payload)
             buf[len(buf) // 2] ^= 0xFF
             self._event(t="hook", what="corrupted", chunk=chunk.meta["chunk"])
-            return InChunk(chunk.meta, memoryview(buf), chunk.crc32c, chunk.lease)
+            return InChunk(chunk.meta, memoryview(buf), chunk.crc32c, chunk.lease, None)
         return chunk
 
     # ---- source role ---------------------------------------------------------------------------
@@ -368,7 +382,8 @@ class Job:
                 chunk.lease.release()
 
     def _write_chunk(self, chunk: InChunk) -> None:
-        if crc32c(chunk.payload) != chunk.crc32c:
+        got = chunk.received_crc if chunk.received_crc is not None else crc32c(chunk.payload)
+        if got != chunk.crc32c:
             self._count(chunks_bad=1)
             self._event(t="bad", chunk=chunk.meta["chunk"], why="crc32c mismatch")
             return

@@ -15,12 +15,14 @@ import json
 import os
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gateway_agent.auth import derive_key, mac
+from gateway_agent.checksum import crc32c
 
 MAGIC = b"SKYG\x01"
 CHALLENGE_BYTES = 32
@@ -37,6 +39,7 @@ FRAME_SEALED = 0x02
 HEADER = struct.Struct("!BBHIIIIQ")
 MAX_META = 16 * 1024 * 1024
 MAX_PAYLOAD = 1024 * 1024 * 1024
+CRC_PIECE = 1024 * 1024  # receive-and-checksum granularity at the sink (stays in L2/L3)
 
 
 class HandshakeError(Exception):
@@ -154,6 +157,7 @@ class Frame:
     payload: memoryview
     crc32c: int
     wire_bytes: int
+    computed_crc: int | None = None
 
 
 def send_frame(
@@ -209,11 +213,14 @@ def read_body(
     header: tuple[int, int, int, int, int, int, int],
     decompressor: Any = None,
     buffer: bytearray | None = None,
+    want_crc: Callable[[dict[str, Any]], bool] | None = None,
 ) -> Frame:
     """Read the rest of a frame whose header was already read (after budget was granted).
 
     A clear frame's payload is received straight into ``buffer`` when one is given (at least
-    ``payload_len`` bytes, e.g. from the budget's pool), otherwise into a new bytearray.
+    ``payload_len`` bytes, e.g. from the budget's pool), otherwise into a new bytearray. When
+    ``want_crc(meta)`` says so (this gateway is the chunk's sink), the CRC32C is computed piece
+    by piece while each piece is still in the CPU cache and returned as ``computed_crc``.
     """
     flags, meta_len, payload_len, raw_len, crc, seq, kind = header
     if flags & FRAME_SEALED:
@@ -224,7 +231,7 @@ def read_body(
         if seq != session.seq:
             raise HandshakeError("frame sequence mismatch (replay or loss)")
         aad = HEADER.pack(kind, flags, 0, meta_len, 0, raw_len, crc, seq)
-        plain = session.aead.decrypt(nonce, bytes(sealed), aad)
+        plain = session.aead.decrypt(nonce, sealed, aad)
         meta_b = plain[:meta_len]
         body: memoryview = memoryview(plain)[meta_len:]
     else:
@@ -234,6 +241,15 @@ def read_body(
         if buffer is None or len(buffer) < payload_len:
             buffer = bytearray(payload_len)
         body = memoryview(buffer)[:payload_len]
+        if not flags & FRAME_ZSTD and want_crc is not None:
+            meta = json.loads(meta_b)
+            if want_crc(meta):
+                running = 0
+                for pos in range(0, payload_len, CRC_PIECE):
+                    piece = body[pos : pos + CRC_PIECE]
+                    recv_exact_into(sock, piece)
+                    running = crc32c(piece, running)
+                return Frame(meta, body, crc, HEADER.size + meta_len + payload_len, running)
         recv_exact_into(sock, body)
     if flags & FRAME_ZSTD:
         if decompressor is None:
