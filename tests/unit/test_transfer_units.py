@@ -29,9 +29,7 @@ MiB = 1024 * 1024
 @given(st.binary(max_size=3000), st.lists(st.integers(0, 3000), max_size=4))
 def test_crc_combine_equals_whole(data: bytes, cuts: list[int]) -> None:
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
-    ranges = [
-        (google_crc32c.value(data[a:b]), b - a) for a, b in itertools.pairwise(points)
-    ]
+    ranges = [(google_crc32c.value(data[a:b]), b - a) for a, b in itertools.pairwise(points)]
     whole = google_crc32c.value(data)
     assert (combine_ranges(ranges) if ranges else 0) == whole
     if len(points) > 2:
