@@ -263,3 +263,39 @@ def test_plan_with_regions_the_fleet_lacks(dirs: tuple[Path, Path, Path]) -> Non
         with pytest.raises(TransferError) as err:
             run_transfer(other, fleet, f"file://{src}", f"file://{dst}")
     assert "test:elsewhere" in str(err.value)
+
+
+def test_encrypted_compressed_hops_and_two_relay_gateways(dirs: tuple[Path, Path, Path]) -> None:
+    src, dst, journal = dirs
+    files = {f"part{i}": MiB for i in range(6)}
+    data = write_dataset(src, files)
+    (src / "text.csv").write_bytes(b"a,b,c\n" * 200_000)  # compressible
+    data["text.csv"] = (src / "text.csv").read_bytes()
+    plan = make_plan([SRC, RELAY, DST])
+    plan.vms[RELAY] = 2
+    opts = DispatchOptions(encrypt=True, compress_level=3, connections=2)
+    with local_fleet(plan) as (_, fleet):
+        assert len(fleet.in_region(RELAY)) == 2
+        secret = load_secret(fleet.secret_ref)
+        result = run_transfer(
+            plan,
+            fleet,
+            f"file://{src}",
+            f"file://{dst}",
+            journal_dir=journal,
+            part_size=512 * 1024,
+            dispatch=opts,
+        )
+        relayed = [
+            GatewayClient(g.host, g.control_port, secret).status(result.job_id)["counters"]
+            for g in fleet.in_region(RELAY)
+        ]
+        source = fleet.in_region(SRC)[0]
+        src_counters = GatewayClient(source.host, source.control_port, secret).status(
+            result.job_id
+        )["counters"]
+    assert read_tree(dst) == data
+    # Chunks go to whichever connection is free, across both gateways of the relay region.
+    assert all(c["chunks_received"] > 0 for c in relayed)
+    # zstd on the hop: fewer bytes on the wire than payload bytes.
+    assert src_counters["wire_bytes_sent"] < src_counters["bytes_sent"]
