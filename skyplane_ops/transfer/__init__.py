@@ -158,6 +158,11 @@ def run_transfer(
     """
     if verify not in ("full", "size"):
         raise TransferError(f"verify must be 'full' or 'size', not {verify!r}")
+    if len(plan.dsts) != 1:
+        raise TransferError(
+            f"run_transfer copies to one destination; the plan has {len(plan.dsts)} "
+            f"({', '.join(plan.dsts)}): run one transfer per destination"
+        )
     check_fleet(plan, fleet)
     t0 = time.monotonic()
     try:
@@ -303,5 +308,4 @@ def run_transfer(
         predicted_cost_usd=predicted,
         actual_cost_usd=actual,
         verification={**verification.to_dict(), "transfer_seconds": round(transfer_seconds, 3)},
-        uris={"journal": str(journal.path)},
     )
