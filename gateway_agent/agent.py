@@ -8,6 +8,7 @@ propagates back-pressure upstream.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -161,43 +162,82 @@ class Agent:
                     self.rejected_connections += 1
                 log.warning("rejected data connection from %s: %s", addr, exc)
                 return
-            decompressor: Any = None
-            while not self.stopping.is_set():
-                try:
-                    header = wire.read_header(sock)
-                except (wire.ConnectionClosed, OSError):
-                    return
-                except wire.HandshakeError as exc:
-                    log.warning("dropping connection from %s: %s", addr, exc)
-                    return
-                flags, payload_len, raw_len = header[0], header[2], header[3]
-                # The decoded chunk's size is what it occupies while held here.
-                lease = None
-                while lease is None:
-                    lease = self.budget.lease(raw_len, timeout=0.5)
-                    if self.stopping.is_set():
-                        if lease is not None:
-                            lease.release()
-                        return
-                if not flags & (wire.FRAME_ZSTD | wire.FRAME_SEALED):
-                    lease.buffer = self.budget.take_buffer(payload_len)
-                try:
-                    if flags & wire.FRAME_ZSTD and decompressor is None:
-                        import zstandard
+            pipes: list[tuple[int, int]] = []
+            try:
+                self._receive_frames(sock, addr, session, pipes)
+            finally:
+                for r, w in pipes:
+                    os.close(r)
+                    os.close(w)
 
-                        decompressor = zstandard.ZstdDecompressor()
-                    frame = wire.read_body(
-                        sock, session, header, decompressor, lease.buffer, self._is_sink
-                    )
-                except Exception as exc:  # a broken frame drops the connection
-                    lease.release()
-                    log.warning("bad frame from %s: %s", addr, exc)
+    def _receive_frames(
+        self, sock: socket.socket, addr: Any, session: wire.Session, pipes: list[tuple[int, int]]
+    ) -> None:
+        """Read frames until the peer closes; each holds a budget lease (or is spliced)."""
+        decompressor: Any = None
+        while not self.stopping.is_set():
+            try:
+                header = wire.read_header(sock)
+            except (wire.ConnectionClosed, OSError):
+                return
+            except wire.HandshakeError as exc:
+                log.warning("dropping connection from %s: %s", addr, exc)
+                return
+            flags, meta_len, payload_len, raw_len = header[0], header[1], header[2], header[3]
+            meta_b: bytes | None = None
+            if not flags & wire.FRAME_SEALED:
+                try:
+                    meta_b = bytes(wire.recv_exact(sock, meta_len))
+                    if self._try_splice(sock, header, meta_b, pipes):
+                        continue
+                except (wire.ConnectionClosed, wire.UpstreamError, OSError, ValueError):
                     return
-                job = self.jobs.get(str(frame.meta.get("job")))
-                if job is None:
-                    lease.release()
-                    continue
-                job.on_frame(frame.meta, frame.payload, frame.crc32c, lease, frame.computed_crc)
+            # The decoded chunk's size is what it occupies while held here.
+            lease = None
+            while lease is None:
+                lease = self.budget.lease(raw_len, timeout=0.5)
+                if self.stopping.is_set():
+                    if lease is not None:
+                        lease.release()
+                    return
+            if not flags & (wire.FRAME_ZSTD | wire.FRAME_SEALED):
+                lease.buffer = self.budget.take_buffer(payload_len)
+            try:
+                if flags & wire.FRAME_ZSTD and decompressor is None:
+                    import zstandard
+
+                    decompressor = zstandard.ZstdDecompressor()
+                frame = wire.read_body(
+                    sock, session, header, decompressor, lease.buffer, self._is_sink, meta_b
+                )
+            except Exception as exc:  # a broken frame drops the connection
+                lease.release()
+                log.warning("bad frame from %s: %s", addr, exc)
+                return
+            job = self.jobs.get(str(frame.meta.get("job")))
+            if job is None:
+                lease.release()
+                continue
+            job.on_frame(frame.meta, frame.payload, frame.crc32c, lease, frame.computed_crc)
+
+    def _try_splice(
+        self,
+        sock: socket.socket,
+        header: tuple[int, int, int, int, int, int, int],
+        meta_b: bytes,
+        pipes: list[tuple[int, int]],
+    ) -> bool:
+        """Relay a clear frame kernel-side when its job allows; True if it was forwarded."""
+        if not wire.HAVE_SPLICE or header[0] & wire.FRAME_ZSTD:
+            return False
+        meta = json.loads(meta_b)
+        job = self.jobs.get(str(meta.get("job")))
+        if job is None or not job.can_splice(meta):
+            return False
+        if not pipes:
+            pipes.append(wire.make_pipe())
+        job.splice_forward(meta, meta_b, header, sock, pipes[0])
+        return True
 
     def _is_sink(self, meta: dict[str, Any]) -> bool:
         job = self.jobs.get(str(meta.get("job")))

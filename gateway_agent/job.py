@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from gateway_agent import auth
+from gateway_agent import auth, wire
 from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
@@ -273,6 +274,59 @@ class Job:
         """A frame arrived from upstream for this job."""
         self._count(chunks_received=1, bytes_received=len(payload))
         self.route(InChunk(meta, payload, crc, lease, received_crc))
+
+    def _next_pool(self, meta: dict[str, Any]) -> OutboundPool | None:
+        route = self.routes.get(str(meta.get("path")))
+        if route is None or self.region not in route:
+            return None
+        i = route.index(self.region)
+        return self._pools.get(route[i + 1]) if i + 1 < len(route) else None
+
+    def can_splice(self, meta: dict[str, Any]) -> bool:
+        """A relayed chunk can go straight through when the next hop sends frames unchanged."""
+        if self._stop.is_set() or self._hooks:
+            return False
+        pool = self._next_pool(meta)
+        return pool is not None and pool.plain
+
+    def splice_forward(
+        self,
+        meta: dict[str, Any],
+        meta_b: bytes,
+        header: tuple[int, int, int, int, int, int, int],
+        upstream: socket.socket,
+        pipe: tuple[int, int],
+    ) -> None:
+        """Relay one frame kernel-side; waits for a free downstream connection (back-pressure).
+
+        Raises ``wire.UpstreamError`` when the upstream connection broke mid-frame.
+        """
+        payload_len = header[2]
+        pool = self._next_pool(meta)
+        conn = pool.borrow() if pool is not None else None
+        if pool is None or conn is None or conn.sock is None:
+            wire.discard(upstream, payload_len)
+            self._count(chunks_lost=1)
+            self._event(t="lost", chunk=meta.get("chunk"), why="no downstream connection")
+            return
+        try:
+            n = wire.splice_frame(upstream, conn.sock, pipe, header, meta_b)
+        except wire.DownstreamError as exc:
+            pool.give_back(conn, broken=True)
+            self._count(chunks_received=1, bytes_received=payload_len, chunks_lost=1)
+            self._event(t="lost", chunk=meta.get("chunk"), why=f"send failed: {exc}")
+            return
+        except wire.UpstreamError:
+            pool.give_back(conn, broken=True)  # the peer saw half a frame: start afresh
+            raise
+        pool.give_back(conn)
+        self._count(
+            chunks_received=1,
+            bytes_received=payload_len,
+            chunks_sent=1,
+            bytes_sent=payload_len,
+            wire_bytes_sent=n,
+        )
 
     def is_sink_for(self, meta: dict[str, Any]) -> bool:
         """Whether a chunk with this metadata ends its path at this gateway."""

@@ -54,8 +54,33 @@ class PoolCallbacks:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class Conn:
+    """One authenticated connection to a next-hop gateway, used by one thread at a time."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.sock: socket.socket | None = None
+        self.session: wire.Session | None = None
+        self.compressor: Any = None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock = None
+        self.session = None
+
+
 class OutboundPool:
-    """Connections from this gateway to every gateway of one next-hop region."""
+    """Connections from this gateway to every gateway of one next-hop region.
+
+    Connections wait in a free queue. Buffered chunks (``put``) are sent by worker threads that
+    take the next chunk and then the next free connection; a relay's receiver can ``borrow`` a
+    free connection to splice a frame straight through. Either way a chunk goes to whichever
+    connection is free, and when none is free the producer waits (back-pressure).
+    """
 
     def __init__(
         self,
@@ -70,20 +95,23 @@ class OutboundPool:
     ) -> None:
         self.region = region
         self.queue: queue.Queue[OutChunk | None] = queue.Queue()
+        self.encrypt = encrypt
+        self.compress_level = compress_level
         self._secret = secret
         self._cb = callbacks
-        self._encrypt = encrypt
-        self._compress_level = compress_level
-        self._threads: list[threading.Thread] = []
-        self._alive = 0
-        self._lock = threading.Lock()
-        for peer in peers:
-            for i in range(max(1, connections_per_peer)):
-                t = threading.Thread(
-                    target=self._run, args=(peer,), name=f"out-{peer.gateway_id}-{i}", daemon=True
-                )
-                self._threads.append(t)
-        self._alive = len(self._threads)
+        self._free: queue.Queue[Conn] = queue.Queue()
+        self._conns = [Conn(p) for p in peers for _ in range(max(1, connections_per_peer))]
+        for c in self._conns:
+            self._free.put(c)
+        self._threads = [
+            threading.Thread(target=self._run, name=f"out-{region}-{i}", daemon=True)
+            for i in range(len(self._conns))
+        ]
+
+    @property
+    def plain(self) -> bool:
+        """Frames leave this pool exactly as they arrive (no sealing, no compression)."""
+        return not self.encrypt and not self.compress_level
 
     def start(self) -> None:
         for t in self._threads:
@@ -93,21 +121,27 @@ class OutboundPool:
         self.queue.put(chunk)
 
     def close(self) -> None:
-        """Wake every connection thread so it can exit; queued chunks are dropped."""
+        """Wake every worker so it can exit; queued chunks are dropped by ``drain``."""
         for _ in self._threads:
             self.queue.put(None)
 
     def drain(self) -> None:
-        """Release the budget of chunks still queued (after a stop)."""
+        """Release the budget of chunks still queued, and close connections (after a stop)."""
         while True:
             try:
                 item = self.queue.get_nowait()
             except queue.Empty:
-                return
+                break
             if item is not None:
                 item.lease.release()
+        for c in self._conns:
+            c.close()
 
-    def _connect(self, peer: Peer) -> tuple[socket.socket, wire.Session]:
+    # ---- connections ---------------------------------------------------------------------------
+
+    def _connect(self, conn: Conn) -> None:
+        peer = conn.peer
+
         @retry(
             stop=stop_after_attempt(6),
             wait=wait_exponential(multiplier=0.1, max=2.0),
@@ -119,55 +153,70 @@ class OutboundPool:
             sock = socket.create_connection((peer.host, peer.port), timeout=5.0)
             try:
                 wire.tune_socket(sock)
-                session = wire.client_handshake(sock, self._secret, self._encrypt)
+                session = wire.client_handshake(sock, self._secret, self.encrypt)
             except BaseException:
                 sock.close()
                 raise
             return sock, session
 
-        return attempt()
+        conn.sock, conn.session = attempt()
+        if self.compress_level and conn.compressor is None:
+            conn.compressor = zstandard.ZstdCompressor(level=self.compress_level)
 
-    def _run(self, peer: Peer) -> None:
-        compressor = (
-            zstandard.ZstdCompressor(level=self._compress_level) if self._compress_level else None
-        )
-        conn: tuple[socket.socket, wire.Session] | None = None
-        try:
-            while not self._cb.stopped():
-                if conn is None:
-                    try:
-                        conn = self._connect(peer)
-                    except InterruptedError:
-                        return
-                    except (OSError, wire.HandshakeError) as exc:
-                        self._cb.fatal(
-                            f"next hop {peer.gateway_id} ({self.region}) at "
-                            f"{peer.host}:{peer.port} is unreachable: {exc}"
-                        )
-                        return
-                try:
-                    item = self.queue.get(timeout=0.5)
-                except queue.Empty:
-                    continue
-                if item is None:
-                    return
-                sock, session = conn
-                try:
-                    n = wire.send_frame(
-                        sock, session, item.meta, item.payload, item.crc32c, compressor
-                    )
-                except OSError as exc:
-                    log.warning("send to %s failed: %s", peer.gateway_id, exc)
-                    self._cb.lost(item, f"send to {peer.gateway_id} failed: {exc}")
-                    item.lease.release()
-                    sock.close()
-                    conn = None
-                    time.sleep(0.05)
-                    continue
+    def borrow(self) -> Conn | None:
+        """The next free, connected connection; None if the job stopped or the peer is gone."""
+        while not self._cb.stopped():
+            try:
+                conn = self._free.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if conn.sock is not None:
+                return conn
+            try:
+                self._connect(conn)
+                return conn
+            except InterruptedError:
+                self._free.put(conn)
+                return None
+            except (OSError, wire.HandshakeError) as exc:
+                self._free.put(conn)
+                self._cb.fatal(
+                    f"next hop {conn.peer.gateway_id} ({self.region}) at "
+                    f"{conn.peer.host}:{conn.peer.port} is unreachable: {exc}"
+                )
+                return None
+        return None
+
+    def give_back(self, conn: Conn, broken: bool = False) -> None:
+        """Return a borrowed connection; a broken one reconnects on its next use."""
+        if broken:
+            conn.close()
+        self._free.put(conn)
+
+    def _run(self) -> None:
+        while not self._cb.stopped():
+            try:
+                item = self.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item is None:
+                return
+            conn = self.borrow()
+            if conn is None:
                 item.lease.release()
-                self._cb.sent(item, n)
-        finally:
-            if conn is not None:
-                conn[0].close()
-            with self._lock:
-                self._alive -= 1
+                continue
+            assert conn.sock is not None and conn.session is not None
+            try:
+                n = wire.send_frame(
+                    conn.sock, conn.session, item.meta, item.payload, item.crc32c, conn.compressor
+                )
+            except OSError as exc:
+                log.warning("send to %s failed: %s", conn.peer.gateway_id, exc)
+                self._cb.lost(item, f"send to {conn.peer.gateway_id} failed: {exc}")
+                item.lease.release()
+                self.give_back(conn, broken=True)
+                time.sleep(0.05)
+                continue
+            self.give_back(conn)
+            item.lease.release()
+            self._cb.sent(item, n)

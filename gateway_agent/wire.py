@@ -214,6 +214,7 @@ def read_body(
     decompressor: Any = None,
     buffer: bytearray | None = None,
     want_crc: Callable[[dict[str, Any]], bool] | None = None,
+    meta_b: bytes | None = None,
 ) -> Frame:
     """Read the rest of a frame whose header was already read (after budget was granted).
 
@@ -237,7 +238,8 @@ def read_body(
     else:
         if session.aead is not None:
             raise HandshakeError("clear frame on an encrypted connection")
-        meta_b = bytes(recv_exact(sock, meta_len))
+        if meta_b is None:
+            meta_b = bytes(recv_exact(sock, meta_len))
         if buffer is None or len(buffer) < payload_len:
             buffer = bytearray(payload_len)
         body = memoryview(buffer)[:payload_len]
@@ -258,3 +260,86 @@ def read_body(
     if len(body) != raw_len:
         raise HandshakeError("payload length mismatch")
     return Frame(json.loads(meta_b), body, crc, HEADER.size + meta_len + payload_len)
+
+
+# ---- zero-copy relaying ------------------------------------------------------------------------
+
+PIPE_BYTES = 1024 * 1024
+HAVE_SPLICE = hasattr(os, "splice")
+
+
+class UpstreamError(Exception):
+    """Reading the frame from the upstream connection failed (that connection is done)."""
+
+
+class DownstreamError(Exception):
+    """Writing the frame to the downstream connection failed (the upstream is still in sync)."""
+
+
+def make_pipe() -> tuple[int, int]:
+    """A pipe sized for splicing (1 MiB when the kernel allows)."""
+    r, w = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(w, 1031, PIPE_BYTES)  # F_SETPIPE_SZ
+    except (OSError, ImportError):
+        pass
+    return r, w
+
+
+def splice_frame(
+    up: socket.socket,
+    down: socket.socket,
+    pipe: tuple[int, int],
+    header: tuple[int, int, int, int, int, int, int],
+    meta_b: bytes,
+) -> int:
+    """Forward one clear frame whose header and metadata were read: the header and metadata
+    are re-sent, the payload moves upstream socket -> pipe -> downstream socket in the kernel
+    (``splice``), never copied through user space. Returns the bytes written downstream.
+
+    On a downstream failure the rest of the payload is still read (and dropped) so the
+    upstream connection stays in sync, then ``DownstreamError`` is raised.
+    """
+    flags, meta_len, payload_len, raw_len, crc, _seq, kind = header
+    head = HEADER.pack(kind, flags, 0, meta_len, payload_len, raw_len, crc, 0)
+    r, w = pipe
+    up_fd, down_fd = up.fileno(), down.fileno()
+    down_ok = True
+    down_error: Exception | None = None
+    try:
+        send_all(down, [head, meta_b])
+    except OSError as exc:
+        down_ok, down_error = False, exc
+    left = payload_len
+    while left:
+        try:
+            n = os.splice(up_fd, w, min(left, PIPE_BYTES))
+        except OSError as exc:
+            raise UpstreamError(str(exc)) from exc
+        if n == 0:
+            raise UpstreamError("upstream closed mid-frame")
+        left -= n
+        while n:
+            if down_ok:
+                try:
+                    m = os.splice(r, down_fd, n)
+                except OSError as exc:
+                    down_ok, down_error = False, exc
+                    continue
+            else:
+                m = len(os.read(r, n))
+            n -= m
+    if not down_ok:
+        raise DownstreamError(str(down_error))
+    return HEADER.size + meta_len + payload_len
+
+
+def discard(sock: socket.socket, n: int) -> None:
+    """Read and drop ``n`` bytes (keeps a connection in sync after skipping a frame)."""
+    scratch = memoryview(bytearray(min(n, PIPE_BYTES) or 1))
+    while n:
+        k = min(n, len(scratch))
+        recv_exact_into(sock, scratch[:k])
+        n -= k
