@@ -49,7 +49,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-mib", type=int, default=64, help="part/chunk size in MiB")
     p.add_argument("--include", action="append", default=[], help="glob of keys to copy")
     p.add_argument("--exclude", action="append", default=[], help="glob of keys to skip")
-    p.add_argument("--encrypt", action="store_true", help="AES-GCM on every hop")
+    p.add_argument(
+        "--encrypt",
+        nargs="?",
+        const="all",
+        choices=("all", "cross-cloud", "none"),
+        default="none",
+        help="AES-GCM per frame on every hop (default when given) or only between providers",
+    )
     p.add_argument("--compress", action="store_true", help="zstd on every hop")
     p.add_argument("--verify", choices=("full", "size"), default="full")
     p.add_argument("--journal-dir", default=None, help="where resume journals live")
@@ -154,7 +161,7 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
             verify=args.verify,
             dispatch=DispatchOptions(
                 connections=args.connections,
-                encrypt=args.encrypt,
+                encrypt={"all": True, "none": False}.get(args.encrypt, args.encrypt),
                 compress_level=3 if args.compress else 0,
                 test_hooks=hooks,
             ),

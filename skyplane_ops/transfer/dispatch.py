@@ -51,7 +51,9 @@ class DispatchOptions:
     """Knobs of the data path; ``None`` connections means "as the plan says"."""
 
     connections: int | None = None
-    encrypt: bool = False
+    # True/False for every hop, "cross-cloud" for hops between providers (aws:... -> gcp:...),
+    # or an explicit collection of (src_region, dst_region) hops.
+    encrypt: bool | str | frozenset[tuple[str, str]] = False
     compress_level: int = 0
     max_attempts: int = 4
     poll_interval: float = 0.1
@@ -141,13 +143,23 @@ class Dispatcher:
                 return max(1, min(64, -(-hop.connections // max(1, pair))))
         return 8
 
+    def _encrypt_hop(self, src: str, dst: str) -> bool:
+        mode = self.options.encrypt
+        if isinstance(mode, bool):
+            return mode
+        if mode == "cross-cloud":
+            return src.split(":", 1)[0] != dst.split(":", 1)[0]
+        if isinstance(mode, str):
+            raise TransferError(f"encrypt must be a bool, 'cross-cloud' or a set of hops: {mode!r}")
+        return (src, dst) in mode
+
     def job_spec(self, gateway: Gateway) -> dict[str, Any]:
         hops: dict[str, dict[str, Any]] = {}
         for route, _ in self.routes:
             for u, v in itertools.pairwise(route):
                 hops[f"{u}>{v}"] = {
                     "connections": self._connections(u, v),
-                    "encrypt": self.options.encrypt,
+                    "encrypt": self._encrypt_hop(u, v),
                     "compress_level": self.options.compress_level,
                 }
         hooks = self.options.test_hooks.get(gateway.gateway_id) or self.options.test_hooks.get(

@@ -113,3 +113,33 @@ def test_byte_budget_blocks_and_pool_stays_bounded() -> None:
     for buf in bufs:
         b.give_buffer(buf)
     assert b._pooled <= 2 * b.capacity
+
+
+def test_encrypt_per_hop_modes() -> None:
+    from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
+    from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+    from skyplane_ops.transfer.dispatch import Dispatcher, DispatchOptions
+
+    path = ("aws:us-east-1", "aws:us-west-2", "gcp:us-west1")
+    plan = TransferPlan(
+        src=path[0], dsts=(path[2],), volume_gb=1, mode="min_cost",
+        paths=[PlanPath(path, 1.0, 1.0)], hops=[Hop(path[0], path[1], 1, 2)],
+        vms=dict.fromkeys(path, 1), predicted_gbps=1, egress_cost_usd=0, vm_cost_usd=0,
+    )  # fmt: skip
+    fleet = GatewayFleet(
+        "t", "local", [Gateway(f"g{i}", r, "127.0.0.1", 1, 2) for i, r in enumerate(path)], "x"
+    )
+    for mode, want in (
+        ("cross-cloud", {f"{path[0]}>{path[1]}": False, f"{path[1]}>{path[2]}": True}),
+        (True, {f"{path[0]}>{path[1]}": True, f"{path[1]}>{path[2]}": True}),
+        (
+            frozenset({(path[0], path[1])}),
+            {f"{path[0]}>{path[1]}": True, f"{path[1]}>{path[2]}": False},
+        ),
+    ):
+        d = Dispatcher(plan, fleet, b"s" * 32, src_uri="mem://a/", dst_uri="mem://b/",
+                       options=DispatchOptions(encrypt=mode))  # fmt: skip
+        spec = d.job_spec(fleet.gateways[0])
+        assert {h: v["encrypt"] for h, v in spec["hops"].items()} == want
+        # The plan's 2 connections on the first hop, 8 (default) where the plan is silent.
+        assert spec["hops"][f"{path[0]}>{path[1]}"]["connections"] == 2
