@@ -183,7 +183,7 @@ class Agent:
             except wire.HandshakeError as exc:
                 log.warning("dropping connection from %s: %s", addr, exc)
                 return
-            flags, meta_len, payload_len, raw_len = header[0], header[1], header[2], header[3]
+            flags, meta_len, raw_len = header[0], header[1], header[3]
             meta_b: bytes | None = None
             if not flags & wire.FRAME_SEALED:
                 try:
@@ -200,8 +200,8 @@ class Agent:
                     if lease is not None:
                         lease.release()
                     return
-            if not flags & (wire.FRAME_ZSTD | wire.FRAME_SEALED):
-                lease.buffer = self.budget.take_buffer(payload_len)
+            if not flags & wire.FRAME_ZSTD:  # the decoded payload is exactly raw_len bytes
+                lease.buffer = self.budget.take_buffer(raw_len)
             try:
                 if flags & wire.FRAME_ZSTD and decompressor is None:
                     import zstandard
