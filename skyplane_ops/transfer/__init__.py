@@ -236,6 +236,8 @@ def run_transfer(
     try:
         stats = dispatcher.run(chunks, uploads, on_done, progress)
     except TransferError as exc:
+        if "AccessDenied" in str(exc) or "permission denied" in str(exc).lower():
+            raise TransferError(f"destination {dst_uri} is not writable: {exc}") from exc
         raise TransferError(
             f"{exc}; {len(crcs)} of {sum(len(s) for s in manifest.segments.values())} segments "
             f"are finished and journaled in {journal.path}: re-run the same command to resume"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -100,6 +101,10 @@ def list_source(
         objects = [o for o in store.list() if matches(o.key, include, exclude)]
     except StoreError as exc:
         raise TransferError(f"cannot list source {src_uri}: {exc}") from exc
+    if not objects and src_uri.startswith("file://"):
+        root = src_uri[len("file://") :]
+        if not os.path.isdir(root):
+            raise TransferError(f"source {src_uri} does not exist (no directory {root})")
     if not objects:
         filt = (
             f" matching include={list(include)} exclude={list(exclude)}"
