@@ -1,38 +1,24 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the embedded default profile, with no cloud account.
-# For now: plan two transfers from the Skyplane paper on the default profile and print each
-# plan next to the direct path (and RON's best relay) with throughput, time and cost.
+# 1. Plan a transfer from the Skyplane paper on the default profile and print the plan next to
+#    the direct path (and RON's best relay) with throughput, time and cost.
+# 2. Run the example Airflow ETL DAG (examples/airflow_etl_dag.py) with `airflow dags test` on
+#    the local backend: it writes a Parquet dataset, plans a route, provisions local gateway
+#    processes (setup), replicates the data through them, deprovisions (teardown), reads the
+#    replica back and checks it; the transfer summary is printed at the end.
+# scripts/demo_cp.sh does the same replication from the CLI (`skyplane-ops cp`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 banner() { printf '\n==== %s ====\n\n' "$*"; }
 
-banner "Azure canadacentral -> GCP asia-northeast1, 100 GB, 1 VM per region, at least 12 Gbps"
+banner "Plan: Azure canadacentral -> GCP asia-northeast1, 100 GB, 1 VM per region, at least 12 Gbps"
 skyplane-ops plan --src azure:canadacentral --dst gcp:asia-northeast1 --volume-gb 100 \
   --max-vms 1 --min-throughput-gbps 12
 
-banner "Azure eastus -> AWS ap-northeast-1, 16 GB, up to 4 VMs per region, at most \$2.00"
+banner "Plan: Azure eastus -> AWS ap-northeast-1, 16 GB, up to 4 VMs per region, at most \$2.00"
 skyplane-ops plan --src azure:eastus --dst aws:ap-northeast-1 --volume-gb 16 \
   --max-vms 4 --max-cost-usd 2 --mermaid
 
-# ---- data plane: replicate a generated dataset along a planned route through local gateways ----
-banner "Replicate a sample dataset azure:canadacentral -> gcp:asia-northeast1 through local gateways"
-DEMO_DIR="$(mktemp -d "${TMPDIR:-/tmp}/skyplane-demo.XXXXXX")"
-trap 'rm -rf "$DEMO_DIR"' EXIT
-python - "$DEMO_DIR/src" <<'PY'
-import os, sys
-root = sys.argv[1]
-os.makedirs(os.path.join(root, "events"), exist_ok=True)
-for i in range(4):  # a few large objects: split into parts, sent over parallel connections
-    with open(os.path.join(root, f"part-{i:02d}.parquet"), "wb") as fh:
-        fh.write(os.urandom(24 * 1024 * 1024))
-for i in range(2000):  # many tiny objects: batched into a few chunks
-    with open(os.path.join(root, "events", f"{i:05d}.json"), "wb") as fh:
-        fh.write(b'{"event": %d, "pad": "%s"}' % (i, os.urandom(1500).hex().encode()))
-print(f"generated {root}: 4 x 24 MiB + 2000 small files")
-PY
-mkdir -p "$DEMO_DIR/dst"
-skyplane-ops cp "file://$DEMO_DIR/src" "file://$DEMO_DIR/dst" \
-  --src-region azure:canadacentral --dst-region gcp:asia-northeast1 --max-vms 1 \
-  --min-throughput-gbps 12 --chunk-mib 8 --journal-dir "$DEMO_DIR/journal"
-diff -r -x '.%staging' "$DEMO_DIR/src" "$DEMO_DIR/dst" && echo "destination is byte-for-byte identical to the source"
+banner "Airflow: replicate a Parquet dataset through a planned route of local gateways"
+bash scripts/demo_airflow.sh
