@@ -20,14 +20,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from gateway_agent.auth import load_secret
 from gateway_agent.stores.base import ObjectInfo, ObjectStore
-from gateway_agent.stores.errors import BucketNotFoundError, StoreError
+from gateway_agent.stores.errors import BucketNotFoundError, StoreError, UploadNotFoundError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
@@ -95,12 +95,16 @@ def _check_destination(dst: ObjectStore, dst_uri: str, full: bool) -> dict[str, 
 
 
 def _prepare_uploads(
-    dst: ObjectStore, dst_uri: str, manifest: Manifest, journal: Journal
+    dst: ObjectStore,
+    dst_uri: str,
+    manifest: Manifest,
+    journal: Journal,
+    skip: Collection[str] = (),
 ) -> dict[str, str]:
-    """A multipart upload per multi-part object, reused from the journal when still valid."""
+    """A multipart upload per multi-part object (but ``skip``), reused from the journal."""
     uploads: dict[str, str] = {}
     for o in manifest.objects:
-        if not manifest.is_multipart(o.key):
+        if not manifest.is_multipart(o.key) or o.key in skip:
             continue
         fp = fingerprint(o)
         upload_id = journal.upload_for(o.key, fp)
@@ -112,6 +116,57 @@ def _prepare_uploads(
             journal.record_upload(o.key, upload_id, fp)
         uploads[o.key] = upload_id
     return uploads
+
+
+def _complete_uploads(
+    dst: ObjectStore,
+    dst_uri: str,
+    manifest: Manifest,
+    uploads: Mapping[str, str],
+    keys: Sequence[str],
+    expected: Mapping[str, tuple[int, int]],
+    journal: Journal,
+    fps: Mapping[str, list[Any]],
+    verify: str,
+) -> dict[str, str]:
+    """Complete each upload and journal it at once, so a re-run never completes it twice.
+
+    Every completion is attempted; if any fails, ``TransferError`` names it (the journal keeps
+    the completed ones). An upload the store no longer knows may have been completed by an
+    earlier run that stopped before journaling it: with ``verify="full"`` it is left to the
+    CRC32C check; the returned dict maps such keys to the store's message.
+    """
+    unconfirmed: dict[str, str] = {}
+    failures: list[tuple[str, StoreError]] = []
+
+    def complete(key: str) -> None:
+        parts = [s.part for s in manifest.segments[key]]
+        try:
+            dst.complete_multipart(key, uploads[key], parts)
+        except UploadNotFoundError as exc:
+            if verify != "full":
+                failures.append((key, exc))
+            else:
+                log.warning("upload of %s not found (completed before?): %s", key, exc)
+                unconfirmed[key] = str(exc)
+            return
+        except StoreError as exc:
+            failures.append((key, exc))
+            return
+        size, crc = expected[key]
+        journal.record_commit(key, size, crc, fps[key])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(complete, keys))
+    if failures:
+        key, exc = sorted(failures, key=lambda f: f[0])[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise TransferError(
+            f"completing the upload of {key} at {dst_uri} failed{more}: {exc}; completed "
+            f"uploads are journaled in {journal.path}: fix the cause and re-run the same "
+            "command to resume"
+        )
+    return unconfirmed
 
 
 def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, float]:
@@ -199,19 +254,28 @@ def run_transfer(
         Path(journal_dir) if journal_dir else default_journal_dir(),
         transfer_key(src_uri, dst_uri, part_size, include, exclude),
     )
-    # Segments already finished against the same source version are skipped.
+    # Segments already finished against the same source version are skipped, and so are
+    # objects whose multipart upload an earlier run completed (their upload id is spent).
     crcs: dict[str, int] = {}
     remaining = []
     fps = {o.key: fingerprint(o) for o in objects}
+    committed: dict[str, tuple[int, int]] = {}
+    resumed = 0
     for o in objects:
+        done_before = journal.commit_for(o.key, fps[o.key])
+        if done_before is not None:
+            committed[o.key] = done_before
+            resumed += len(manifest.segments[o.key])
+            continue
         for seg in manifest.segments[o.key]:
             done = journal.finished(seg.seg_id, fps[o.key])
             if done is None:
                 remaining.append(seg)
             else:
                 crcs[seg.seg_id] = done
-    resumed = len(crcs)
-    uploads = _prepare_uploads(dst, dst_uri, manifest, journal)
+                resumed += 1
+    resumed_crcs = len(crcs)
+    uploads = _prepare_uploads(dst, dst_uri, manifest, journal, skip=committed)
     chunks = make_chunks(remaining)
 
     def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
@@ -239,7 +303,8 @@ def run_transfer(
         if "AccessDenied" in str(exc) or "permission denied" in str(exc).lower():
             raise TransferError(f"destination {dst_uri} is not writable: {exc}") from exc
         raise TransferError(
-            f"{exc}; {len(crcs)} of {sum(len(s) for s in manifest.segments.values())} segments "
+            f"{exc}; {resumed + len(crcs) - resumed_crcs} of "
+            f"{sum(len(s) for s in manifest.segments.values())} segments "
             f"are finished and journaled in {journal.path}: re-run the same command to resume"
         ) from exc
     transfer_seconds = time.monotonic() - t0
@@ -259,6 +324,9 @@ def run_transfer(
     for o in objects:
         if o.key in changed:
             continue
+        if o.key in committed:
+            expected[o.key] = committed[o.key]  # completed by an earlier run: verify only
+            continue
         segs = manifest.segments[o.key]
         missing = [s.seg_id for s in segs if s.seg_id not in crcs]
         if missing:
@@ -269,17 +337,18 @@ def run_transfer(
         expected[o.key] = (o.size, crc)
         if o.key in uploads:
             to_complete.append(o.key)
-
-    def complete(key: str) -> None:
-        parts = [s.part for s in manifest.segments[key]]
-        try:
-            dst.complete_multipart(key, uploads[key], parts)
-        except StoreError as exc:
-            raise TransferError(f"completing the upload of {key} failed: {exc}") from exc
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(complete, to_complete))
+    unconfirmed = _complete_uploads(
+        dst, dst_uri, manifest, uploads, to_complete, expected, journal, fps, verify
+    )
     verification = verify_objects(dst, expected, verify)
+    for key, why in sorted(unconfirmed.items()):
+        bad = [f for f in verification.failures if f.startswith(f"{key}: ")]
+        if bad:
+            raise TransferError(
+                f"completing the upload of {key} failed: {why}; the upload is gone and {key} "
+                f"at {dst_uri} does not match its source ({bad[0]}): delete the journal "
+                f"{journal.path} and copy it again"
+            )
     if changed:
         journal.remove()  # everything else is committed; a re-run (or sync) starts afresh
         raise SourceChangedError(sorted(changed))

@@ -1,9 +1,11 @@
 """The on-disk journal that makes a re-run resume instead of starting over.
 
 One JSON-lines file per (source, destination, chunking) — the same command maps to the same
-file. It records multipart upload ids and finished segments together with the source object's
-fingerprint and the range CRC32C, so a resumed run skips them, still verifies whole objects,
-and drops anything whose source object changed in between. Deleted after a verified success.
+file. It records multipart upload ids, finished segments and completed (committed) multipart
+objects, each with the source object's fingerprint (and the CRC32C), so a resumed run skips
+them — an upload id is consumed by its completion and must never be completed twice — still
+verifies whole objects, and drops anything whose source object changed in between. Deleted
+after a verified success.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Journal:
         self.path = directory / f"{key}.jsonl"
         self.uploads: dict[str, tuple[str, list[Any]]] = {}  # key -> (upload_id, fingerprint)
         self.done: dict[str, tuple[int, list[Any]]] = {}  # seg_id -> (crc, fingerprint)
+        # key -> (size, crc, fingerprint) of multipart objects whose upload was completed
+        self.committed: dict[str, tuple[int, int, list[Any]]] = {}
         self._lock = threading.Lock()
         if self.path.exists():
             self._load()
@@ -53,6 +57,8 @@ class Journal:
                 elif rec.get("t") == "done":
                     for seg_id, crc, fp in rec["segs"]:
                         self.done[seg_id] = (int(crc), fp)
+                elif rec.get("t") == "commit":
+                    self.committed[rec["key"]] = (int(rec["size"]), int(rec["crc"]), rec["fp"])
 
     def _append(self, records: list[dict[str, Any]]) -> None:
         with self._lock, open(self.path, "a") as fh:
@@ -71,6 +77,16 @@ class Journal:
         for seg_id, crc, fp in segs:
             self.done[seg_id] = (crc, fp)
         self._append([{"t": "done", "segs": [list(s) for s in segs]}])
+
+    def record_commit(self, key: str, size: int, crc: int, fp: list[Any]) -> None:
+        """The multipart upload of ``key`` was completed: its upload id is spent."""
+        self.committed[key] = (size, crc, fp)
+        self._append([{"t": "commit", "key": key, "size": size, "crc": crc, "fp": fp}])
+
+    def commit_for(self, key: str, fp: list[Any]) -> tuple[int, int] | None:
+        """(size, crc) if ``key`` was committed from the same source version."""
+        hit = self.committed.get(key)
+        return (hit[0], hit[1]) if hit is not None and hit[2] == fp else None
 
     def finished(self, seg_id: str, fp: list[Any]) -> int | None:
         """The recorded CRC if the segment finished against the same source version."""

@@ -6,6 +6,7 @@ over authenticated TCP connections and checks the destination byte for byte.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -113,6 +114,50 @@ def test_relay_killed_then_resume_sends_only_missing(dirs: tuple[Path, Path, Pat
     assert result.chunks_resumed >= 4
     # Only the missing parts travelled the second time.
     assert result.chunks == 16 - result.chunks_resumed
+
+
+@pytest.mark.parametrize("forget_commits", [False, True], ids=["journaled", "crash-window"])
+def test_failed_completion_then_resume_skips_committed_objects(
+    dirs: tuple[Path, Path, Path], forget_commits: bool
+) -> None:
+    """A completion that fails for one object must not make the re-run re-complete the others.
+
+    Regression: the re-run used to call ``complete_multipart`` again with upload ids that the
+    first run had already consumed ("no upload ... for key f0.bin"). Each completion is now
+    journaled; ``crash-window`` drops those records, as if the first run died between a
+    completion and its journal line: the spent upload is then left to the CRC32C verification.
+    """
+    src, dst, journal = dirs
+    files = {f"f{i}.bin": 3 * MiB for i in range(6)}
+    data = write_dataset(src, files)
+    (dst / "f3.bin" / "x").mkdir(parents=True)  # a directory where f3.bin must go
+    plan = make_plan([SRC, DST])
+    with local_fleet(plan, hooks=False) as (_, fleet):
+        with pytest.raises(TransferError) as err:
+            run_transfer(
+                plan, fleet, f"file://{src}", f"file://{dst}", journal_dir=journal, part_size=MiB
+            )
+        assert "f3.bin" in str(err.value)
+        committed = {k for k in read_tree(dst) if k in files}
+        assert committed and "f3.bin" not in committed  # the others were completed
+        (journal_file,) = journal.glob("*.jsonl")
+        lines = journal_file.read_text().splitlines()
+        commits = {json.loads(line)["key"] for line in lines if '"t":"commit"' in line}
+        assert commits == committed
+        if forget_commits:
+            journal_file.write_text(
+                "".join(line + "\n" for line in lines if '"t":"commit"' not in line)
+            )
+        (dst / "f3.bin" / "x").rmdir()
+        (dst / "f3.bin").rmdir()
+        result = run_transfer(
+            plan, fleet, f"file://{src}", f"file://{dst}", journal_dir=journal, part_size=MiB
+        )
+    assert read_tree(dst) == data
+    assert result.verified and result.verification["objects"] == len(files)
+    assert result.chunks == 0  # every part had travelled; f3.bin's parts were still staged
+    assert result.chunks_resumed == 3 * len(files)
+    assert not list(journal.glob("*.jsonl"))
 
 
 def test_corrupted_chunk_at_relay_is_detected_and_resent(dirs: tuple[Path, Path, Path]) -> None:

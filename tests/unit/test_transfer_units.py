@@ -81,7 +81,11 @@ def test_journal_resumes_only_matching_fingerprints(tmp_path: Path) -> None:
     j = Journal(tmp_path, key)
     j.record_upload("big", "up-1", [10, "e1", None])
     j.record_done([("1:big", 123, [10, "e1", None]), ("0:small", 7, [1, "e", None])])
+    j.record_commit("big", 10, 456, [10, "e1", None])
     again = Journal(tmp_path, key)
+    assert again.commit_for("big", [10, "e1", None]) == (10, 456)
+    assert again.commit_for("big", [10, "e2", None]) is None  # a new version: copy again
+    assert again.commit_for("small", [1, "e", None]) is None
     assert again.upload_for("big", [10, "e1", None]) == "up-1"
     assert again.finished("1:big", [10, "e1", None]) == 123
     assert again.finished("1:big", [10, "e2", None]) is None  # source changed since
