@@ -14,7 +14,11 @@ Writes go to a temporary file in the hidden staging folder ``<root>/.%staging`` 
 escaping can never produce, and which ``list`` skips) and are atomically renamed into place.
 Multipart parts are files ``.%staging/<upload_id>/<part>``, written by any process in any order;
 completion appends parts 2..N to part 1 (``copy_file_range``, in-kernel) and renames the result
-into place, abort removes the folder. The extra copy at completion is the price of atomic
+into place, abort removes the folder. Nothing stays behind: an upload's folder is removed on
+completion or abort, and ``.%staging`` itself once it is empty (so a replica tree is identical
+to its source). Other processes may be creating their own uploads at that moment, so creating a
+staging folder retries when ``.%staging`` vanishes under it, and removing ``.%staging`` only
+succeeds when it is empty. The extra copy at completion is the price of atomic
 visibility: the layer writes about 2x the bytes a plain ``open().write()`` does.
 """
 
@@ -25,10 +29,10 @@ import errno
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from gateway_agent.stores._common import (
@@ -47,7 +51,9 @@ from gateway_agent.stores.errors import (
 )
 from gateway_agent.stores.uri import StoreURI
 
+T = TypeVar("T")
 STAGING = ".%staging"
+_STAGING_ATTEMPTS = 16
 _COPY_BUFFER = 8 * 1024 * 1024
 
 
@@ -121,9 +127,42 @@ class LocalStore:
         modified = datetime.fromtimestamp(st.st_mtime, UTC)
         return ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}", {}, modified)
 
+    def _in_staging(self, make: Callable[[Path], T]) -> T:
+        """Run ``make(staging)`` (it creates one entry there), creating ``.%staging`` first.
+
+        Another process may remove the empty ``.%staging`` between our ``mkdir`` and ``make``
+        (see :meth:`_drop_staging`), so a vanished folder is recreated and ``make`` retried.
+        """
+        for _ in range(_STAGING_ATTEMPTS):
+            try:
+                os.mkdir(self._staging)  # not mkdir(exist_ok=True): its is_dir() check races
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                self.root.mkdir(parents=True, exist_ok=True)
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                return make(self._staging)
+        raise StoreError(f"{self.uri}: staging folder keeps vanishing", code="ENOENT")
+
     def _tmp(self) -> Path:
-        self._staging.mkdir(parents=True, exist_ok=True)
-        return self._staging / f"tmp-{uuid.uuid4().hex}"
+        def create(staging: Path) -> Path:
+            path = staging / f"tmp-{uuid.uuid4().hex}"
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+            return path
+
+        return self._in_staging(create)
+
+    def _drop_staging(self, folder: Path | None = None) -> None:
+        """Remove an upload's folder, then ``.%staging`` if nothing else is in it.
+
+        Best effort and race-safe: ``rmdir`` refuses a non-empty folder (ENOTEMPTY: another
+        upload or write is in flight) and a folder someone else already removed (ENOENT).
+        """
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(self._staging)
 
     def _install(self, tmp: Path, key: str) -> Path:
         """Atomically move a finished temp file to the key's path (creating folders)."""
@@ -198,6 +237,7 @@ class LocalStore:
                 return self._info(key, self._install(tmp, key))
             finally:
                 tmp.unlink(missing_ok=True)
+                self._drop_staging()
         except OSError as exc:
             raise self._error(exc, "write", key) from None
 
@@ -211,6 +251,7 @@ class LocalStore:
                 return self._info(dst_key, self._install(tmp, dst_key))
             finally:
                 tmp.unlink(missing_ok=True)
+                self._drop_staging()
         except OSError as exc:
             raise self._error(exc, "copy", src_key) from None
 
@@ -229,10 +270,13 @@ class LocalStore:
     def create_multipart(self, key: str) -> str:
         check_key(key)
         upload_id = uuid.uuid4().hex
+
+        def create(staging: Path) -> None:
+            (staging / upload_id).mkdir()
+
         try:
-            folder = self._staging / upload_id
-            folder.mkdir(parents=True)
-            (folder / "key").write_text(key, "utf-8")
+            self._in_staging(create)
+            (self._staging / upload_id / "key").write_text(key, "utf-8")
         except OSError as exc:
             raise self._error(exc, "create_multipart", key) from None
         return upload_id
@@ -275,11 +319,11 @@ class LocalStore:
                 os.truncate(assembled, first_size)
                 os.replace(assembled, parts[0])
             raise self._error(exc, "complete_multipart", key) from None
-        shutil.rmtree(folder, ignore_errors=True)
+        self._drop_staging(folder)
         return info
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
-        shutil.rmtree(self._staging / check_upload_id(upload_id), ignore_errors=True)
+        self._drop_staging(self._staging / check_upload_id(upload_id))
 
     def delete(self, key: str) -> None:
         path = self._path(key)

@@ -36,13 +36,17 @@ class Backend:
 
     name: str
     options: dict[str, Any]
-    _new_bucket: Callable[[str], str]
+    _new_bucket: Callable[[str], object]
     uri_for: Callable[[str, str], str]
     # A context manager yielding a store whose credentials/permissions are refused, or a reason
     # why this backend cannot show access denied.
     denied: Callable[[], contextlib.AbstractContextManager[ObjectStore]] | None = None
     denied_reason: str = ""
     cross_process: bool = True
+    # Every name the backend really holds for a bucket (hidden staging objects, unfinished
+    # uploads, files and empty folders on disk), or None where the server cannot show more
+    # than ``list`` does (Azure keeps uncommitted blocks invisibly; memory has no server).
+    stored_names: Callable[[str], list[str]] | None = None
 
     def new_bucket(self) -> str:
         """Create a fresh, uniquely named bucket and return its name."""
@@ -55,6 +59,21 @@ class Backend:
 
     def missing_bucket_uri(self) -> str:
         return self.uri_for(f"missing-{uuid.uuid4().hex[:12]}", "")
+
+
+def local_tree(folder: Path, keep: Path | None = None) -> list[str]:
+    """Files and empty folders under ``folder`` (relative, folders with a trailing ``/``).
+
+    ``keep`` is a folder that may stay empty without counting (a store's own root).
+    """
+    names = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if not path.is_dir():
+            names.append(rel)
+        elif path != keep and not any(path.iterdir()):
+            names.append(rel + "/")
+    return names
 
 
 def _local_backend(root: Path) -> Backend:
@@ -84,6 +103,7 @@ def _local_backend(root: Path) -> Backend:
         new_bucket,
         lambda bucket, prefix: f"file://{root / bucket}/{prefix}",
         denied=denied,
+        stored_names=lambda bucket: local_tree(root / bucket, keep=root / bucket / PREFIX),
     )
 
 
@@ -115,7 +135,14 @@ def backend(request: pytest.FixtureRequest, local_root: Path) -> Backend:
             auth = request.getfixturevalue("moto_s3_auth")
             yield open_store(auth.uri_for("any-bucket"), {**auth.options, "max_attempts": 1})
 
-        return Backend("s3", emu.options, emu.make_bucket, emu.uri_for, denied=s3_denied)
+        return Backend(
+            "s3",
+            emu.options,
+            emu.make_bucket,
+            emu.uri_for,
+            denied=s3_denied,
+            stored_names=emu.stored_names,
+        )
     if name == "azure":
         emu = request.getfixturevalue("azurite")
         port = int(emu.env["AZURE_STORAGE_CONNECTION_STRING"].split("127.0.0.1:")[1].split("/")[0])
@@ -137,6 +164,7 @@ def backend(request: pytest.FixtureRequest, local_root: Path) -> Backend:
         emu.make_bucket,
         emu.uri_for,
         denied_reason="gcp-storage-emulator enforces no credentials or IAM",
+        stored_names=emu.stored_names,
     )
 
 

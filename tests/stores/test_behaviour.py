@@ -94,7 +94,46 @@ def test_local_staging_is_never_listed(tmp_path: Path) -> None:
     assert list(store.list(".")) == []
     store.complete_multipart("obj", upload, [1])
     assert [i.key for i in store.list()] == ["obj"]
-    assert not list((tmp_path / STAGING).iterdir())  # the upload folder is gone
+    assert not (tmp_path / STAGING).exists()  # the upload folder and the empty staging folder
+
+
+def test_local_staging_folder_is_kept_while_another_upload_uses_it(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}")
+    first, second = store.create_multipart("a"), store.create_multipart("b")
+    store.upload_part("a", first, 1, b"1")
+    store.upload_part("b", second, 1, b"2")
+    store.abort_multipart("a", first)
+    assert [p.name for p in (tmp_path / STAGING).iterdir()] == [second]
+    store.write("c", b"3")  # a plain write in between must not disturb the open upload
+    store.complete_multipart("b", second, [1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "c"]
+
+
+def test_local_parallel_uploads_across_processes_leave_nothing(tmp_path: Path) -> None:
+    """Processes racing to create and remove ``.%staging`` never fail and leave no folder."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from gateway_agent.stores import open_store
+        store = open_store(sys.argv[1])
+        for i in range(150):
+            key = f"{sys.argv[2]}/{i}"
+            upload = store.create_multipart(key)
+            store.upload_part(key, upload, 1, b"x")
+            if i % 3:
+                store.complete_multipart(key, upload, [1])
+            else:
+                store.abort_multipart(key, upload)
+            store.write(key + ".w", b"y")
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, f"file://{tmp_path}", f"p{n}"])
+        for n in range(4)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 4
+    assert not (tmp_path / STAGING).exists()
+    assert len(list(open_store(f"file://{tmp_path}").list())) == 4 * (100 + 150)
 
 
 def test_local_files_are_plain_files(tmp_path: Path) -> None:

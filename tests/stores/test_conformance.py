@@ -54,6 +54,14 @@ def keys_of(store: ObjectStore, prefix: str = "") -> list[str]:
     return sorted(info.key for info in store.list(prefix))
 
 
+def assert_nothing_but(backend: Backend, bucket: str, keys: list[str]) -> None:
+    """Listing, and what the backend really holds (files on disk, hidden staging objects,
+    unfinished uploads), show exactly ``keys``: multipart leaves nothing behind."""
+    assert keys_of(backend.open(bucket)) == sorted(keys)
+    if backend.stored_names is not None:
+        assert backend.stored_names(bucket) == sorted(keys)
+
+
 # -- basic objects -----------------------------------------------------------------------------
 def test_write_head_read_overwrite(store: ObjectStore) -> None:
     info = store.write("obj", b"first version")
@@ -178,7 +186,7 @@ def _part_size(store: ObjectStore) -> int:
     return max(store.capabilities.min_part_size, 1 * MIB)
 
 
-def test_multipart_out_of_order(store: ObjectStore) -> None:
+def test_multipart_out_of_order(backend: Backend, bucket: str, store: ObjectStore) -> None:
     size = _part_size(store)
     parts = {1: pattern(size, 1), 2: pattern(size, 2), 3: pattern(size, 3), 4: b"tail"}
     upload = store.create_multipart("mp/obj")
@@ -193,6 +201,7 @@ def test_multipart_out_of_order(store: ObjectStore) -> None:
     assert store.read("mp/obj") == whole
     assert store.read("mp/obj", size - 2, 4) == whole[size - 2 : size + 2]  # across a part seam
     assert keys_of(store) == ["mp/obj"]
+    assert_nothing_but(backend, bucket, [PREFIX + "mp/obj"])
 
 
 def test_multipart_overwrites_existing_object(store: ObjectStore) -> None:
@@ -216,7 +225,7 @@ def test_multipart_abort_leaves_nothing_visible(
     with pytest.raises(ObjectNotFoundError):
         store.head("ab/obj")
     assert keys_of(store) == []
-    assert keys_of(backend.open(bucket)) == []  # no staging files at the bucket root either
+    assert_nothing_but(backend, bucket, [])  # no staging files at the bucket root either
     if backend.name != "azure":  # Azure keeps staged blocks until they expire (documented)
         with pytest.raises(UploadNotFoundError):
             store.complete_multipart("ab/obj", upload, [1, 2])
@@ -269,6 +278,7 @@ def test_multipart_parts_from_other_processes(backend: Backend, bucket: str) -> 
     store.complete_multipart("xp", upload, [1, 2, 3])
     data = store.read("xp")
     assert data == b"\x01" * size + b"\x02" * size + b"\x03" * size
+    assert_nothing_but(backend, bucket, [PREFIX + "xp"])
 
 
 @pytest.mark.slow
