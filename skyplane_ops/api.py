@@ -7,13 +7,18 @@ small JSON-friendly objects (``TransferPlan``, ``GatewayFleet``, ``TransferResul
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import ProgressCallback, TransferResult
+
+if TYPE_CHECKING:
+    from skyplane_ops.profiler import RefreshResult
+    from skyplane_ops.profiles import Profile
 
 # Gateways per region the local backend starts at most: one machine gains nothing from more
 # processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
@@ -23,6 +28,39 @@ LOCAL_MAX_GATEWAYS_PER_REGION = 1
 def new_transfer_id(prefix: str = "sk") -> str:
     """A short unique id that tags every resource of one transfer."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def planning_profile(
+    *,
+    profile_overrides: str | None = None,
+    measured_grid: str | None = None,
+    grid_store: str | None = None,
+    grid_store_options: Mapping[str, Any] | None = None,
+    gcp_tier: str = "premium",
+) -> tuple[Profile, dict[str, Any] | None]:
+    """The profile plans are made on, and where its measured grid came from (or None).
+
+    ``measured_grid`` is a grid file (CSV/Parquet); ``grid_store`` a profiler grid store whose
+    latest published version is laid over the modelled grid. An empty store means the model.
+    """
+    from skyplane_ops.errors import PlanningError
+    from skyplane_ops.profiles import load_profile
+
+    if measured_grid is not None and grid_store is not None:
+        raise PlanningError("give a measured_grid file or a grid_store, not both")
+    profile = load_profile(
+        overrides=profile_overrides, measured_grid=measured_grid, gcp_tier=gcp_tier
+    )
+    if grid_store is None:
+        return profile, ({"file": measured_grid} if measured_grid is not None else None)
+    from skyplane_ops.profiler import GridStore, planner_grid
+
+    store = GridStore(grid_store, grid_store_options)
+    version = store.latest_version()
+    if version is None:
+        return profile, {"store": grid_store, "version": None}
+    grid = planner_grid(store, profile.throughput, version=version)
+    return dataclasses.replace(profile, throughput=grid), {"store": grid_store, "version": version}
 
 
 def plan(
@@ -38,43 +76,63 @@ def plan(
     max_relays: int = 1,
     profile_overrides: str | None = None,
     measured_grid: str | None = None,
+    grid_store: str | None = None,
+    grid_store_options: Mapping[str, Any] | None = None,
     gcp_tier: str = "premium",
+    provisioning_seconds: float | None = None,
+    lp: bool = False,
+    exact_floor: bool = False,
     frontier_points: int = 0,
 ) -> TransferPlan:
-    """Plan a transfer on the default profile (plus overrides / a measured grid).
+    """Plan a transfer on the default profile (plus overrides and measured throughput).
 
-    At most one bound may be given; with none, the planner's default applies (the fastest plan
-    that costs no more than the direct path). Raises ``UnknownRegionError``,
-    ``InfeasibleError`` or ``PlanningError``.
+    Measured throughput comes from a grid file (``measured_grid``) or from the latest version
+    a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
+    ``details["grid"]`` then names it. At most one bound may be given; with none, the
+    planner's default applies (the fastest plan that costs no more than the direct path).
+    Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
+    ``GridStoreError``.
     """
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
     from skyplane_ops.planner.problem import Objective, build_problem
-    from skyplane_ops.profiles import load_profile
 
     bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
     if len(bounds) > 1:
         raise PlanningError(
             "give at most one of min_throughput_gbps, max_cost_usd and deadline_seconds"
         )
-    profile = load_profile(
-        overrides=profile_overrides, measured_grid=measured_grid, gcp_tier=gcp_tier
+    if volume_gb < 0:
+        raise PlanningError(f"volume must not be negative, got {volume_gb} GB")
+    profile, grid_source = planning_profile(
+        profile_overrides=profile_overrides,
+        measured_grid=measured_grid,
+        grid_store=grid_store,
+        grid_store_options=grid_store_options,
+        gcp_tier=gcp_tier,
     )
     objective: Objective = "max_throughput" if max_cost_usd is not None else "min_cost"
     bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
+    extra: dict[str, Any] = {}
+    if provisioning_seconds is not None:
+        extra["provisioning_seconds"] = provisioning_seconds
     problem = build_problem(
         profile,
         src_region,
         dst_regions,
-        max(volume_gb, 1e-6),
+        max(volume_gb, 1e-6),  # an empty source still gets a (trivial) plan
         objective=objective,
         bound=bound,
         deadline_seconds=deadline_seconds,
         max_vms=max_vms_per_region,
         max_conns_per_vm=max_connections_per_vm,
         max_relays=max_relays,
+        **extra,
     )
-    return plan_transfer(problem, frontier_points=frontier_points)
+    result = plan_transfer(problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor)
+    if grid_source is not None:
+        result.details["grid"] = grid_source
+    return result
 
 
 def vms_for(
@@ -203,6 +261,54 @@ def source_volume_gb(
     return sum(o.size for o in list_source(store, src_uri, include, exclude)) / 1e9
 
 
+def refresh_grid(
+    regions: Sequence[str],
+    *,
+    store_uri: str | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    backend: str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    connections: int | None = None,
+    duration_s: float | None = None,
+    budget_usd: float | None = None,
+    freshness_s: float = 0.0,
+    exclusive: bool = False,
+    run_id: str | None = None,
+    probe_port: int = 0,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> RefreshResult:
+    """Measure the throughput grid between ``regions`` and publish a version to a grid store.
+
+    One gateway per region (``backend``), every ordered pair probed with ``connections`` TCP
+    connections for ``duration_s``; pairs measured within ``freshness_s`` are skipped, the
+    fleet is always deprovisioned, and the result is what ``plan(grid_store=...)`` reads.
+    ``store_uri`` defaults to ``$SKYPLANE_OPS_HOME/grid``. Raises ``BudgetExceededError``
+    before provisioning anything when the egress estimate is above ``budget_usd``.
+    """
+    from skyplane_ops import profiler
+    from skyplane_ops.profiler.store import default_store_uri
+
+    sizing: dict[str, Any] = {}
+    if connections is not None:
+        sizing["connections"] = connections
+    if duration_s is not None:
+        sizing["duration_s"] = duration_s
+    return profiler.refresh_grid(
+        list(regions),
+        backend=backend,
+        backend_options=dict(backend_options or {}),
+        budget_usd=budget_usd,
+        store_uri=store_uri or default_store_uri(),
+        store_options=store_options,
+        freshness_s=freshness_s,
+        exclusive=exclusive,
+        run_id=run_id,
+        probe_port=probe_port,
+        progress=progress,
+        **sizing,
+    )
+
+
 def copy(
     src_uri: str,
     dst_uri: str,
@@ -221,7 +327,8 @@ def copy(
     **transfer_options: Any,
 ) -> TransferResult:
     """Plan, provision, transfer and always deprovision, in one call."""
-    volume_gb = source_volume_gb(src_uri, src_options=src_options, include=include, exclude=exclude)
+    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
+    volume_gb = source_volume_gb(src_uri, **selection)
     the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
     fleet = provision(
         the_plan,
@@ -236,10 +343,8 @@ def copy(
             fleet,
             src_uri,
             dst_uri,
-            src_options=src_options,
             dst_options=dst_options,
-            include=include,
-            exclude=exclude,
+            **selection,
             **transfer_options,
         )
     finally:

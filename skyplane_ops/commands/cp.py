@@ -1,10 +1,12 @@
 """``skyplane-ops cp`` and ``skyplane-ops sync``: plan, provision, transfer, always deprovision.
 
-The source is listed once to size the plan; the planner picks the route; the chosen backend
-(``local`` by default: gateways as local processes, no cloud account) provisions the plan's
-regions; ``run_transfer`` moves and verifies the data; the fleet is torn down on success,
-failure and Ctrl-C alike. Progress goes to stderr (a bar on a terminal, JSON lines otherwise);
-the summary to stdout (text, or one JSON object with ``--json``).
+A thin face over ``skyplane_ops.api``: the source is listed once to size the plan
+(``api.source_volume_gb``); ``api.plan`` picks the route (on a measured grid store with
+``--grid-store``); the chosen backend (``local`` by default: gateways as local processes, no
+cloud account; ``--backend-options`` for ssh/netns/aws) provisions the plan's regions
+(``api.provision``); ``api.transfer`` moves and verifies the data; the fleet is torn down on
+success, failure, Ctrl-C and SIGTERM alike. Progress goes to stderr (a bar on a terminal, JSON
+lines otherwise); the summary to stdout (text, or one JSON object with ``--json``).
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import argparse
 import json
 import signal
 import sys
-import uuid
 from types import FrameType
 from typing import Any
 
+from skyplane_ops import api
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.transfer import DispatchOptions, run_transfer
-from skyplane_ops.transfer.manifest import MiB, list_source
+from skyplane_ops.provision.sweeper import backend_options_for
+from skyplane_ops.transfer import DispatchOptions
+from skyplane_ops.transfer.manifest import MiB
 from skyplane_ops.transfer.progress import JsonProgress, default_progress
 
 
@@ -38,7 +41,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-vms", type=int, default=None, help="VMs per region limit")
     p.add_argument("--max-conns", type=int, default=None, help="TCP connections per VM limit")
     p.add_argument("--max-relays", type=int, default=1, help="relay regions per path")
+    p.add_argument("--grid-store", metavar="URI", help="plan on this profiler grid store's latest")
     p.add_argument("--backend", default="local", help="provisioning backend (default: local)")
+    p.add_argument(
+        "--backend-options",
+        metavar="JSON_OR_FILE",
+        help="backend options: inline JSON or a JSON/TOML file (flat, or per backend)",
+    )
     p.add_argument(
         "--local-gateways-per-region",
         type=int,
@@ -81,59 +90,39 @@ def register(subparsers: Any) -> None:
 
 
 def make_plan(args: argparse.Namespace, volume_gb: float) -> TransferPlan:
-    """Plan with H2's planner on the default profile (or load ``--plan``)."""
+    """``api.plan`` with the command's bound and limits (or the plan JSON of ``--plan``)."""
     if args.plan:
         try:
             with open(args.plan) as fh:
                 return TransferPlan.from_json(fh.read())
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise TransferError(f"cannot read plan {args.plan}: {exc}") from exc
-    from skyplane_ops.planner import plan_transfer
-    from skyplane_ops.planner.problem import build_problem
-    from skyplane_ops.profiles.loader import load_default_profile
-
-    objective = "max_throughput" if args.max_cost_usd is not None else "min_cost"
-    bound = args.max_cost_usd if args.max_cost_usd is not None else args.min_throughput_gbps
-    problem = build_problem(
-        load_default_profile(),
+    return api.plan(
         args.src_region,
         args.dst_region,
-        max(volume_gb, 1e-6),
-        objective=objective,  # type: ignore[arg-type]
-        bound=bound,
+        volume_gb,
+        min_throughput_gbps=args.min_throughput_gbps,
+        max_cost_usd=args.max_cost_usd,
         deadline_seconds=args.deadline_seconds,
-        max_vms=args.max_vms,
-        max_conns_per_vm=args.max_conns,
+        max_vms_per_region=args.max_vms,
+        max_connections_per_vm=args.max_conns,
         max_relays=args.max_relays,
+        grid_store=args.grid_store,
     )
-    return plan_transfer(problem)
 
 
-def _vms_for(plan: TransferPlan, args: argparse.Namespace) -> dict[str, int]:
-    used = {r for p in plan.paths for r in p.regions} or {plan.src, *plan.dsts}
-    vms = {r: max(1, int(plan.vms.get(r, 1))) for r in used}
-    if args.backend == "local":
-        vms = {r: min(n, max(1, args.local_gateways_per_region)) for r, n in vms.items()}
-    return vms
+def _backend_options(args: argparse.Namespace, hooks: dict[str, Any]) -> dict[str, Any]:
+    options = backend_options_for(args.backend_options, args.backend)
+    if hooks and args.backend == "local":
+        options["extra_args"] = [*options.get("extra_args", []), "--enable-test-hooks"]
+    return options
 
 
 def _execute(args: argparse.Namespace, sync: bool) -> int:
-    from gateway_agent.synthetic import open_any_store
-    from skyplane_ops.provision import get_provisioner
-
-    try:
-        src_store = open_any_store(args.src, {})
-    except Exception as exc:
-        raise TransferError(f"cannot open source {args.src}: {exc}") from exc
-    objects = list_source(src_store, args.src, args.include, args.exclude)
-    volume_gb = sum(o.size for o in objects) / 1e9
-    plan = make_plan(args, volume_gb)
     hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
-    if hooks and args.backend == "local":
-        provisioner = get_provisioner("local", extra_args=["--enable-test-hooks"])
-    else:
-        provisioner = get_provisioner(args.backend)
-    transfer_id = f"cp-{uuid.uuid4().hex[:10]}"
+    backend_options = _backend_options(args, hooks)  # bad options fail before any listing
+    volume_gb = api.source_volume_gb(args.src, include=args.include, exclude=args.exclude)
+    plan = make_plan(args, volume_gb)
     progress = None
     if not args.no_progress:
         progress = JsonProgress(sys.stderr) if args.json else default_progress(sys.stderr)
@@ -144,10 +133,17 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
     previous = signal.signal(signal.SIGTERM, on_term)
     fleet: GatewayFleet | None = None
     try:
-        fleet = provisioner.provision(
-            _vms_for(plan, args), transfer_id=transfer_id, tags={"skyplane-ops:command": "cp"}
+        fleet = api.provision(
+            plan,
+            backend=args.backend,
+            backend_options=backend_options,
+            transfer_id=api.new_transfer_id("cp"),
+            tags={"skyplane-ops:command": "cp"},
+            max_per_region=max(1, args.local_gateways_per_region)
+            if args.backend == "local"
+            else None,
         )
-        result = run_transfer(
+        result = api.transfer(
             plan,
             fleet,
             args.src,
@@ -168,7 +164,7 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
         )
     finally:
         if fleet is not None:
-            provisioner.deprovision(fleet)
+            api.deprovision(fleet, backend_options=backend_options)
         signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps({**result.to_dict(), "plan_summary": _plan_summary(plan)}, indent=2))

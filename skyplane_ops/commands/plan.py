@@ -10,14 +10,9 @@ import argparse
 import sys
 from typing import Any
 
-from skyplane_ops.planner import (
-    build_problem,
-    plan_transfer,
-    plot_frontier,
-    render_mermaid,
-    render_text,
-)
-from skyplane_ops.planner.problem import InvalidProblemError, Objective
+from skyplane_ops import api
+from skyplane_ops.planner import plot_frontier, render_mermaid, render_text
+from skyplane_ops.planner.problem import InvalidProblemError
 
 DEFAULT_PLOT_POINTS = 40
 
@@ -47,7 +42,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--gcp-tier", choices=("premium", "standard"), default="premium")
     p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
-    p.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
+    grid = p.add_mutually_exclusive_group()
+    grid.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
+    grid.add_argument(
+        "--grid-store", metavar="URI", help="plan on this profiler grid store's latest version"
+    )
     p.add_argument(
         "--exact-floor",
         action="store_true",
@@ -62,34 +61,27 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skyplane_ops.profiles import load_profile
-
     if args.frontier < 0:
         raise InvalidProblemError("--frontier must be a non-negative number of points")
-    profile = load_profile(
-        overrides=args.profile_overrides, measured_grid=args.measured_grid, gcp_tier=args.gcp_tier
-    )
-    objective: Objective = "min_cost"
-    bound: float | None = None
-    if args.min_throughput_gbps is not None:
-        bound = args.min_throughput_gbps
-    elif args.max_cost_usd is not None:
-        objective, bound = "max_throughput", args.max_cost_usd
-    problem = build_problem(
-        profile,
+    plan = api.plan(
         args.src,
         args.dst,
         args.volume_gb,
-        objective=objective,
-        bound=bound,
+        min_throughput_gbps=args.min_throughput_gbps,
+        max_cost_usd=args.max_cost_usd,
         deadline_seconds=args.deadline_seconds,
-        max_vms=args.max_vms,
-        max_conns_per_vm=args.max_conns,
-        provisioning_seconds=args.provisioning_seconds,
+        max_vms_per_region=args.max_vms,
+        max_connections_per_vm=args.max_conns,
         max_relays=args.max_relays,
+        profile_overrides=args.profile_overrides,
+        measured_grid=args.measured_grid,
+        grid_store=args.grid_store,
+        gcp_tier=args.gcp_tier,
+        provisioning_seconds=args.provisioning_seconds,
+        lp=args.lp,
+        exact_floor=args.exact_floor,
+        frontier_points=args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0),
     )
-    points = args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0)
-    plan = plan_transfer(problem, lp=args.lp, frontier_points=points, exact_floor=args.exact_floor)
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
     else:

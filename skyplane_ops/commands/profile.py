@@ -26,7 +26,11 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--backend", default="local", help="provisioning backend: local, ssh, netns, aws"
     )
-    p.add_argument("--backend-options", default="{}", metavar="JSON", help="backend options")
+    p.add_argument(
+        "--backend-options",
+        metavar="JSON_OR_FILE",
+        help="backend options: inline JSON or a JSON/TOML file (flat, or per backend)",
+    )
     p.add_argument("--connections", type=int, default=64, help="TCP connections per probe (64)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per probe (5)")
     p.add_argument(
@@ -90,18 +94,19 @@ def _progress(event: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skyplane_ops.profiler import parse_duration, refresh_grid
+    from skyplane_ops import api
+    from skyplane_ops.profiler import parse_duration
     from skyplane_ops.profiler.store import default_store_uri
+    from skyplane_ops.provision.sweeper import backend_options_for
 
     regions = [r.strip() for r in args.regions.split(",") if r.strip()]
-    store = args.store or default_store_uri()
     kwargs: dict[str, Any] = {
         "backend": args.backend,
-        "backend_options": _json_arg(args.backend_options, "--backend-options"),
+        "backend_options": backend_options_for(args.backend_options, args.backend),
         "connections": args.connections,
         "duration_s": args.duration,
         "budget_usd": args.budget_usd,
-        "store_uri": store,
+        "store_uri": args.store or default_store_uri(),
         "store_options": _json_arg(args.store_options, "--store-options"),
         "freshness_s": parse_duration(args.freshness),
         "exclusive": args.exclusive,
@@ -114,11 +119,8 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_run(regions, **kwargs)
         print(json.dumps(plan, indent=2) if args.json else _plan_text(plan))
         return 0
-    result = refresh_grid(regions, progress=None if args.json else _progress, **kwargs)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-        return 0 if not result.failed else 1
-    print(_summary(result))
+    result = api.refresh_grid(regions, progress=None if args.json else _progress, **kwargs)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else _summary(result))
     return 0 if not result.failed else 1
 
 

@@ -39,7 +39,10 @@ def get_provisioner(name: str, **options: Any) -> Provisioner:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ProvisionError(f"backend {name!r} is not available here: {exc}") from exc
-    provisioner: Provisioner = getattr(module, class_name)(**options)
+    try:
+        provisioner: Provisioner = getattr(module, class_name)(**options)
+    except TypeError as exc:  # an unknown or missing option: the user's mistake, say which
+        raise ProvisionError(f"bad options for backend {name!r}: {exc}") from exc
     return provisioner
 
 

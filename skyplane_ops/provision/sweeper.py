@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import get_provisioner, records
+from skyplane_ops.provision import BACKENDS, get_provisioner, records
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +35,59 @@ def parse_duration(text: str) -> float:
     return float(m[1]) * _UNITS[m[2]]
 
 
+def _read_document(path: Path) -> Any:
+    try:
+        text = path.read_text()
+        return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ProvisionError(f"cannot read backend options {path}: {exc}") from exc
+
+
 def load_backend_options(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """Per-backend options from a JSON or TOML file: ``{"ssh": {"inventory": ...}, ...}``."""
     if path is None:
         return {}
-    path = Path(path)
-    try:
-        text = path.read_text()
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise ProvisionError(f"cannot read backend options {path}: {exc}") from exc
+    data = _read_document(Path(path))
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ProvisionError(f"{path} must map backend names to option tables")
     return data
+
+
+def backend_options_for(value: str | None, backend: str) -> dict[str, Any]:
+    """The options of ``backend`` from a ``--backend-options`` value: inline JSON or a file.
+
+    Both spellings of a file work: the backend's own options (``{"inventory": "hosts.toml"}``)
+    or a per-backend file as ``load_backend_options`` reads it (``{"ssh": {...}, ...}``), of
+    which ``backend``'s table is taken. For ``ssh``, an SSH inventory itself
+    (``{"regions": {...}}``) is accepted as the inventory.
+    """
+    if value is None or not value.strip():
+        return {}
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ProvisionError(f"backend options are not valid JSON: {exc}") from exc
+        where = "inline backend options"
+    elif Path(text).is_file():
+        data, where = _read_document(Path(text)), text
+    else:
+        raise ProvisionError(
+            f"backend options {text!r} are neither a JSON object nor an existing file"
+        )
+    if not isinstance(data, dict):
+        raise ProvisionError(f"{where} must be a JSON/TOML object, got {type(data).__name__}")
+    tables = {k: v for k, v in data.items() if k in BACKENDS and isinstance(v, dict)}
+    if tables:
+        if len(tables) != len(data):
+            raise ProvisionError(
+                f"{where} mixes per-backend tables ({', '.join(sorted(tables))}) with options"
+            )
+        return dict(tables.get(backend, {}))
+    if backend == "ssh" and "inventory" not in data and isinstance(data.get("regions"), dict):
+        return {"inventory": data}
+    return dict(data)
 
 
 @dataclass

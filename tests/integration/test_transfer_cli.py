@@ -111,3 +111,80 @@ def test_ctrl_c_deprovisions(setup: tuple[Path, Path, Path, dict[str, bytes]]) -
     assert "interrupted" in err
     assert _agents_of(home) == []
     assert "big.bin" not in read_tree(dst)
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_cp_through_an_ssh_fleet_from_an_inventory_file(
+    setup: tuple[Path, Path, Path, dict[str, bytes]], sshd_factory, tmp_path: Path
+) -> None:
+    """``cp --backend ssh --backend-options inventory.json``: real sshd hosts, real agents."""
+    src, dst, home, data = setup
+    servers = sshd_factory(2)
+    remote = tmp_path / "remote"
+    inventory = {
+        "regions": {
+            region: [
+                {
+                    "address": "127.0.0.1",
+                    "port": server.port,
+                    "user": server.user,
+                    "key_path": str(server.client_key),
+                    "host_key": server.host_key,
+                    "python": sys.executable,
+                    "bind_host": "127.0.0.1",
+                    "remote_root": str(remote),
+                }
+            ]
+            for region, server in zip(REGIONS[1::2], servers, strict=True)
+        }
+    }
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(inventory))
+    proc = _cli(
+        home,
+        "cp",
+        f"file://{src}",
+        f"file://{dst}",
+        *REGIONS,
+        "--max-relays",
+        "0",
+        "--max-vms",
+        "1",
+        "--backend",
+        "ssh",
+        "--backend-options",
+        str(path),
+        "--json",
+        "--no-progress",
+    )
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["verification"]["status"] == "passed" and result["objects"] == 31
+    assert read_tree(dst) == data
+    # The gateways ran from the uploaded bundle under the inventory's remote root, and the
+    # fleet's tear-down removed every file it uploaded there.
+    assert remote.exists() and list(remote.rglob("*")) == []
+
+
+def test_backend_options_reach_the_backend_and_bad_ones_are_one_line_errors(
+    setup: tuple[Path, Path, Path, dict[str, bytes]], tmp_path: Path
+) -> None:
+    src, dst, home, _ = setup
+    base = ["cp", f"file://{src}", f"file://{dst}", *REGIONS, "--no-progress"]
+    # A per-backend TOML file: the local table is used (its interpreter cannot start).
+    options = tmp_path / "backends.toml"
+    options.write_text('[local]\npython = "/nonexistent/python3"\n[ssh]\ninventory = "x.json"\n')
+    bad_json = '{"python": '
+    for extra, message in (
+        (["--backend-options", str(options)], "/nonexistent/python3"),
+        (["--backend-options", bad_json], "backend options are not valid JSON"),
+        (["--backend-options", '{"no_such": 1}'], "bad options for backend 'local'"),
+        (["--backend", "ssh", "--backend-options", "{}"], "bad options for backend 'ssh'"),
+    ):
+        proc = _cli(home, *base, *extra)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, err
+        assert message in err and "Traceback" not in err, err
+    assert _agents_of(home) == [] and read_tree(dst) == {}

@@ -98,3 +98,41 @@ def test_plan_uses_measured_grid_and_price_overrides(
     assert plan.predicted_gbps == pytest.approx(15.0, rel=1e-6)
     gcp_per_s = load_default_profile().prices.vm("gcp").usd_per_hour / 3600
     assert plan.vm_cost_usd == pytest.approx((0.01 + gcp_per_s) * (800 / 15 + 60), rel=1e-6)
+
+
+def test_plan_on_a_grid_store_uses_its_latest_published_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    from skyplane_ops import api
+    from skyplane_ops.errors import PlanningError
+    from skyplane_ops.profiler import GridStore, Measurement
+
+    store_uri = str(tmp_path / "grid")
+    base = ["plan", "--src", SRC, "--dst", DST, "--volume-gb", "100", "--max-vms", "1"]
+    base += ["--min-throughput-gbps", "12", "--json", "--grid-store", store_uri]
+    # An empty store: the model, which needs relays for 12 Gbps; the plan says so.
+    assert main(base) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    assert len(plan.paths) >= 2 and plan.details["grid"] == {"store": store_uri, "version": None}
+    # Journalled but unpublished rows are not used; a published 15 Gbps direct path is.
+    store = GridStore(store_uri)
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    store.append(Measurement(SRC, DST, 15.0, 15.0, 15.0, 20.0, 64, 5.0, when))
+    assert main(base) == 0
+    assert len(TransferPlan.from_json(capsys.readouterr().out).paths) >= 2
+    version = store.publish()
+    assert main(base) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    assert [p.regions for p in plan.paths] == [(SRC, DST)]
+    assert plan.details["grid"] == {"store": store_uri, "version": version}
+    # The API is what the CLI used: the same plan; a grid file and a store are exclusive.
+    same = api.plan(
+        SRC, DST, 100, min_throughput_gbps=12, max_vms_per_region=1, grid_store=store_uri
+    )
+    assert same.paths == plan.paths and same.predicted_gbps == plan.predicted_gbps
+    with pytest.raises(PlanningError, match="not both"):
+        api.plan(SRC, DST, 100, measured_grid="g.csv", grid_store=store_uri)
+    with pytest.raises(SystemExit):  # argparse: the two flags are mutually exclusive
+        main([*base, "--measured-grid", "g.csv"])

@@ -19,7 +19,11 @@ from skyplane_ops.provision.secrets import (
     delete_secret,
     secret_bytes,
 )
-from skyplane_ops.provision.sweeper import load_backend_options, parse_duration
+from skyplane_ops.provision.sweeper import (
+    backend_options_for,
+    load_backend_options,
+    parse_duration,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,6 +53,41 @@ def test_backend_options_from_toml(tmp_path: Path) -> None:
     path.write_text('aws = "nope"\n')
     with pytest.raises(ProvisionError, match="option tables"):
         load_backend_options(path)
+
+
+def test_backend_options_for_inline_flat_per_backend_and_inventory(tmp_path: Path) -> None:
+    assert backend_options_for(None, "local") == {}
+    assert backend_options_for(' {"idle_timeout": 5} ', "local") == {"idle_timeout": 5}
+    flat = tmp_path / "flat.json"
+    flat.write_text('{"inventory": "hosts.toml"}')
+    assert backend_options_for(str(flat), "ssh") == {"inventory": "hosts.toml"}
+    tables = tmp_path / "all.toml"
+    tables.write_text('[ssh]\ninventory = "h.json"\n[netns]\nscale = 0.5\n')
+    assert backend_options_for(str(tables), "netns") == {"scale": 0.5}
+    assert backend_options_for(str(tables), "local") == {}  # no table for it: defaults
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text('{"regions": {"aws:us-east-1": [{"address": "10.0.0.1"}]}}')
+    assert backend_options_for(str(inventory), "ssh") == {
+        "inventory": {"regions": {"aws:us-east-1": [{"address": "10.0.0.1"}]}}
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('{"idle_timeout": ', "not valid JSON"),
+        ("/no/such/options.json", "neither a JSON object nor an existing file"),
+        ('{"ssh": {"inventory": "h"}, "scale": 1}', "mixes per-backend tables"),
+    ],
+)
+def test_bad_backend_options_are_explained(value: str, message: str) -> None:
+    with pytest.raises(ProvisionError, match=message):
+        backend_options_for(value, "ssh")
+
+
+def test_unknown_backend_option_is_a_provision_error() -> None:
+    with pytest.raises(ProvisionError, match=r"bad options for backend 'local'.*no_such_option"):
+        get_provisioner("local", no_such_option=1)
 
 
 def test_secret_file_is_private_and_referenced_not_embedded() -> None:
