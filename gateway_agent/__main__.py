@@ -94,8 +94,8 @@ def serve(args: argparse.Namespace) -> int:
         {"control_port": control.port, "data_port": agent.data_port, "pid": os.getpid()},
     )
     agent.stopping.wait()
-    control.shutdown()
-    control.server_close()
+    agent.wait_stopped()
+    control.stop()
     return 0
 
 

@@ -52,7 +52,10 @@ class Agent:
         self.started = time.time()
         self.last_control = time.monotonic()
         self.stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._shutdown_lock = threading.Lock()
         self._lock = threading.Lock()
+        self._data_socks: set[socket.socket] = set()
         self._listener = socket.create_server((host, data_port), backlog=128, reuse_port=False)
         self.data_port: int = self._listener.getsockname()[1]
 
@@ -68,15 +71,40 @@ class Agent:
         self.last_control = time.monotonic()
 
     def shutdown(self) -> None:
-        if self.stopping.is_set():
-            return
-        self.stopping.set()
-        for job in list(self.jobs.values()):
-            job.stop()
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        """Stop promptly: refuse new work, stop every job (its readers and writers finish the
+        call they are in, held chunks are dropped), then wake every blocked thread.
+
+        Idempotent; a concurrent caller returns once the first one is done.
+        """
+        with self._shutdown_lock:
+            if self._stopped.is_set():
+                return
+            self.stopping.set()
+            # Shutting the listening socket down wakes the thread blocked in accept().
+            _shut(self._listener)
+            try:
+                self._listener.close()
+            except OSError:
+                pass
+            self.budget.wake()  # receivers waiting for a lease see ``stopping``
+            stoppers = [
+                threading.Thread(target=job.stop, name=f"stop-{job.job_id}", daemon=True)
+                for job in list(self.jobs.values())
+            ]
+            for t in stoppers:
+                t.start()
+            for t in stoppers:
+                t.join()
+            # Receivers blocked in recv()/splice() on upstream connections wake up and exit.
+            with self._lock:
+                socks = list(self._data_socks)
+            for sock in socks:
+                _shut(sock)
+            self._stopped.set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Block until ``shutdown`` has finished (jobs stopped); False on timeout."""
+        return self._stopped.wait(timeout)
 
     def _watchdog(self) -> None:
         while not self.stopping.wait(min(5.0, max(0.2, self.idle_timeout / 10))):
@@ -153,6 +181,17 @@ class Agent:
             ).start()
 
     def _serve_connection(self, sock: socket.socket, addr: Any) -> None:
+        with self._lock:
+            self._data_socks.add(sock)
+        if self.stopping.is_set():  # accepted just before the listener closed
+            _shut(sock)
+        try:
+            self._serve_authenticated(sock, addr)
+        finally:
+            with self._lock:
+                self._data_socks.discard(sock)
+
+    def _serve_authenticated(self, sock: socket.socket, addr: Any) -> None:
         with sock:
             wire.tune_socket(sock)
             try:
@@ -195,7 +234,7 @@ class Agent:
             # The decoded chunk's size is what it occupies while held here.
             lease = None
             while lease is None:
-                lease = self.budget.lease(raw_len, timeout=0.5)
+                lease = self.budget.lease(raw_len, timeout=0.5, cancel=self.stopping)
                 if self.stopping.is_set():
                     if lease is not None:
                         lease.release()
@@ -242,6 +281,14 @@ class Agent:
     def _is_sink(self, meta: dict[str, Any]) -> bool:
         job = self.jobs.get(str(meta.get("job")))
         return job is not None and job.is_sink_for(meta)
+
+
+def _shut(sock: socket.socket) -> None:
+    """``shutdown(SHUT_RDWR)``: wakes threads blocked on the socket (``close`` alone does not)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _max_rss_kb() -> int:

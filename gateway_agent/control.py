@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -36,6 +37,20 @@ class ControlServer(ThreadingHTTPServer):
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def stop(self) -> None:
+        """Stop ``serve_forever`` (running in another thread) at once and close the listener.
+
+        ``shutdown()`` alone waits for the serving loop's next poll timeout (0.5 s); shutting
+        the listening socket down first makes that ``poll()`` return immediately (Linux: the
+        socket leaves LISTEN and reports HUP), so the loop sees the request and ends.
+        """
+        try:
+            self.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.shutdown()
+        self.server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):

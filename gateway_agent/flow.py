@@ -26,12 +26,23 @@ class ByteBudget:
         self._free: list[bytearray] = []
         self._pooled = 0  # bytes of all pool buffers, lent out or free
 
-    def acquire(self, n: int, timeout: float | None = None) -> bool:
-        """Block until ``n`` bytes fit (a request above capacity is clamped); False on timeout."""
+    def acquire(
+        self, n: int, timeout: float | None = None, cancel: threading.Event | None = None
+    ) -> bool:
+        """Block until ``n`` bytes fit (a request above capacity is clamped).
+
+        False on timeout, or as soon as ``cancel`` is set and ``wake()`` is called (a stopping
+        job or agent must not wait for a lease it will never use).
+        """
         n = min(n, self.capacity)
         with self._cond:
-            ok = self._cond.wait_for(lambda: self.in_use + n <= self.capacity, timeout)
-            if not ok:
+            ok = self._cond.wait_for(
+                lambda: (
+                    self.in_use + n <= self.capacity or (cancel is not None and cancel.is_set())
+                ),
+                timeout,
+            )
+            if not ok or self.in_use + n > self.capacity:
                 return False
             self.in_use += n
             self.peak = max(self.peak, self.in_use)
@@ -43,9 +54,16 @@ class ByteBudget:
             self.in_use = max(0, self.in_use - n)
             self._cond.notify_all()
 
-    def lease(self, n: int, timeout: float | None = None) -> Lease | None:
-        """Acquire ``n`` bytes as a ``Lease`` (None on timeout)."""
-        return Lease(self, n) if self.acquire(n, timeout) else None
+    def lease(
+        self, n: int, timeout: float | None = None, cancel: threading.Event | None = None
+    ) -> Lease | None:
+        """Acquire ``n`` bytes as a ``Lease`` (None on timeout or cancellation)."""
+        return Lease(self, n) if self.acquire(n, timeout, cancel) else None
+
+    def wake(self) -> None:
+        """Make every waiter re-check its ``cancel`` event now."""
+        with self._cond:
+            self._cond.notify_all()
 
     # ---- buffer pool ---------------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 # get ``bytes`` (they may retry, hash or hold on to the body).
 ZERO_COPY_SCHEMES = frozenset({"file", "null"})
 
+# How long stopping a job waits for its readers and writers to finish their current call.
+STOP_GRACE_S = 5.0
+
 COUNTERS = (
     "chunks_read",
     "bytes_read",
@@ -216,13 +219,17 @@ class Job:
         if self._stop.is_set():
             return
         self._stop.set()
+        self._budget.wake()  # sources waiting for a lease give up at once
         for pool in self._pools.values():
             pool.close()
         for _ in self._threads:
             self._source_q.put(None)
             self._sink_q.put(None)
+        # Readers and writers finish the store call they are in (a part is written whole or
+        # not at all); the wait is bounded overall, not per thread.
+        deadline = time.monotonic() + STOP_GRACE_S
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         for pool in self._pools.values():
             pool.drain()
         while True:
@@ -362,7 +369,7 @@ class Job:
             total = sum(int(s["length"]) for s in segs)
             lease = None
             while lease is None:
-                lease = self._budget.lease(total, timeout=0.5)
+                lease = self._budget.lease(total, timeout=0.5, cancel=self._stop)
                 if self._stop.is_set():
                     if lease is not None:
                         lease.release()
@@ -420,22 +427,26 @@ class Job:
     # ---- sink role -----------------------------------------------------------------------------
 
     def _sink_loop(self) -> None:
-        rate = float(self._hooks.get("sink_rate_bps", 0)) if self._hooks else 0.0
         while not self._stop.is_set():
             chunk = self._sink_q.get()
             if chunk is None:
                 return
-            t0 = time.monotonic()
             try:
                 self._write_chunk(chunk)
             except Exception as exc:
                 self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
             finally:
-                if rate:
-                    time.sleep(max(0.0, len(chunk.payload) / rate - (time.monotonic() - t0)))
                 chunk.lease.release()
 
+    def _slow_store_hook(self, nbytes: int, t0: float) -> bool:
+        """Test hook ``sink_rate_bps``: a store that writes at that rate; False if stopped."""
+        rate = float(self._hooks.get("sink_rate_bps", 0)) if self._hooks else 0.0
+        if rate:
+            self._stop.wait(max(0.0, nbytes / rate - (time.monotonic() - t0)))
+        return not self._stop.is_set()
+
     def _write_chunk(self, chunk: InChunk) -> None:
+        t0 = time.monotonic()
         got = chunk.received_crc if chunk.received_crc is not None else crc32c(chunk.payload)
         if got != chunk.crc32c:
             self._count(chunks_bad=1)
@@ -454,5 +465,7 @@ class Job:
                 store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
             else:
                 store.write(seg["key"], data)
+        if not self._slow_store_hook(len(view), t0):
+            return
         self._count(chunks_written=1, bytes_written=len(view))
         self._event(t="done", chunk=chunk.meta["chunk"], crcs=chunk.meta.get("crcs", []))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -10,18 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from gateway_agent.auth import new_secret, write_secret
+from gateway_agent.auth import load_secret, new_secret, write_secret
 from gateway_agent.client import GatewayClient, GatewayError
 
 
-def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], dict[str, int], bytes]:
-    secret = new_secret()
-    write_secret(str(tmp_path / "secret"), secret)
-    ready = tmp_path / "ready.json"
+def _start(
+    tmp_path: Path, *extra: str, name: str = "gw-t-0", region: str = "test:a"
+) -> tuple[subprocess.Popen[bytes], dict[str, int], bytes]:
+    secret_file = tmp_path / "secret"
+    if not secret_file.exists():
+        write_secret(str(secret_file), new_secret())
+    secret = load_secret(str(secret_file))
+    ready = tmp_path / f"{name}.ready.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway_agent", "serve", "--host", "127.0.0.1",
-         "--control-port", "0", "--data-port", "0", "--secret-file", str(tmp_path / "secret"),
-         "--ready-file", str(ready), "--gateway-id", "gw-t-0", "--region", "test:a", *extra],
+         "--control-port", "0", "--data-port", "0", "--secret-file", str(secret_file),
+         "--ready-file", str(ready), "--gateway-id", name, "--region", region, *extra],
     )  # fmt: skip
     deadline = time.monotonic() + 20
     while not ready.exists():
@@ -41,8 +46,10 @@ def test_ready_file_health_and_shutdown(tmp_path: Path) -> None:
         with pytest.raises(GatewayError) as err:
             GatewayClient("127.0.0.1", info["control_port"], b"not the secret").health()
         assert err.value.status == 401
+        t0 = time.monotonic()
         client.shutdown()
         assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - t0 < 1.5  # prompt: ~0.05 s unloaded
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -62,3 +69,63 @@ def test_idle_timeout_exits_without_control_requests(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_loaded_agents_stop_promptly_on_sigterm(tmp_path: Path) -> None:
+    """A source whose readers wait for budget and a sink stuck in a slow write both exit fast.
+
+    The source's budget (16 MiB) is full because the sink writes at 1 MB/s (a test hook that
+    stands for a slow store); SIGTERM must stop both jobs and both processes well within the
+    bound (it took > 1.5 s when every blocked thread waited out its poll timeout).
+    """
+    src, src_info, secret = _start(tmp_path, "--buffer-mib", "16", "--enable-test-hooks")
+    dst, dst_info, _ = _start(
+        tmp_path, "--buffer-mib", "16", "--enable-test-hooks", name="gw-t-1", region="test:b"
+    )
+    procs = [src, dst]
+    try:
+        clients = [
+            GatewayClient("127.0.0.1", i["control_port"], secret) for i in (src_info, dst_info)
+        ]
+        chunk = 4 * 1024 * 1024
+        spec = {
+            "job_id": "j-stop",
+            "routes": {"0": ["test:a", "test:b"]},
+            "gateways": {
+                "test:a": [
+                    {"id": "gw-t-0", "host": "127.0.0.1", "data_port": src_info["data_port"]}
+                ],
+                "test:b": [
+                    {"id": "gw-t-1", "host": "127.0.0.1", "data_port": dst_info["data_port"]}
+                ],
+            },
+            "hops": {"test:a>test:b": {"connections": 2}},
+            "src_uri": f"synthetic://64x{chunk}",
+            "dst_uri": "null://",
+            "writer_threads": 2,
+        }
+        clients[1].start_job({**spec, "test_hooks": {"sink_rate_bps": 1e6}})
+        clients[0].start_job(spec)
+        descs = [
+            {
+                "chunk": i,
+                "path": "0",
+                "segs": [{"key": f"obj-{i:06d}", "offset": 0, "length": chunk, "part": 1}],
+            }
+            for i in range(64)
+        ]
+        clients[0].submit_chunks("j-stop", descs)
+        deadline = time.monotonic() + 20
+        while min(c.health()["buffer"]["in_use"] for c in clients) < 12 * 1024 * 1024:
+            assert time.monotonic() < deadline, "budgets never filled up"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=10) for p in procs] == [0, 0]
+        assert time.monotonic() - t0 < 1.5  # ~0.1 s unloaded
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
