@@ -214,7 +214,9 @@ class SkyplaneHook(BaseHook):
         max_cost_usd: float | None = None,
         deadline_seconds: float | None = None,
     ) -> TransferPlan:
-        """Plan with the connection's limits; an explicit bound wins over its cost ceiling."""
+        """Plan with the connection's limits on its grid store's latest measured version (the
+        modelled grid where nothing was published); an explicit bound wins over its cost
+        ceiling."""
         settings = self.settings
         if min_throughput_gbps is None and max_cost_usd is None and deadline_seconds is None:
             max_cost_usd = settings.max_cost_usd
@@ -228,7 +230,7 @@ class SkyplaneHook(BaseHook):
             max_vms_per_region=settings.max_vms_per_region,
             max_connections_per_vm=settings.max_connections_per_vm,
             profile_overrides=settings.profile_overrides,
-            measured_grid=settings.grid_store,
+            grid_store=self.grid_store_uri(),
         )
 
     @staticmethod
@@ -317,22 +319,15 @@ class SkyplaneHook(BaseHook):
         freshness_s: float,
         progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> Any:
-        """One profiling run with the connection's backend; publishes a new grid version.
-
-        The profiler has no ``skyplane_ops.api`` entry yet, so this calls its one public
-        function, ``skyplane_ops.profiler.refresh_grid`` (budget check before provisioning,
-        fleet always deprovisioned, measurements journalled as they come).
-        """
-        from skyplane_ops.profiler import refresh_grid
-
-        return refresh_grid(
-            list(regions),
+        """``api.refresh_grid`` with the connection's backend, publishing to its grid store."""
+        return api.refresh_grid(
+            regions,
+            store_uri=self.grid_store_uri(),
             backend=self.settings.backend,
             backend_options=self.backend_options(),
             connections=connections,
             duration_s=duration_s,
             budget_usd=budget_usd,
-            store_uri=self.grid_store_uri(),
             freshness_s=freshness_s,
             run_id=run_id,
             progress=progress,
@@ -347,29 +342,10 @@ class SkyplaneHook(BaseHook):
         src: str,
         dst: str,
         *,
-        src_options: Mapping[str, Any] | None = None,
-        dst_options: Mapping[str, Any] | None = None,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        journal_dir: str | None = None,
-        sync: bool = False,
-        progress: Callable[[Any], None] | None = None,
         env: Mapping[str, str] | None = None,
-        **engine_options: Any,
+        **options: Any,
     ) -> Any:
-        """``api.transfer`` with ``env`` (store credentials) exported around the call."""
+        """``api.transfer`` (same ``options``) with ``env`` (store credentials) exported around
+        the call."""
         with exported_env(env or {}):
-            return api.transfer(
-                plan,
-                fleet,
-                src,
-                dst,
-                src_options=src_options or None,
-                dst_options=dst_options or None,
-                include=list(include),
-                exclude=list(exclude),
-                journal_dir=journal_dir,
-                sync=sync,
-                progress=progress,
-                **engine_options,
-            )
+            return api.transfer(plan, fleet, src, dst, **options)

@@ -46,7 +46,10 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     },
     "grid_store": {
         "label": "Measured throughput grid",
-        "description": "Path or URI of the grid store the profiler publishes to.",
+        "description": (
+            "Path or URI of the grid store the profiler publishes to and plans read "
+            "(default: <work_dir>/grid)."
+        ),
         "schema": {"type": ["string", "null"]},
     },
     "work_dir": {

@@ -63,7 +63,8 @@ class SkyplaneSettings:
     max_connections_per_vm: int | None = None
     max_cost_usd: float | None = None
     tags: dict[str, str] = field(default_factory=dict)
-    # A measured throughput grid (path or URI) handed to the planner instead of the default.
+    # The profiler's grid store (path or URI; default <work_dir>/grid): the grid-refresh DAG
+    # publishes there and plans use its latest version over the modelled grid.
     grid_store: str | None = None
     profile_overrides: str | None = None
     work_dir: str = field(default_factory=default_work_dir)

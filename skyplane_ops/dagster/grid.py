@@ -1,10 +1,11 @@
 """The throughput grid as a Dagster asset, refreshed by the profiler every three days.
 
-Materialising ``throughput_grid`` runs :func:`skyplane_ops.profiler.refresh_grid` on the
-resource's backend and publishes a new grid version to the grid store the planner reads
-(``SkyplaneResource.grid_store``). Pairs measured within ``freshness`` are skipped, so a
-re-run after a failure measures only what is missing. A time-window freshness policy marks the
-grid stale in the UI when no refresh succeeded for longer than the schedule's period plus slack.
+Materialising ``throughput_grid`` runs :func:`skyplane_ops.api.refresh_grid` (through
+``SkyplaneResource.refresh_grid``) on the resource's backend and publishes a new grid version
+to the grid store the resource's plans read (``SkyplaneResource.grid_store``). Pairs measured
+within ``freshness`` are skipped, so a re-run after a failure measures only what is missing. A
+time-window freshness policy marks the grid stale in the UI when no refresh succeeded for
+longer than the schedule's period plus slack.
 """
 
 from collections.abc import Sequence
@@ -66,29 +67,20 @@ def build_grid_refresh(
     def _grid(
         context: dg.AssetExecutionContext, skyplane: SkyplaneResource
     ) -> dg.MaterializeResult:
-        from skyplane_ops.profiler import refresh_grid
-
         target = store_uri or skyplane.grid_store
         if not target:
             raise dg.Failure(
                 description="no grid store: set store_uri or SkyplaneResource.grid_store"
             )
-        extra: dict[str, Any] = {}
-        if connections is not None:
-            extra["connections"] = connections
-        if duration_s is not None:
-            extra["duration_s"] = duration_s
         try:
-            result = refresh_grid(
+            result = skyplane.refresh_grid(
                 order,
-                backend=skyplane.backend,
-                backend_options={**skyplane.backend_options, **skyplane.backend_secrets},
-                budget_usd=budget_usd,
                 store_uri=target,
-                store_options=skyplane.store_options_for(target),
+                connections=connections,
+                duration_s=duration_s,
+                budget_usd=budget_usd,
                 freshness_s=freshness.total_seconds(),
                 run_id=f"prof-{context.run_id.replace('-', '')[:24]}",
-                **extra,
             )
         except Exception as exc:
             raise dg.Failure(

@@ -127,7 +127,8 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     def plan(
         self, src_region: str, dst_regions: str | Sequence[str], volume_gb: float
     ) -> TransferPlan:
-        """Plan with this resource's bound, limits and grid store."""
+        """Plan with this resource's bound, limits and grid store (its latest version, named
+        in ``plan.details["grid"]``)."""
         bounds = [self.min_throughput_gbps, self.max_cost_usd, self.deadline_seconds]
         if sum(b is not None for b in bounds) > 1:
             raise PlanningError(
@@ -144,7 +145,9 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             max_vms_per_region=self.max_vms_per_region,
             max_connections_per_vm=self.max_connections_per_vm,
             profile_overrides=self.profile_overrides,
-            measured_grid=self.grid_file(),
+            measured_grid=self.measured_grid,
+            grid_store=None if self.measured_grid else self.grid_store,
+            grid_store_options=self.store_options_for(self.grid_store or ""),
             gcp_tier=self.gcp_tier,
         )
 
@@ -195,29 +198,22 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             transfer_id=transfer_id,
         )
 
-    def grid_file(self) -> str | None:
-        """The measured grid to plan on: ``measured_grid``, else the grid store's latest
-        version exported once to a local Parquet file (versions are immutable)."""
-        if self.measured_grid or not self.grid_store:
-            return self.measured_grid
-        from skyplane_ops.profiler import GridStore, measured_grid
-        from skyplane_ops.profiles import load_default_profile
-        from skyplane_ops.profiles.measured import write_grid
-
-        store = GridStore(self.grid_store, self.store_options_for(self.grid_store))
-        version = store.latest_version()
-        if version is None:
-            return None
-        folder = os.path.join(self.home(), "grids")
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{version}.parquet")
-        if not os.path.exists(path):
-            base = load_default_profile().throughput
-            grid = measured_grid(store.read_version(version), base, {"version": version})
-            tmp = f"{path}.{os.getpid()}.tmp.parquet"
-            write_grid(grid, tmp)
-            os.replace(tmp, path)
-        return path
+    def refresh_grid(
+        self, regions: Sequence[str], *, store_uri: str | None = None, **options: Any
+    ) -> Any:
+        """``api.refresh_grid`` on this resource's backend, publishing to ``store_uri`` (default:
+        ``grid_store``, which :meth:`plan` reads); ``options`` as ``api.refresh_grid`` takes."""
+        target = store_uri or self.grid_store
+        if not target:
+            raise PlanningError("no grid store: pass store_uri or set grid_store")
+        return api.refresh_grid(
+            regions,
+            store_uri=target,
+            store_options=self.store_options_for(target),
+            backend=self.backend,
+            backend_options=self._backend_options(),
+            **options,
+        )
 
     # -- where things are kept ---------------------------------------------------------------
     def home(self) -> str:

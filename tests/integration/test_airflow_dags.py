@@ -442,6 +442,7 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     """The shipped grid-refresh DAG on the local backend: real probes between real gateways."""
     from datetime import UTC, datetime
 
+    from skyplane_ops.airflow.hooks import SkyplaneHook
     from skyplane_ops.profiler import GridStore
 
     dag = _dag("skyplane_grid_refresh")
@@ -460,6 +461,9 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     assert not _processes_mentioning(run_id)
     store = GridStore(str(af / "work" / "grid"))
     assert store.latest_version() == summary["version"]
+    # Plans made with the connection now use that version (its default grid store).
+    plan = SkyplaneHook().plan(SRC_REGION, DST_REGION, 1.0)
+    assert plan.details["grid"] == {"store": store.location, "version": summary["version"]}
     # The same interval again: everything is fresh, nothing is probed or published.
     again = dag.test(logical_date=when, run_conf=conf)
     repeat = _xcom(again, "refresh")

@@ -28,6 +28,7 @@ from skyplane_ops.dagster.render import mermaid_markdown, route_markdown
 from skyplane_ops.dagster.sensors import build_leftover_sweepers
 from skyplane_ops.errors import PlanningError
 from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
+from skyplane_ops.profiler import GridStore
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "dagster_project"
@@ -237,7 +238,9 @@ def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path
     grid_uri = f"file://{home}/grid/"
     grid = build_grid_refresh(["aws:us-east-1", "aws:eu-west-1"], duration_s=0.5, budget_usd=1.0)
     skyplane = SkyplaneResource(grid_store=grid_uri)
-    assert skyplane.grid_file() is None  # nothing published yet: plans use the model
+    # Nothing published yet: plans use the model (and say which store they looked at).
+    before = skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0)
+    assert before.details["grid"] == {"store": grid_uri, "version": None}
     result = dg.materialize([grid.asset], resources={"skyplane": skyplane})
     assert result.success
     (mat,) = result.asset_materializations_for_node("throughput_grid")
@@ -248,10 +251,17 @@ def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path
     assert grid.schedule.job_name == grid.job.name
     spec = grid.asset.specs_by_key[dg.AssetKey("throughput_grid")]
     assert spec.freshness_policy is not None
-    # The published version is what the resource's plans are made on.
-    grid_file = skyplane.grid_file()
-    assert grid_file is not None and meta["version"] in grid_file
-    assert skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0).predicted_gbps > 0
+    # The published version is what the resource's plans are made on: the same plan as one
+    # made on that version exported to a grid file.
+    plan = skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0)
+    assert plan.details["grid"] == {"store": grid_uri, "version": meta["version"]}
+    exported = home / "exported.parquet"
+    assert GridStore(grid_uri).export(str(exported)) == 2
+    on_file = SkyplaneResource(measured_grid=str(exported)).plan(
+        "aws:us-east-1", "aws:eu-west-1", 1.0
+    )
+    assert [p.regions for p in plan.paths] == [p.regions for p in on_file.paths]
+    assert plan.predicted_gbps == pytest.approx(on_file.predicted_gbps, rel=1e-9)
 
 
 def test_one_source_two_replicas_share_one_fleet(
