@@ -9,6 +9,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from gateway_agent.auth import sign_request
+from gateway_agent.probe import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, ProbeResult
 
 
 class GatewayError(Exception):
@@ -17,6 +18,14 @@ class GatewayError(Exception):
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ProbeFailedError(GatewayError):
+    """The agent ran the probe and it failed; ``auth`` says the peer refused the secret."""
+
+    def __init__(self, message: str, auth: bool = False) -> None:
+        super().__init__(message, 200)
+        self.auth = auth
 
 
 class GatewayClient:
@@ -36,31 +45,45 @@ class GatewayClient:
         self._secret = secret
         self.timeout = timeout
 
-    def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         body = json.dumps(payload).encode() if payload is not None else b""
-        # Every endpoint is idempotent, so a reset connection (a busy listen backlog) is retried
-        # a few times; a gateway that stays unreachable is reported after ~1 s.
+        attempts = self.attempts if attempts is None else max(1, attempts)
+        # Idempotent endpoints are retried a few times on a reset connection (a busy listen
+        # backlog); a gateway that stays unreachable is reported after ~1 s. A probe run
+        # passes ``attempts=1``: its bytes (and egress dollars) must not be paid twice.
         for attempt in Retrying(
-            stop=stop_after_attempt(self.attempts),
+            stop=stop_after_attempt(attempts),
             wait=wait_exponential(multiplier=0.05, max=0.5),
             retry=retry_if_exception_type((OSError, http.client.HTTPException)),
             reraise=True,
         ):
             with attempt:
                 try:
-                    status, reason, raw = self._once(method, path, body)
+                    status, reason, raw = self._once(method, path, body, timeout)
                 except (OSError, http.client.HTTPException) as exc:
-                    if attempt.retry_state.attempt_number >= self.attempts:
+                    if attempt.retry_state.attempt_number >= attempts:
                         raise GatewayError(
                             f"gateway {self.host}:{self.port} unreachable: {exc}"
                         ) from exc
                     raise
         return self._decode(status, reason, raw)
 
-    def _once(self, method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+    def _once(
+        self, method: str, path: str, body: bytes, timeout: float | None = None
+    ) -> tuple[int, str, bytes]:
         headers = sign_request(self._secret, method, path, body)
         headers["Content-Type"] = "application/json"
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        conn = http.client.HTTPConnection(
+            self.host, self.port, timeout=self.timeout if timeout is None else timeout
+        )
         try:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
@@ -101,3 +124,51 @@ class GatewayClient:
     def stop_job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/stop", {})
         return result
+
+    # ---- throughput probes (POST /v1/probe, see gateway_agent.probe) ---------------------------
+
+    def probe_listen(self, port: int = 0) -> int:
+        """Open this agent's probe server (idempotent; ``port=0``: any free port); its port."""
+        reply = self._call("POST", "/v1/probe", {"action": "listen", "port": port})
+        if "error" in reply:
+            raise ProbeFailedError(str(reply["error"]))
+        return int(reply["probe_port"])
+
+    def probe(
+        self,
+        peer_host: str,
+        peer_port: int,
+        *,
+        connections: int = DEFAULT_CONNECTIONS,
+        seconds: float = DEFAULT_SECONDS,
+        timeout: float | None = None,
+    ) -> ProbeResult:
+        """Have this gateway probe a peer's probe server for ``seconds`` over ``connections``.
+
+        Sent once, never retried: a probe's bytes (and egress) must not be paid twice.
+        ``timeout`` (default ``seconds + 60``) bounds the whole request. Raises
+        ``ProbeFailedError`` when the probe itself failed, ``GatewayError`` when the agent
+        could not be asked.
+        """
+        payload = {
+            "action": "run",
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "connections": connections,
+            "seconds": seconds,
+        }
+        reply = self._call(
+            "POST",
+            "/v1/probe",
+            payload,
+            attempts=1,
+            timeout=seconds + 60.0 if timeout is None else timeout,
+        )
+        if "error" in reply:
+            raise ProbeFailedError(str(reply["error"]), bool(reply.get("auth")))
+        return ProbeResult.from_dict(reply)
+
+    def probe_close(self, timeout: float | None = None) -> bool:
+        """Close this agent's probe server; whether one was open."""
+        reply = self._call("POST", "/v1/probe", {"action": "close"}, timeout=timeout)
+        return bool(reply.get("closed"))

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gateway_agent.client import GatewayClient
 from gateway_agent.probe import ProbeResult
 from skyplane_ops.profiler.errors import ProfilerError
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
@@ -217,17 +218,8 @@ class AgentProbeDriver:
         self._ports: dict[str, int] = {}
         self._gateways: list[Gateway] = []
 
-    def _call(
-        self, gw: Gateway, payload: dict[str, Any], timeout: float = 30.0, attempts: int = 4
-    ) -> dict[str, Any]:
-        from gateway_agent.client import GatewayClient
-
-        client = GatewayClient(
-            gw.host, gw.control_port, self._secret, timeout=timeout, attempts=attempts
-        )
-        # GatewayClient has no probe() helper; _call is its generic signed request.
-        result: dict[str, Any] = client._call("POST", "/v1/probe", payload)
-        return result
+    def _client(self, gw: Gateway, timeout: float = 30.0) -> GatewayClient:
+        return GatewayClient(gw.host, gw.control_port, self._secret, timeout=timeout)
 
     def start(self, fleet: GatewayFleet) -> None:
         from gateway_agent.client import GatewayError
@@ -237,8 +229,7 @@ class AgentProbeDriver:
         self._gateways = list(fleet.gateways)
         for gw in fleet.gateways:
             try:
-                reply = self._call(gw, {"action": "listen", "port": self._probe_port})
-                self._ports[gw.gateway_id] = int(reply["probe_port"])
+                self._ports[gw.gateway_id] = self._client(gw).probe_listen(self._probe_port)
             except GatewayError as exc:
                 if exc.status == 404 and self._fallback is not None:
                     self._using_fallback = True
@@ -253,21 +244,17 @@ class AgentProbeDriver:
 
         if self._using_fallback and self._fallback is not None:
             return self._fallback.probe(src, dst, connections, seconds)
-        payload = {
-            "action": "run",
-            "peer_host": dst.host,
-            "peer_port": self._ports[dst.gateway_id],
-            "connections": connections,
-            "seconds": seconds,
-        }
         try:
-            # One attempt: a retried probe would move its bytes (and egress dollars) twice.
-            data = self._call(src, payload, timeout=seconds + self._margin, attempts=1)
-        except GatewayError as exc:
+            # Sent once (never retried): a retried probe would pay its bytes twice.
+            return self._client(src).probe(
+                dst.host,
+                self._ports[dst.gateway_id],
+                connections=connections,
+                seconds=seconds,
+                timeout=seconds + self._margin,
+            )
+        except GatewayError as exc:  # ProbeFailedError too: the probe ran and failed
             raise ProfilerError(f"probe {src.region} -> {dst.region} failed: {exc}") from exc
-        if "error" in data:
-            raise ProfilerError(f"probe {src.region} -> {dst.region} failed: {data['error']}")
-        return ProbeResult.from_dict(data)
 
     def close(self) -> None:
         if self._using_fallback and self._fallback is not None:
@@ -276,5 +263,5 @@ class AgentProbeDriver:
         for gw in self._gateways:
             if gw.gateway_id in self._ports:
                 with contextlib.suppress(Exception):
-                    self._call(gw, {"action": "close"}, timeout=10)
+                    self._client(gw, timeout=10).probe_close()
         self._ports.clear()

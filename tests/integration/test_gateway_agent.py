@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from gateway_agent.auth import load_secret, new_secret, write_secret
-from gateway_agent.client import GatewayClient, GatewayError
+from gateway_agent.client import GatewayClient, GatewayError, ProbeFailedError
 
 
 def _start(
@@ -129,3 +131,55 @@ def test_loaded_agents_stop_promptly_on_sigterm(tmp_path: Path) -> None:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_probe_methods_and_run_is_never_retried(tmp_path: Path) -> None:
+    """``probe_listen`` / ``probe`` / ``probe_close`` on real agents; a probe run is sent once.
+
+    The no-retry half uses a real loopback listener that drops every connection without an
+    answer: the idempotent ``probe_listen`` is retried (4 connections), ``probe`` is not (1).
+    """
+    a, a_info, secret = _start(tmp_path)
+    b, b_info, _ = _start(tmp_path, name="gw-t-1", region="test:b")
+    try:
+        client_a = GatewayClient("127.0.0.1", a_info["control_port"], secret)
+        client_b = GatewayClient("127.0.0.1", b_info["control_port"], secret)
+        port = client_b.probe_listen()
+        assert client_b.probe_listen() == port  # idempotent
+        result = client_a.probe("127.0.0.1", port, connections=2, seconds=0.5)
+        assert result.connections == 2 and result.bytes_received > 0
+        assert client_b.probe_close()
+        with pytest.raises(ProbeFailedError):  # nobody listens there any more
+            client_a.probe("127.0.0.1", port, connections=1, seconds=0.2)
+        assert not client_b.probe_close()
+    finally:
+        for p in (a, b):
+            p.terminate()
+            p.wait(timeout=10)
+
+    dropper = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def drop_all() -> None:
+        while True:
+            try:
+                conn, _ = dropper.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+
+    threading.Thread(target=drop_all, daemon=True).start()
+    try:
+        client = GatewayClient("127.0.0.1", dropper.getsockname()[1], secret, attempts=4)
+        with pytest.raises(GatewayError):
+            client.probe_listen()
+        assert len(accepted) == 4
+        accepted.clear()
+        with pytest.raises(GatewayError):
+            client.probe("127.0.0.1", 9, connections=1, seconds=0.1)
+        time.sleep(0.2)
+        assert len(accepted) == 1
+    finally:
+        dropper.shutdown(socket.SHUT_RDWR)
+        dropper.close()
