@@ -252,8 +252,9 @@ def refresh_grid(
     """Measure every ordered pair of ``regions`` not measured within ``freshness_s``.
 
     Raises ``BudgetExceededError`` (before provisioning anything) when the egress estimate is
-    above ``budget_usd``. ``probe_port`` fixes the port gateways listen for probes on (for
-    backends whose firewall only opens known ports; 0 = any). Publishes a new grid version at
+    above ``budget_usd``. ``probe_port`` fixes the port gateways listen for probes on (0: the
+    one the fleet names in ``resources["probe_port"]``, for backends whose firewall or WAN
+    emulation only passes known ports; else any). Publishes a new grid version at
     ``store_uri`` with what was measured, also when the run fails or is interrupted half-way.
     """
     started = time.monotonic()
@@ -313,7 +314,6 @@ def refresh_grid(
         from skyplane_ops.provision import get_provisioner
 
         provisioner = get_provisioner(backend, **options)
-    driver = driver or _default_driver(backend, probe_port)
     fleet: GatewayFleet | None = None
     try:
         emit({"event": "provision", "regions": order})
@@ -323,6 +323,11 @@ def refresh_grid(
             tags={"skyplane-ops:purpose": "profiler", "skyplane-ops:run": run_id},
         )
         gateways = {r: fleet.in_region(r)[0] for r in order}
+        # A backend whose firewall or WAN emulation only passes known ports names the one for
+        # probes in its fleet (aws: the security group's; netns: the delay relays').
+        driver = driver or _default_driver(
+            backend, probe_port or int(fleet.resources.get("probe_port") or 0)
+        )
         driver.start(fleet)
         for index, rnd in enumerate(rounds, 1):
             emit({"event": "round", "round": index, "rounds": len(rounds), "pairs": rnd})
@@ -342,7 +347,8 @@ def refresh_grid(
             )
     finally:
         try:
-            driver.close()
+            if driver is not None:
+                driver.close()
         finally:
             if fleet is not None:
                 emit({"event": "deprovision"})

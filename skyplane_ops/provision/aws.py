@@ -1,11 +1,12 @@
 """The ``aws`` backend: ephemeral EC2 gateways, bootstrapped over SSH, leak-proof.
 
 Per region it creates one key pair (generated locally; only the public half is sent), one
-security group (SSH from the client only; the gateway ports from the client and the fleet's own
-gateways only) and the instances, every one tagged with the transfer id, the creator and an
-expiry, with ``InstanceInitiatedShutdownBehavior=terminate`` so that an agent that powers off
-after losing its control plane also ends the bill. Regions are provisioned in parallel. Any
-failure deletes everything created so far before raising. The SSH bootstrap is injectable (the
+security group (SSH from the client only; the gateway ports, control, data and the profiler's
+probe port, from the client and the fleet's own gateways only) and the instances, every one
+tagged with the transfer id, the creator and an expiry, with
+``InstanceInitiatedShutdownBehavior=terminate`` so that an agent that powers off after losing
+its control plane also ends the bill. Regions are provisioned in parallel. Any failure deletes
+everything created so far before raising. The SSH bootstrap is injectable (the
 tests run against moto's EC2 emulator, whose instances have no SSH).
 """
 
@@ -128,6 +129,7 @@ class AWSProvisioner:
         remote_python_version: str = "3.10",
         control_port: int = 8701,
         data_port: int = 8702,
+        probe_port: int = 8703,
         ttl_seconds: float = 6 * 3600,
         idle_timeout: float = 900.0,
         poweroff_on_idle: bool = True,
@@ -155,6 +157,7 @@ class AWSProvisioner:
         self.remote_python_version = remote_python_version
         self.control_port = control_port
         self.data_port = data_port
+        self.probe_port = probe_port
         self.ttl_seconds = ttl_seconds
         self.idle_timeout = idle_timeout
         self.endpoint_url = endpoint_url
@@ -282,7 +285,9 @@ class AWSProvisioner:
         state.public_ips = self._wait_running(ec2, state.instance_ids)
 
     def _gateway_ports(self) -> list[int]:
-        return sorted({self.control_port, self.data_port})
+        """Ports gateways listen on: control, data, and the one they take throughput probes
+        on (the profiler asks the agents to listen there, see ``GatewayFleet.resources``)."""
+        return sorted({self.control_port, self.data_port, self.probe_port})
 
     def _wait_running(self, ec2: Any, instance_ids: list[str]) -> dict[str, str]:
         deadline = time.monotonic() + self.start_timeout
@@ -389,7 +394,10 @@ class AWSProvisioner:
             secret_ref=secret_ref,
             tags=all_tags,
             created_at=all_tags[TAG_CREATED],
-            resources={"regions": {s.region: s.to_dict() for s in states}},
+            resources={
+                "regions": {s.region: s.to_dict() for s in states},
+                "probe_port": self.probe_port,
+            },
         )
         records.save_fleet(fleet)
         return fleet

@@ -12,12 +12,14 @@ namespaces and on the management veths, which are all deleted on tear-down.
 
 Added delay (the kernel here has no netem) comes from ``wanrelay``, a userspace relay in the
 sending namespace: the peer's region address is made local there and the relay, listening on
-the peer gateway's data port, forwards over the pair's link with the delay added (``delay_ms``
-is the added round-trip time). Gateways are the real agent, started with ``ip netns exec``.
+the peer gateway's data and probe ports, forwards over the pair's link with the delay added
+(``delay_ms`` is the added round-trip time). Gateways are the real agent, started with
+``ip netns exec``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -357,6 +359,23 @@ def teardown_namespaces(namespaces: Sequence[str], root_veths: Sequence[str]) ->
     return removed
 
 
+def _open_probe_server(gateway: Gateway, secret_ref: str) -> Gateway:
+    """Have the agent open its probe server now, so delayed links can relay its port too.
+
+    A relay can only forward ports known when the link is built, and a fixed port would clash
+    with the relays in the gateway's own namespace; the profiler later asks the agent to
+    listen again, which returns this already open server (``gateway_agent.probe``).
+    """
+    from gateway_agent.client import GatewayClient
+
+    client = GatewayClient(gateway.host, gateway.control_port, secret_bytes(secret_ref))
+    # GatewayClient has no probe() helper; _call is its generic signed request.
+    reply = client._call("POST", "/v1/probe", {"action": "listen", "port": 0})
+    return dataclasses.replace(
+        gateway, resources={**gateway.resources, "probe_port": int(reply["probe_port"])}
+    )
+
+
 # ------------------------------------------------------------------------ the backend
 
 
@@ -406,11 +425,14 @@ class NetnsProvisioner:
                 for region in testbed.regions
                 for i in range(vms[region])
             ]
+            if any(link.delay_ms > 0 for link in testbed.links):
+                gateways = [_open_probe_server(g, secret_ref) for g in gateways]
             for link in testbed.links:
                 if link.delay_ms > 0:
                     for src, dst in ((link.a, link.b), (link.b, link.a)):
                         for gw in (g for g in gateways if g.region == dst):
-                            testbed.add_delay(src, dst, gw.data_port, link.delay_ms)
+                            for port in (gw.data_port, gw.resources["probe_port"]):
+                                testbed.add_delay(src, dst, port, link.delay_ms)
         except BaseException:
             testbed.teardown()
             shutil.rmtree(workdir, ignore_errors=True)

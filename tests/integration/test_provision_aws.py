@@ -168,11 +168,12 @@ def test_fleet_tags_rules_and_clean_teardown(endpoint: str) -> None:
     )["SecurityGroups"]
     peer_ips = {f"{g.host}/32" for g in fleet.gateways}
     by_port = {p["FromPort"]: p for p in group["IpPermissions"]}
-    assert set(by_port) == {22, 8701, 8702}
+    # Control, data and the profiler's probe port (which the fleet names for the profiler).
+    assert set(by_port) == {22, 8701, 8702, 8703} and fleet.resources["probe_port"] == 8703
     # SSH only from the client; nothing is open to the world.
     assert [r["CidrIp"] for r in by_port[22]["IpRanges"]] == [CLIENT_CIDR]
     assert not by_port[22].get("UserIdGroupPairs")
-    for port in (8701, 8702):
+    for port in (8701, 8702, 8703):
         cidrs = {r["CidrIp"] for r in by_port[port]["IpRanges"]}
         assert cidrs == {CLIENT_CIDR} | peer_ips, "gateway ports: client + this fleet's gateways"
         assert [p["GroupId"] for p in by_port[port]["UserIdGroupPairs"]] == [group["GroupId"]]
@@ -184,6 +185,52 @@ def test_fleet_tags_rules_and_clean_teardown(endpoint: str) -> None:
     assert _leftovers(endpoint) == NOTHING
     assert not any(Path(p).exists() for p in key_paths)
     prov.deprovision(fleet)  # idempotent
+
+
+def test_profiler_probes_on_the_port_the_security_group_opens(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The profiler asks the agents to take probes on the fleet's probe port, which is open.
+
+    Moto's instances run no agent, so the probe driver is a stand-in that records the port it
+    was built with and which gateway pairs it probed; provisioning is the real backend.
+    """
+    from gateway_agent.probe import ProbeResult
+    from skyplane_ops.profiler import refresh_grid, run
+
+    used: dict[str, Any] = {}
+
+    class RecordingDriver:
+        def start(self, fleet: Any) -> None:
+            (group,) = _ec2(endpoint, "us-east-1").describe_security_groups(
+                Filters=[{"Name": f"tag:{TAG_TRANSFER}", "Values": [fleet.transfer_id]}]
+            )["SecurityGroups"]
+            used["open"] = {p["FromPort"] for p in group["IpPermissions"]}
+
+        def probe(self, src: Gateway, dst: Gateway, connections: int, seconds: float) -> Any:
+            return ProbeResult(dst.host, connections, seconds, 1, 1, 1.0, 1.0, 10.0, "now")
+
+        def close(self) -> None:
+            pass
+
+    def default_driver(backend: str, probe_port: int = 0) -> RecordingDriver:
+        used["backend"], used["probe_port"] = backend, probe_port
+        return RecordingDriver()
+
+    monkeypatch.setattr(run, "_default_driver", default_driver)
+    prov = _provisioner(endpoint, bootstrap=RecordingBootstrap(), probe_port=9123)
+    result = refresh_grid(
+        ["aws:us-east-1", "aws:eu-west-1"],
+        backend="aws",
+        provisioner=prov,
+        store_uri=str(tmp_path / "grid"),
+        duration_s=0.1,
+        run_id="aws-prof",
+    )
+    assert result.measured == 2
+    assert used["backend"] == "aws" and used["probe_port"] == 9123
+    assert used["open"] == {22, 8701, 8702, 9123}
+    assert _leftovers(endpoint) == NOTHING
 
 
 class _SlowRegions(AWSProvisioner):

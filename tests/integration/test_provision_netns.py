@@ -272,3 +272,23 @@ def test_transfer_over_a_delayed_link(tmp_path: Path) -> None:
     finally:
         prov.deprovision(fleet)
     _assert_nothing_left(tid, pids)
+
+
+def test_profiler_probes_cross_a_delayed_link(tmp_path: Path) -> None:
+    """Probes go through the delay relays too: measured RTT includes the added delay."""
+    from skyplane_ops.profiler import refresh_grid
+
+    run_id = f"nt-prof-{uuid.uuid4().hex[:6]}"
+    result = refresh_grid(
+        [A, B],
+        backend="netns",
+        backend_options={"grid": GRID, "delay_ms": {(A, B): 30.0}, "idle_timeout": 60},
+        connections=2,
+        duration_s=1.0,
+        store_uri=str(tmp_path / "grid"),
+        run_id=run_id,
+    )
+    assert not result.failed and result.measured == 2, result.failed
+    for m in result.measurements:
+        assert m.rtt_ms >= 30.0 and m.gbps > 0, m
+    _assert_nothing_left(run_id, [])
