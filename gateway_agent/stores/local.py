@@ -10,16 +10,18 @@ becomes ``%25``, an empty segment (from ``//`` or a trailing ``/``) becomes ``%0
 ``..`` become ``%2E``/``%2E%2E``. A key cannot be both an object and a "folder" of other keys
 (``a`` and ``a/b``): the filesystem refuses that and the store raises :class:`StoreError`.
 
-Writes go to a temporary file in the hidden staging folder ``<root>/.%staging`` (a name the
-escaping can never produce, and which ``list`` skips) and are atomically renamed into place.
+Writes and copies create the file atomically in its own folder (:mod:`._atomic`: an unnamed
+``O_TMPFILE`` linked into place, or a hidden ``.%tmp-*`` file renamed into place), so nothing
+half-written is ever visible and a small write costs a handful of system calls.
 Multipart parts are files ``.%staging/<upload_id>/<part>``, written by any process in any order;
 completion appends parts 2..N to part 1 (``copy_file_range``, in-kernel) and renames the result
 into place, abort removes the folder. Nothing stays behind: an upload's folder is removed on
 completion or abort, and ``.%staging`` itself once it is empty (so a replica tree is identical
 to its source). Other processes may be creating their own uploads at that moment, so creating a
 staging folder retries when ``.%staging`` vanishes under it, and removing ``.%staging`` only
-succeeds when it is empty. The extra copy at completion is the price of atomic
-visibility: the layer writes about 2x the bytes a plain ``open().write()`` does.
+succeeds when it is empty. ``.%staging`` and ``.%tmp-*`` are names the escaping never produces,
+and ``list`` skips them. The extra copy at completion is the price of atomic visibility: a
+multipart object costs about 2x the bytes a plain ``open().write()`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+from gateway_agent.stores._atomic import TMP_PREFIX, create_file, rename_into, write_all
 from gateway_agent.stores._common import (
     check_key,
     check_options,
@@ -70,25 +74,34 @@ def decode_segment(name: str) -> str:
     return "" if name == "%00" else unquote(name)
 
 
-def _append(part: Path, out_fd: int) -> None:
-    """Append a part file at ``out_fd``'s offset with an in-kernel copy (no trip through Python).
+def _copy_into(src_fd: int, out_fd: int) -> None:
+    """Copy all of ``src_fd`` at ``out_fd``'s offset in the kernel (no trip through Python).
 
     ``out_fd`` must not be O_APPEND (copy_file_range refuses that); both offsets advance, so the
     buffered fallback (other filesystems, old kernels) continues exactly where it stopped.
     """
+    remaining = os.fstat(src_fd).st_size
+    while remaining > 0:
+        try:
+            sent = os.copy_file_range(src_fd, out_fd, min(remaining, 1 << 30))
+        except OSError:
+            chunk = os.read(src_fd, min(remaining, _COPY_BUFFER))
+            write_all(out_fd, chunk)
+            sent = len(chunk)
+        if sent == 0:
+            return
+        remaining -= sent
+
+
+def _append(part: Path, out_fd: int) -> None:
+    """Append a whole part file at ``out_fd``'s offset."""
     with open(part, "rb", buffering=0) as src:
-        remaining = os.fstat(src.fileno()).st_size
-        while remaining > 0:
-            try:
-                sent = os.copy_file_range(src.fileno(), out_fd, min(remaining, 1 << 30))
-            except OSError:
-                chunk = memoryview(src.read(min(remaining, _COPY_BUFFER)))
-                sent = len(chunk)
-                while chunk:
-                    chunk = chunk[os.write(out_fd, chunk) :]
-            if sent == 0:
-                return
-            remaining -= sent
+        _copy_into(src.fileno(), out_fd)
+
+
+def _info(key: str, st: os.stat_result) -> ObjectInfo:
+    modified = datetime.fromtimestamp(st.st_mtime, UTC)
+    return ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}", {}, modified)
 
 
 class LocalStore:
@@ -103,11 +116,14 @@ class LocalStore:
         opts = check_options(options, frozenset({"fsync"}), self.uri)
         self._fsync = bool(opts.get("fsync", False))
         self.root = Path(parsed.bucket)
+        self._root = os.fspath(self.root).rstrip("/")
         self._staging = self.root / STAGING
 
     # -- paths and errors ---------------------------------------------------------------------
-    def _path(self, key: str) -> Path:
-        return self.root.joinpath(*(encode_segment(s) for s in check_key(key).split("/")))
+    def _path(self, key: str) -> str:
+        """The file of a key (a plain string: this is on every small write's hot path)."""
+        segments = check_key(key).split("/")
+        return self._root + "/" + "/".join([encode_segment(s) for s in segments])
 
     def _error(self, exc: OSError, op: str, key: str = "") -> StoreError:
         where = f"{op} {self.uri}{key}"
@@ -122,11 +138,7 @@ class LocalStore:
             return ObjectNotFoundError(f"{where}: no such key", code=code)
         return StoreError(f"{where}: {code}", code=code)
 
-    def _info(self, key: str, path: Path) -> ObjectInfo:
-        st = path.stat()
-        modified = datetime.fromtimestamp(st.st_mtime, UTC)
-        return ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}", {}, modified)
-
+    # -- staging (multipart only) --------------------------------------------------------------
     def _in_staging(self, make: Callable[[Path], T]) -> T:
         """Run ``make(staging)`` (it creates one entry there), creating ``.%staging`` first.
 
@@ -145,39 +157,15 @@ class LocalStore:
                 return make(self._staging)
         raise StoreError(f"{self.uri}: staging folder keeps vanishing", code="ENOENT")
 
-    def _tmp(self) -> Path:
-        def create(staging: Path) -> Path:
-            path = staging / f"tmp-{uuid.uuid4().hex}"
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
-            return path
-
-        return self._in_staging(create)
-
-    def _drop_staging(self, folder: Path | None = None) -> None:
+    def _drop_staging(self, folder: Path) -> None:
         """Remove an upload's folder, then ``.%staging`` if nothing else is in it.
 
         Best effort and race-safe: ``rmdir`` refuses a non-empty folder (ENOTEMPTY: another
-        upload or write is in flight) and a folder someone else already removed (ENOENT).
+        upload is in flight) and a folder someone else already removed (ENOENT).
         """
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rmdir(self._staging)
-
-    def _install(self, tmp: Path, key: str) -> Path:
-        """Atomically move a finished temp file to the key's path (creating folders)."""
-        dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, dest)
-        return dest
-
-    def _write_file(self, path: Path, chunks: Iterator[bytes] | Sequence[bytes]) -> None:
-        with open(path, "wb") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
-            if self._fsync:
-                fh.flush()
-                os.fsync(fh.fileno())
 
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
@@ -198,7 +186,9 @@ class LocalStore:
         except OSError as exc:
             raise self._error(exc, "list", base) from None
         for entry in entries:
-            if directory == self.root and entry.name == STAGING:
+            if entry.name.startswith(TMP_PREFIX) or (
+                directory == self.root and entry.name == STAGING
+            ):
                 continue
             key = base + decode_segment(entry.name)
             if entry.is_dir(follow_symlinks=False):
@@ -206,16 +196,16 @@ class LocalStore:
                     yield from self._walk(Path(entry.path), key + "/", prefix)
             elif key.startswith(prefix):
                 try:
-                    yield self._info(key, Path(entry.path))
+                    yield _info(key, os.stat(entry.path))
                 except FileNotFoundError:
                     continue  # deleted while listing
 
     def head(self, key: str) -> ObjectInfo:
-        path = self._path(key)
         try:
-            if path.is_dir():
+            st = os.stat(self._path(key))
+            if stat.S_ISDIR(st.st_mode):
                 raise FileNotFoundError(errno.ENOENT, "is a folder")
-            return self._info(key, path)
+            return _info(key, st)
         except OSError as exc:
             raise self._error(exc, "head", key) from None
 
@@ -229,31 +219,26 @@ class LocalStore:
             raise self._error(exc, "read", key) from None
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
-        check_key(key)
+        dest = self._path(key)
         try:
-            tmp = self._tmp()
-            try:
-                self._write_file(tmp, [data])
-                return self._info(key, self._install(tmp, key))
-            finally:
-                tmp.unlink(missing_ok=True)
-                self._drop_staging()
+            st = create_file(dest, lambda fd: write_all(fd, data), fsync=self._fsync)
         except OSError as exc:
             raise self._error(exc, "write", key) from None
+        return _info(key, st)
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
-        """Copy within the root (through a temp file, so the destination appears atomically)."""
-        check_key(dst_key)
+        """Copy within the root (in the kernel; the destination appears atomically)."""
+        dest = self._path(dst_key)
         try:
-            tmp = self._tmp()
-            try:
-                shutil.copyfile(self._path(src_key), tmp)
-                return self._info(dst_key, self._install(tmp, dst_key))
-            finally:
-                tmp.unlink(missing_ok=True)
-                self._drop_staging()
+            with open(self._path(src_key), "rb", buffering=0) as src:
+
+                def fill(fd: int) -> None:
+                    _copy_into(src.fileno(), fd)
+
+                st = create_file(dest, fill, fsync=self._fsync)
         except OSError as exc:
             raise self._error(exc, "copy", src_key) from None
+        return _info(dst_key, st)
 
     def _upload_dir(self, key: str, upload_id: str) -> Path:
         folder = self._staging / check_upload_id(upload_id)
@@ -283,13 +268,10 @@ class LocalStore:
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
         check_part_number(part_number, self.capabilities.max_parts)
-        folder = self._upload_dir(key, upload_id)
-        tmp = folder / f"tmp-{uuid.uuid4().hex}"
-        try:
-            self._write_file(tmp, [data])
-            os.replace(tmp, folder / f"{part_number:05d}")
+        part = os.path.join(self._upload_dir(key, upload_id), f"{part_number:05d}")
+        try:  # an aborted upload's folder must not come back: no parent folders are created
+            create_file(part, lambda fd: write_all(fd, data), fsync=self._fsync, make_parents=False)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise self._error(exc, "upload_part", key) from None
 
     def complete_multipart(
@@ -311,16 +293,17 @@ class LocalStore:
                     _append(part, out_fd)
                 if self._fsync:
                     os.fsync(out_fd)
+                st = os.fstat(out_fd)
             finally:
                 os.close(out_fd)
-            info = self._info(key, self._install(assembled, key))
+            rename_into(os.fspath(assembled), self._path(key))
         except OSError as exc:
             with contextlib.suppress(OSError):  # put part 1 back so completion can be retried
                 os.truncate(assembled, first_size)
                 os.replace(assembled, parts[0])
             raise self._error(exc, "complete_multipart", key) from None
         self._drop_staging(folder)
-        return info
+        return _info(key, st)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         self._drop_staging(self._staging / check_upload_id(upload_id))
@@ -328,15 +311,15 @@ class LocalStore:
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
-            path.unlink()
+            os.unlink(path)
         except FileNotFoundError:
             return
         except OSError as exc:
             raise self._error(exc, "delete", key) from None
-        parent = path.parent
-        while parent != self.root and self.root in parent.parents:
+        parent = os.path.dirname(path)
+        while len(parent) > len(self._root) and parent.startswith(self._root + "/"):
             try:
-                parent.rmdir()  # prune folders the key left empty, like object stores do
+                os.rmdir(parent)  # prune folders the key left empty, like object stores do
             except OSError:
                 break
-            parent = parent.parent
+            parent = os.path.dirname(parent)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,10 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_agent.stores import StoreError, TransientStoreError, open_store
+from gateway_agent.stores import StoreError, TransientStoreError, _atomic, open_store
 from gateway_agent.stores import memory as memory_backend
+from gateway_agent.stores._atomic import TMP_PREFIX, create_file
 from gateway_agent.stores.local import STAGING, decode_segment, encode_segment
 from tests.fixtures.ports import free_port
+from tests.stores.conftest import local_tree
 
 
 # -- retries (tenacity) --------------------------------------------------------------------------
@@ -83,6 +86,7 @@ def test_local_segment_encoding_round_trips(segment: str) -> None:
     name = encode_segment(segment)
     assert decode_segment(name) == segment
     assert name not in ("", ".", "..") and "/" not in name and name != STAGING
+    assert not name.startswith(TMP_PREFIX)
 
 
 def test_local_staging_is_never_listed(tmp_path: Path) -> None:
@@ -110,7 +114,8 @@ def test_local_staging_folder_is_kept_while_another_upload_uses_it(tmp_path: Pat
 
 
 def test_local_parallel_uploads_across_processes_leave_nothing(tmp_path: Path) -> None:
-    """Processes racing to create and remove ``.%staging`` never fail and leave no folder."""
+    """Processes racing to create and remove ``.%staging`` (and folders emptied by deletes)
+    never fail and leave nothing behind."""
     code = textwrap.dedent(
         """
         import sys
@@ -125,6 +130,9 @@ def test_local_parallel_uploads_across_processes_leave_nothing(tmp_path: Path) -
             else:
                 store.abort_multipart(key, upload)
             store.write(key + ".w", b"y")
+            shared = f"shared/folder/{sys.argv[2]}-{i}"  # pruned and recreated all the time
+            store.write(shared, b"z")
+            store.delete(shared)
         """
     )
     procs = [
@@ -132,8 +140,64 @@ def test_local_parallel_uploads_across_processes_leave_nothing(tmp_path: Path) -
         for n in range(4)
     ]
     assert [p.wait(timeout=120) for p in procs] == [0] * 4
-    assert not (tmp_path / STAGING).exists()
+    assert not (tmp_path / STAGING).exists() and not (tmp_path / "shared").exists()
     assert len(list(open_store(f"file://{tmp_path}").list())) == 4 * (100 + 150)
+    assert len(local_tree(tmp_path)) == 4 * (100 + 150)  # no hidden temporary files either
+
+
+@pytest.fixture(params=["O_TMPFILE", "named temp file"])
+def atomic_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of creating a file atomically; the fallback is forced by hiding /proc."""
+    if request.param == "O_TMPFILE":
+        if _atomic._proc_fd() is None:
+            pytest.skip("no O_TMPFILE on this filesystem")
+    else:
+        monkeypatch.setitem(_atomic._state, "proc", None)
+    return str(request.param)
+
+
+def test_local_writes_in_both_atomic_modes(tmp_path: Path, atomic_mode: str) -> None:
+    store = open_store(f"file://{tmp_path}")
+    store.write("a/new", b"1")
+    store.write("a/new", b"22")  # overwrite: O_TMPFILE cannot link over a file, renames instead
+    assert store.copy("a/new", "b/copy").size == 2  # type: ignore[attr-defined]
+    store.write("c", b"")
+    assert [(i.key, store.read(i.key)) for i in store.list()] == [
+        ("a/new", b"22"),
+        ("b/copy", b"22"),
+        ("c", b""),
+    ]
+    assert local_tree(tmp_path) == ["a/new", "b/copy", "c"]
+    assert (tmp_path / "c").stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_failed_write_leaves_nothing(tmp_path: Path, atomic_mode: str) -> None:
+    """A write that dies half-way (here: the data source fails) leaves no file, named or not."""
+
+    def fill(fd: int) -> None:
+        os.write(fd, b"half of it")
+        raise RuntimeError("source failed")
+
+    (tmp_path / "old").write_bytes(b"previous")
+    for name in ("new", "old"):
+        with pytest.raises(RuntimeError):
+            create_file(str(tmp_path / name), fill)
+    assert local_tree(tmp_path) == ["old"]
+    assert (tmp_path / "old").read_bytes() == b"previous"
+
+
+def test_local_list_skips_leftover_temporary_files(tmp_path: Path) -> None:
+    """A named temp file a crashed writer left (fallback mode) is never listed as a key."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / f"{TMP_PREFIX}0123abcd").write_bytes(b"half")
+    (tmp_path / "d" / "real").write_bytes(b"whole")
+    assert [i.key for i in open_store(f"file://{tmp_path}").list()] == ["d/real"]
 
 
 def test_local_files_are_plain_files(tmp_path: Path) -> None:

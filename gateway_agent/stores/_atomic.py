@@ -1,0 +1,144 @@
+"""Atomic file creation for the local store: a file appears complete under its name, or not at all.
+
+Fast path (Linux ``O_TMPFILE``: ext4, xfs, btrfs, tmpfs): an unnamed file is opened in the
+target's folder, filled, then given its name with ``linkat`` -- four system calls for a small
+object (open, write, fstat, link) and nothing left behind if the process dies half-way. ``linkat``
+never replaces a file, so an overwrite links under a hidden temporary name and renames that over
+the old file. Where ``O_TMPFILE`` is missing, a hidden named temporary file (``.%tmp-<random>``,
+a name key escaping never produces, so listings skip it) is written in the same folder and
+renamed into place.
+
+Missing parent folders are created on demand: the first attempt assumes they exist (the common
+case costs no extra call), and a folder that vanishes under us (another process pruning empty
+folders after a delete) is recreated and the step retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Callable
+
+TMP_PREFIX = ".%tmp-"
+_ATTEMPTS = 16
+_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)  # what kernels/filesystems answer
+_state: dict[str, int | None] = {}  # "proc": an fd of /proc (None: no usable O_TMPFILE)
+
+
+def _proc_fd() -> int | None:
+    """A directory fd of ``/proc`` (``self/fd/N`` is resolved per call, so it survives fork)."""
+    if "proc" not in _state:
+        fd = None
+        if hasattr(os, "O_TMPFILE"):
+            with contextlib.suppress(OSError):
+                fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _state["proc"] = fd
+    return _state["proc"]
+
+
+def tmp_name(folder: str) -> str:
+    """A fresh hidden name in ``folder`` for a temporary file."""
+    return os.path.join(folder, TMP_PREFIX + os.urandom(8).hex())
+
+
+def make_folder(folder: str) -> None:
+    """``mkdir -p`` for a retry loop: it tolerates a concurrent creator and a concurrent pruner
+    (the caller's next attempt tells); an existing *file* in the way surfaces there as ENOTDIR.
+    """
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.makedirs(folder, exist_ok=True)
+
+
+def _open(folder: str, make_parents: bool) -> tuple[int, str | None]:
+    """Open a writable file in ``folder``: unnamed (``None``) or a hidden temporary name."""
+    for _ in range(_ATTEMPTS):
+        try:
+            if _proc_fd() is not None:
+                try:
+                    return os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666), None
+                except OSError as exc:
+                    if exc.errno in _UNSUPPORTED:
+                        _state["proc"] = None  # this filesystem has no O_TMPFILE: stop trying
+                    elif exc.errno != errno.EPERM:
+                        raise
+                    # EPERM: also what O_TMPFILE answers in a folder removed under us; the named
+                    # open below tells that race (ENOENT, retried) from a real refusal.
+            tmp = tmp_name(folder)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            return os.open(tmp, flags, 0o666), tmp
+        except FileNotFoundError:
+            if not make_parents:
+                raise
+            make_folder(folder)
+    raise FileNotFoundError(errno.ENOENT, "folder keeps vanishing", folder)
+
+
+def _link(fd: int, dest: str) -> None:
+    """Give the unnamed file ``fd`` the name ``dest``, replacing an existing file atomically."""
+    proc = _state["proc"]
+    source = f"self/fd/{fd}"
+    try:
+        os.link(source, dest, src_dir_fd=proc, follow_symlinks=True)
+    except FileExistsError:
+        tmp = tmp_name(os.path.dirname(dest))
+        os.link(source, tmp, src_dir_fd=proc, follow_symlinks=True)
+        try:
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def rename_into(src: str, dest: str, make_parents: bool = True) -> None:
+    """``os.replace`` that creates (or recreates) the destination's folders when needed."""
+    for _ in range(_ATTEMPTS):
+        try:
+            os.replace(src, dest)
+            return
+        except FileNotFoundError:
+            if not make_parents or not os.path.exists(src):
+                raise
+            make_folder(os.path.dirname(dest))
+    raise FileNotFoundError(errno.ENOENT, "folder keeps vanishing", dest)
+
+
+def create_file(
+    dest: str, fill: Callable[[int], None], *, fsync: bool = False, make_parents: bool = True
+) -> os.stat_result:
+    """Create ``dest`` with ``fill(fd)``; it appears whole or not at all. Returns its stat."""
+    folder = os.path.dirname(dest)
+    fd, tmp = _open(folder, make_parents)
+    try:
+        fill(fd)
+        if fsync:
+            os.fsync(fd)
+        st = os.fstat(fd)
+        if tmp is not None:
+            rename_into(tmp, dest, make_parents)
+            tmp = None
+        else:
+            for _ in range(_ATTEMPTS):
+                try:
+                    _link(fd, dest)
+                    break
+                except FileNotFoundError:
+                    if not make_parents:
+                        raise
+                    make_folder(folder)
+            else:
+                raise FileNotFoundError(errno.ENOENT, "folder keeps vanishing", folder)
+        return st
+    finally:
+        os.close(fd)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is written (short writes happen on some filesystems)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
