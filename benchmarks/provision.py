@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -93,27 +92,6 @@ def bench_ssh(repeat: int, work: Path) -> list[dict[str, Any]]:
     ]
 
 
-def _iperf(tb: Testbed, src: str, dst: str, seconds: float) -> float:
-    server = subprocess.Popen(
-        tb.exec_argv(dst, ["iperf3", "-s", "-1", "-B", tb.address(dst), "-p", "5299"]),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.4)
-        out = subprocess.run(
-            tb.exec_argv(
-                src, ["iperf3", "-c", tb.address(dst), "-p", "5299", "-t", str(seconds), "-J"]
-            ),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
-    finally:
-        server.wait(timeout=10)
-
-
 def _steady_mbit(samples: list[Progress]) -> float:
     total = samples[-1].bytes_total
     pts = [(s.elapsed_s, s.bytes_done) for s in samples if 0 < s.bytes_done < total]
@@ -142,7 +120,7 @@ def bench_netns(repeat: int, seconds: float, mib: int, work: Path) -> list[dict[
     try:
         for src, dst in ((A, B), (B, A), (A, C), (C, A), (C, B), (B, C)):
             shaped = tb.shaped_mbit(src, dst)
-            got = _iperf(tb, src, dst, seconds)
+            got = tb.iperf_mbit(src, dst, seconds)
             rows.append(
                 {
                     "row": f"link {src[-1]}->{dst[-1]} (iperf3)",

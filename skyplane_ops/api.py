@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.transfer import ProgressCallback, TransferResult
+from skyplane_ops.transfer import TransferResult, run_transfer
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
@@ -176,43 +176,10 @@ def provision(
     )
 
 
-def transfer(
-    plan: TransferPlan,
-    fleet: GatewayFleet,
-    src_uri: str,
-    dst_uri: str,
-    *,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    journal_dir: str | None = None,
-    sync: bool = False,
-    progress: ProgressCallback | None = None,
-    **engine_options: Any,
-) -> TransferResult:
-    """Run the transfer on the fleet along the plan and verify it.
-
-    Re-running with the same ``journal_dir`` resumes: only chunks not yet written are sent.
-    ``engine_options`` go to ``skyplane_ops.transfer.run_transfer`` (part_size, verify,
-    dispatch).
-    """
-    from skyplane_ops.transfer import run_transfer
-
-    return run_transfer(
-        plan,
-        fleet,
-        src_uri,
-        dst_uri,
-        src_options=src_options,
-        dst_options=dst_options,
-        include=include,
-        exclude=exclude,
-        journal_dir=journal_dir,
-        sync=sync,
-        progress=progress,
-        **engine_options,
-    )
+# The transfer step is the engine's own entry point, not a copy of its signature: re-running it
+# with the same ``journal_dir`` resumes (only chunks not yet written are sent); ``part_size``,
+# ``verify`` and ``dispatch`` tune the engine.
+transfer = run_transfer
 
 
 def deprovision(

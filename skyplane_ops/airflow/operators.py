@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -132,7 +132,60 @@ def _default_dst_outlets(dst: Any, dst_asset: Asset | bool | None, outlets: Any)
     return outlets
 
 
-class SkyplanePlanOperator(_SkyplaneBaseOperator):
+class _PlanningOperator(_SkyplaneBaseOperator):
+    """Sizing the source and planning, shared by the plan and the one-task copy operators."""
+
+    src_region: str
+    src: str | None
+    volume_gb: float | str | None
+    min_throughput_gbps: float | str | None
+    max_cost_usd: float | str | None
+    deadline_seconds: float | str | None
+    include: Sequence[str] | str | None
+    exclude: Sequence[str] | str | None
+    plan_uri: str | None
+    plan_conn_id: str | None
+
+    def _volume(self, access: Callable[[], tuple[Mapping[str, Any], Mapping[str, str]]]) -> float:
+        """``volume_gb`` as given, else what listing ``src`` (include/exclude) finds, with the
+        store options and credential environment ``access()`` gives (called only then)."""
+        volume = _float_or_none("volume_gb", self.volume_gb)
+        if volume is None and self.src:
+            src_options, env = access()
+            volume = SkyplaneHook.source_volume_gb(
+                str(self.src),
+                src_options=src_options,
+                include=_as_list(self.include),
+                exclude=_as_list(self.exclude),
+                env=env,
+            )
+            self.log.info("volume measured at the source: %.6f GB", volume)
+        if volume is None or volume < 0:
+            raise ValueError(
+                f"volume_gb must be a non-negative number (or give src), got {self.volume_gb!r}"
+            )
+        return volume
+
+    def _plan_and_store(
+        self, dst_regions: str | Sequence[str], volume: float, transfer_id: str
+    ) -> tuple[TransferPlan, str]:
+        """Plan with the operator's bound; the full plan is written to ``plan_uri`` (default
+        ``<work_dir>/plans/<transfer_id>.json``), whose URI is returned with it."""
+        plan = self.hook.plan(
+            str(self.src_region),
+            dst_regions,
+            volume,
+            min_throughput_gbps=_float_or_none("min_throughput_gbps", self.min_throughput_gbps),
+            max_cost_usd=_float_or_none("max_cost_usd", self.max_cost_usd),
+            deadline_seconds=_float_or_none("deadline_seconds", self.deadline_seconds),
+        )
+        uri = self.plan_uri or os.path.join(
+            self.hook.settings.work_dir, "plans", f"{transfer_id}.json"
+        )
+        return plan, SkyplaneHook.write_plan(plan, uri, conn_id=self.plan_conn_id)
+
+
+class SkyplanePlanOperator(_PlanningOperator):
     """Plan an overlay transfer; stores the full plan at ``plan_uri``, returns a summary.
 
     At most one bound: ``min_throughput_gbps`` (cheapest plan at least this fast),
@@ -191,34 +244,15 @@ class SkyplanePlanOperator(_SkyplaneBaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         transfer_id = self.resolve_transfer_id(context)
-        volume = _float_or_none("volume_gb", self.volume_gb)
-        if volume is None and self.src:
-            access = self.hook.store_access(self.src_conn_id)
-            volume = SkyplaneHook.source_volume_gb(
-                str(self.src),
-                src_options={**access.options, **self.src_options},
-                include=_as_list(self.include),
-                exclude=_as_list(self.exclude),
-                env=access.env,
-            )
-            self.log.info("volume measured at the source: %.6f GB", volume)
-        if volume is None or volume < 0:
-            raise ValueError(
-                f"volume_gb must be a non-negative number (or give src), got {self.volume_gb!r}"
-            )
+
+        def access() -> tuple[dict[str, Any], dict[str, str]]:
+            found = self.hook.store_access(self.src_conn_id)
+            return {**found.options, **self.src_options}, found.env
+
         dsts = _as_list(self.dst_regions)
-        plan = self.hook.plan(
-            str(self.src_region),
-            dsts if len(dsts) != 1 else dsts[0],
-            volume,
-            min_throughput_gbps=_float_or_none("min_throughput_gbps", self.min_throughput_gbps),
-            max_cost_usd=_float_or_none("max_cost_usd", self.max_cost_usd),
-            deadline_seconds=_float_or_none("deadline_seconds", self.deadline_seconds),
+        plan, stored = self._plan_and_store(
+            dsts if len(dsts) != 1 else dsts[0], self._volume(access), transfer_id
         )
-        uri = self.plan_uri or os.path.join(
-            self.hook.settings.work_dir, "plans", f"{transfer_id}.json"
-        )
-        stored = SkyplaneHook.write_plan(plan, uri, conn_id=self.plan_conn_id)
         summary = plan_summary(plan, plan_uri=stored, transfer_id=transfer_id)
         self.log.info(
             "plan %s: %s, %.3f Gbit/s, $%.4f; full plan at %s",
@@ -627,7 +661,7 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
         )
 
 
-class SkyplaneCopyOperator(_SkyplaneBaseOperator):
+class SkyplaneCopyOperator(_PlanningOperator):
     """One task: plan, provision, transfer, and always deprovision.
 
     The convenience for a DAG that does not need the steps as separate tasks. It runs
@@ -700,31 +734,9 @@ class SkyplaneCopyOperator(_SkyplaneBaseOperator):
         src_access = self.hook.store_access(self.src_conn_id)
         dst_access = self.hook.store_access(self.dst_conn_id)
         env = merge_env(src_access, dst_access)
-        volume = _float_or_none("volume_gb", self.volume_gb)
-        if volume is None:
-            volume = SkyplaneHook.source_volume_gb(
-                str(self.src),
-                src_options=src_access.options,
-                include=_as_list(self.include),
-                exclude=_as_list(self.exclude),
-                env=env,
-            )
-        if volume < 0:
-            raise ValueError(f"volume_gb must be a non-negative number, got {self.volume_gb!r}")
-        plan = self.hook.plan(
-            str(self.src_region),
-            str(self.dst_region),
-            volume,
-            min_throughput_gbps=_float_or_none("min_throughput_gbps", self.min_throughput_gbps),
-            max_cost_usd=_float_or_none("max_cost_usd", self.max_cost_usd),
-            deadline_seconds=_float_or_none("deadline_seconds", self.deadline_seconds),
-        )
+        volume = self._volume(lambda: (src_access.options, env))
+        plan, plan_uri = self._plan_and_store(str(self.dst_region), volume, transfer_id)
         work_dir = self.hook.settings.work_dir
-        plan_uri = SkyplaneHook.write_plan(
-            plan,
-            self.plan_uri or os.path.join(work_dir, "plans", f"{transfer_id}.json"),
-            conn_id=self.plan_conn_id,
-        )
         journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
         try:
             self._fleet = self.hook.provision(plan, transfer_id=transfer_id)

@@ -69,6 +69,14 @@ def skyplane_transfer_group(
             "skyplane_conn_id": skyplane_conn_id,
             "transfer_id": run_transfer_id,
         }
+        # What to copy: the plan task sizes it, the transfer task moves it.
+        source: dict[str, Any] = {
+            "src": src,
+            "src_conn_id": src_conn_id,
+            "src_options": src_options,
+            "include": include,
+            "exclude": exclude,
+        }
         plan = SkyplanePlanOperator(
             task_id="plan",
             src_region=src_region,
@@ -79,11 +87,7 @@ def skyplane_transfer_group(
             deadline_seconds=deadline_seconds,
             plan_uri=plan_uri,
             plan_conn_id=plan_conn_id,
-            src=src,
-            src_conn_id=src_conn_id,
-            src_options=src_options,
-            include=include,
-            exclude=exclude,
+            **source,
             **common,
             **task_kwargs,
         )
@@ -97,15 +101,11 @@ def skyplane_transfer_group(
         )
         transfer = SkyplaneTransferOperator(
             task_id="transfer",
-            src=src,
             dst=dst,
             plan=plan.output,
             fleet=provision.output,
-            include=include,
-            exclude=exclude,
-            src_conn_id=src_conn_id,
+            **source,
             dst_conn_id=dst_conn_id,
-            src_options=src_options,
             dst_options=dst_options,
             engine_options=engine_options,
             plan_conn_id=plan_conn_id,

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from skyplane_ops import api
+from skyplane_ops.commands.planning import add_plan_arguments, plan_arguments
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
@@ -34,14 +35,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--src-region", required=True, help="region of the source, e.g. aws:us-east-1")
     p.add_argument("--dst-region", required=True, help="region of the destination")
     p.add_argument("--plan", metavar="FILE", help="use this plan JSON instead of planning")
-    bound = p.add_mutually_exclusive_group()
-    bound.add_argument("--min-throughput-gbps", type=float, help="cheapest plan at least this fast")
-    bound.add_argument("--max-cost-usd", type=float, help="fastest plan at most this dear")
-    bound.add_argument("--deadline-seconds", type=float, help="cheapest plan that finishes in time")
-    p.add_argument("--max-vms", type=int, default=None, help="VMs per region limit")
-    p.add_argument("--max-conns", type=int, default=None, help="TCP connections per VM limit")
-    p.add_argument("--max-relays", type=int, default=1, help="relay regions per path")
-    p.add_argument("--grid-store", metavar="URI", help="plan on this profiler grid store's latest")
+    add_plan_arguments(p)
     p.add_argument("--backend", default="local", help="provisioning backend (default: local)")
     p.add_argument(
         "--backend-options",
@@ -101,13 +95,7 @@ def make_plan(args: argparse.Namespace, volume_gb: float) -> TransferPlan:
         args.src_region,
         args.dst_region,
         volume_gb,
-        min_throughput_gbps=args.min_throughput_gbps,
-        max_cost_usd=args.max_cost_usd,
-        deadline_seconds=args.deadline_seconds,
-        max_vms_per_region=args.max_vms,
-        max_connections_per_vm=args.max_conns,
-        max_relays=args.max_relays,
-        grid_store=args.grid_store,
+        **plan_arguments(args),
     )
 
 

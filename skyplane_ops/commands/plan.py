@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from skyplane_ops import api
+from skyplane_ops.commands.planning import add_plan_arguments, plan_arguments
 from skyplane_ops.planner import plot_frontier, render_mermaid, render_text
 from skyplane_ops.planner.problem import InvalidProblemError
 
@@ -28,25 +29,13 @@ def register(subparsers: Any) -> None:
         "--dst", required=True, action="append", help="destination region (repeat for several)"
     )
     p.add_argument("--volume-gb", type=float, required=True, help="data volume in GB")
-    bound = p.add_mutually_exclusive_group()
-    bound.add_argument("--min-throughput-gbps", type=float, help="min cost s.t. this throughput")
-    bound.add_argument(
-        "--deadline-seconds", type=float, help="min cost s.t. done in this time (incl. VM start)"
-    )
-    bound.add_argument("--max-cost-usd", type=float, help="max throughput s.t. this total cost")
-    p.add_argument("--max-vms", type=int, help="VMs per region at most (default: provider limit)")
-    p.add_argument("--max-conns", type=int, help="TCP connections per VM at most")
-    p.add_argument("--max-relays", type=int, default=1, choices=(0, 1, 2), help="relays per path")
+    add_plan_arguments(p)
     p.add_argument(
         "--provisioning-seconds", type=float, default=60.0, help="VM start-up time billed (60)"
     )
     p.add_argument("--gcp-tier", choices=("premium", "standard"), default="premium")
     p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
-    grid = p.add_mutually_exclusive_group()
-    grid.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
-    grid.add_argument(
-        "--grid-store", metavar="URI", help="plan on this profiler grid store's latest version"
-    )
+    p.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
     p.add_argument(
         "--exact-floor",
         action="store_true",
@@ -67,15 +56,9 @@ def run(args: argparse.Namespace) -> int:
         args.src,
         args.dst,
         args.volume_gb,
-        min_throughput_gbps=args.min_throughput_gbps,
-        max_cost_usd=args.max_cost_usd,
-        deadline_seconds=args.deadline_seconds,
-        max_vms_per_region=args.max_vms,
-        max_connections_per_vm=args.max_conns,
-        max_relays=args.max_relays,
+        **plan_arguments(args),
         profile_overrides=args.profile_overrides,
         measured_grid=args.measured_grid,
-        grid_store=args.grid_store,
         gcp_tier=args.gcp_tier,
         provisioning_seconds=args.provisioning_seconds,
         lp=args.lp,

@@ -158,14 +158,16 @@ class _Prepared:
 
 def _prepare(
     regions: Sequence[str],
-    connections: int,
-    duration_s: float,
+    *,
+    connections: int = DEFAULT_CONNECTIONS,
+    duration_s: float = DEFAULT_SECONDS,
+    budget_usd: float | None = None,
     store_uri: str,
-    store_options: Mapping[str, Any] | None,
-    freshness_s: float,
-    exclusive: bool,
-    profile: Any,
-    budget_usd: float | None,
+    store_options: Mapping[str, Any] | None = None,
+    freshness_s: float = 0.0,
+    exclusive: bool = False,
+    profile: Any = None,
+    **_ignored: Any,
 ) -> _Prepared:
     """Everything decided before provisioning: pairs left, rounds, cost estimate."""
     order = _validate(regions, connections, duration_s)
@@ -192,31 +194,11 @@ def _prepare(
     return _Prepared(order, store, fresh, todo, rounds, estimate, profile)
 
 
-def plan_run(
-    regions: Sequence[str],
-    *,
-    connections: int = DEFAULT_CONNECTIONS,
-    duration_s: float = DEFAULT_SECONDS,
-    budget_usd: float | None = None,
-    store_uri: str,
-    store_options: Mapping[str, Any] | None = None,
-    freshness_s: float = 0.0,
-    exclusive: bool = False,
-    profile: Any = None,
-    **_ignored: Any,
-) -> dict[str, Any]:
-    """What ``refresh_grid`` would do (pairs, rounds, estimate), without provisioning."""
-    prep = _prepare(
-        regions,
-        connections,
-        duration_s,
-        store_uri,
-        store_options,
-        freshness_s,
-        exclusive,
-        profile,
-        budget_usd,
-    )
+def plan_run(regions: Sequence[str], **options: Any) -> dict[str, Any]:
+    """What ``refresh_grid`` would do (pairs, rounds, estimate), without provisioning; takes
+    ``refresh_grid``'s keyword arguments (those about gateways are ignored)."""
+    prep = _prepare(regions, **options)
+    budget_usd = options.get("budget_usd")
     return {
         "regions": prep.order,
         "pairs": len(prep.todo),
@@ -263,14 +245,14 @@ def refresh_grid(
     emit = progress or (lambda event: None)
     prep = _prepare(
         regions,
-        connections,
-        duration_s,
-        store_uri,
-        store_options,
-        freshness_s,
-        exclusive,
-        profile,
-        budget_usd,
+        connections=connections,
+        duration_s=duration_s,
+        budget_usd=budget_usd,
+        store_uri=store_uri,
+        store_options=store_options,
+        freshness_s=freshness_s,
+        exclusive=exclusive,
+        profile=profile,
     )
     check_budget(prep.estimate, budget_usd)
     order, store, fresh, todo, rounds, estimate, profile = (

@@ -135,3 +135,38 @@ def build_wheelhouse(
     if proc.returncode != 0:
         raise ProvisionError(f"pip download of agent wheels failed: {proc.stderr.strip()[-500:]}")
     return sorted(dest.glob("*.whl"))
+
+
+def serve_args(
+    *,
+    host: str,
+    secret_file: str,
+    ready_file: str,
+    gateway_id: str,
+    region: str,
+    idle_timeout: float,
+    control_port: int = 0,
+    data_port: int = 0,
+) -> list[str]:
+    """``-m gateway_agent serve ...``: how every backend starts an agent (after ``python``)."""
+    return [
+        "-m",
+        "gateway_agent",
+        "serve",
+        "--host",
+        host,
+        "--control-port",
+        str(control_port),
+        "--data-port",
+        str(data_port),
+        "--secret-file",
+        secret_file,
+        "--ready-file",
+        ready_file,
+        "--gateway-id",
+        gateway_id,
+        "--region",
+        region,
+        "--idle-timeout",
+        str(idle_timeout),
+    ]

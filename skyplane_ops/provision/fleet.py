@@ -8,7 +8,9 @@ and is enough on its own to find and delete every resource that was created.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -38,6 +40,27 @@ class GatewayFleet:
     created_at: str = ""
     # Backend-level resources shared by gateways (security groups, key pairs, links, ...).
     resources: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls,
+        transfer_id: str,
+        backend: str,
+        gateways: list[Gateway],
+        secret_ref: str,
+        tags: Mapping[str, str] | None = None,
+        resources: dict[str, Any] | None = None,
+    ) -> GatewayFleet:
+        """A fleet just provisioned: tagged with its transfer id, stamped with the time now."""
+        return cls(
+            transfer_id=transfer_id,
+            backend=backend,
+            gateways=gateways,
+            secret_ref=secret_ref,
+            tags={"skyplane-ops:transfer-id": transfer_id, **(tags or {})},
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            resources=resources or {},
+        )
 
     def in_region(self, region: str) -> list[Gateway]:
         return [g for g in self.gateways if g.region == region]

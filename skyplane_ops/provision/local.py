@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.bundle import serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.records import forget_fleet, load_fleets, save_fleet
 from skyplane_ops.provision.secrets import (
@@ -103,25 +104,14 @@ class LocalProvisioner:
         ready.unlink(missing_ok=True)
         cmd = [
             self.python,
-            "-m",
-            "gateway_agent",
-            "serve",
-            "--host",
-            self.host,
-            "--control-port",
-            "0",
-            "--data-port",
-            "0",
-            "--secret-file",
-            secret_ref,
-            "--ready-file",
-            str(ready),
-            "--gateway-id",
-            gid,
-            "--region",
-            region,
-            "--idle-timeout",
-            str(self.idle_timeout),
+            *serve_args(
+                host=self.host,
+                secret_file=secret_ref,
+                ready_file=str(ready),
+                gateway_id=gid,
+                region=region,
+                idle_timeout=self.idle_timeout,
+            ),
             "--buffer-mib",
             str(self.buffer_mib),
             "--log-level",

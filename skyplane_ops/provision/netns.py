@@ -33,14 +33,13 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.bundle import build_bundle
+from skyplane_ops.provision.bundle import build_bundle, serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
@@ -164,6 +163,34 @@ class Testbed:
     def shaped_mbit(self, a: str, b: str) -> float:
         link = self.link(a, b)
         return link.mbit_ab if link.a == a else link.mbit_ba
+
+    def iperf_mbit(self, src: str, dst: str, seconds: float = 1.5, port: int = 5299) -> float:
+        """What ``iperf3`` achieves from ``src`` to ``dst`` (Mbit/s): checks the shaping."""
+        server = subprocess.Popen(
+            self.exec_argv(dst, ["iperf3", "-s", "-1", "-B", self.address(dst), "-p", str(port)]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 5
+            while f":{port} " not in _sh("ss", "-ltnH", ns=self.namespace(dst), check=False):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise ProvisionError(f"iperf3 server in {dst} did not start")
+                time.sleep(0.05)
+            out = _sh(
+                "iperf3",
+                "-c",
+                self.address(dst),
+                "-p",
+                str(port),
+                "-t",
+                str(seconds),
+                "-J",
+                ns=self.namespace(src),
+            )
+            return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
+        finally:
+            server.wait(timeout=10)
 
     # -------------------------------------------------------------- build / tear down
 
@@ -438,13 +465,12 @@ class NetnsProvisioner:
             shutil.rmtree(workdir, ignore_errors=True)
             delete_secret(secret_ref)
             raise
-        fleet = GatewayFleet(
-            transfer_id=transfer_id,
-            backend=self.name,
-            gateways=gateways,
-            secret_ref=secret_ref,
-            tags={"skyplane-ops:transfer-id": transfer_id, **(tags or {})},
-            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        fleet = GatewayFleet.create(
+            transfer_id,
+            self.name,
+            gateways,
+            secret_ref,
+            tags,
             resources={"testbed": testbed.to_dict(), "workdir": str(workdir)},
         )
         records.save_fleet(fleet)
@@ -467,25 +493,14 @@ class NetnsProvisioner:
             region,
             [
                 *self.python.split(),
-                "-m",
-                "gateway_agent",
-                "serve",
-                "--host",
-                "0.0.0.0",
-                "--control-port",
-                "0",
-                "--data-port",
-                "0",
-                "--secret-file",
-                secret_ref,
-                "--ready-file",
-                str(ready),
-                "--gateway-id",
-                gw_id,
-                "--region",
-                region,
-                "--idle-timeout",
-                str(self.idle_timeout),
+                *serve_args(
+                    host="0.0.0.0",
+                    secret_file=secret_ref,
+                    ready_file=str(ready),
+                    gateway_id=gw_id,
+                    region=region,
+                    idle_timeout=self.idle_timeout,
+                ),
             ],
         )
         env = {**os.environ, "PYTHONPATH": str(bundle_path)}

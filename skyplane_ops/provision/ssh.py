@@ -20,7 +20,6 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from skyplane_ops.provision.bundle import (
     AgentBundle,
     build_bundle,
     deps_check_command,
+    serve_args,
     unpack_wheels_command,
 )
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
@@ -256,27 +256,16 @@ def _serve_command(
     host: SSHHost, remote_dir: str, gw_id: str, pythonpath: str, opts: BootstrapOptions
 ) -> str:
     q = shlex.quote
-    args = [
-        "-m",
-        "gateway_agent",
-        "serve",
-        "--host",
-        host.bind_host,
-        "--control-port",
-        str(host.control_port),
-        "--data-port",
-        str(host.data_port),
-        "--secret-file",
-        f"{remote_dir}/secret",
-        "--ready-file",
-        f"{remote_dir}/ready.json",
-        "--gateway-id",
-        gw_id,
-        "--region",
-        host.region,
-        "--idle-timeout",
-        str(opts.idle_timeout),
-    ]
+    args = serve_args(
+        host=host.bind_host,
+        secret_file=f"{remote_dir}/secret",
+        ready_file=f"{remote_dir}/ready.json",
+        gateway_id=gw_id,
+        region=host.region,
+        idle_timeout=opts.idle_timeout,
+        control_port=host.control_port,
+        data_port=host.data_port,
+    )
     if opts.poweroff_on_idle:
         args.append("--poweroff-on-idle")
     # ``python`` is a shell word list on purpose ("python3 -X utf8"); the rest is quoted.
@@ -604,14 +593,7 @@ class SSHProvisioner:
         except BaseException:
             delete_secret(secret_ref)
             raise
-        fleet = GatewayFleet(
-            transfer_id=transfer_id,
-            backend=self.name,
-            gateways=gateways,
-            secret_ref=secret_ref,
-            tags={"skyplane-ops:transfer-id": transfer_id, **(tags or {})},
-            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        )
+        fleet = GatewayFleet.create(transfer_id, self.name, gateways, secret_ref, tags)
         records.save_fleet(fleet)
         return fleet
 

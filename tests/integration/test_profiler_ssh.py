@@ -6,7 +6,6 @@ through the agents' control API (``POST /v1/probe``) end to end.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +19,7 @@ REGIONS = ["ssh:a", "ssh:b", "ssh:c"]
 
 
 def _entry(server: Any, remote_root: Path) -> dict[str, Any]:
-    return {
-        "address": "127.0.0.1",
-        "port": server.port,
-        "user": server.user,
-        "key_path": str(server.client_key),
-        "host_key": server.host_key,
-        "python": sys.executable,
-        "bind_host": "127.0.0.1",
-        "remote_root": str(remote_root),
-    }
+    return dict(server.inventory_entry(remote_root))
 
 
 def test_profile_over_an_ssh_fleet(sshd_factory, tmp_path: Path) -> None:

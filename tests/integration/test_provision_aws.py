@@ -26,7 +26,7 @@ import pytest
 from gateway_agent.client import GatewayClient
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import get_provisioner, records
+from skyplane_ops.provision import records
 from skyplane_ops.provision.aws import (
     TAG_CREATED,
     TAG_CREATOR,
@@ -103,9 +103,11 @@ class RecordingBootstrap:
         ]
 
 
-def _provisioner(endpoint: str, **kw: Any) -> AWSProvisioner:
-    prov = get_provisioner(
-        "aws",
+def _provisioner(
+    endpoint: str, cls: type[AWSProvisioner] = AWSProvisioner, **kw: Any
+) -> AWSProvisioner:
+    """The backend (or a subclass that injects a fault) on the moto server."""
+    return cls(
         endpoint_url=endpoint,
         session=_session(),
         image_id="ami-1e749f67",  # one of moto's built-in images
@@ -114,8 +116,6 @@ def _provisioner(endpoint: str, **kw: Any) -> AWSProvisioner:
         sweep_regions=list(REGIONS),
         **kw,
     )
-    assert isinstance(prov, AWSProvisioner)
-    return prov
 
 
 def _ec2(endpoint: str, region: str) -> Any:
@@ -253,14 +253,7 @@ class _SlowRegions(AWSProvisioner):
 
 
 def test_regions_are_provisioned_in_parallel(endpoint: str) -> None:
-    prov = _SlowRegions(
-        endpoint_url=endpoint,
-        session=_session(),
-        image_id="ami-1e749f67",
-        client_cidr=CLIENT_CIDR,
-        poll_interval=0.05,
-        bootstrap=RecordingBootstrap(),
-    )
+    prov = _provisioner(endpoint, _SlowRegions, bootstrap=RecordingBootstrap())
     fleet = prov.provision(REGIONS, transfer_id="aws-par")
     try:
         assert _SlowRegions.peak == 3
@@ -287,14 +280,7 @@ class _FailsInOneRegion(AWSProvisioner):
 
 
 def test_failure_in_one_region_cleans_all_regions(endpoint: str) -> None:
-    prov = _FailsInOneRegion(
-        endpoint_url=endpoint,
-        session=_session(),
-        image_id="ami-1e749f67",
-        client_cidr=CLIENT_CIDR,
-        poll_interval=0.05,
-        bootstrap=RecordingBootstrap(),
-    )
+    prov = _provisioner(endpoint, _FailsInOneRegion, bootstrap=RecordingBootstrap())
     with pytest.raises(ProvisionError, match="injected failure"):
         prov.provision(REGIONS, transfer_id="aws-half")
     assert _leftovers(endpoint) == NOTHING

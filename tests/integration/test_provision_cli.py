@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,16 +23,7 @@ def test_provision_then_deprovision_from_the_fleet_file(
 ) -> None:
     (server,) = sshd_factory(1)
     root = tmp_path / "remote"
-    host = {
-        "address": "127.0.0.1",
-        "port": server.port,
-        "user": server.user,
-        "key_path": str(server.client_key),
-        "host_key": server.host_key,
-        "python": sys.executable,
-        "bind_host": "127.0.0.1",
-        "remote_root": str(root),
-    }
+    host = server.inventory_entry(root)
     inventory = tmp_path / "hosts.json"
     inventory.write_text(json.dumps({"regions": {"lab:a": [host]}}))
     fleet_file = tmp_path / "fleet.json"

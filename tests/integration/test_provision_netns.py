@@ -8,7 +8,6 @@ Every test checks that no namespace, veth or agent process is left. Needs root.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -53,35 +52,6 @@ def _assert_nothing_left(transfer_id: str, pids: list[int]) -> None:
         assert not Path(f"/proc/{pid}").exists(), f"agent {pid} left running"
 
 
-def _iperf_mbit(tb: Testbed, src: str, dst: str, seconds: float = 1.5) -> float:
-    server = subprocess.Popen(
-        tb.exec_argv(dst, ["iperf3", "-s", "-1", "-B", tb.address(dst), "-p", "5299"]),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(50):
-            probe = subprocess.run(
-                tb.exec_argv(dst, ["ss", "-ltn", "sport", "= :5299"]),
-                capture_output=True,
-                text=True,
-            )
-            if "5299" in probe.stdout:
-                break
-            time.sleep(0.05)
-        out = subprocess.run(
-            tb.exec_argv(
-                src, ["iperf3", "-c", tb.address(dst), "-p", "5299", "-t", str(seconds), "-J"]
-            ),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
-    finally:
-        server.wait(timeout=10)
-
-
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed")
 def test_links_are_shaped_on_both_ends_and_torn_down() -> None:
     tid = f"nt-{uuid.uuid4().hex[:8]}"
@@ -95,7 +65,7 @@ def test_links_are_shaped_on_both_ends_and_torn_down() -> None:
             # Best of up to 3 short runs: other work on this shared 2-core box can starve iperf3.
             rate = 0.0
             for _ in range(3):
-                rate = max(rate, _iperf_mbit(tb, src, dst))
+                rate = max(rate, tb.iperf_mbit(src, dst))
                 if rate >= 0.9 * shaped:
                     break
             assert 0.9 * shaped <= rate <= 1.05 * shaped, f"{src}->{dst}: {rate:.1f} Mbit/s"

@@ -44,18 +44,7 @@ Factory = Callable[[int], list[SshdServer]]
 
 
 def _entry(server: SshdServer, remote_root: Path, **over: Any) -> dict[str, Any]:
-    entry = {
-        "address": "127.0.0.1",
-        "port": server.port,
-        "user": server.user,
-        "key_path": str(server.client_key),
-        "host_key": server.host_key,
-        "python": sys.executable,
-        "bind_host": "127.0.0.1",
-        "remote_root": str(remote_root),
-    }
-    entry.update(over)
-    return entry
+    return server.inventory_entry(remote_root, **over)
 
 
 def _alive(pid: int) -> bool:

@@ -124,18 +124,7 @@ def test_cp_through_an_ssh_fleet_from_an_inventory_file(
     remote = tmp_path / "remote"
     inventory = {
         "regions": {
-            region: [
-                {
-                    "address": "127.0.0.1",
-                    "port": server.port,
-                    "user": server.user,
-                    "key_path": str(server.client_key),
-                    "host_key": server.host_key,
-                    "python": sys.executable,
-                    "bind_host": "127.0.0.1",
-                    "remote_root": str(remote),
-                }
-            ]
+            region: [server.inventory_entry(remote)]
             for region, server in zip(REGIONS[1::2], servers, strict=True)
         }
     }
