@@ -1,15 +1,30 @@
-"""Small helpers every backend shares: argument checks, options and the retry policy."""
+"""What the backends share: argument checks, options, the retry policy, HTTP error verdicts,
+pagination, and :class:`CloudStore`, the base of the SDK-backed stores."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from tenacity import Retrying
 
-from gateway_agent.stores.errors import InvalidURIError, UploadNotFoundError
-from gateway_agent.stores.retry import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELAY_S, retrying
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    InvalidURIError,
+    StoreError,
+    TransientStoreError,
+    UploadNotFoundError,
+)
+from gateway_agent.stores.retry import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_DELAY_S,
+    call_with_retry,
+    retrying,
+)
+from gateway_agent.stores.uri import StoreURI
+
+T = TypeVar("T")
 
 # Options every backend accepts (besides its own); all are plain JSON values, never secrets.
 COMMON_OPTIONS = frozenset({"max_attempts", "max_retry_seconds", "backoff_seconds"})
@@ -68,3 +83,69 @@ def slice_range(size: int, start: int, length: int | None) -> tuple[int, int]:
     """Clamp [start, start+length) to the object: reads past the end return what exists."""
     end = size if length is None else min(size, start + length)
     return min(start, size), max(min(start, size), end)
+
+
+def require_parts(where: str, part_numbers: Sequence[int], present: Container[int]) -> list[int]:
+    """The parts to join, in order; refuses an empty list or a part that was never uploaded."""
+    wanted = sorted(set(part_numbers))
+    missing = [n for n in wanted if n not in present]
+    if missing or not wanted:
+        raise UploadNotFoundError(f"{where}: upload misses parts {missing}")
+    return wanted
+
+
+def error_for_status(
+    msg: str,
+    code: str,
+    status: int | None,
+    denied: Container[str] = (),
+    transient: Container[str] = (),
+) -> StoreError:
+    """The HTTP-level verdict every cloud shares, after its own service codes were checked."""
+    if code in denied or status in (401, 403):
+        return AccessDeniedError(msg, code=code, status=status)
+    if code in transient or status in (408, 429) or (status or 0) >= 500:
+        return TransientStoreError(msg, code=code, status=status)
+    return StoreError(msg, code=code, status=status)
+
+
+def paginate(
+    fetch: Callable[[str | None], tuple[Iterable[T], str | None]],
+) -> Iterator[T]:
+    """Stream items page by page: ``fetch(token)`` returns a page and the next token (or None)."""
+    token: str | None = None
+    while True:
+        items, token = fetch(token)
+        yield from items
+        if not token:
+            return
+
+
+class CloudStore:
+    """What the SDK-backed stores share: URI, checked options, retry policy and ``_call``.
+
+    A subclass lists its own option names in ``OPTIONS`` and maps SDK exceptions to typed
+    errors in ``_classify``; ``_call`` runs an SDK call with retries and that mapping.
+    """
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+        self.uri = str(parsed)
+        self._parsed = parsed
+        self._opts = check_options(options, self.OPTIONS, self.uri)
+        self._retry = retry_policy(self._opts)
+
+    def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
+        """The typed error for an SDK exception, or None to let it through unchanged."""
+        raise NotImplementedError
+
+    def _call(self, op: str, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        where = f"{op} {self.uri}{key}"
+
+        def translate(exc: Exception) -> Exception:
+            if isinstance(exc, StoreError):
+                return exc
+            return self._classify(exc, where, op) or exc
+
+        return call_with_retry(self._retry, translate, lambda: fn(*args, **kwargs))

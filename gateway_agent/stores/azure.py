@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from gateway_agent.stores._common import (
+    CloudStore,
     check_key,
-    check_options,
     check_part_number,
     check_range,
     check_upload_id,
-    retry_policy,
+    error_for_status,
+    paginate,
+    require_parts,
 )
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
@@ -37,10 +39,8 @@ from gateway_agent.stores.errors import (
     TransientStoreError,
     UploadNotFoundError,
 )
-from gateway_agent.stores.retry import call_with_retry
 from gateway_agent.stores.uri import StoreURI
 
-T = TypeVar("T")
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 _OPTIONS = frozenset(
     {"endpoint_url", "anonymous", "max_single_put_mib", "timeout", "list_page_size"}
@@ -68,9 +68,10 @@ def _account_of(connection_string: str) -> str | None:
     return fields.get("AccountName")
 
 
-class AzureBlobStore:
+class AzureBlobStore(CloudStore):
     """An ObjectStore over one Azure Blob container (and optional prefix)."""
 
+    OPTIONS = _OPTIONS
     capabilities = Capabilities(
         native_checksums=frozenset({"md5"}),
         server_side_copy=False,
@@ -83,10 +84,8 @@ class AzureBlobStore:
 
         from azure.storage.blob import BlobServiceClient
 
-        self.uri = str(parsed)
-        self._parsed = parsed
-        opts = check_options(options, _OPTIONS, self.uri)
-        self._retry = retry_policy(opts)
+        super().__init__(parsed, options)
+        opts = self._opts
         self._timeout = int(opts.get("timeout", 120))
         self._page_size = int(opts.get("list_page_size", 5000))
         common: dict[str, Any] = {
@@ -108,7 +107,7 @@ class AzureBlobStore:
         self._container: Any = service.get_container_client(parsed.bucket)
 
     # -- errors --------------------------------------------------------------------------------
-    def _translate(self, op: str, key: str) -> Callable[[Exception], Exception]:
+    def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
         from azure.core.exceptions import (
             ClientAuthenticationError,
             HttpResponseError,
@@ -116,38 +115,22 @@ class AzureBlobStore:
             ServiceResponseError,
         )
 
-        where = f"{op} {self.uri}{key}"
-
-        def translate(exc: Exception) -> Exception:
-            if isinstance(exc, StoreError):
-                return exc
-            if isinstance(exc, ServiceRequestError | ServiceResponseError):
-                return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
-            if isinstance(exc, HttpResponseError):
-                code = str(getattr(exc, "error_code", None) or "")
-                status = exc.status_code
-                msg = f"{where}: {code or status}"
-                if code in _BUCKET_CODES:
-                    return BucketNotFoundError(msg, code=code, status=status)
-                if code in _KEY_CODES or (status == 404 and op in ("head", "read")):
-                    return ObjectNotFoundError(msg, code=code, status=status)
-                if code == "InvalidBlockList":
-                    return UploadNotFoundError(msg, code=code, status=status)
-                if code in _DENIED_CODES or status in (401, 403):
-                    return AccessDeniedError(msg, code=code, status=status)
-                if code in _TRANSIENT_CODES or status in (408, 429) or (status or 0) >= 500:
-                    return TransientStoreError(msg, code=code, status=status)
-                return StoreError(msg, code=code, status=status)
-            if isinstance(exc, ClientAuthenticationError):
-                return AccessDeniedError(
-                    f"{where}: authentication failed", code="ClientAuthentication"
-                )
-            return exc
-
-        return translate
-
-    def _call(self, op: str, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return call_with_retry(self._retry, self._translate(op, key), lambda: fn(*args, **kwargs))
+        if isinstance(exc, ServiceRequestError | ServiceResponseError):
+            return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
+        if isinstance(exc, HttpResponseError):
+            code = str(getattr(exc, "error_code", None) or "")
+            status = exc.status_code
+            msg = f"{where}: {code or status}"
+            if code in _BUCKET_CODES:
+                return BucketNotFoundError(msg, code=code, status=status)
+            if code in _KEY_CODES or (status == 404 and op in ("head", "read")):
+                return ObjectNotFoundError(msg, code=code, status=status)
+            if code == "InvalidBlockList":
+                return UploadNotFoundError(msg, code=code, status=status)
+            return error_for_status(msg, code, status, _DENIED_CODES, _TRANSIENT_CODES)
+        if isinstance(exc, ClientAuthenticationError):
+            return AccessDeniedError(f"{where}: authentication failed", code="ClientAuthentication")
+        return None
 
     def _blob(self, key: str) -> Any:
         return self._container.get_blob_client(self._parsed.key(check_key(key)))
@@ -187,13 +170,8 @@ class AzureBlobStore:
             items = list(next(pager))
             return items, pager.continuation_token
 
-        token: str | None = None
-        while True:
-            items, token = self._call("list", prefix, fetch, token)
-            for props in items:
-                yield self._info(props.name[skip:], props)
-            if not token:
-                return
+        for props in paginate(lambda token: self._call("list", prefix, fetch, token)):
+            yield self._info(props.name[skip:], props)
 
     def head(self, key: str) -> ObjectInfo:
         blob = self._blob(key)
@@ -264,14 +242,12 @@ class AzureBlobStore:
 
         blob = self._blob(key)
         check_upload_id(upload_id)
-        wanted = sorted(set(part_numbers))
         _, uncommitted = self._call(
             "complete_multipart", key, blob.get_block_list, "uncommitted", timeout=self._timeout
         )
         staged = {b.id for b in uncommitted or []}
-        missing = [n for n in wanted if block_id(upload_id, n) not in staged]
-        if missing or not wanted:
-            raise UploadNotFoundError(f"complete {self.uri}{key}: upload misses parts {missing}")
+        present = {n for n in part_numbers if block_id(upload_id, n) in staged}
+        wanted = require_parts(f"complete {self.uri}{key}", part_numbers, present)
         blocks = [BlobBlock(block_id=block_id(upload_id, n)) for n in wanted]
         self._call("complete_multipart", key, blob.commit_block_list, blocks, timeout=self._timeout)
         return self.head(key)

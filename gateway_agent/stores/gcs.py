@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from gateway_agent.stores._common import (
+    CloudStore,
     check_key,
-    check_options,
     check_part_number,
     check_range,
     check_upload_id,
-    retry_policy,
+    error_for_status,
+    paginate,
 )
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
@@ -40,10 +41,8 @@ from gateway_agent.stores.errors import (
     TransientStoreError,
     UploadNotFoundError,
 )
-from gateway_agent.stores.retry import call_with_retry
 from gateway_agent.stores.uri import StoreURI
 
-T = TypeVar("T")
 STAGING = ".%staging/"
 COMPOSE_LIMIT = 32
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
@@ -52,9 +51,10 @@ _OPTIONS = frozenset(
 )
 
 
-class GCSStore:
+class GCSStore(CloudStore):
     """An ObjectStore over one GCS bucket (and optional prefix)."""
 
+    OPTIONS = _OPTIONS
     capabilities = Capabilities(
         native_checksums=frozenset({"crc32c", "md5"}), server_side_copy=True, min_part_size=0
     )
@@ -64,10 +64,8 @@ class GCSStore:
 
         from google.cloud import storage
 
-        self.uri = str(parsed)
-        self._parsed = parsed
-        opts = check_options(options, _OPTIONS, self.uri)
-        self._retry = retry_policy(opts)
+        super().__init__(parsed, options)
+        opts = self._opts
         self._timeout = float(opts.get("timeout", 120))
         self._page_size = int(opts.get("list_page_size", 1000))
         kwargs: dict[str, Any] = {"project": opts.get("project")}
@@ -89,39 +87,25 @@ class GCSStore:
         self._bucket: Any = self._client.bucket(parsed.bucket)
 
     # -- errors --------------------------------------------------------------------------------
-    def _translate(self, op: str, key: str) -> Callable[[Exception], Exception]:
+    def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
         import requests
         from google.api_core import exceptions as gexc
         from google.auth import exceptions as auth_exc
 
-        where = f"{op} {self.uri}{key}"
-
-        def translate(exc: Exception) -> Exception:
-            if isinstance(exc, StoreError):
-                return exc
-            if isinstance(exc, requests.ConnectionError | requests.Timeout):
-                return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
-            if isinstance(exc, auth_exc.GoogleAuthError):
-                return AccessDeniedError(
-                    f"{where}: no usable Google credentials", code=type(exc).__name__
-                )
-            if isinstance(exc, gexc.GoogleAPICallError):
-                status = int(exc.code) if exc.code else None
-                code = type(exc).__name__
-                msg = f"{where}: {code} ({status})"
-                if status == 404:
-                    return ObjectNotFoundError(msg, code=code, status=status)
-                if status in (401, 403):
-                    return AccessDeniedError(msg, code=code, status=status)
-                if status in (408, 429) or (status or 0) >= 500:
-                    return TransientStoreError(msg, code=code, status=status)
-                return StoreError(msg, code=code, status=status)
-            return exc
-
-        return translate
-
-    def _call(self, op: str, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return call_with_retry(self._retry, self._translate(op, key), lambda: fn(*args, **kwargs))
+        if isinstance(exc, requests.ConnectionError | requests.Timeout):
+            return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
+        if isinstance(exc, auth_exc.GoogleAuthError):
+            return AccessDeniedError(
+                f"{where}: no usable Google credentials", code=type(exc).__name__
+            )
+        if isinstance(exc, gexc.GoogleAPICallError):
+            status = int(exc.code) if exc.code else None
+            code = type(exc).__name__
+            msg = f"{where}: {code} ({status})"
+            if status == 404:
+                return ObjectNotFoundError(msg, code=code, status=status)
+            return error_for_status(msg, code, status)
+        return None
 
     def _bucket_missing(self) -> bool:
         return not self._call(
@@ -161,17 +145,15 @@ class GCSStore:
             items = list(next(it.pages))
             return items, it.next_page_token
 
-        token: str | None = None
-        while True:
+        def fetch_page(token: str | None) -> tuple[list[Any], str | None]:
             try:
-                items, token = self._call("list", prefix, fetch, token)
+                return self._call("list", prefix, fetch, token)
             except ObjectNotFoundError as exc:
                 raise self._not_found("list", prefix, exc) from None
-            for blob in items:
-                if not blob.name.startswith(STAGING):
-                    yield self._info(blob.name[skip:], blob)
-            if not token:
-                return
+
+        for blob in paginate(fetch_page):
+            if not blob.name.startswith(STAGING):
+                yield self._info(blob.name[skip:], blob)
 
     def head(self, key: str) -> ObjectInfo:
         blob = self._bucket.blob(self._parsed.key(check_key(key)))
@@ -262,7 +244,7 @@ class GCSStore:
         self, key: str, upload_id: str, part_numbers: Sequence[int]
     ) -> ObjectInfo:
         self._check_owner(check_key(key), upload_id)
-        wanted = sorted(set(part_numbers))
+        wanted = sorted(set(part_numbers))  # a missing part fails the compose below
         if not wanted:
             raise UploadNotFoundError(f"complete {self.uri}{key}: no parts given")
         sources = [self._stage(upload_id, f"{n:05d}") for n in wanted]

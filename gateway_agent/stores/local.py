@@ -45,6 +45,7 @@ from gateway_agent.stores._common import (
     check_part_number,
     check_range,
     check_upload_id,
+    require_parts,
 )
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
@@ -278,10 +279,9 @@ class LocalStore:
         self, key: str, upload_id: str, part_numbers: Sequence[int]
     ) -> ObjectInfo:
         folder = self._upload_dir(key, upload_id)
-        parts = [folder / f"{n:05d}" for n in sorted(set(part_numbers))]
-        missing = [p.name for p in parts if not p.is_file()]
-        if missing or not parts:
-            raise UploadNotFoundError(f"{self.uri}: upload {upload_id} misses parts {missing}")
+        present = {n for n in part_numbers if (folder / f"{n:05d}").is_file()}
+        wanted = require_parts(f"{self.uri}: upload {upload_id}", part_numbers, present)
+        parts = [folder / f"{n:05d}" for n in wanted]
         assembled = folder / f"assembled-{uuid.uuid4().hex}"
         first_size = parts[0].stat().st_size
         try:

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from gateway_agent.stores._common import (
     check_key,
@@ -23,6 +23,7 @@ from gateway_agent.stores._common import (
     check_part_number,
     check_range,
     check_upload_id,
+    require_parts,
     retry_policy,
     slice_range,
 )
@@ -35,8 +36,6 @@ from gateway_agent.stores.errors import (
 )
 from gateway_agent.stores.retry import call_with_retry
 from gateway_agent.stores.uri import StoreURI
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -175,10 +174,8 @@ class MemoryStore:
         bucket = self._call(self._bucket)
         with bucket.lock:
             parts = self._upload(bucket, key, upload_id)
-            missing = [n for n in part_numbers if n not in parts]
-            if missing or not part_numbers:
-                raise UploadNotFoundError(f"{self.uri}: upload {upload_id} misses parts {missing}")
-            data = b"".join(parts[n] for n in sorted(part_numbers))
+            wanted = require_parts(f"{self.uri}: upload {upload_id}", part_numbers, parts)
+            data = b"".join(parts[n] for n in wanted)
             name = self._parsed.key(key)
             info = self._info(name, data)
             bucket.objects[name] = (data, info)

@@ -17,14 +17,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC
-from typing import Any, TypeVar
+from typing import Any
 
 from gateway_agent.stores._common import (
+    CloudStore,
     check_key,
-    check_options,
     check_part_number,
     check_range,
-    retry_policy,
+    error_for_status,
+    paginate,
+    require_parts,
 )
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
@@ -35,10 +37,8 @@ from gateway_agent.stores.errors import (
     TransientStoreError,
     UploadNotFoundError,
 )
-from gateway_agent.stores.retry import call_with_retry
 from gateway_agent.stores.uri import StoreURI
 
-T = TypeVar("T")
 MIB = 1024 * 1024
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 _OPTIONS = frozenset(
@@ -77,28 +77,32 @@ _DENIED_CODES = {
 _NOT_FOUND_KEY = {"NoSuchKey", "404", "NotFound"}
 
 
-class S3Store:
+class S3Store(CloudStore):
     """An ObjectStore over one S3 bucket (and optional prefix)."""
 
+    OPTIONS = _OPTIONS
     capabilities = Capabilities(
-        native_checksums=frozenset({"md5"}), server_side_copy=True, min_part_size=5 * MIB
+        native_checksums=frozenset({"md5"}),
+        server_side_copy=True,
+        min_part_size=5 * MIB,
     )
 
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
         import boto3
         from botocore.config import Config
 
-        self.uri = str(parsed)
-        self._parsed = parsed
+        super().__init__(parsed, options)
+        opts = self._opts
         self._bucket = parsed.bucket
-        opts = check_options(options, _OPTIONS, self.uri)
-        self._retry = retry_policy(opts)
         self._page_size = int(opts.get("list_page_size", 1000))
         endpoint = opts.get("endpoint_url")
         style = opts.get("addressing_style", "path" if endpoint else "auto")
         config = Config(
             region_name=opts.get("region"),
-            retries={"max_attempts": 1, "mode": "standard"},  # tenacity retries, not botocore
+            retries={
+                "max_attempts": 1,
+                "mode": "standard",
+            },  # tenacity retries, not botocore
             max_pool_connections=int(opts.get("max_pool_connections", 64)),
             connect_timeout=float(opts.get("connect_timeout", 10)),
             read_timeout=float(opts.get("read_timeout", 120)),
@@ -110,7 +114,7 @@ class S3Store:
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
 
     # -- errors --------------------------------------------------------------------------------
-    def _translate(self, op: str, key: str) -> Callable[[Exception], Exception]:
+    def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -120,43 +124,29 @@ class S3Store:
             PartialCredentialsError,
         )
 
-        where = f"{op} {self.uri}{key}"
+        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+            return AccessDeniedError(f"{where}: no AWS credentials found", code="NoCredentials")
+        if isinstance(exc, ConnectionError | HTTPClientError):
+            return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            msg = f"{where}: {code or status}"
+            if code == "NoSuchBucket":
+                return BucketNotFoundError(msg, code=code, status=status)
+            if code == "NoSuchUpload":
+                return UploadNotFoundError(msg, code=code, status=status)
+            if code in _NOT_FOUND_KEY or (status == 404 and op in ("head", "read")):
+                return ObjectNotFoundError(msg, code=code, status=status)
+            return error_for_status(msg, code, status, _DENIED_CODES, _TRANSIENT_CODES)
+        if isinstance(exc, BotoCoreError):
+            return StoreError(f"{where}: {type(exc).__name__}", code=type(exc).__name__)
+        return None
 
-        def translate(exc: Exception) -> Exception:
-            if isinstance(exc, StoreError):
-                return exc
-            if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-                return AccessDeniedError(f"{where}: no AWS credentials found", code="NoCredentials")
-            if isinstance(exc, ConnectionError | HTTPClientError):
-                return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
-            if isinstance(exc, ClientError):
-                err = exc.response.get("Error", {})
-                code = str(err.get("Code", ""))
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                msg = f"{where}: {code or status}"
-                if code == "NoSuchBucket":
-                    return BucketNotFoundError(msg, code=code, status=status)
-                if code == "NoSuchUpload":
-                    return UploadNotFoundError(msg, code=code, status=status)
-                if code in _NOT_FOUND_KEY or (status == 404 and op in ("head", "read")):
-                    return ObjectNotFoundError(msg, code=code, status=status)
-                if code in _DENIED_CODES or status == 403:
-                    return AccessDeniedError(msg, code=code, status=status)
-                if (
-                    code in _TRANSIENT_CODES
-                    or (status is not None and status >= 500)
-                    or status == 429
-                ):
-                    return TransientStoreError(msg, code=code, status=status)
-                return StoreError(msg, code=code, status=status)
-            if isinstance(exc, BotoCoreError):
-                return StoreError(f"{where}: {type(exc).__name__}", code=type(exc).__name__)
-            return exc
-
-        return translate
-
-    def _call(self, op: str, key: str, fn: Callable[..., T], **kwargs: Any) -> T:
-        return call_with_retry(self._retry, self._translate(op, key), lambda: fn(**kwargs))
+    def _on_key(self, op: str, key: str, fn: Callable[..., Any], **params: Any) -> Any:
+        """``fn(Bucket=..., Key=<full name of key>, **params)`` with retries and typed errors."""
+        name = self._parsed.key(check_key(key))
+        return self._call(op, key, fn, Bucket=self._bucket, Key=name, **params)
 
     def _info(self, key: str, size: int, etag: str | None, modified: Any) -> ObjectInfo:
         etag = etag.strip('"') if etag else None
@@ -177,28 +167,34 @@ class S3Store:
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         full = self._parsed.key(prefix)
         skip = len(self._parsed.prefix)
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "Bucket": self._bucket,
-                "Prefix": full,
-                "MaxKeys": self._page_size,
-            }
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = self._call("list", prefix, self._client.list_objects_v2, **kwargs)
-            for item in page.get("Contents", []):
-                yield self._info(
-                    item["Key"][skip:], item["Size"], item.get("ETag"), item.get("LastModified")
-                )
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
-                return
+
+        def fetch(token: str | None) -> tuple[list[dict[str, Any]], str | None]:
+            more = {"ContinuationToken": token} if token else {}
+            page = self._call(
+                "list",
+                prefix,
+                self._client.list_objects_v2,
+                Bucket=self._bucket,
+                Prefix=full,
+                MaxKeys=self._page_size,
+                **more,
+            )
+            truncated = page.get("IsTruncated")
+            return page.get("Contents", []), page.get(
+                "NextContinuationToken"
+            ) if truncated else None
+
+        for item in paginate(fetch):
+            yield self._info(
+                item["Key"][skip:],
+                item["Size"],
+                item.get("ETag"),
+                item.get("LastModified"),
+            )
 
     def head(self, key: str) -> ObjectInfo:
-        name = self._parsed.key(check_key(key))
         try:
-            resp = self._call("head", key, self._client.head_object, Bucket=self._bucket, Key=name)
+            resp = self._on_key("head", key, self._client.head_object)
         except ObjectNotFoundError:
             if self._bucket_missing(key):
                 raise BucketNotFoundError(
@@ -233,10 +229,7 @@ class S3Store:
             raise
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
-        name = self._parsed.key(check_key(key))
-        resp = self._call(
-            "write", key, self._client.put_object, Bucket=self._bucket, Key=name, Body=data
-        )
+        resp = self._on_key("write", key, self._client.put_object, Body=data)
         return self._info(key, len(data), resp.get("ETag"), None)
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
@@ -244,45 +237,38 @@ class S3Store:
         src = {"Bucket": self._bucket, "Key": self._parsed.key(check_key(src_key))}
         dst = self._parsed.key(check_key(dst_key))
         self._call(
-            "copy", src_key, self._client.copy_object, Bucket=self._bucket, Key=dst, CopySource=src
+            "copy",
+            src_key,
+            self._client.copy_object,
+            Bucket=self._bucket,
+            Key=dst,
+            CopySource=src,
         )
         return self.head(dst_key)
 
     def create_multipart(self, key: str) -> str:
-        name = self._parsed.key(check_key(key))
-        resp = self._call(
-            "create_multipart",
-            key,
-            self._client.create_multipart_upload,
-            Bucket=self._bucket,
-            Key=name,
-        )
+        resp = self._on_key("create_multipart", key, self._client.create_multipart_upload)
         return str(resp["UploadId"])
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
         check_part_number(part_number, self.capabilities.max_parts)
-        name = self._parsed.key(check_key(key))
-        self._call(
+        self._on_key(
             "upload_part",
             key,
             self._client.upload_part,
-            Bucket=self._bucket,
-            Key=name,
             UploadId=upload_id,
             PartNumber=part_number,
             Body=data,
         )
 
-    def _etags(self, name: str, key: str, upload_id: str) -> dict[int, str]:
+    def _etags(self, key: str, upload_id: str) -> dict[int, str]:
         etags: dict[int, str] = {}
         marker = 0
         while True:
-            page = self._call(
+            page = self._on_key(
                 "list_parts",
                 key,
                 self._client.list_parts,
-                Bucket=self._bucket,
-                Key=name,
                 UploadId=upload_id,
                 PartNumberMarker=marker,
             )
@@ -295,38 +281,28 @@ class S3Store:
     def complete_multipart(
         self, key: str, upload_id: str, part_numbers: Sequence[int]
     ) -> ObjectInfo:
-        name = self._parsed.key(check_key(key))
-        etags = self._etags(name, key, upload_id)
-        wanted = sorted(set(part_numbers))
-        missing = [n for n in wanted if n not in etags]
-        if missing or not wanted:
-            raise UploadNotFoundError(f"complete {self.uri}{key}: upload misses parts {missing}")
+        etags = self._etags(key, upload_id)
+        wanted = require_parts(f"complete {self.uri}{key}", part_numbers, etags)
         parts = [{"PartNumber": n, "ETag": etags[n]} for n in wanted]
-        self._call(
+        self._on_key(
             "complete_multipart",
             key,
             self._client.complete_multipart_upload,
-            Bucket=self._bucket,
-            Key=name,
             UploadId=upload_id,
             MultipartUpload={"Parts": parts},
         )
         return self.head(key)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
-        name = self._parsed.key(check_key(key))
         try:
-            self._call(
+            self._on_key(
                 "abort_multipart",
                 key,
                 self._client.abort_multipart_upload,
-                Bucket=self._bucket,
-                Key=name,
                 UploadId=upload_id,
             )
         except UploadNotFoundError:
             return  # already aborted or completed: abort is idempotent
 
     def delete(self, key: str) -> None:
-        name = self._parsed.key(check_key(key))
-        self._call("delete", key, self._client.delete_object, Bucket=self._bucket, Key=name)
+        self._on_key("delete", key, self._client.delete_object)
