@@ -395,12 +395,10 @@ def _open_probe_server(gateway: Gateway, secret_ref: str) -> Gateway:
     """
     from gateway_agent.client import GatewayClient
 
-    client = GatewayClient(gateway.host, gateway.control_port, secret_bytes(secret_ref))
-    # GatewayClient has no probe() helper; _call is its generic signed request.
-    reply = client._call("POST", "/v1/probe", {"action": "listen", "port": 0})
-    return dataclasses.replace(
-        gateway, resources={**gateway.resources, "probe_port": int(reply["probe_port"])}
-    )
+    port = GatewayClient(
+        gateway.host, gateway.control_port, secret_bytes(secret_ref)
+    ).probe_listen()
+    return dataclasses.replace(gateway, resources={**gateway.resources, "probe_port": port})
 
 
 # ------------------------------------------------------------------------ the backend
