@@ -213,6 +213,15 @@ def test_multipart_overwrites_existing_object(store: ObjectStore) -> None:
     assert store.read("o") == b"new"
 
 
+def test_multipart_part_listed_twice_counts_once(store: ObjectStore) -> None:
+    head, tail = pattern(_part_size(store), 1), b"tail"
+    upload = store.create_multipart("twice")
+    store.upload_part("twice", upload, 2, tail)
+    store.upload_part("twice", upload, 1, head)
+    assert store.complete_multipart("twice", upload, [2, 1, 2, 1]).size == len(head) + 4
+    assert store.read("twice") == head + tail
+
+
 def test_multipart_abort_leaves_nothing_visible(
     backend: Backend, bucket: str, store: ObjectStore
 ) -> None:
