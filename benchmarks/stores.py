@@ -6,7 +6,9 @@ gcp-storage-emulator; the script starts the emulators itself through
 64 MiB parts in parallel through ``gateway_agent.stores`` (multipart upload, ranged reads), and
 the same bytes through the SDK's own transfer call (boto3 upload_fileobj/download_fileobj,
 azure upload_blob/download_blob, GCS upload_from_file/download_as_bytes, plain file
-write/read) for comparison. Prints a table and writes ``benchmarks/results/stores.json``.
+write/read) for comparison. With the local backend it also times many small (4 KiB) writes
+through ``LocalStore.write`` against a plain ``open().write()`` loop (no atomicity), in
+microseconds per file. Prints tables and writes ``benchmarks/results/stores.json``.
 
     .venv/bin/python benchmarks/stores.py            # 256 MiB, 64 MiB parts
     .venv/bin/python benchmarks/stores.py --quick    # 32 MiB, 8 MiB parts (smoke run)
@@ -145,6 +147,37 @@ def sdk_local(root: Path) -> tuple[Callable[..., Any], ...]:
     return up, down
 
 
+def small_writes(count: int, repeat: int, folder: str | None) -> dict[str, float]:
+    """Microseconds per 4 KiB file: new keys and overwrites via the layer, and plain writes."""
+    data = os.urandom(4096)
+    keys = [f"d{i // 100:03d}/f{i:05d}" for i in range(count)]
+
+    def layer(store: ObjectStore) -> None:
+        for key in keys:
+            store.write(key, data)
+
+    def plain(root: str) -> None:
+        for key in keys:
+            path = os.path.join(root, key)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(data)
+
+    best: dict[str, float] = {}
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="bench-small-", dir=folder) as tmp:
+            store = open_store(f"file://{tmp}/layer")
+            runs = {
+                "layer_new": lambda s=store: layer(s),
+                "layer_overwrite": lambda s=store: layer(s),
+                "plain_open_write": lambda t=tmp: plain(f"{t}/plain"),
+            }
+            for name, fn in runs.items():
+                seconds, _ = timed(fn)
+                best[name] = min(seconds / count * 1e6, best.get(name, float("inf")))
+    return {name: round(us, 1) for name, us in best.items()}
+
+
 @contextlib.contextmanager
 def backends(
     names: list[str], part: int, threads: int
@@ -184,6 +217,8 @@ def main() -> int:
     parser.add_argument("--part-mib", type=int, default=64)
     parser.add_argument("--backends", default="local,s3,azure,gcs")
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs (default 3)")
+    parser.add_argument("--small-files", type=int, default=10_000, help="4 KiB files (local)")
+    parser.add_argument("--small-dir", default=None, help="folder for them (default: $TMPDIR)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "stores.json"))
     args = parser.parse_args()
     size_mib, part_mib = (32, 8) if args.quick else (args.size_mib, args.part_mib)
@@ -233,6 +268,15 @@ def main() -> int:
             layer, sdk = table[(name, op, "layer")], table[(name, op, "sdk")]
             print(f"{name:8} {op:9} {layer:9.1f} {sdk:9.1f} {layer / sdk:10.2f}")
 
+    small: dict[str, float] = {}
+    if "local" in args.backends.split(","):
+        count = 1000 if args.quick else args.small_files
+        small = small_writes(count, repeat, args.small_dir)
+        print(f"\n{count} x 4 KiB files into {args.small_dir or tempfile.gettempdir()}, "
+              f"best of {repeat}: microseconds per file")  # fmt: skip
+        for name, us in small.items():
+            print(f"  {name:17} {us:8.1f}")
+
     result = {
         "benchmark": "stores",
         "size_mib": size_mib,
@@ -246,6 +290,7 @@ def main() -> int:
             "note": "emulators on loopback; machine shared with other jobs unless stated",
         },
         "results": rows,
+        "small_writes_us_per_4kib_file": small,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
