@@ -1,9 +1,12 @@
-"""CRC32C over any buffer without copying it.
+"""CRC32C over any buffer without copying it, with the fastest implementation installed.
 
-google-crc32c's C extension only accepts ``bytes``; chunks arrive in preallocated bytearrays
-(``recv_into``) and copying 64 MiB just to checksum it would halve throughput. For writable
-buffers we call the same bundled libcrc32c through ctypes (which releases the GIL); anything
-else goes through google-crc32c itself.
+The checksum is on the hot path twice per byte (source and sink): profiled on the loopback
+benchmark, google-crc32c's SSE4.2 loop was a quarter to a third of each gateway's CPU at
+~5.5 GB/s. The ``crc32c`` package (hardware CRC32C, three interleaved streams, releases the GIL
+for large buffers, takes any buffer) runs ~2.4x faster on the same machine, so it is used when
+installed and hardware-backed. Otherwise: google-crc32c, whose C extension only accepts
+``bytes``; for writable buffers its bundled libcrc32c is called through ctypes (which releases
+the GIL) so a 64 MiB chunk is not copied just to be checksummed.
 """
 
 from __future__ import annotations
@@ -15,6 +18,17 @@ from collections.abc import Callable
 from typing import Any
 
 import google_crc32c
+
+try:  # optional accelerator: same CRC32C, any buffer, GIL released for large inputs
+    import crc32c as _fast
+
+    _fast_crc: Callable[[Any, int], int] | None = (
+        _fast.crc32c if getattr(_fast, "hardware_based", False) else None
+    )
+except ImportError:  # pragma: no cover - depends on the host's packages
+    _fast_crc = None
+
+IMPLEMENTATION = "crc32c" if _fast_crc is not None else "google-crc32c"
 
 
 def _load_extend() -> Callable[[int, Any, int], int] | None:
@@ -34,8 +48,7 @@ def _load_extend() -> Callable[[int, Any, int], int] | None:
 _extend = _load_extend()
 
 
-def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """CRC32C of ``data`` (continuing from ``crc``), zero-copy when the buffer allows it."""
+def _google(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     if isinstance(data, bytes):
         return int(google_crc32c.extend(crc, data))
     view = memoryview(data).cast("B")
@@ -45,3 +58,11 @@ def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
         arr = (ctypes.c_char * len(view)).from_buffer(view)
         return int(_extend(crc, arr, len(view)))
     return int(google_crc32c.extend(crc, bytes(view)))
+
+
+def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC32C of ``data`` (continuing from ``crc``), zero-copy when the buffer allows it."""
+    if _fast_crc is not None:
+        view = data if isinstance(data, bytes) else memoryview(data).cast("B")
+        return int(_fast_crc(view, crc))
+    return _google(data, crc)

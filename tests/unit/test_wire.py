@@ -13,7 +13,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_agent import auth, wire
+from gateway_agent import auth, checksum, wire
 from gateway_agent.checksum import crc32c
 
 SECRET = b"s" * 32
@@ -132,3 +132,12 @@ def test_crc32c_any_buffer_matches_google_crc32c(data: bytes, cut: int) -> None:
     assert crc32c(memoryview(data)) == expected  # read-only view: the copying path
     head, tail = data[:cut], data[cut:]
     assert crc32c(tail, crc32c(head)) == expected
+    # The google-crc32c fallback (hosts without the ``crc32c`` accelerator) agrees too.
+    for buf in (data, bytearray(data), memoryview(bytearray(data)), memoryview(data)):
+        assert checksum._google(buf) == expected
+    assert checksum._google(bytearray(tail), checksum._google(head)) == expected
+
+
+def test_crc32c_uses_the_accelerator_when_installed() -> None:
+    pytest.importorskip("crc32c")
+    assert checksum.IMPLEMENTATION == "crc32c"
