@@ -157,27 +157,15 @@ def test_probe_through_the_agent_control_api(tmp_path) -> None:
         client_a = GatewayClient("127.0.0.1", a["control_port"], secret, timeout=30)
         client_b = GatewayClient("127.0.0.1", b["control_port"], secret, timeout=30)
         fixed = free_port()  # e.g. the one port a cloud firewall opens for probes
-        reply = client_b._call("POST", "/v1/probe", {"action": "listen", "port": fixed})
-        port = reply["probe_port"]
+        port = client_b.probe_listen(fixed)
         assert port == fixed
-        assert client_b._call("POST", "/v1/probe", {"action": "listen"})["probe_port"] == port
-        out = client_a._call(
-            "POST",
-            "/v1/probe",
-            {
-                "action": "run",
-                "peer_host": "127.0.0.1",
-                "peer_port": port,
-                "connections": 4,
-                "seconds": 1.0,
-            },
-        )
-        result = ProbeResult.from_dict(out)
+        assert client_b.probe_listen() == port  # idempotent: the open server's port
+        result = client_a.probe("127.0.0.1", port, connections=4, seconds=1.0)
         assert result.connections == 4 and result.received_gbps > 0.1
         # The agent's probe server speaks the agent's handshake: a wrong secret is refused.
         with pytest.raises(ProbeAuthError):
             run_probe("127.0.0.1", port, b"wrong", connections=1, seconds=0.5)
-        assert client_b._call("POST", "/v1/probe", {"action": "close"}) == {"closed": True}
+        assert client_b.probe_close() is True
     finally:
         for proc in procs:
             proc.terminate()
