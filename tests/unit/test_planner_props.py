@@ -68,7 +68,8 @@ def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
     a_problem = problem.with_objective("min_cost", tmax * fraction)
     a = solve_plan(a_problem)
     assert plan_violations(a_problem, a) == []
-    assert a.predicted_gbps >= tmax * fraction * (1 - 1e-9)
+    # The floor holds up to the MILP solver's feasibility tolerance (SCIP's default is 1e-6).
+    assert a.predicted_gbps >= tmax * fraction * (1 - 1e-6)
     exact = solve_plan(a_problem, exact_floor=True)
     assert exact.predicted_gbps == pytest.approx(tmax * fraction)
     assert a.total_cost_usd <= exact.total_cost_usd * (1 + 1e-3)
