@@ -3,21 +3,37 @@
 ``build_problem(profile, src, dsts, volume_gb, ...)`` derives the problem from a profile;
 ``plan_transfer(problem)`` solves it (modes, LP rounding, baselines, frontier); the
 renderers in ``render`` show it. See ``formulation`` for the model and its derivation.
+
+Names are loaded on first use: importing ``TransferPlan`` (as every Airflow DAG file that uses
+the operators does at parse time) must not pay for importing OR-Tools and NumPy.
 """
 
-from skyplane_ops.planner.api import plan_transfer
-from skyplane_ops.planner.baselines import direct_plan, ron_plan
-from skyplane_ops.planner.frontier import FrontierPoint, pareto_frontier
-from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
-from skyplane_ops.planner.problem import (
-    InvalidProblemError,
-    Problem,
-    RegionSpec,
-    build_problem,
-    deadline_to_floor,
-)
-from skyplane_ops.planner.render import plot_frontier, render_mermaid, render_text
-from skyplane_ops.planner.solve import max_throughput_gbps, solve_lp_plan, solve_plan
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "plan_transfer": "api",
+    "direct_plan": "baselines",
+    "ron_plan": "baselines",
+    "FrontierPoint": "frontier",
+    "pareto_frontier": "frontier",
+    "Hop": "plan",
+    "PlanPath": "plan",
+    "TransferPlan": "plan",
+    "InvalidProblemError": "problem",
+    "Problem": "problem",
+    "RegionSpec": "problem",
+    "build_problem": "problem",
+    "deadline_to_floor": "problem",
+    "plot_frontier": "render",
+    "render_mermaid": "render",
+    "render_text": "render",
+    "max_throughput_gbps": "solve",
+    "solve_lp_plan": "solve",
+    "solve_plan": "solve",
+}
 
 __all__ = [
     "FrontierPoint",
@@ -40,3 +56,26 @@ __all__ = [
     "solve_lp_plan",
     "solve_plan",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+if TYPE_CHECKING:
+    from skyplane_ops.planner.api import plan_transfer
+    from skyplane_ops.planner.baselines import direct_plan, ron_plan
+    from skyplane_ops.planner.frontier import FrontierPoint, pareto_frontier
+    from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
+    from skyplane_ops.planner.problem import (
+        InvalidProblemError,
+        Problem,
+        RegionSpec,
+        build_problem,
+        deadline_to_floor,
+    )
+    from skyplane_ops.planner.render import plot_frontier, render_mermaid, render_text
+    from skyplane_ops.planner.solve import max_throughput_gbps, solve_lp_plan, solve_plan

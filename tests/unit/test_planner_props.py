@@ -73,10 +73,12 @@ def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
     exact = solve_plan(a_problem, exact_floor=True)
     assert exact.predicted_gbps == pytest.approx(tmax * fraction)
     assert a.total_cost_usd <= exact.total_cost_usd * (1 + 1e-3)
-    b_problem = problem.with_objective("max_throughput", a.total_cost_usd * (1 + 1e-9))
+    # At a ceiling equal to a's cost to within 1e-9, plans that tie on cost (twice the VMs at
+    # twice the rate cost the same VM time) are decided by the solver's tolerance: give it 1e-6.
+    b_problem = problem.with_objective("max_throughput", a.total_cost_usd * (1 + 1e-6))
     b = solve_plan(b_problem)
     assert plan_violations(b_problem, b) == []
-    assert b.total_cost_usd <= a.total_cost_usd * (1 + 1e-6)
+    assert b.total_cost_usd <= a.total_cost_usd * (1 + 2e-6)
     assert b.predicted_gbps >= a.predicted_gbps * (1 - 2e-3)
     assert b.predicted_gbps <= tmax * (1 + 1e-6)
 
