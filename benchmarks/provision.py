@@ -35,7 +35,7 @@ os.environ["SKYPLANE_OPS_HOME"] = tempfile.mkdtemp(prefix="skyplane-ops-bench-")
 from skyplane_ops.provision import get_provisioner  # noqa: E402
 from skyplane_ops.provision.netns import Testbed  # noqa: E402
 from skyplane_ops.transfer import run_transfer  # noqa: E402
-from skyplane_ops.transfer.progress import Progress  # noqa: E402
+from skyplane_ops.transfer.progress import Progress, steady_rate_mbit  # noqa: E402
 from tests.fixtures.sshd import _keygen, start_sshd, stop_sshd  # noqa: E402
 from tests.integration.transfer_helpers import make_plan, write_dataset  # noqa: E402
 
@@ -92,17 +92,6 @@ def bench_ssh(repeat: int, work: Path) -> list[dict[str, Any]]:
     ]
 
 
-def _steady_mbit(samples: list[Progress]) -> float:
-    total = samples[-1].bytes_total
-    pts = [(s.elapsed_s, s.bytes_done) for s in samples if 0 < s.bytes_done < total]
-    pts.append((samples[-1].elapsed_s, samples[-1].bytes_done))
-    mt = sum(t for t, _ in pts) / len(pts)
-    mb = sum(b for _, b in pts) / len(pts)
-    cov = sum((t - mt) * (b - mb) for t, b in pts)
-    var = sum((t - mt) ** 2 for t, _ in pts)
-    return cov / var * 8 / 1e6
-
-
 def bench_netns(repeat: int, seconds: float, mib: int, work: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     builds, teardowns = [], []
@@ -150,7 +139,7 @@ def bench_netns(repeat: int, seconds: float, mib: int, work: Path) -> list[dict[
                 progress=samples.append,
                 verify="size",
             )
-            got = _steady_mbit(samples)
+            got = steady_rate_mbit(samples)
             rows.append(
                 {
                     "row": f"transfer {'->'.join(r[-1] for r in route)} (engine)",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TextIO
 
@@ -24,6 +25,22 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
+
+
+def steady_rate_mbit(samples: Sequence[Progress]) -> float:
+    """Mbit/s a transfer sustained: least-squares slope of bytes done over time.
+
+    Only samples taken while bytes were moving count (no ramp before the first chunk lands, no
+    idle tail), plus the final one. Chunks complete whole, so this slope, not bytes/seconds,
+    is the rate a shaped link sustains.
+    """
+    total = samples[-1].bytes_total
+    points = [(s.elapsed_s, s.bytes_done) for s in samples if 0 < s.bytes_done < total]
+    points.append((samples[-1].elapsed_s, samples[-1].bytes_done))
+    if len(points) < 2:
+        raise ValueError("a steady rate needs at least two samples with bytes moving")
+    slope, _ = statistics.linear_regression([t for t, _ in points], [b for _, b in points])
+    return slope * 8 / 1e6
 
 
 class TerminalProgress:

@@ -24,7 +24,7 @@ from skyplane_ops.provision import get_provisioner
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.netns import NetnsProvisioner, Testbed, list_namespaces
 from skyplane_ops.transfer import run_transfer
-from skyplane_ops.transfer.progress import Progress
+from skyplane_ops.transfer.progress import Progress, steady_rate_mbit
 from tests.integration.transfer_helpers import make_plan, read_tree, write_dataset
 
 pytestmark = [
@@ -88,22 +88,6 @@ def netns_fleet() -> Iterator[tuple[NetnsProvisioner, GatewayFleet]]:
         _assert_nothing_left(tid, pids)
 
 
-def _steady_mbit(samples: list[Progress]) -> float:
-    """Least-squares slope of bytes done over time while bytes are moving (no ramp, no tail).
-
-    Chunks complete whole, so the first completions arrive together after a ramp; the slope of
-    the completion curve is the rate the shaped link sustains.
-    """
-    total = samples[-1].bytes_total
-    pts = [(s.elapsed_s, s.bytes_done) for s in samples if 0 < s.bytes_done < total]
-    pts.append((samples[-1].elapsed_s, samples[-1].bytes_done))
-    mean_t = sum(t for t, _ in pts) / len(pts)
-    mean_b = sum(b for _, b in pts) / len(pts)
-    cov = sum((t - mean_t) * (b - mean_b) for t, b in pts)
-    var = sum((t - mean_t) ** 2 for t, _ in pts)
-    return cov / var * 8 / 1e6
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("route", "mbit", "mib"),
@@ -137,7 +121,7 @@ def test_transfer_reaches_the_shaped_rate(
             verify="size",
         )
         assert read_tree(out) == data
-        achieved = max(achieved, _steady_mbit(samples))
+        achieved = max(achieved, steady_rate_mbit(samples))
         if achieved >= 0.9 * mbit:
             break
     print(f"{'->'.join(route)}: {achieved:.1f} Mbit/s steady, {result.gbps * 1000:.1f} overall")
