@@ -25,6 +25,7 @@ from tests.integration.transfer_helpers import (
     DST,
     RELAY,
     SRC,
+    copy_dirs,
     local_fleet,
     make_plan,
     read_tree,
@@ -92,12 +93,10 @@ def test_relay_killed_then_resume_sends_only_missing(dirs: tuple[Path, Path, Pat
                 killed.append(p.chunks_done)
 
         with pytest.raises(TransferError) as err:
-            run_transfer(
+            copy_dirs(
                 plan,
                 fleet,
-                f"file://{src}",
-                f"file://{dst}",
-                journal_dir=journal,
+                (src, dst, journal),
                 part_size=MiB,
                 progress=kill_relay,
                 dispatch=opts,
@@ -166,12 +165,10 @@ def test_corrupted_chunk_at_relay_is_detected_and_resent(dirs: tuple[Path, Path,
     plan = make_plan([SRC, RELAY, DST])
     opts = DispatchOptions(test_hooks={RELAY: {"corrupt_chunks": 2}})
     with local_fleet(plan) as (_, fleet):
-        result = run_transfer(
+        result = copy_dirs(
             plan,
             fleet,
-            f"file://{src}",
-            f"file://{dst}",
-            journal_dir=journal,
+            (src, dst, journal),
             part_size=MiB,
             dispatch=opts,
         )
@@ -205,12 +202,10 @@ def test_stranger_is_refused_while_transfer_completes(dirs: tuple[Path, Path, Pa
             except GatewayError as exc:
                 outcomes.append(f"control {exc.status}")
 
-        result = run_transfer(
+        result = copy_dirs(
             plan,
             fleet,
-            f"file://{src}",
-            f"file://{dst}",
-            journal_dir=journal,
+            (src, dst, journal),
             part_size=MiB,
             progress=intrude,
             dispatch=opts,
@@ -238,12 +233,10 @@ def test_source_changed_during_transfer_is_detected(dirs: tuple[Path, Path, Path
             changed.append(True)
 
     with local_fleet(plan) as (_, fleet), pytest.raises(SourceChangedError) as err:
-        run_transfer(
+        copy_dirs(
             plan,
             fleet,
-            f"file://{src}",
-            f"file://{dst}",
-            journal_dir=journal,
+            (src, dst, journal),
             part_size=MiB,
             progress=modify,
             dispatch=opts,
@@ -329,12 +322,10 @@ def test_encrypted_compressed_hops_and_two_relay_gateways(dirs: tuple[Path, Path
     with local_fleet(plan) as (_, fleet):
         assert len(fleet.in_region(RELAY)) == 2
         secret = load_secret(fleet.secret_ref)
-        result = run_transfer(
+        result = copy_dirs(
             plan,
             fleet,
-            f"file://{src}",
-            f"file://{dst}",
-            journal_dir=journal,
+            (src, dst, journal),
             part_size=512 * 1024,
             dispatch=opts,
         )

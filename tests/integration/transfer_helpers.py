@@ -8,10 +8,12 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.local import LocalProvisioner
+from skyplane_ops.transfer import TransferResult, run_transfer
 
 SRC, RELAY, DST = "test:src", "test:relay", "test:dst"
 
@@ -48,6 +50,16 @@ def write_dataset(root: Path, files: dict[str, int], seed: int = 1) -> dict[str,
         path.write_bytes(blob)
         data[name] = blob
     return data
+
+
+def copy_dirs(
+    plan: TransferPlan, fleet: GatewayFleet, dirs: tuple[Path, Path, Path], **kwargs: Any
+) -> TransferResult:
+    """``run_transfer`` from folder ``src`` to folder ``dst`` with its journal in ``journal``."""
+    src, dst, journal = dirs
+    return run_transfer(
+        plan, fleet, f"file://{src}", f"file://{dst}", journal_dir=journal, **kwargs
+    )
 
 
 def read_tree(root: Path) -> dict[str, bytes]:
