@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -236,7 +237,7 @@ def test_two_relay_model_is_exact_on_a_chain() -> None:
     assert ("s", "x", "y", "d") in [p.regions for p in plan.paths]
     assert plan_violations(problem, plan) == []
     with pytest.raises(InfeasibleError):
-        solve_plan(problem.__class__(**{**problem.__dict__, "max_relays": 1}))
+        solve_plan(dataclasses.replace(problem, max_relays=1))
 
 
 # --- errors -------------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def test_infeasible_ceiling_says_the_cheapest_cost() -> None:
 )
 def test_bad_arguments_are_typed_errors(change: dict[str, object], message: str) -> None:
     problem = triangle(1.0, 5.0)
-    bad = Problem(**{**problem.__dict__, **change})  # type: ignore[arg-type]
+    bad = dataclasses.replace(problem, **change)  # type: ignore[arg-type]
     with pytest.raises(InvalidProblemError, match=message):
         solve_plan(bad)
 
