@@ -103,6 +103,7 @@ def build_plan(
         "volume_gb": problem.volume_gb,
         "transfer_seconds": problem.transfer_seconds(gbps) if gbps > 0 else math.inf,
         "max_relays": problem.max_relays,
+        "provisioning_seconds": problem.provisioning_seconds,
         "candidate_paths": len(paths),
     }
     info.update(problem.details)
