@@ -247,8 +247,9 @@ def refresh_grid(
     """Measure the throughput grid between ``regions`` and publish a version to a grid store.
 
     One gateway per region (``backend``), every ordered pair probed at each count of
-    ``connections`` (default 4 and 64) for ``duration_s``; pairs measured within ``freshness_s`` are skipped, the
-    fleet is always deprovisioned, and the result is what ``plan(grid_store=...)`` reads.
+    ``connections`` (default 4 and 64) for ``duration_s``; pairs measured within
+    ``freshness_s`` are skipped, the fleet is always deprovisioned, and the result is what
+    ``plan(grid_store=...)`` reads.
     ``store_uri`` defaults to ``$SKYPLANE_OPS_HOME/grid``. Raises ``BudgetExceededError``
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """

@@ -186,9 +186,7 @@ def test_a_failed_probe_is_reported_and_the_rest_is_kept(tmp_path: Path) -> None
 
 
 def test_each_pair_is_probed_at_every_connection_count(tmp_path: Path) -> None:
-    result = refresh_grid(
-        REGIONS[:2], store_uri=str(tmp_path), connections=[8, 2], duration_s=0.6
-    )
+    result = refresh_grid(REGIONS[:2], store_uri=str(tmp_path), connections=[8, 2], duration_s=0.6)
     assert result.connections == (2, 8)
     got = sorted((m.src, m.dst, m.connections) for m in GridStore(str(tmp_path)).measurements())
     a, b = REGIONS[:2]
