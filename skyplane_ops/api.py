@@ -253,7 +253,7 @@ def refresh_grid(
     store_options: Mapping[str, Any] | None = None,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
-    connections: int | None = None,
+    connections: int | Sequence[int] | None = None,
     duration_s: float | None = None,
     budget_usd: float | None = None,
     freshness_s: float = 0.0,
@@ -264,9 +264,10 @@ def refresh_grid(
 ) -> RefreshResult:
     """Measure the throughput grid between ``regions`` and publish a version to a grid store.
 
-    One gateway per region (``backend``), every ordered pair probed with ``connections`` TCP
-    connections for ``duration_s``; pairs measured within ``freshness_s`` are skipped, the
-    fleet is always deprovisioned, and the result is what ``plan(grid_store=...)`` reads.
+    One gateway per region (``backend``), every ordered pair probed at each count of
+    ``connections`` (default 4 and 64) for ``duration_s``; pairs measured within
+    ``freshness_s`` are skipped, the fleet is always deprovisioned, and the result is what
+    ``plan(grid_store=...)`` reads.
     ``store_uri`` defaults to ``$SKYPLANE_OPS_HOME/grid``. Raises ``BudgetExceededError``
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """
