@@ -70,6 +70,8 @@ class DispatchStats:
     resent: int = 0
     bytes_done: int = 0
     changed_keys: set[str] = field(default_factory=set)
+    # key -> why, for objects a gateway could not copy ("source: ..." / "destination: ...")
+    failed_keys: dict[str, str] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per route index: bytes delivered, and seconds from the start until its last chunk landed.
     path_bytes: dict[int, int] = field(default_factory=dict)
@@ -229,6 +231,7 @@ class Dispatcher:
                     "length": s.length,
                     "part": s.part,
                     "upload_id": uploads.get(s.key) if s.part >= 1 else None,
+                    "version": s.version,
                 }
                 for s in chunk.segments
             ],
@@ -311,9 +314,12 @@ class Dispatcher:
                             log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
                             stats.resent += 1
                             retry.append(chunk)
-                        elif kind == "changed":
+                        elif kind in ("changed", "failed"):
                             del pending[chunk.chunk_id]
-                            stats.changed_keys.add(ev["key"])
+                            if kind == "changed":
+                                stats.changed_keys.add(ev["key"])
+                            else:
+                                stats.failed_keys[ev["key"]] = f"{ev.get('side')}: {ev.get('why')}"
                             rest = [s for s in chunk.segments if s.key != ev["key"]]
                             if rest:
                                 again = Chunk(next_id, rest)
