@@ -100,6 +100,10 @@ class GCPProvisioner(CloudBoot):
         self.image = image
         self.disk_gb = disk_gb
         self.spot = spot
+        if credentials == "anonymous":  # emulators and fakes only
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
         if credentials is None and credentials_file:
             from google.oauth2 import service_account
 
