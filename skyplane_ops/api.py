@@ -12,9 +12,19 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.transfer import TransferResult, run_transfer
+from skyplane_ops.errors import PlanningError as PlanningError
+from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
+from skyplane_ops.errors import TransferError as TransferError
+from skyplane_ops.planner.plan import TransferPlan as TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
+from skyplane_ops.transfer import TransferResult as TransferResult
+from skyplane_ops.transfer import run_transfer
+
+# Re-exported for the faces (Airflow, Dagster), which import only this module.
+from skyplane_ops.transfer.progress import Progress as Progress
+from skyplane_ops.transfer.state import TransferState as TransferState
+from skyplane_ops.transfer.state import default_state_uri as default_state_uri
+from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
@@ -260,7 +270,7 @@ def refresh_grid(
     store_options: Mapping[str, Any] | None = None,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
-    connections: int | None = None,
+    connections: int | Sequence[int] | None = None,
     duration_s: float | None = None,
     budget_usd: float | None = None,
     freshness_s: float = 0.0,
@@ -271,9 +281,10 @@ def refresh_grid(
 ) -> RefreshResult:
     """Measure the throughput grid between ``regions`` and publish a version to a grid store.
 
-    One gateway per region (``backend``), every ordered pair probed with ``connections`` TCP
-    connections for ``duration_s``; pairs measured within ``freshness_s`` are skipped, the
-    fleet is always deprovisioned, and the result is what ``plan(grid_store=...)`` reads.
+    One gateway per region (``backend``), every ordered pair probed at each count of
+    ``connections`` (default 4 and 64) for ``duration_s``; pairs measured within
+    ``freshness_s`` are skipped, the fleet is always deprovisioned, and the result is what
+    ``plan(grid_store=...)`` reads.
     ``store_uri`` defaults to ``$SKYPLANE_OPS_HOME/grid``. Raises ``BudgetExceededError``
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """
@@ -341,3 +352,12 @@ def copy(
         )
     finally:
         deprovision(fleet, backend_options=backend_options)
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy re-exports whose modules are costly to import (the profiler loads the grid code)."""
+    if name == "BudgetExceededError":
+        from skyplane_ops.profiler.errors import BudgetExceededError
+
+        return BudgetExceededError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
