@@ -106,7 +106,8 @@ def plan(
     Measured throughput comes from a grid file (``measured_grid``) or from the latest version
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
     ``details["grid"]`` then names it. At most one bound may be given; with none, the
-    planner's default applies (the fastest plan that costs no more than the direct path).
+    planner's default applies (the cheapest plan finishing, provisioning included, within
+    ``completion_tolerance`` of the fastest; a cost ceiling is refined the same way).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
     ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
