@@ -109,7 +109,7 @@ def test_modelled_values_never_override_measurements(tmp_path: Path) -> None:
     assert grid.source(A, B) == "measured"
     # Pairs with no measurement keep the default (published 2022 figure or model).
     assert grid.source(B, A) == profile.throughput.source(B, A)
-    assert grid.link(B, A).source == "published"
+    assert grid.links()[(B, A)].source == "published"
     assert grid.gbps(B, A) == pytest.approx(profile.throughput.gbps(B, A))
     # Laying the model over the measured grid again does not undo the measurement.
     again = grid.merge(profile.throughput)
