@@ -154,9 +154,16 @@ def plan(
         measured_only=measured_only,
         **extra,
     )
-    tolerance = {} if completion_tolerance is None else {"completion_tolerance": completion_tolerance}
+    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+
     result = plan_transfer(
-        problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor, **tolerance
+        problem,
+        lp=lp,
+        frontier_points=frontier_points,
+        exact_floor=exact_floor,
+        completion_tolerance=DEFAULT_COMPLETION_TOLERANCE
+        if completion_tolerance is None
+        else completion_tolerance,
     )
     if grid_source is not None:
         result.details["grid"] = grid_source
