@@ -386,7 +386,13 @@ def run_transfer(
     nbytes = sum(o.size for o in objects)
     seconds = time.monotonic() - t0
     predicted, actual = _costs(plan, nbytes, seconds)
+    from skyplane_ops.profiler.passive import after_transfer  # every transfer is a measurement
+
+    paths = after_transfer(
+        plan, fleet.backend, job_id, dispatcher.routes, stats.path_bytes, stats.path_seconds
+    )
     return TransferResult(
+        paths=paths,
         transfer_id=fleet.transfer_id,
         job_id=job_id,
         src_uri=src_uri,

@@ -73,6 +73,9 @@ class DispatchStats:
     # key -> why, for objects a gateway could not copy ("source: ..." / "destination: ...")
     failed_keys: dict[str, str] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per route index: bytes delivered, and seconds from the start until its last chunk landed.
+    path_bytes: dict[int, int] = field(default_factory=dict)
+    path_seconds: dict[int, float] = field(default_factory=dict)
 
 
 def plan_routes(plan: TransferPlan) -> list[tuple[list[str], float]]:
@@ -132,6 +135,7 @@ class Dispatcher:
         )
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)
+        self._chunk_path: dict[int, int] = {}
         self._started: list[str] = []
 
     # ---- job spec --------------------------------------------------------------------------------
@@ -237,6 +241,7 @@ class Dispatcher:
         per_gateway: dict[str, list[dict[str, Any]]] = {}
         for c in chunks:
             path = self._pick_path(c.nbytes)
+            self._chunk_path[c.chunk_id] = path
             gid = self._pick_source(path, c.nbytes)
             per_gateway.setdefault(gid, []).append(self._descriptor(c, path, uploads))
         for gid, descs in per_gateway.items():
@@ -296,6 +301,9 @@ class Dispatcher:
                             del pending[chunk.chunk_id]
                             finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
                             stats.bytes_done += chunk.nbytes
+                            p = self._chunk_path.get(chunk.chunk_id, 0)
+                            stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
+                            stats.path_seconds[p] = time.monotonic() - t0
                         elif kind in ("bad", "lost"):
                             chunk.attempts += 1
                             if chunk.attempts >= self.options.max_attempts:
