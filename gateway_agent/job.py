@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import socket
 import threading
@@ -391,6 +392,7 @@ class Job:
             desc = self._source_q.get()
             if desc is None:
                 return
+            self._read_gate_hook()
             segs: list[dict[str, Any]] = desc["segs"]
             total = sum(int(s["length"]) for s in segs)
             lease = None
@@ -414,6 +416,22 @@ class Job:
                 lease.release()
                 continue
             self.route(chunk)
+
+    def _read_gate_hook(self) -> None:
+        """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have
+        started, later ones wait until PATH exists (``PATH.paused`` tells they wait), so a test
+        changes the source at a known point of a real copy, without sleeps."""
+        gate = self._hooks.get("read_gate") if self._hooks else None
+        if not gate:
+            return
+        with self._lock:
+            self._hooks["reads_started"] = started = int(self._hooks.get("reads_started", 0)) + 1
+        if started <= int(gate["after"]):
+            return
+        with open(f"{gate['file']}.paused", "a"):
+            pass
+        while not os.path.exists(gate["file"]) and not self._stop.wait(0.02):
+            pass
 
     def _object_failed(self, chunk: int, bad: ObjectFailed) -> None:
         """Report one object of ``chunk`` as changed or failed; the control plane re-sends the
