@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from gateway_agent import auth, wire
@@ -121,13 +122,13 @@ class Job:
                 i = route.index(self.region)
                 if i + 1 < len(route):
                     next_regions.add(route[i + 1])
-        callbacks = PoolCallbacks(
-            sent=self._on_sent,
-            lost=self._on_lost,
-            fatal=self._fail,
-            stopped=self._stop.is_set,
-        )
         for nxt in sorted(next_regions):
+            callbacks = PoolCallbacks(
+                sent=self._on_sent,
+                lost=self._on_lost,
+                fatal=partial(self._hop_failed, nxt),
+                stopped=self._stop.is_set,
+            )
             peers = [Peer(g["id"], g["host"], int(g["data_port"])) for g in gateways.get(nxt, [])]
             if not peers:
                 raise JobError(f"job {self.job_id} has no gateway in next-hop region {nxt!r}")
@@ -184,10 +185,19 @@ class Job:
         with self._lock:
             self.events.append(event)
 
-    def _fail(self, message: str) -> None:
+    def _hop_failed(self, nxt: str, message: str) -> None:
+        self._fail(message, hop=[self.region, nxt])
+
+    def _fail(self, message: str, hop: list[str] | None = None) -> None:
+        """Report a job error; ``hop`` names a next hop that failed (the control plane may
+        route around it), otherwise the error is this gateway's own."""
         log.error("job %s: %s", self.job_id, message)
         with self._lock:
-            if self.error is None:
+            if hop is not None:
+                self.events.append(
+                    {"t": "error", "why": message, "gateway": self.gateway_id, "hop": hop}
+                )
+            elif self.error is None:
                 self.error = message
                 self.events.append({"t": "error", "why": message, "gateway": self.gateway_id})
 
