@@ -206,7 +206,7 @@ class Job:
 
     def _on_lost(self, item: OutChunk, why: str) -> None:
         self._count(chunks_lost=1)
-        self._event(t="lost", chunk=item.meta["chunk"], why=why)
+        self._event(t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why)
 
     def status(self, cursor: int = 0) -> dict[str, Any]:
         """Counters plus the events after ``cursor`` (incremental, never the full history)."""
@@ -324,14 +324,21 @@ class Job:
         if pool is None or conn is None or conn.sock is None:
             wire.discard(upstream, payload_len)
             self._count(chunks_lost=1)
-            self._event(t="lost", chunk=meta.get("chunk"), why="no downstream connection")
+            self._event(
+                t="lost",
+                chunk=meta.get("chunk"),
+                path=meta.get("path"),
+                why="no downstream connection",
+            )
             return
         try:
             n = wire.splice_frame(upstream, conn.sock, pipe, header, meta_b)
         except wire.DownstreamError as exc:
             pool.give_back(conn, broken=True)
             self._count(chunks_received=1, bytes_received=payload_len, chunks_lost=1)
-            self._event(t="lost", chunk=meta.get("chunk"), why=f"send failed: {exc}")
+            self._event(
+                t="lost", chunk=meta.get("chunk"), path=meta.get("path"), why=f"send failed: {exc}"
+            )
             return
         except wire.UpstreamError:
             pool.give_back(conn, broken=True)  # the peer saw half a frame: start afresh
