@@ -6,7 +6,8 @@ The rule, for every backend:
    30 min by default; backends accept ``lease_s``). It covers the gap between a pipeline's
    provision step and its transfer step (separate Airflow tasks or Dagster ops).
 2. Whoever drives a transfer holds ``keep_alive(fleet, secret)`` around it: every
-   ``renew_every`` seconds it renews every gateway's lease to ``lease_s`` (60 s). If that
+   ``lease_s / 4`` seconds it renews every gateway's lease to ``lease_s`` (60 s, or the
+   fleet's ``resources["lease_s"]`` when its provisioner was given one). If that
    process dies (SIGKILL, a lost worker), the gateways stop by themselves at most ``lease_s``
    plus one watchdog tick later.
 3. On a clean exit the lease is set to ``linger_s`` (default 10 min) so a following step
@@ -42,10 +43,12 @@ class LeaseKeeper:
         fleet: GatewayFleet,
         secret: bytes,
         *,
-        lease_s: float = LEASE_S,
+        lease_s: float | None = None,
         renew_every: float | None = None,
         linger_s: float = LINGER_S,
     ) -> None:
+        if lease_s is None:
+            lease_s = float(fleet.resources.get("lease_s") or LEASE_S)
         if lease_s <= 0:
             raise ValueError(f"lease_s must be positive, not {lease_s}")
         self.lease_s = lease_s
@@ -100,7 +103,7 @@ def keep_alive(
     fleet: GatewayFleet,
     secret: bytes,
     *,
-    lease_s: float = LEASE_S,
+    lease_s: float | None = None,
     linger_s: float = LINGER_S,
 ) -> Iterator[LeaseKeeper]:
     """Hold the fleet's leases while the body runs (see the module docstring for the rule)."""

@@ -89,10 +89,12 @@ class LocalProvisioner:
         python: str | None = None,
         extra_args: Sequence[str] = (),
         log_level: str = "WARNING",
+        initial_lease_s: float | None = None,
         lease_s: float | None = None,
     ) -> None:
         self.host = host
-        self.lease_s = lease_s  # None: bundle.INITIAL_LEASE_S
+        self.initial_lease_s = initial_lease_s  # None: bundle.INITIAL_LEASE_S
+        self.lease_s = lease_s  # None: lease.LEASE_S
         self.idle_timeout = idle_timeout
         self.buffer_mib = buffer_mib
         self.start_timeout = start_timeout
@@ -114,7 +116,7 @@ class LocalProvisioner:
                 gateway_id=gid,
                 region=region,
                 idle_timeout=self.idle_timeout,
-                lease_s=self.lease_s,
+                lease_s=self.initial_lease_s,
             ),
             "--buffer-mib",
             str(self.buffer_mib),
@@ -148,7 +150,8 @@ class LocalProvisioner:
             secret_ref=secret_ref,
             tags={"skyplane-ops:transfer-id": transfer_id, **dict(tags or {})},
             created_at=datetime.now(UTC).isoformat(),
-            resources={"workdir": str(workdir)},
+            resources={"workdir": str(workdir)}
+            | ({"lease_s": self.lease_s} if self.lease_s else {}),
         )
         try:
             for region, count in sorted(vms.items()):

@@ -33,7 +33,7 @@ from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
-from skyplane_ops.provision.lease import LEASE_S, LINGER_S, keep_alive
+from skyplane_ops.provision.lease import LINGER_S, keep_alive
 from skyplane_ops.transfer.liveness import DeadPath, HopWatch
 from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
@@ -71,8 +71,9 @@ class DispatchOptions:
     # A hop that answers nothing or moves no bytes for this long is dead (see liveness.py);
     # it must exceed the time one chunk takes over the slowest hop.
     hop_timeout: float = 30.0
-    # Gateway leases while the job runs (0: do not hold leases) and after it ends.
-    lease_s: float = LEASE_S
+    # Gateway leases while the job runs (None: the fleet's, else 60 s; 0: hold no lease) and
+    # after it ends.
+    lease_s: float | None = None
     lease_linger_s: float = LINGER_S
     reader_threads: int = 8
     writer_threads: int = 8
@@ -282,7 +283,7 @@ class Dispatcher:
     ) -> DispatchStats:
         """Move every chunk or raise ``TransferError``; jobs are stopped either way."""
         with ExitStack() as stack:
-            if self.options.lease_s > 0:
+            if self.options.lease_s is None or self.options.lease_s > 0:
                 stack.enter_context(
                     keep_alive(
                         self.fleet,
@@ -346,15 +347,25 @@ class Dispatcher:
         while pending:
             finished: list[tuple[Chunk, list[int]]] = []
             retry: list[Chunk] = []
+            failure: TransferError | None = None
             for gid in self.clients:
-                st = self._poll(gid, polls, cursors, watch, pollers)
+                if failure is not None:
+                    break
+                try:
+                    st = self._poll(gid, polls, cursors, watch, pollers)
+                except TransferError as exc:
+                    failure = exc
+                    break
                 if st is None:
                     continue
                 stats.counters[gid] = st["counters"]
                 for ev in st["events"]:
                     kind = ev.get("t")
                     if kind == "error":
-                        self._on_error(gid, ev, watch, pending, stats, uploads)
+                        try:
+                            self._on_error(gid, ev, watch, pending, stats, uploads)
+                        except TransferError as exc:
+                            failure = exc  # journal what finished first, then fail
                         continue
                     chunk = pending.get(ev.get("chunk", -1))
                     if chunk is None:
@@ -390,6 +401,8 @@ class Dispatcher:
             if finished:
                 on_done(finished)
                 last_progress = time.monotonic()
+            if failure is not None:
+                raise failure
             if retry:
                 self._submit(retry, uploads)
             self._check_paths(watch, pending, stats, uploads)
