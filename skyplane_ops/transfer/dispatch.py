@@ -341,6 +341,8 @@ class Dispatcher:
             self.options.hop_timeout,
             time.monotonic(),
         )
+        self._watch = watch
+        self._uploads = uploads
         cursors = dict.fromkeys(self.clients, 0)
         polls: dict[str, Future[dict[str, Any]]] = {}
         last_progress = time.monotonic()
@@ -363,7 +365,7 @@ class Dispatcher:
                     kind = ev.get("t")
                     if kind == "error":
                         try:
-                            self._on_error(gid, ev, watch, pending, stats, uploads)
+                            self._on_error(gid, ev, watch, pending, stats)
                         except TransferError as exc:
                             failure = exc  # journal what finished first, then fail
                         continue
@@ -382,10 +384,11 @@ class Dispatcher:
                             continue  # a copy on a path it was rerouted from
                         chunk.attempts += 1
                         if chunk.attempts >= self.options.max_attempts:
-                            raise TransferError(
-                                f"chunk {chunk.chunk_id} ({chunk.segments[0].key}) failed "
-                                f"{chunk.attempts} times; last: {ev.get('why')}"
-                            )
+                            failure = self._chunk_failed(gid, chunk, path, ev, pending, stats)
+                            if failure is not None:
+                                break
+                            retry = [c for c in retry if c.chunk_id != chunk.chunk_id]
+                            continue
                         log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
                         stats.resent += 1
                         retry.append(chunk)
@@ -405,7 +408,7 @@ class Dispatcher:
                 raise failure
             if retry:
                 self._submit(retry, uploads)
-            self._check_paths(watch, pending, stats, uploads)
+            self._check_paths(watch, pending, stats)
             if progress is not None:
                 elapsed = time.monotonic() - t0
                 progress(
@@ -469,7 +472,6 @@ class Dispatcher:
         watch: HopWatch,
         pending: dict[int, Chunk],
         stats: DispatchStats,
-        uploads: Mapping[str, str],
     ) -> None:
         """A gateway error: fatal, unless it names a next hop the plan can route around."""
         g = self._by_id[gid]
@@ -479,15 +481,46 @@ class Dispatcher:
         u, v = str(hop[0]), str(hop[1])
         for p, (route, _) in enumerate(self.routes):
             if self._alive[p] and (u, v) in itertools.pairwise(route):
-                watch.alive[p] = False
-                self._path_died(DeadPath(p, (u, v), f"{gid}: {ev['why']}"), pending, stats, uploads)
+                self._path_died(DeadPath(p, (u, v), f"{gid}: {ev['why']}"), pending, stats)
+
+    def _hop_from(self, gid: str, path: int | None) -> tuple[str, str] | None:
+        """The hop out of ``gid``'s region along ``path`` (None if it is the path's end)."""
+        if path is None:
+            return None
+        route = self.routes[path][0]
+        region = self._by_id[gid].region
+        if region not in route or route.index(region) + 1 >= len(route):
+            return None
+        return region, route[route.index(region) + 1]
+
+    def _chunk_failed(
+        self,
+        gid: str,
+        chunk: Chunk,
+        path: int | None,
+        ev: dict[str, Any],
+        pending: dict[int, Chunk],
+        stats: DispatchStats,
+    ) -> TransferError | None:
+        """A chunk lost ``max_attempts`` times: the hop it was lost on is dead when the plan
+        has other paths (its chunks move there); otherwise the error names the hop."""
+        hop = self._hop_from(gid, path) if ev.get("t") == "lost" else None
+        where = f" on hop {hop[0]} -> {hop[1]}" if hop else f" at {gid}"
+        why = (
+            f"chunk {chunk.chunk_id} ({chunk.segments[0].key}) failed {chunk.attempts} "
+            f"times{where}; last: {ev.get('why')}"
+        )
+        if hop is None or path is None or sum(self._alive) < 2:
+            return TransferError(why)
+        chunk.attempts = 0
+        self._path_died(DeadPath(path, hop, why), pending, stats)
+        return None
 
     def _check_paths(
         self,
         watch: HopWatch,
         pending: dict[int, Chunk],
         stats: DispatchStats,
-        uploads: Mapping[str, str],
     ) -> None:
         outstanding: dict[int, int] = {}
         for cid in pending:
@@ -495,17 +528,12 @@ class Dispatcher:
             if p is not None:
                 outstanding[p] = outstanding.get(p, 0) + 1
         for dead in watch.check(time.monotonic(), outstanding):
-            self._path_died(dead, pending, stats, uploads)
+            self._path_died(dead, pending, stats)
 
-    def _path_died(
-        self,
-        dead: DeadPath,
-        pending: dict[int, Chunk],
-        stats: DispatchStats,
-        uploads: Mapping[str, str],
-    ) -> None:
+    def _path_died(self, dead: DeadPath, pending: dict[int, Chunk], stats: DispatchStats) -> None:
         """Send the dead path's chunks along the others, or fail naming the hop."""
         self._alive[dead.path] = False
+        self._watch.alive[dead.path] = False
         stats.dead_hops.append(dead.describe())
         if not any(self._alive):
             raise TransferError(f"{dead.describe()}; the plan has no other path to route around it")
@@ -513,7 +541,7 @@ class Dispatcher:
         log.warning("%s: moving %d chunk(s) to the other paths", dead.describe(), len(moved))
         stats.rerouted += len(moved)
         if moved:
-            self._submit(moved, uploads)
+            self._submit(moved, self._uploads)
 
     def stop(self, pollers: ThreadPoolExecutor | None = None) -> None:
         """Stop the job on every gateway it was started on (best effort, in parallel, one short

@@ -21,7 +21,7 @@ from tests.faults._gw_procs import cli_kill_case, gateway_kill_case
 
 HOP_TIMEOUT = 3.0
 LEASE = 4.0
-SINK_BPS = 10e6
+SINK_BPS = 1.5e6
 
 pytestmark = pytest.mark.slow
 
