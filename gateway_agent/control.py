@@ -89,22 +89,20 @@ class ControlServer:
     def _serve(self, sock: socket.socket, addr: Any) -> None:
         try:
             with sock:
-                self._one_request(sock)
+                try:
+                    self._one_request(sock)
+                except BadRequest as exc:
+                    log.debug("control request from %s refused: %s", addr, exc)
+                    _reply(sock, exc.code, {"error": str(exc)})
         except (OSError, TimeoutError):
             pass
-        except BadRequest as exc:
-            log.debug("control request from %s refused: %s", addr, exc)
         finally:
             self.gate.release(sock)
 
     # ---- one request ---------------------------------------------------------------------------
 
     def _one_request(self, sock: socket.socket) -> None:
-        try:
-            method, target, headers, rest = _read_head(sock)
-        except BadRequest as exc:
-            _reply(sock, exc.code, {"error": str(exc)})
-            raise
+        method, target, headers, rest = _read_head(sock)
         url = urlparse(target)
         if method == "GET" and url.path == "/v1/hello":  # unsigned: which id to sign for
             _reply(sock, 200, {"gateway_id": self.agent.gateway_id})
