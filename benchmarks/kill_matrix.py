@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +49,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="hop timeout 3 s, lease 4 s")
     ap.add_argument("--only", nargs="*", default=[], help="cases as target:SIGNAL")
     args = ap.parse_args()
+    home = tempfile.mkdtemp(prefix="kill-matrix-home-")
+    os.environ["SKYPLANE_OPS_HOME"] = home  # fleets, secrets, journals: never the user's
     hop_timeout = 3.0 if args.quick else DispatchOptions().hop_timeout
     lease_s = 4.0 if args.quick else LEASE_S
     cases = [(t, s) for t in TARGETS for s in SIGNALS]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -150,6 +151,7 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=64, help="announced body size")
     ap.add_argument("--seconds", type=float, default=10.0, help="length of the body attack")
     args = ap.parse_args()
+    os.environ["SKYPLANE_OPS_HOME"] = tempfile.mkdtemp(prefix="strangers-home-")
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     rows: list[dict[str, Any]] = []

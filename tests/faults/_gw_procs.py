@@ -254,7 +254,7 @@ def _fleet(
 ) -> tuple[LocalProvisioner, GatewayFleet]:
     prov = LocalProvisioner(
         idle_timeout=300,
-        buffer_mib=8,  # small budgets: back-pressure keeps work in every process
+        buffer_mib=4,  # small budgets: back-pressure keeps work in every process
         extra_args=["--enable-test-hooks"],
         lease_s=lease_s,
     )
