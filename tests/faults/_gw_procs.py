@@ -285,16 +285,23 @@ def resume(
 
 
 def gateway_kill_case(
-    target: str, sig: str, root: Path, *, hop_timeout: float, lease_s: float, sink_bps: float
+    target: str,
+    sig: str,
+    root: Path,
+    *,
+    hop_timeout: float,
+    lease_s: float,
+    sink_bps: float,
+    paths: tuple[list[str], ...] = ([SRC, RELAY, DST],),
 ) -> KillCase:
-    """Kill one gateway of src -> relay -> sink mid-copy; check, resume, check again."""
+    """Kill one gateway of ``paths`` (src -> relay -> sink) mid-copy; check, resume, check."""
     case = KillCase(target, sig)
     src, dst, journal = root / "src", root / "dst", root / "journal"
     src.mkdir(parents=True)
     dst.mkdir()
     old, new = dataset(src, dst)
     total = sum(len(v) for v in new.values())
-    plan = make_plan([SRC, RELAY, DST])
+    plan = make_plan(*paths)
     prov, fleet = _fleet(plan, lease_s)
     pid = int(fleet.in_region(REGION_OF[target])[0].resources["pid"])
     seen = {"bytes": 0}
@@ -342,6 +349,8 @@ def gateway_kill_case(
     else:
         case.outcome = "completed"  # rerouted or finished before the kill landed
     case.problems = nothing_lost(src, dst, old, new)
+    if "error" not in outcome and read_tree(dst) != new:
+        case.problems.append("completed, but the copy is not byte-identical")
     if "error" in outcome:
         case.bytes_resent_on_resume = resume(
             plan, (src, dst, journal), seen["bytes"], total, lease_s

@@ -13,11 +13,13 @@ without re-sending journaled bytes. The same cases with the default timeouts are
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.faults._gw_procs import cli_kill_case, gateway_kill_case
+from tests.faults._gw_procs import cli_kill_case, gateway_kill_case, start_agent, wait_for
+from tests.integration.transfer_helpers import DST, RELAY, SRC
 
 HOP_TIMEOUT = 3.0
 LEASE = 4.0
@@ -52,3 +54,28 @@ def test_cli_killed_mid_copy(tmp_path: Path, sig: str) -> None:
     if sig != "SIGKILL":
         assert case.error.startswith("exit status") and "Traceback" not in case.error
     assert case.bytes_resent_on_resume == 0
+
+
+def test_a_stopped_relay_is_routed_around(tmp_path: Path) -> None:
+    """With a second path in the plan, the stopped relay's chunks go the other way."""
+    case = gateway_kill_case(
+        "relay", "SIGSTOP", tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, sink_bps=SINK_BPS,
+        paths=([SRC, RELAY, DST], [SRC, DST]),
+    )  # fmt: skip
+    assert case.problems == []
+    assert case.outcome == "completed", case
+
+
+def test_a_gateway_stops_when_its_lease_lapses(tmp_path: Path) -> None:
+    agent = start_agent(tmp_path, "gw-lease", "--lease", "5", "--idle-timeout", "0")
+    try:
+        client = agent.client()
+        for _ in range(8):  # renewed once a second: alive well past its first lease (5 s)
+            assert client.renew_lease(5)["ok"]
+            assert agent.proc.poll() is None
+            time.sleep(1)
+        wait_for(lambda: agent.proc.poll() is not None, 60, "the lease to lapse", step=0.2)
+        assert agent.proc.returncode == 0
+        assert "lease lapsed" in agent.log.read_text()
+    finally:
+        agent.stop()
