@@ -89,7 +89,12 @@ class DispatchStats:
     dead_hops: list[str] = field(default_factory=list)
     bytes_done: int = 0
     changed_keys: set[str] = field(default_factory=set)
+    # key -> why, for objects a gateway could not copy ("source: ..." / "destination: ...")
+    failed_keys: dict[str, str] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per route index: bytes delivered, and seconds from the start until its last chunk landed.
+    path_bytes: dict[int, int] = field(default_factory=dict)
+    path_seconds: dict[int, float] = field(default_factory=dict)
 
 
 def plan_routes(plan: TransferPlan) -> list[tuple[list[str], float]]:
@@ -149,7 +154,7 @@ class Dispatcher:
             for g in self.gateways
         }
         self._alive = [True] * len(self.routes)
-        self._path_of: dict[int, int] = {}
+        self._chunk_path: dict[int, int] = {}
         self._by_id = {g.gateway_id: g for g in self.gateways}
         self._secret = secret
         self._src_uri = src_uri
@@ -255,6 +260,7 @@ class Dispatcher:
                     "length": s.length,
                     "part": s.part,
                     "upload_id": uploads.get(s.key) if s.part >= 1 else None,
+                    "version": s.version,
                 }
                 for s in chunk.segments
             ],
@@ -264,7 +270,7 @@ class Dispatcher:
         per_gateway: dict[str, list[dict[str, Any]]] = {}
         for c in chunks:
             path = self._pick_path(c.nbytes)
-            self._path_of[c.chunk_id] = path
+            self._chunk_path[c.chunk_id] = path
             gid = self._pick_source(path, c.nbytes)
             per_gateway.setdefault(gid, []).append(self._descriptor(c, path, uploads))
         for gid, descs in per_gateway.items():
@@ -372,13 +378,16 @@ class Dispatcher:
                     chunk = pending.get(ev.get("chunk", -1))
                     if chunk is None:
                         continue
-                    path = self._path_of.get(chunk.chunk_id)
+                    path = self._chunk_path.get(chunk.chunk_id)
                     if kind == "done":
                         del pending[chunk.chunk_id]
                         finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
                         stats.bytes_done += chunk.nbytes
                         if path is not None:
                             watch.chunk_finished(path, time.monotonic())
+                        p = path or 0
+                        stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
+                        stats.path_seconds[p] = time.monotonic() - t0
                     elif kind in ("bad", "lost"):
                         if "path" in ev and str(ev["path"]) != str(path):
                             continue  # a copy on a path it was rerouted from
@@ -392,9 +401,12 @@ class Dispatcher:
                         log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
                         stats.resent += 1
                         retry.append(chunk)
-                    elif kind == "changed":
+                    elif kind in ("changed", "failed"):
                         del pending[chunk.chunk_id]
-                        stats.changed_keys.add(ev["key"])
+                        if kind == "changed":
+                            stats.changed_keys.add(ev["key"])
+                        else:
+                            stats.failed_keys[ev["key"]] = f"{ev.get('side')}: {ev.get('why')}"
                         rest = [s for s in chunk.segments if s.key != ev["key"]]
                         if rest:
                             again = Chunk(next_id, rest)
@@ -524,7 +536,7 @@ class Dispatcher:
     ) -> None:
         outstanding: dict[int, int] = {}
         for cid in pending:
-            p = self._path_of.get(cid)
+            p = self._chunk_path.get(cid)
             if p is not None:
                 outstanding[p] = outstanding.get(p, 0) + 1
         for dead in watch.check(time.monotonic(), outstanding):
@@ -537,7 +549,7 @@ class Dispatcher:
         stats.dead_hops.append(dead.describe())
         if not any(self._alive):
             raise TransferError(f"{dead.describe()}; the plan has no other path to route around it")
-        moved = [c for cid, c in pending.items() if self._path_of.get(cid) == dead.path]
+        moved = [c for cid, c in pending.items() if self._chunk_path.get(cid) == dead.path]
         log.warning("%s: moving %d chunk(s) to the other paths", dead.describe(), len(moved))
         stats.rerouted += len(moved)
         if moved:
