@@ -17,10 +17,13 @@ from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
-from skyplane_ops.transfer import TransferResult as TransferResult
-from skyplane_ops.transfer import run_transfer
 
 # Re-exported for the faces (Airflow, Dagster), which import only this module.
+from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
+from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
+from skyplane_ops.refresh_policy import publish_target as publish_target
+from skyplane_ops.transfer import TransferResult as TransferResult
+from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
