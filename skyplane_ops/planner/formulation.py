@@ -194,7 +194,7 @@ class PathModel:
             if not self.integer_conns:
                 groups += [(rows.conn_out, m), (rows.conn_in, m)]
             for terms, cap in groups:
-                if not terms:
+                if not terms or math.isinf(cap):
                     continue
                 row = s.Constraint(-inf, 0.0)
                 for i, coef in terms:

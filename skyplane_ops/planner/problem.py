@@ -196,8 +196,13 @@ class Problem:
         if self.max_relays not in (0, 1, 2):
             raise InvalidProblemError(f"max_relays must be 0, 1 or 2, not {self.max_relays}")
         for spec in self.regions.values():
-            numbers = (spec.vm_usd_per_hour, spec.egress_cap_gbps, spec.ingress_cap_gbps)
-            if spec.max_vms < 0 or any(x < 0 or not math.isfinite(x) for x in numbers):
+            caps = (spec.egress_cap_gbps, spec.ingress_cap_gbps)  # inf: no cap (own hosts)
+            price = spec.vm_usd_per_hour
+            if (
+                spec.max_vms < 0
+                or any(x < 0 or math.isnan(x) for x in caps)
+                or not (price >= 0 and math.isfinite(price))
+            ):
                 raise InvalidProblemError(
                     f"region {spec.id}: caps, price and VM limit must be >= 0"
                 )
@@ -240,6 +245,8 @@ class _Catalog(Protocol):
 
 
 class _Prices(Protocol):
+    """Also read when present: ``vm_for_region(region_id)`` (custom regions' own hosts)."""
+
     def egress_usd_per_gb(self, src: str, dst: str) -> float: ...
 
     def vm(self, provider: str) -> Any: ...
@@ -322,11 +329,15 @@ def build_problem(
             ids.append(region)
     specs: dict[str, RegionSpec] = {}
     vm_classes: dict[str, Any] = {}
+    per_region = getattr(profile.prices, "vm_for_region", None)  # custom regions' own hosts
     for region_id in ids:
         region = profile.catalog.get(region_id)
-        if region.provider not in vm_classes:
-            vm_classes[region.provider] = profile.prices.vm(region.provider)
-        vm = vm_classes[region.provider]
+        if callable(per_region):
+            vm = per_region(region_id)
+        else:
+            if region.provider not in vm_classes:
+                vm_classes[region.provider] = profile.prices.vm(region.provider)
+            vm = vm_classes[region.provider]
         limit = int(vm.max_per_region) if max_vms is None else min(int(vm.max_per_region), max_vms)
         specs[region_id] = RegionSpec(
             id=region_id,
