@@ -87,7 +87,13 @@ def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
         return  # a destination without any path: nothing to plan
     assert tmax > 0
     a_problem = problem.with_objective("min_cost", tmax * fraction)
-    a = solve_plan(a_problem)
+    try:
+        a = solve_plan(a_problem)
+    except InfeasibleError as exc:
+        # Tmax is the fractional-connection maximum; rounding to whole connections loses
+        # under one connection per hop (at most 4 hops of >= 32 connections per VM here).
+        assert "whole TCP connections" in str(exc) and fraction > 0.8
+        return
     assert plan_violations(a_problem, a) == []
     # The floor holds up to the MILP solver's feasibility tolerance (SCIP's default is 1e-6).
     assert a.predicted_gbps >= tmax * fraction * (1 - 1e-6)
