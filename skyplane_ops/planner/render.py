@@ -49,7 +49,7 @@ def _describe_mode(plan: TransferPlan) -> str:
         text = "fastest completion (provisioning + transfer)"
     tolerance = plan.details.get("completion_tolerance")
     if plan.mode == "max_throughput" and tolerance:
-        text += f", then the cheapest plan finishing within {100 * tolerance:g}% of it"
+        text += f", then the cheapest plan finishing within {100 * tolerance:g}% of the fastest"
     if plan.details.get("exact_floor"):
         text += " (exactly the floor)"
     if plan.details.get("deadline_seconds"):
