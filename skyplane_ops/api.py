@@ -19,6 +19,7 @@ from skyplane_ops.transfer import TransferResult, run_transfer
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
     from skyplane_ops.profiles import Profile
+    from skyplane_ops.provision.universe import FleetUniverse
 
 # Gateways per region the local backend starts at most: one machine gains nothing from more
 # processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
@@ -83,12 +84,15 @@ def plan(
     lp: bool = False,
     exact_floor: bool = False,
     frontier_points: int = 0,
+    fleet: FleetUniverse | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
     Measured throughput comes from a grid file (``measured_grid``) or from the latest version
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
-    ``details["grid"]`` then names it. At most one bound may be given; with none, the
+    ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
+    inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
+    their own regions. At most one bound may be given; with none, the
     planner's default applies (the fastest plan that costs no more than the direct path).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
     ``GridStoreError``.
@@ -116,6 +120,12 @@ def plan(
     extra: dict[str, Any] = {}
     if provisioning_seconds is not None:
         extra["provisioning_seconds"] = provisioning_seconds
+    dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
+    if fleet is not None:
+        fleet.check_ends([src_region, *dst_list])
+        version = (grid_source or {}).get("version")
+        profile = fleet.profile(profile, grid_store, version)
+        extra["regions"] = fleet.ids()
     problem = build_problem(
         profile,
         src_region,
@@ -129,6 +139,8 @@ def plan(
         max_relays=max_relays,
         **extra,
     )
+    if fleet is not None:
+        problem = fleet.constrain(problem)
     result = plan_transfer(problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor)
     if grid_source is not None:
         result.details["grid"] = grid_source

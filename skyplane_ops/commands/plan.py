@@ -37,6 +37,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
     p.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
     p.add_argument(
+        "--backend",
+        default=None,
+        help="plan for this backend's fleet: ssh (its inventory's regions and hosts) or netns",
+    )
+    p.add_argument(
+        "--backend-options", metavar="JSON_OR_FILE", help="backend options (the inventory)"
+    )
+    p.add_argument(
         "--exact-floor",
         action="store_true",
         help="size the plan for exactly the floor, even if a faster plan is cheaper",
@@ -47,6 +55,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--mermaid", action="store_true", help="also print a Mermaid graph")
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG of the Pareto frontier")
     p.set_defaults(func=run)
+
+
+def _fleet(args: argparse.Namespace) -> Any:
+    """The fleet universe of ``--backend`` (None: plan on the cloud catalog)."""
+    if not args.backend:
+        return None
+    from skyplane_ops.provision.sweeper import backend_options_for
+    from skyplane_ops.provision.universe import FleetUniverse
+
+    options = backend_options_for(args.backend_options, args.backend)
+    return FleetUniverse.from_backend(args.backend, options)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         lp=args.lp,
         exact_floor=args.exact_floor,
         frontier_points=args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0),
+        fleet=_fleet(args),
     )
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
