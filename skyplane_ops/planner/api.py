@@ -26,6 +26,8 @@ def default_bound(problem: Problem) -> Problem:
         direct = direct_plan(problem, baseline_vms(problem))
     except InfeasibleError:
         return problem.with_objective("max_throughput", None)
+    if direct.total_cost_usd <= 0:  # own hosts: nothing costs money, so the fastest plan
+        return problem.with_objective("max_throughput", None)
     return problem.with_objective("max_throughput", direct.total_cost_usd * (1 + 1e-9))
 
 

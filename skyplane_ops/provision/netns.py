@@ -332,6 +332,24 @@ class Testbed:
         }
 
 
+def wan_grid(
+    sites: Sequence[str], direct_mbit: float, relay_mbit: float, cross_mbit: float
+) -> dict[str, float]:
+    """A WAN grid (Gbps; with ``scale=1`` the testbed shapes Gbps * 1000 Mbit/s) over
+    ``sites`` = (source, destination, relay, ...): the direct link is ``direct_mbit`` each
+    way, every relay has its own links of ``relay_mbit`` to both ends (independent of the
+    other relays'), and links between relays carry ``cross_mbit``. tbf links fill with one
+    or two connections."""
+    src, dst, *relays = sites
+    grid = {f"{src}->{dst}": direct_mbit / 1000, f"{dst}->{src}": direct_mbit / 1000}
+    for relay in relays:
+        for a, b in ((src, relay), (relay, dst)):
+            grid[f"{a}->{b}"] = grid[f"{b}->{a}"] = relay_mbit / 1000
+    for a, b in combinations(relays, 2):
+        grid[f"{a}->{b}"] = grid[f"{b}->{a}"] = cross_mbit / 1000
+    return grid
+
+
 _LOCK_FILE = "/run/skyplane-ops-netns.lock"
 SLOTS = 8
 
@@ -419,7 +437,11 @@ class NetnsProvisioner:
         python: str = sys.executable,
         idle_timeout: float = 900.0,
         ready_timeout: float = 30.0,
+        hosts_per_region: int = 1,
     ) -> None:
+        if hosts_per_region < 1:
+            raise ProvisionError(f"hosts_per_region must be at least 1, got {hosts_per_region}")
+        self.hosts_per_region = hosts_per_region
         self.grid: Grid = grid or {}
         self.scale = scale
         self.default_gbps = default_gbps
@@ -432,6 +454,12 @@ class NetnsProvisioner:
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
     ) -> GatewayFleet:
         require_root()
+        crowded = {r: n for r, n in vms.items() if n > self.hosts_per_region}
+        if crowded:
+            raise ProvisionError(
+                f"the netns testbed has {self.hosts_per_region} host(s) per region; the plan "
+                f"asks for {crowded} (set hosts_per_region)"
+            )
         testbed = Testbed.plan(
             transfer_id,
             [r for r, n in vms.items() if n > 0],
