@@ -153,6 +153,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="wan-bench-"))
     env = {**os.environ, "SKYPLANE_OPS_HOME": str(work / "home"), "PYTHONPATH": str(REPO)}
     env.pop("AWS_CA_BUNDLE", None)
+    # Byte-code caches as any installed package has them (without, every CLI process compiles
+    # pandas/pyarrow from source: seconds of the whole copy that no user pays).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
         nbytes = generate(work / "src", args.mib)
         store = str(work / "grid")

@@ -211,7 +211,8 @@ def _summary(result: Any) -> str:
     d = result.to_dict()
     table.append("")
     table.append(
-        f"run {d['run_id']}: measured {d['measured']}/{d['pairs_total']} pair(s), "
+        f"run {d['run_id']}: measured {len({m.pair for m in result.measurements})}/"
+        f"{d['pairs_total']} pair(s) ({d['measured']} probes at {d['connections']} conns), "
         f"{d['skipped_fresh']} fresh skipped, {d['failed']} failed, {d['rounds']} round(s) "
         f"in {d['seconds']:.1f}s; estimated egress ${d['estimate_usd']:.4f}"
     )

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -473,11 +474,17 @@ class NetnsProvisioner:
         try:
             testbed.build()
             bundle = build_bundle()
-            gateways = [
-                self._start_agent(testbed, region, i, workdir, bundle.path, secret_ref)
-                for region in testbed.regions
-                for i in range(vms[region])
-            ]
+            # Agents start in parallel: each waits for its ready file and health check.
+            slots = [(region, i) for region in testbed.regions for i in range(vms[region])]
+            with ThreadPoolExecutor(max_workers=min(16, len(slots))) as pool:
+                gateways = list(
+                    pool.map(
+                        lambda slot: self._start_agent(
+                            testbed, slot[0], slot[1], workdir, bundle.path, secret_ref
+                        ),
+                        slots,
+                    )
+                )
             if any(link.delay_ms > 0 for link in testbed.links):
                 gateways = [_open_probe_server(g, secret_ref) for g in gateways]
             for link in testbed.links:

@@ -83,21 +83,38 @@ class FleetUniverse:
         from skyplane_ops.profiles.catalog import Region, RegionCatalog
         from skyplane_ops.profiles.throughput import ThroughputGrid
 
-        catalog = profile.catalog
-        own = [
-            Region(r, a.provider or OWN_PROVIDER, r, "", "", 0.0, 0.0)
+        # The catalog shrinks to the fleet's regions: nothing else can run a gateway, and
+        # planning over a handful of regions is faster than over the whole cloud catalog.
+        known = profile.catalog
+        bare = [r for r in self.regions if r in known and known.resolve(r) != r]
+        if bare:
+            raise PlanningError(
+                f"inventory regions must be full ids: {', '.join(bare)} -> "
+                + ", ".join(known.resolve(r) for r in bare)
+            )
+        catalog = RegionCatalog(
+            known.get(r)
+            if r in known
+            else Region(r, a.provider or OWN_PROVIDER, r, "", "", 0.0, 0.0)
             for r, a in self.regions.items()
-            if r not in catalog
-        ]
-        if own:
-            catalog = RegionCatalog([*profile.catalog, *own])
+        )
+        ids = set(catalog.ids())
         base = profile.throughput
+        pairs = [(u, v) for u in ids for v in ids if u != v]
+        measured = base.measured_pairs()
+        values, when = {}, {}
+        for u, v in pairs:
+            if u in known and v in known:
+                ku, kv = known.resolve(u), known.resolve(v)
+                values[(u, v)] = base.gbps(ku, kv)
+                if (ku, kv) in measured:
+                    when[(u, v)] = measured[(ku, kv)]
         grid = ThroughputGrid(
             catalog,
-            {pair: base.gbps(*pair) for pair in base.pairs()},
+            values,
             connections=base.connections,
             provenance=base.provenance,
-            measured_at=base.measured_pairs(),
+            measured_at=when,
         )
         if grid_store is not None:
             from skyplane_ops.profiler import GridStore, planner_grid
