@@ -25,8 +25,7 @@ from skyplane_ops.airflow.settings import (
     backend_options_with_secret,
     parse_extra,
 )
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.api import GatewayFleet, TransferPlan, TransferState
 
 
 def _extra_dict(conn: Any) -> dict[str, Any]:
@@ -202,6 +201,12 @@ class SkyplaneHook(BaseHook):
             return StoreAccess()
         return store_access_from_connection(BaseHook.get_connection(conn_id))
 
+    def transfer_state(self, transfer_id: str) -> TransferState:
+        """The transfer's shared state (status, journal snapshot, secret) in the connection's
+        state store, which every worker and the triggerer must reach."""
+        settings = self.settings
+        return TransferState(settings.state_uri, transfer_id, settings.state_store_options)
+
     # -- plans ------------------------------------------------------------------------------
 
     def plan(
@@ -308,6 +313,17 @@ class SkyplaneHook(BaseHook):
         """Where measured grids are published: the connection's grid store or the work dir."""
         return self.settings.grid_store or os.path.join(self.settings.work_dir, "grid")
 
+    def publish_target(self, *, allow_emulated: bool = False) -> api.PublishTarget:
+        """The grid store for a backend that reaches real hosts, else ``<work_dir>/grid-scratch``
+        (loopback figures must not reach the grid plans read)."""
+        return api.publish_target(
+            self.settings.backend,
+            self.settings.backend_options,
+            grid_store=self.grid_store_uri(),
+            scratch_store=os.path.join(self.settings.work_dir, "grid-scratch"),
+            allow_emulated=allow_emulated,
+        )
+
     def refresh_grid(
         self,
         regions: Sequence[str],
@@ -318,11 +334,13 @@ class SkyplaneHook(BaseHook):
         budget_usd: float | None,
         freshness_s: float,
         progress: Callable[[dict[str, Any]], None] | None = None,
+        store_uri: str | None = None,
     ) -> Any:
-        """``api.refresh_grid`` with the connection's backend, publishing to its grid store."""
+        """``api.refresh_grid`` with the connection's backend, publishing to ``store_uri``
+        (default: its grid store; see :meth:`publish_target`)."""
         return api.refresh_grid(
             regions,
-            store_uri=self.grid_store_uri(),
+            store_uri=store_uri or self.grid_store_uri(),
             backend=self.settings.backend,
             backend_options=self.backend_options(),
             connections=connections,

@@ -8,8 +8,8 @@ comes only from measurements (``skyplane-ops profile`` on the same backend): a p
 measured, or one recorded as "no link", is not an edge.
 
 ``FleetUniverse.from_backend`` finds the universe; ``profile`` extends a planning profile with
-its regions; ``constrain`` caps a built problem by the inventory. (The profiles package's own
-custom-regions API, once it exists, can replace ``profile``; the shape stays.)
+its own regions (the profiles' ``Profile.with_regions``) and the grid store's measurements;
+``constrain`` caps a built problem by the inventory (hosts, prices, caps per region).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyplane_ops.errors import PlanningError, ProvisionError
+from skyplane_ops.errors import PlanningError, ProfileError, ProvisionError
 from skyplane_ops.provision.inventory import RegionAttrs, load_document, parse_regions
 
 OWN_PROVIDER = "own"
@@ -77,14 +77,29 @@ class FleetUniverse:
                 f"(fleet regions: {', '.join(self.regions)})"
             )
 
-    def profile(self, profile: Any, grid_store: str | None, version: str | None = None) -> Any:
-        """``profile`` with the fleet's own regions added to its catalog, its prices and its
-        throughput grid (measured rows of ``grid_store`` for every pair that has them)."""
-        from skyplane_ops.profiles.catalog import Region, RegionCatalog
-        from skyplane_ops.profiles.throughput import ThroughputGrid
+    def custom_regions(self, catalog: Any) -> list[dict[str, Any]]:
+        """The fleet's own regions (not in ``catalog``) as ``Profile.with_regions`` specs."""
+        specs = []
+        for rid, attrs in self.regions.items():
+            if rid in catalog:
+                continue
+            spec: dict[str, Any] = {"id": rid, "hosts": attrs.hosts}
+            for name in (
+                "provider",
+                "egress_usd_per_gb",
+                "vm_usd_per_hour",
+                "egress_cap_gbps",
+                "ingress_cap_gbps",
+            ):
+                if getattr(attrs, name) is not None:
+                    spec[name] = getattr(attrs, name)
+            specs.append(spec)
+        return specs
 
-        # The catalog shrinks to the fleet's regions: nothing else can run a gateway, and
-        # planning over a handful of regions is faster than over the whole cloud catalog.
+    def profile(self, profile: Any, grid_store: str | None, version: str | None = None) -> Any:
+        """``profile`` with the fleet's own regions added (``Profile.with_regions``: their
+        prices, caps and hosts) and the grid store's measurements laid over its throughput
+        (an own site's links exist only where measured)."""
         known = profile.catalog
         bare = [r for r in self.regions if r in known and known.resolve(r) != r]
         if bare:
@@ -92,38 +107,20 @@ class FleetUniverse:
                 f"inventory regions must be full ids: {', '.join(bare)} -> "
                 + ", ".join(known.resolve(r) for r in bare)
             )
-        catalog = RegionCatalog(
-            known.get(r)
-            if r in known
-            else Region(r, a.provider or OWN_PROVIDER, r, "", "", 0.0, 0.0)
-            for r, a in self.regions.items()
-        )
-        ids = set(catalog.ids())
-        base = profile.throughput
-        pairs = [(u, v) for u in ids for v in ids if u != v]
-        measured = base.measured_pairs()
-        values, when = {}, {}
-        for u, v in pairs:
-            if u in known and v in known:
-                ku, kv = known.resolve(u), known.resolve(v)
-                values[(u, v)] = base.gbps(ku, kv)
-                if (ku, kv) in measured:
-                    when[(u, v)] = measured[(ku, kv)]
-        grid = ThroughputGrid(
-            catalog,
-            values,
-            connections=base.connections,
-            provenance=base.provenance,
-            measured_at=when,
-        )
+        try:
+            extended = profile.with_regions(self.custom_regions(known))
+        except ProfileError as exc:
+            raise PlanningError(f"the {self.backend} fleet's regions: {exc}") from exc
+        grid = extended.throughput
         if grid_store is not None:
             from skyplane_ops.profiler import GridStore, planner_grid
 
             store = GridStore(grid_store)
-            if version is not None or store.latest_version() is not None:
-                grid = planner_grid(store, grid, version=version or store.latest_version())
-        prices = FleetPrices(profile.prices, self.regions, catalog)
-        return dataclasses.replace(profile, catalog=catalog, prices=prices, throughput=grid)
+            version = version or store.latest_version()
+            if version is not None:
+                grid = planner_grid(store, grid, version=version)
+        prices = FleetPrices(extended.prices)
+        return dataclasses.replace(extended, prices=prices, throughput=grid)
 
     def constrain(self, problem: Any) -> Any:
         """The problem with each region's VMs capped by its hosts and the inventory's prices
@@ -142,6 +139,10 @@ class FleetUniverse:
             )
         edges = {e: g for e, g in problem.throughput.items() if e[0] in specs and e[1] in specs}
         prices = {e: p for e, p in problem.egress_usd_per_gb.items() if e in edges}
+        for u, v in prices:  # an inventory price beats the catalog's for its region
+            own = self.regions[u].egress_usd_per_gb
+            if own is not None:
+                prices[(u, v)] = float(own)
         return dataclasses.replace(
             problem, regions=specs, throughput=edges, egress_usd_per_gb=prices
         )
@@ -165,34 +166,17 @@ class _OwnVm:
 
 
 class FleetPrices:
-    """The profile's prices, with the inventory's egress prices for its regions (0 for own
-    regions unless given) and a free, uncapped VM class for providers the prices lack."""
+    """The profile's prices; a provider the price document lacks (the user's own) gets a free,
+    uncapped VM class (``constrain`` then applies each region's own figures)."""
 
-    def __init__(self, base: Any, regions: Mapping[str, RegionAttrs], catalog: Any) -> None:
+    def __init__(self, base: Any) -> None:
         self._base = base
-        self._regions = regions
-        self._catalog = catalog
 
     def vm(self, provider: str) -> Any:
         try:
             return self._base.vm(provider)
-        except Exception:
+        except ProfileError:
             return _OwnVm(provider)
-
-    def egress_usd_per_gb(self, src: str, dst: str) -> float:
-        attrs = self._regions.get(src)
-        if attrs is not None and attrs.egress_usd_per_gb is not None:
-            return float(attrs.egress_usd_per_gb)
-        if src == dst:
-            return 0.0
-        try:
-            return float(self._base.egress_usd_per_gb(src, dst))
-        except Exception:
-            pass  # one end is the user's own site
-        try:
-            return float(self._base.internet_usd_per_gb(src))
-        except Exception:
-            return 0.0  # leaving an own site costs nothing unless the inventory says so
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)
