@@ -4,9 +4,8 @@ The same shape as ``benchmarks/wan.py`` with little data: source and destination
 the slowest link, two relays with links of their own (independent of each other), tbf links
 that fill with a connection or two. The profiler measures every pair at two connection
 counts; ``cp`` plans on that grid with the testbed's sites as the universe, copies, verifies
-and reports predicted vs achieved per path. A plan that uses every useful path needs the
-link-aware connection model (issue 13 part 1, helper "planner"); until it is merged that
-assertion is an expected failure, checked separately so the rest is tested either way.
+and reports predicted vs achieved per path. With the link-aware connection model the plan
+uses every useful path: the direct link and both relays.
 """
 
 from __future__ import annotations
@@ -93,7 +92,6 @@ def test_the_copy_is_whole_and_reports_every_path(copied) -> None:
     assert not [ns for ns in list_namespaces() if "cp-" in ns]
 
 
-@pytest.mark.xfail(reason="needs the link-aware connection model (issue 13 part 1)", strict=False)
 def test_the_plan_uses_every_useful_path(copied) -> None:
     used = {tuple(p["regions"]) for p in copied["result"]["plan_summary"]["paths"] if p["share"]}
     assert used == USEFUL
