@@ -23,6 +23,7 @@ from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores.base import ObjectStore
+from gateway_agent.stores.errors import StoreError
 from gateway_agent.synthetic import open_any_store
 
 log = logging.getLogger(__name__)
@@ -376,9 +377,9 @@ class Job:
                     return
             try:
                 chunk = self._read_chunk(desc, total, lease)
-            except Exception as exc:  # any store error is reported with its text
+            except Exception as exc:  # not a store's per-key error: a bug or a broken source
                 lease.release()
-                self._fail(f"reading source chunk {desc['chunk']} failed: {exc!r}")
+                self._fail(f"source {self._src_uri}: reading chunk {desc['chunk']} failed: {exc!r}")
                 continue
             if chunk is None:
                 lease.release()
@@ -391,11 +392,8 @@ class Job:
         crcs: list[int] = []
         if len(segs) == 1:
             s = segs[0]
-            data: bytes | bytearray | memoryview = store.read(
-                s["key"], int(s["offset"]), int(s["length"])
-            )
-            if len(data) != int(s["length"]):
-                self._event(t="changed", chunk=desc["chunk"], key=s["key"])
+            data: bytes | bytearray | memoryview | None = self._read_segment(store, desc, s)
+            if data is None:
                 return None
             crcs.append(crc32c(data))
             full = crcs[0]
@@ -404,9 +402,8 @@ class Job:
             view = memoryview(lease.buffer)[:total]
             pos = 0
             for s in segs:
-                part = store.read(s["key"], int(s["offset"]), int(s["length"]))
-                if len(part) != int(s["length"]):
-                    self._event(t="changed", chunk=desc["chunk"], key=s["key"])
+                part = self._read_segment(store, desc, s)
+                if part is None:
                     return None
                 view[pos : pos + len(part)] = part
                 crcs.append(crc32c(view[pos : pos + len(part)]))
@@ -424,6 +421,27 @@ class Job:
         payload = data if isinstance(data, memoryview) else memoryview(data)
         return InChunk(meta, payload, full, lease)
 
+    def _read_segment(self, store: ObjectStore, desc: dict[str, Any], seg: dict[str, Any]) -> Any:
+        """One segment's bytes, or None after reporting the key as ``changed`` or ``failed``.
+
+        A store error is about that one object (unreadable, vanished, changed under us): the
+        control plane drops the key from this run and sends the chunk's other segments again.
+        """
+        key, length = seg["key"], int(seg["length"])
+        try:
+            data = store.read(key, int(seg["offset"]), length)
+        except StoreError as exc:
+            if type(exc).__name__.endswith("ChangedError"):  # a torn read the store caught
+                self._event(t="changed", chunk=desc["chunk"], key=key, why=str(exc))
+            else:
+                why = f"{type(exc).__name__}: {exc}"
+                self._event(t="failed", chunk=desc["chunk"], key=key, side="source", why=why)
+            return None
+        if len(data) != length:
+            self._event(t="changed", chunk=desc["chunk"], key=key, why="size changed")
+            return None
+        return data
+
     # ---- sink role -----------------------------------------------------------------------------
 
     def _sink_loop(self) -> None:
@@ -434,7 +452,10 @@ class Job:
             try:
                 self._write_chunk(chunk)
             except Exception as exc:
-                self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
+                self._fail(
+                    f"destination {self._dst_uri}: writing chunk {chunk.meta['chunk']} failed: "
+                    f"{exc!r}"
+                )
             finally:
                 chunk.lease.release()
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.transfer import TransferResult, run_transfer
+from skyplane_ops.transfer import TransferResult, check_request, run_transfer
+from skyplane_ops.transfer import preview_transfer as preview_transfer
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
@@ -180,6 +181,8 @@ def provision(
 # with the same ``journal_dir`` resumes (only chunks not yet written are sent); ``part_size``,
 # ``verify`` and ``dispatch`` tune the engine.
 transfer = run_transfer
+# Also from the engine: ``check_request`` (option ranges, source/destination overlap: for faces
+# to call before planning or provisioning) and ``preview_transfer`` (the dry run).
 
 
 def deprovision(
@@ -293,7 +296,18 @@ def copy(
     exclude: Sequence[str] = (),
     **transfer_options: Any,
 ) -> TransferResult:
-    """Plan, provision, transfer and always deprovision, in one call."""
+    """Plan, provision, transfer and always deprovision, in one call.
+
+    Option ranges and source/destination overlap are checked before anything is planned.
+    """
+    checked = ("part_size", "verify", "dispatch", "max_delete")
+    check_request(
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        **{k: v for k, v in transfer_options.items() if k in checked},
+    )
     selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
     volume_gb = source_volume_gb(src_uri, **selection)
     the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))

@@ -200,6 +200,7 @@ def run(spec: Mapping[str, Any]) -> int:
         raise _Cancelled()
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)  # its own: a background start leaves SIGINT ignored
     os.environ.update(spec.get("env") or {})
     _write_json_atomic(status_path, {**base, "state": "running", "updated_at": time.time()})
     try:

@@ -4,7 +4,8 @@ Every path of the plan becomes a route (a list of regions) in one job spec that 
 on a route receives. Chunks are assigned to paths by the plan's shares (by bytes) and, within a
 path, to the least-loaded source gateway. Progress comes from each gateway's incremental event
 log: ``done`` at the sink finishes a chunk, ``bad`` (checksum) and ``lost`` (send failure) make
-it go again, ``changed`` means the source object no longer matches the listing, ``error`` or an
+it go again, ``changed`` means the source object no longer matches the listing, ``failed`` that
+it could not be read (both drop that one object from the run), ``error`` or an
 unreachable gateway fails the transfer with a message that names the gateway.
 """
 
@@ -70,6 +71,7 @@ class DispatchStats:
     resent: int = 0
     bytes_done: int = 0
     changed_keys: set[str] = field(default_factory=set)
+    failed_keys: dict[str, str] = field(default_factory=dict)  # key -> why (source side)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -303,9 +305,13 @@ class Dispatcher:
                             log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
                             stats.resent += 1
                             retry.append(chunk)
-                        elif kind == "changed":
+                        elif kind in ("changed", "failed"):
+                            # One object is out of this run; the chunk's others go again.
                             del pending[chunk.chunk_id]
-                            stats.changed_keys.add(ev["key"])
+                            if kind == "changed":
+                                stats.changed_keys.add(ev["key"])
+                            else:
+                                stats.failed_keys.setdefault(ev["key"], str(ev.get("why")))
                             rest = [s for s in chunk.segments if s.key != ev["key"]]
                             if rest:
                                 again = Chunk(next_id, rest)

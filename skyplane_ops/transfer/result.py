@@ -1,9 +1,15 @@
-"""``TransferResult``: the small summary that goes to XCom, Dagster metadata and the CLI."""
+"""``TransferResult``: the small summary that goes to XCom, Dagster metadata and the CLI, and
+``PartialTransferError``: some objects were copied and verified, others failed or changed."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from skyplane_ops.errors import TransferError
+
+# Exit status of ``skyplane-ops cp``/``sync`` when the run was partial (see README).
+EXIT_PARTIAL = 3
 
 
 @dataclass
@@ -28,6 +34,11 @@ class TransferResult:
     actual_cost_usd: float = 0.0
     verification: dict[str, Any] = field(default_factory=dict)
     uris: dict[str, str] = field(default_factory=dict)
+    status: str = "ok"  # ok | partial (some objects failed or changed; the rest is verified)
+    objects_failed: int = 0
+    objects_changed: int = 0
+    objects_deleted: int = 0  # by sync --delete
+    first_errors: list[str] = field(default_factory=list)  # at most 5, one line each
 
     @property
     def verified(self) -> bool:
@@ -55,9 +66,58 @@ class TransferResult:
             extra.append(f"{self.chunks_resumed} segments resumed from the journal")
         if self.chunks_resent:
             extra.append(f"{self.chunks_resent} chunks re-sent")
+        if self.objects_deleted:
+            extra.append(f"{self.objects_deleted} deleted (absent from the source)")
+        if self.status != "ok":
+            extra.append(
+                f"PARTIAL: {self.objects_failed} failed, {self.objects_changed} changed during "
+                "the run (re-run to copy them)"
+            )
         if extra:
             lines.append("; ".join(extra))
         return "\n".join(lines)
+
+
+class PartialTransferError(TransferError):
+    """Some objects failed (``failed``: key -> why) or changed during the run (``changed``).
+
+    Everything else was copied and verified (``result``, with ``status="partial"``); the
+    destination keeps its existing version of every object that was not copied, and the
+    journal is kept, so re-running the same call copies only the rest.
+    """
+
+    def __init__(self, result: TransferResult, failed: dict[str, str], changed: list[str]) -> None:
+        self.result = result
+        self.failed = dict(sorted(failed.items()))
+        self.keys = sorted(changed)
+        parts = []
+        if self.failed:
+            key, why = next(iter(self.failed.items()))
+            more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
+            parts.append(f"{len(self.failed)} object(s) failed: {key}: {why}{more}")
+        if self.keys:
+            shown = ", ".join(self.keys[:3]) + (" ..." if len(self.keys) > 3 else "")
+            parts.append(
+                f"{len(self.keys)} source object(s) changed during the transfer and were not "
+                f"committed: {shown}"
+            )
+        super().__init__(
+            "partial transfer: "
+            + "; ".join(parts)
+            + f"; {result.objects} other object(s) were copied and verified, the destination "
+            "keeps its existing version of the rest: re-run the same command to copy them"
+        )
+
+
+class SourceChangedError(PartialTransferError):
+    """Partial, and only because source objects changed while they were copied."""
+
+
+def partial_error(
+    result: TransferResult, failed: dict[str, str], changed: list[str]
+) -> PartialTransferError:
+    cls = PartialTransferError if failed else SourceChangedError
+    return cls(result, failed, changed)
 
 
 def _size(n: int) -> str:
