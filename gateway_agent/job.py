@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 # get ``bytes`` (they may retry, hash or hold on to the body).
 ZERO_COPY_SCHEMES = frozenset({"file", "null"})
 
+# Stores whose ranged reads stop at the object's end (so reading one byte past the listed size
+# tells whether the object grew); synthetic:// serves any length.
+GROWTH_CHECK_SCHEMES = frozenset({"file", "s3", "gs", "az", "https", "mem"})
+
 # How long stopping a job waits for its readers and writers to finish their current call.
 STOP_GRACE_S = 5.0
 
@@ -101,6 +105,7 @@ class Job:
         if spec.get("sealed_options"):
             options = json.loads(auth.unseal(secret, spec["sealed_options"]))
         self._src_uri: str | None = spec.get("src_uri")
+        self._src_scheme = str(self._src_uri or "").split(":", 1)[0]
         self._dst_uri: str | None = spec.get("dst_uri")
         self._src_options: dict[str, Any] = options.get("src", {})
         self._dst_options: dict[str, Any] = options.get("dst", {})
@@ -428,8 +433,12 @@ class Job:
         control plane drops the key from this run and sends the chunk's other segments again.
         """
         key, length = seg["key"], int(seg["length"])
+        # A whole object is read with one byte more: an object that grew since it was listed
+        # (a rewrite in progress) shows up here, before a prefix of its new version can land.
+        whole = int(seg.get("part", 0)) == 0 and int(seg["offset"]) == 0 and length > 0
+        probe = length + 1 if whole and self._src_scheme in GROWTH_CHECK_SCHEMES else length
         try:
-            data = store.read(key, int(seg["offset"]), length)
+            data = store.read(key, int(seg["offset"]), probe)
         except StoreError as exc:
             if type(exc).__name__.endswith("ChangedError"):  # a torn read the store caught
                 self._event(t="changed", chunk=desc["chunk"], key=key, why=str(exc))
@@ -440,7 +449,7 @@ class Job:
         if len(data) != length:
             self._event(t="changed", chunk=desc["chunk"], key=key, why="size changed")
             return None
-        return data
+        return data if probe == length else memoryview(data)[:length]
 
     # ---- sink role -----------------------------------------------------------------------------
 
