@@ -16,6 +16,7 @@ from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import TransferResult, check_request, run_transfer
 from skyplane_ops.transfer import preview_transfer as preview_transfer
+from skyplane_ops.transfer import transfer_lock as transfer_lock
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
@@ -182,7 +183,8 @@ def provision(
 # ``verify`` and ``dispatch`` tune the engine.
 transfer = run_transfer
 # Also from the engine: ``check_request`` (option ranges, source/destination overlap: for faces
-# to call before planning or provisioning) and ``preview_transfer`` (the dry run).
+# to call before planning or provisioning), ``preview_transfer`` (the dry run) and
+# ``transfer_lock`` (the journal lock, for faces to take before provisioning).
 
 
 def deprovision(
@@ -256,8 +258,18 @@ def refresh_grid(
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """
     from skyplane_ops import profiler
+    from skyplane_ops.profiler.errors import ProfilerError
     from skyplane_ops.profiler.store import default_store_uri
 
+    # Numbers the profiler would only trip over after starting gateways.
+    if isinstance(probe_port, bool) or not isinstance(probe_port, int):
+        raise ProfilerError(f"probe_port must be a whole number, not {probe_port!r}")
+    if not 0 <= probe_port <= 65535:
+        raise ProfilerError(f"probe_port (--probe-port) must be in 0..65535, got {probe_port}")
+    if budget_usd is not None and not budget_usd >= 0:  # also refuses NaN
+        raise ProfilerError(f"budget_usd (--budget-usd) must not be negative, got {budget_usd}")
+    if not freshness_s >= 0:
+        raise ProfilerError(f"freshness must not be negative, got {freshness_s} s")
     sizing: dict[str, Any] = {}
     if connections is not None:
         sizing["connections"] = connections

@@ -187,6 +187,16 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
     if not args.no_progress:
         progress = JsonProgress(sys.stderr) if args.json else default_progress(sys.stderr)
     fleet: GatewayFleet | None = None
+    # The journal lock first: a second identical run stops (or waits) before starting gateways.
+    lock = api.transfer_lock(
+        args.src,
+        args.dst,
+        journal_dir=args.journal_dir,
+        part_size=args.chunk_mib * MiB,
+        include=args.include,
+        exclude=args.exclude,
+        wait=args.wait_lock,
+    )
     try:
         fleet = api.provision(
             plan,
@@ -219,8 +229,11 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
             result, status = exc.result, EXIT_PARTIAL
             print(f"skyplane-ops {args.command}: partial: {exc}", file=sys.stderr)
     finally:
-        if fleet is not None:
-            api.deprovision(fleet, backend_options=backend_options)
+        try:
+            if fleet is not None:
+                api.deprovision(fleet, backend_options=backend_options)
+        finally:
+            lock.release()
     if args.json:
         print(json.dumps({**result.to_dict(), "plan_summary": _plan_summary(plan)}, indent=2))
     else:

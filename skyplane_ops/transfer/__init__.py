@@ -29,7 +29,12 @@ from skyplane_ops.transfer.result import (
     SourceChangedError,
     TransferResult,
 )
-from skyplane_ops.transfer.run import check_request, preview_transfer, run_transfer
+from skyplane_ops.transfer.run import (
+    check_request,
+    preview_transfer,
+    run_transfer,
+    transfer_lock,
+)
 
 __all__ = [
     "EXIT_PARTIAL",
@@ -42,4 +47,5 @@ __all__ = [
     "check_request",
     "preview_transfer",
     "run_transfer",
+    "transfer_lock",
 ]

@@ -47,12 +47,47 @@ class JournalLock:
     The lock file stays (removing it would race with a waiter that has it open).
     """
 
+    # Locks this process holds (path -> [fd, holders]): a face may take the lock before it
+    # provisions anything and the engine takes it again inside; flock would not nest.
+    _held: dict[Path, list[int]] = {}
+    _held_lock = threading.Lock()
+
     def __init__(self, directory: Path, key: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{key}.lock"
-        self._fd: int | None = None
+        self.path = (directory / f"{key}.lock").resolve()
+        self._mine = False
+
+    def __enter__(self) -> JournalLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
     def acquire(self, wait: bool = False) -> None:
+        with self._held_lock:
+            held = self._held.get(self.path)
+            if held is not None:
+                held[1] += 1
+                self._mine = True
+                return
+        fd = self._lock(wait)
+        with self._held_lock:
+            self._held[self.path] = [fd, 1]
+        self._mine = True
+
+    def release(self) -> None:
+        if not self._mine:
+            return
+        self._mine = False
+        with self._held_lock:
+            held = self._held[self.path]
+            held[1] -= 1
+            if held[1] == 0:
+                del self._held[self.path]
+                os.close(held[0])  # closing the descriptor drops the flock
+
+    def _lock(self, wait: bool) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
@@ -71,12 +106,7 @@ class JournalLock:
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
+        return fd
 
 
 class Journal:

@@ -99,6 +99,27 @@ def check_request(
     check_disjoint(src_uri, dst_uri, src_options, dst_options)
 
 
+def transfer_lock(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    journal_dir: str | Path | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    wait: bool = False,
+) -> JournalLock:
+    """The journal lock of this transfer, acquired; use it as a context manager.
+
+    Faces take it before provisioning, so a second identical run stops (or waits) before it
+    starts any gateway; ``run_transfer`` in the same process takes it again without blocking.
+    """
+    directory = Path(journal_dir) if journal_dir else default_journal_dir()
+    lock = JournalLock(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude))
+    lock.acquire(wait=wait)
+    return lock
+
+
 def preview_transfer(
     src_uri: str,
     dst_uri: str,
@@ -177,9 +198,15 @@ def run_transfer(
     check_fleet(plan, fleet)
     directory = Path(journal_dir) if journal_dir else default_journal_dir()
     key = transfer_key(src_uri, dst_uri, part_size, include, exclude)
-    lock = JournalLock(directory, key)
-    lock.acquire(wait=wait_lock)
-    try:
+    with transfer_lock(
+        src_uri,
+        dst_uri,
+        journal_dir=directory,
+        part_size=part_size,
+        include=include,
+        exclude=exclude,
+        wait=wait_lock,
+    ):
         return _Run(plan, fleet, src_uri, dst_uri, src_options, dst_options, include, exclude).run(
             Journal(directory, key),
             sync=sync or delete,
@@ -190,8 +217,6 @@ def run_transfer(
             verify=verify,
             dispatch=dispatch,
         )
-    finally:
-        lock.release()
 
 
 class _Run:
