@@ -23,18 +23,14 @@ from __future__ import annotations
 
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
+from skyplane_ops.transfer.request import check_request, preview_transfer, transfer_lock
 from skyplane_ops.transfer.result import (
     EXIT_PARTIAL,
     PartialTransferError,
     SourceChangedError,
     TransferResult,
 )
-from skyplane_ops.transfer.run import (
-    check_request,
-    preview_transfer,
-    run_transfer,
-    transfer_lock,
-)
+from skyplane_ops.transfer.run import run_transfer
 
 __all__ = [
     "EXIT_PARTIAL",

@@ -11,17 +11,15 @@ from typing import Any
 
 from gateway_agent.auth import load_secret
 from gateway_agent.stores.base import ObjectInfo, ObjectStore
-from gateway_agent.stores.errors import BucketNotFoundError, StoreError
-from gateway_agent.synthetic import open_any_store
+from gateway_agent.stores.errors import StoreError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import mirror
-from skyplane_ops.transfer.checks import check_transfer_options
 from skyplane_ops.transfer.checksum import crc32c_combine
 from skyplane_ops.transfer.commit import abort_changed, complete_uploads, prepare_uploads
 from skyplane_ops.transfer.dispatch import Dispatcher, DispatchOptions, check_fleet, plan_routes
-from skyplane_ops.transfer.journal import Journal, JournalLock, default_journal_dir, transfer_key
+from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
 from skyplane_ops.transfer.manifest import (
     DEFAULT_PART_SIZE,
     Chunk,
@@ -31,32 +29,17 @@ from skyplane_ops.transfer.manifest import (
     make_chunks,
     same_object,
 )
-from skyplane_ops.transfer.overlap import check_disjoint
 from skyplane_ops.transfer.progress import ProgressCallback
+from skyplane_ops.transfer.request import (
+    check_destination,
+    check_request,
+    open_side,
+    transfer_lock,
+)
 from skyplane_ops.transfer.result import TransferResult, partial_error
 from skyplane_ops.transfer.verify import changed_objects, verify_objects
 
 log = logging.getLogger(__name__)
-
-
-def _open(uri: str, options: Mapping[str, Any] | None, side: str) -> ObjectStore:
-    try:
-        return open_any_store(uri, dict(options or {}))
-    except (StoreError, ValueError) as exc:
-        raise TransferError(f"cannot open {side} {uri}: {exc}") from exc
-
-
-def _check_destination(dst: ObjectStore, dst_uri: str, full: bool) -> dict[str, ObjectInfo]:
-    """Fail early when the destination does not exist; with ``full`` return its listing."""
-    try:
-        if not full:
-            next(iter(dst.list()), None)
-            return {}
-        return {o.key: o for o in dst.list()}
-    except BucketNotFoundError as exc:
-        raise TransferError(f"destination {dst_uri} does not exist: {exc}") from exc
-    except StoreError as exc:
-        raise TransferError(f"cannot access destination {dst_uri}: {exc}") from exc
 
 
 def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, float]:
@@ -76,78 +59,6 @@ def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, floa
     predicted = egress + rate * (predicted_s + prov_s)
     actual = egress + rate * (seconds + prov_s)
     return round(predicted, 6), round(actual, 6)
-
-
-def check_request(
-    src_uri: str,
-    dst_uri: str,
-    *,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    part_size: int = DEFAULT_PART_SIZE,
-    verify: str = "full",
-    dispatch: DispatchOptions | None = None,
-    max_delete: int | None = None,
-) -> None:
-    """Every check that needs no listing: option ranges and source/destination overlap.
-
-    Faces call it before planning or provisioning anything; ``run_transfer`` calls it again.
-    """
-    check_transfer_options(
-        part_size=part_size, verify=verify, dispatch=dispatch, max_delete=max_delete
-    )
-    check_disjoint(src_uri, dst_uri, src_options, dst_options)
-
-
-def transfer_lock(
-    src_uri: str,
-    dst_uri: str,
-    *,
-    journal_dir: str | Path | None = None,
-    part_size: int = DEFAULT_PART_SIZE,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    wait: bool = False,
-) -> JournalLock:
-    """The journal lock of this transfer, acquired; use it as a context manager.
-
-    Faces take it before provisioning, so a second identical run stops (or waits) before it
-    starts any gateway; ``run_transfer`` in the same process takes it again without blocking.
-    """
-    directory = Path(journal_dir) if journal_dir else default_journal_dir()
-    lock = JournalLock(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude))
-    lock.acquire(wait=wait)
-    return lock
-
-
-def preview_transfer(
-    src_uri: str,
-    dst_uri: str,
-    *,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    sync: bool = False,
-    delete: bool = False,
-    max_delete: int | None = None,
-) -> mirror.Preview:
-    """The dry run: what ``run_transfer`` would copy and (with ``delete``) delete; no fleet."""
-    check_request(
-        src_uri, dst_uri, src_options=src_options, dst_options=dst_options, max_delete=max_delete
-    )
-    src = _open(src_uri, src_options, "source")
-    dst = _open(dst_uri, dst_options, "destination")
-    objects = list_source(src, src_uri, include, exclude)
-    existing = _check_destination(dst, dst_uri, full=sync or delete)
-    return mirror.preview(
-        objects,
-        existing if (sync or delete) else None,
-        include=include,
-        exclude=exclude,
-        delete=delete,
-        max_delete=max_delete,
-    )
 
 
 def run_transfer(
@@ -269,10 +180,10 @@ class _Run:
             raise TransferError(
                 f"cannot read the fleet secret {self.fleet.secret_ref}: {exc}"
             ) from exc
-        src = _open(self.src_uri, self.src_options, "source")
-        dst = _open(self.dst_uri, self.dst_options, "destination")
+        src = open_side(self.src_uri, self.src_options, "source")
+        dst = open_side(self.dst_uri, self.dst_options, "destination")
         listed = list_source(src, self.src_uri, self.include, self.exclude)
-        existing = _check_destination(dst, self.dst_uri, full=sync)
+        existing = check_destination(dst, self.dst_uri, full=sync)
         to_delete: list[str] = []
         if delete:
             to_delete = mirror.extra_keys(
