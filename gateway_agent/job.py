@@ -23,7 +23,12 @@ from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores.base import ObjectStore
-from gateway_agent.stores.errors import StoreError
+from gateway_agent.stores.errors import (
+    KeyNotSupportedError,
+    SourceChangedError,
+    StoreError,
+    TransientStoreError,
+)
 from gateway_agent.synthetic import open_any_store
 
 log = logging.getLogger(__name__)
@@ -31,10 +36,6 @@ log = logging.getLogger(__name__)
 # Stores that accept any buffer and are done with it when the call returns; SDK-backed stores
 # get ``bytes`` (they may retry, hash or hold on to the body).
 ZERO_COPY_SCHEMES = frozenset({"file", "null"})
-
-# Stores whose ranged reads stop at the object's end (so reading one byte past the listed size
-# tells whether the object grew); synthetic:// serves any length.
-GROWTH_CHECK_SCHEMES = frozenset({"file", "s3", "gs", "az", "https", "mem"})
 
 # How long stopping a job waits for its readers and writers to finish their current call.
 STOP_GRACE_S = 5.0
@@ -68,6 +69,26 @@ class InChunk:
 
 class JobError(Exception):
     """A job spec this gateway cannot run."""
+
+
+class ObjectFailed(Exception):
+    """One object of a chunk cannot be copied (its source is unreadable or changed, or the
+    destination cannot hold its name); the rest of the chunk can. ``kind`` is the event sent to
+    the control plane: ``changed`` or ``failed``; ``side`` is ``source`` or ``destination``."""
+
+    def __init__(self, kind: str, key: str, side: str, why: str) -> None:
+        super().__init__(why)
+        self.kind, self.key, self.side, self.why = kind, key, side, why
+
+
+def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
+    """The per-object verdict on a failed source read, or None when the whole job must stop
+    (a transient error whose retries were spent: the store, not the object, is the problem)."""
+    if isinstance(exc, SourceChangedError):
+        return ObjectFailed("changed", key, "source", str(exc))
+    if isinstance(exc, TransientStoreError):
+        return None
+    return ObjectFailed("failed", key, "source", f"reading the source failed: {exc}")
 
 
 class Job:
@@ -105,7 +126,6 @@ class Job:
         if spec.get("sealed_options"):
             options = json.loads(auth.unseal(secret, spec["sealed_options"]))
         self._src_uri: str | None = spec.get("src_uri")
-        self._src_scheme = str(self._src_uri or "").split(":", 1)[0]
         self._dst_uri: str | None = spec.get("dst_uri")
         self._src_options: dict[str, Any] = options.get("src", {})
         self._dst_options: dict[str, Any] = options.get("dst", {})
@@ -382,14 +402,43 @@ class Job:
                     return
             try:
                 chunk = self._read_chunk(desc, total, lease)
-            except Exception as exc:  # not a store's per-key error: a bug or a broken source
+            except ObjectFailed as bad:
                 lease.release()
-                self._fail(f"source {self._src_uri}: reading chunk {desc['chunk']} failed: {exc!r}")
+                self._object_failed(desc["chunk"], bad)
+                continue
+            except Exception as exc:  # any store error is reported with its text
+                lease.release()
+                self._fail(f"source {self._src_uri}: reading chunk {desc['chunk']} failed: {exc}")
                 continue
             if chunk is None:
                 lease.release()
                 continue
             self.route(chunk)
+
+    def _object_failed(self, chunk: int, bad: ObjectFailed) -> None:
+        """Report one object of ``chunk`` as changed or failed; the control plane re-sends the
+        chunk's other objects and reports this one (never a job-wide error)."""
+        log.warning("job %s: %s %s: %s", self.job_id, bad.kind, bad.key, bad.why)
+        self._event(t=bad.kind, chunk=chunk, key=bad.key, side=bad.side, why=bad.why)
+
+    @staticmethod
+    def _read_segment(store: ObjectStore, seg: dict[str, Any]) -> bytes:
+        """One segment, pinned to the version the listing saw (when the manifest carries one):
+        a torn or changed object raises instead of being read."""
+        key = seg["key"]
+        try:
+            if seg.get("version") is not None:
+                data = store.read(key, int(seg["offset"]), int(seg["length"]), seg["version"])
+            else:
+                data = store.read(key, int(seg["offset"]), int(seg["length"]))
+        except StoreError as exc:
+            bad = _source_problem(key, exc)
+            if bad is None:
+                raise
+            raise bad from None
+        if len(data) != int(seg["length"]):
+            raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
+        return data
 
     def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
         store = self._store("src")
@@ -397,9 +446,7 @@ class Job:
         crcs: list[int] = []
         if len(segs) == 1:
             s = segs[0]
-            data: bytes | bytearray | memoryview | None = self._read_segment(store, desc, s)
-            if data is None:
-                return None
+            data: bytes | bytearray | memoryview = self._read_segment(store, s)
             crcs.append(crc32c(data))
             full = crcs[0]
         else:
@@ -407,9 +454,7 @@ class Job:
             view = memoryview(lease.buffer)[:total]
             pos = 0
             for s in segs:
-                part = self._read_segment(store, desc, s)
-                if part is None:
-                    return None
+                part = self._read_segment(store, s)
                 view[pos : pos + len(part)] = part
                 crcs.append(crc32c(view[pos : pos + len(part)]))
                 pos += len(part)
@@ -426,31 +471,6 @@ class Job:
         payload = data if isinstance(data, memoryview) else memoryview(data)
         return InChunk(meta, payload, full, lease)
 
-    def _read_segment(self, store: ObjectStore, desc: dict[str, Any], seg: dict[str, Any]) -> Any:
-        """One segment's bytes, or None after reporting the key as ``changed`` or ``failed``.
-
-        A store error is about that one object (unreadable, vanished, changed under us): the
-        control plane drops the key from this run and sends the chunk's other segments again.
-        """
-        key, length = seg["key"], int(seg["length"])
-        # A whole object is read with one byte more: an object that grew since it was listed
-        # (a rewrite in progress) shows up here, before a prefix of its new version can land.
-        whole = int(seg.get("part", 0)) == 0 and int(seg["offset"]) == 0 and length > 0
-        probe = length + 1 if whole and self._src_scheme in GROWTH_CHECK_SCHEMES else length
-        try:
-            data = store.read(key, int(seg["offset"]), probe)
-        except StoreError as exc:
-            if type(exc).__name__.endswith("ChangedError"):  # a torn read the store caught
-                self._event(t="changed", chunk=desc["chunk"], key=key, why=str(exc))
-            else:
-                why = f"{type(exc).__name__}: {exc}"
-                self._event(t="failed", chunk=desc["chunk"], key=key, side="source", why=why)
-            return None
-        if len(data) != length:
-            self._event(t="changed", chunk=desc["chunk"], key=key, why="size changed")
-            return None
-        return data if probe == length else memoryview(data)[:length]
-
     # ---- sink role -----------------------------------------------------------------------------
 
     def _sink_loop(self) -> None:
@@ -460,6 +480,8 @@ class Job:
                 return
             try:
                 self._write_chunk(chunk)
+            except ObjectFailed as bad:
+                self._object_failed(chunk.meta["chunk"], bad)
             except Exception as exc:
                 self._fail(
                     f"destination {self._dst_uri}: writing chunk {chunk.meta['chunk']} failed: "
@@ -491,10 +513,13 @@ class Job:
             piece = view[pos : pos + n]
             data = cast(bytes, piece) if zero_copy else bytes(piece)
             pos += n
-            if seg.get("upload_id"):
-                store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-            else:
-                store.write(seg["key"], data)
+            try:
+                if seg.get("upload_id"):
+                    store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
+                else:
+                    store.write(seg["key"], data)
+            except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
+                raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))

@@ -26,6 +26,7 @@ from skyplane_ops.transfer.progress import Progress, ProgressCallback
 from skyplane_ops.transfer.request import check_request, preview_transfer, transfer_lock
 from skyplane_ops.transfer.result import (
     EXIT_PARTIAL,
+    ObjectsFailedError,
     PartialTransferError,
     SourceChangedError,
     TransferResult,
@@ -35,6 +36,7 @@ from skyplane_ops.transfer.run import run_transfer
 __all__ = [
     "EXIT_PARTIAL",
     "DispatchOptions",
+    "ObjectsFailedError",
     "PartialTransferError",
     "Progress",
     "ProgressCallback",

@@ -28,9 +28,20 @@ def extra_keys(
     source_keys: Collection[str],
     include: Sequence[str],
     exclude: Sequence[str],
+    keep: Sequence[str] = (),
 ) -> list[str]:
-    """Destination keys the filters select that the source does not have, sorted."""
-    return sorted(k for k in existing if k not in source_keys and matches(k, include, exclude))
+    """Destination keys the filters select that the source does not have, sorted.
+
+    ``keep``: entries the source listing left out (links, unreadable folders: a key, or a
+    folder ending in ``/``); what the destination holds under them is never a candidate.
+    """
+
+    def kept(key: str) -> bool:
+        return any(key == k or (k.endswith("/") and key.startswith(k)) for k in keep)
+
+    return sorted(
+        k for k in existing if k not in source_keys and matches(k, include, exclude) and not kept(k)
+    )
 
 
 def check_max_delete(keys: Sequence[str], max_delete: int | None, dst_uri: str) -> None:

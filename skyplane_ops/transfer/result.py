@@ -39,6 +39,8 @@ class TransferResult:
     objects_changed: int = 0
     objects_deleted: int = 0  # by sync --delete
     first_errors: list[str] = field(default_factory=list)  # at most 5, one line each
+    # Per path: predicted vs achieved Gbit/s ("under": below 0.7 of the prediction).
+    paths: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -75,6 +77,13 @@ class TransferResult:
             )
         if extra:
             lines.append("; ".join(extra))
+        for p in self.paths:
+            if p.get("under"):
+                lines.append(
+                    f"warning: path {' -> '.join(p['regions'])} delivered "
+                    f"{p['achieved_gbps']:.3f} of {p['predicted_gbps']:.3f} Gbit/s predicted "
+                    f"({p['ratio']:.0%}); recorded for the next plan"
+                )
         return "\n".join(lines)
 
 
@@ -90,6 +99,7 @@ class PartialTransferError(TransferError):
         self.result = result
         self.failed = dict(sorted(failed.items()))
         self.keys = sorted(changed)
+        self.failures, self.changed = self.failed, self.keys  # the names ObjectsFailedError used
         parts = []
         if self.failed:
             key, why = next(iter(self.failed.items()))
@@ -107,6 +117,10 @@ class PartialTransferError(TransferError):
             + f"; {result.objects} other object(s) were copied and verified, the destination "
             "keeps its existing version of the rest: re-run the same command to copy them"
         )
+
+
+# The name the stores branch gave it; one class, so callers may catch either.
+ObjectsFailedError = PartialTransferError
 
 
 class SourceChangedError(PartialTransferError):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway_agent.auth import load_secret
-from gateway_agent.stores.base import ObjectInfo, ObjectStore
+from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import StoreError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
@@ -182,12 +182,19 @@ class _Run:
             ) from exc
         src = open_side(self.src_uri, self.src_options, "source")
         dst = open_side(self.dst_uri, self.dst_options, "destination")
-        listed = list_source(src, self.src_uri, self.include, self.exclude)
+        problems: list[SkippedEntry] = []  # left out by the listing (links, unreadable folders)
+        listed = list_source(src, self.src_uri, self.include, self.exclude, problems)
+        # An unreadable entry is a failed object: reported, and it stops the mirror delete.
+        unread = {p.key: f"source {self.src_uri}: {p.reason}" for p in problems if p.error}
         existing = check_destination(dst, self.dst_uri, full=sync)
         to_delete: list[str] = []
         if delete:
             to_delete = mirror.extra_keys(
-                existing, {o.key for o in listed}, self.include, self.exclude
+                existing,
+                {o.key for o in listed},
+                self.include,
+                self.exclude,
+                keep=[p.key for p in problems],
             )
             mirror.check_max_delete(to_delete, max_delete, self.dst_uri)
         objects = listed
@@ -197,7 +204,9 @@ class _Run:
             ]
         skipped = len(listed) - len(objects)
         if not objects:
-            deleted, errors = self.mirror_delete(src, dst, to_delete)
+            deleted, errors = (
+                (0, dict(unread)) if unread else self.mirror_delete(src, dst, to_delete)
+            )
             result = self.result(
                 objects=0,
                 bytes=0,
@@ -274,9 +283,11 @@ class _Run:
 
         # Commit: changed objects keep the destination's version; failed ones are left out.
         source_now: dict[str, ObjectInfo] = {}
-        changed = set(stats.changed_keys) | changed_objects(src, objects, now=source_now)
-        failed = {k: v for k, v in stats.failed_keys.items() if k not in changed}
-        failed = {k: f"source {self.src_uri}: {why}" for k, why in failed.items()}
+        failed = {k: self.blame(why) for k, why in stats.failed_keys.items()}
+        changed = (set(stats.changed_keys) | changed_objects(src, objects, now=source_now)) - set(
+            failed
+        )
+        failed.update(unread)
         abort_changed(dst, uploads, changed)
         expected: dict[str, tuple[int, int]] = {}
         to_complete = []
@@ -324,6 +335,16 @@ class _Run:
         nbytes = sum(o.size for o in copied)
         seconds = time.monotonic() - self.t0
         predicted, actual = _costs(self.plan, nbytes, seconds)
+        from skyplane_ops.profiler.passive import after_transfer  # every transfer is a measurement
+
+        paths = after_transfer(
+            self.plan,
+            self.fleet.backend,
+            self.job_id,
+            dispatcher.routes,
+            stats.path_bytes,
+            stats.path_seconds,
+        )
         notes = [f"{k}: {why}" for k, why in sorted(failed.items())]
         notes += [f"{k}: changed at the source during the run" for k in sorted(changed)]
         result = self.result(
@@ -338,6 +359,7 @@ class _Run:
             predicted_gbps=round(self.plan.predicted_gbps, 4),
             predicted_cost_usd=predicted,
             actual_cost_usd=actual,
+            paths=paths,
             verification={
                 **verification.to_dict(),
                 "transfer_seconds": round(transfer_seconds, 3),
@@ -354,6 +376,13 @@ class _Run:
             raise partial_error(result, failed, sorted(changed))  # the journal is kept
         journal.remove()
         return result
+
+    def blame(self, why: str) -> str:
+        """``"source: ..."`` from a gateway event as ``"source <uri>: ..."`` (same for dst)."""
+        for side, uri in (("source", self.src_uri), ("destination", self.dst_uri)):
+            if why.startswith(f"{side}: "):
+                return f"{side} {uri}: {why[len(side) + 2 :]}"
+        return why
 
     def mirror_delete(
         self,
