@@ -280,6 +280,7 @@ def run(spec: Mapping[str, Any]) -> int:
     beat.stop()
     # The final status and the teardown must not be cut short (stop_driver escalates to KILL).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         state.save_journal(journal_dir)
     except Exception as exc:
