@@ -352,27 +352,37 @@ def copy(
         **{k: v for k, v in transfer_options.items() if k in checked},
     )
     selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
-    volume_gb = source_volume_gb(src_uri, **selection)
-    the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
-    fleet = provision(
-        the_plan,
-        backend=backend,
-        backend_options=backend_options,
-        transfer_id=transfer_id,
-        tags=tags,
-    )
-    try:
-        return transfer(
+    # The journal lock before provisioning: a second identical call stops (or waits) first.
+    with transfer_lock(
+        src_uri,
+        dst_uri,
+        journal_dir=transfer_options.get("journal_dir"),
+        include=include,
+        exclude=exclude,
+        wait=bool(transfer_options.get("wait_lock", False)),
+        **{k: v for k, v in transfer_options.items() if k == "part_size"},
+    ):
+        volume_gb = source_volume_gb(src_uri, **selection)
+        the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
+        fleet = provision(
             the_plan,
-            fleet,
-            src_uri,
-            dst_uri,
-            dst_options=dst_options,
-            **selection,
-            **transfer_options,
+            backend=backend,
+            backend_options=backend_options,
+            transfer_id=transfer_id,
+            tags=tags,
         )
-    finally:
-        deprovision(fleet, backend_options=backend_options)
+        try:
+            return transfer(
+                the_plan,
+                fleet,
+                src_uri,
+                dst_uri,
+                dst_options=dst_options,
+                **selection,
+                **transfer_options,
+            )
+        finally:
+            deprovision(fleet, backend_options=backend_options)
 
 
 def __getattr__(name: str) -> Any:

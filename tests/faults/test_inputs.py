@@ -147,3 +147,37 @@ def test_second_run_on_one_journal_names_the_holder_or_waits(
             first.kill()
     assert read_tree(dst) == data and read_tree(src) == data
     assert list((home / "journal").glob("*.jsonl")) == []  # both runs ended clean
+
+
+def test_a_killed_holder_releases_the_journal_lock(tmp_path: Path) -> None:
+    """The kernel drops an flock with its holder: SIGKILL of a run never blocks the next."""
+    from skyplane_ops.transfer.journal import JournalLockedError
+
+    args = ("file:///data/a", "file:///data/b")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from skyplane_ops.api import transfer_lock; "
+            f"lock = transfer_lock(*{args!r}, journal_dir={str(tmp_path)!r}); "
+            "print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(JournalLockedError) as err:
+            api.transfer_lock(*args, journal_dir=tmp_path)
+        assert f"pid {holder.pid}" in str(err.value)
+        holder.kill()
+        holder.wait(timeout=30)
+        with api.transfer_lock(*args, journal_dir=tmp_path):
+            # Re-entrant in one process: the engine takes it again under a face that holds it.
+            with api.transfer_lock(*args, journal_dir=tmp_path):
+                pass
+    finally:
+        if holder.poll() is None:
+            holder.kill()
