@@ -115,12 +115,14 @@ def preview(
     exclude: Sequence[str],
     delete: bool,
     max_delete: int | None,
+    keep: Sequence[str] = (),
 ) -> Preview:
     """The dry run: ``existing`` is the destination listing (None when not syncing)."""
     if existing is None:
         return Preview(copy=[(o.key, o.size) for o in objects])
     todo = [o for o in objects if o.key not in existing or not same_object(o, existing[o.key])]
-    gone = extra_keys(existing, {o.key for o in objects}, include, exclude) if delete else []
+    source_keys = {o.key for o in objects}
+    gone = extra_keys(existing, source_keys, include, exclude, keep) if delete else []
     return Preview(
         copy=[(o.key, o.size) for o in todo],
         delete=gone,

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway_agent.stores.base import ObjectInfo, ObjectStore
+from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
@@ -100,7 +100,8 @@ def preview_transfer(
     )
     src = open_side(src_uri, src_options, "source")
     dst = open_side(dst_uri, dst_options, "destination")
-    objects = list_source(src, src_uri, include, exclude)
+    problems: list[SkippedEntry] = []
+    objects = list_source(src, src_uri, include, exclude, problems)
     existing = check_destination(dst, dst_uri, full=sync or delete)
     return mirror.preview(
         objects,
@@ -109,4 +110,5 @@ def preview_transfer(
         exclude=exclude,
         delete=delete,
         max_delete=max_delete,
+        keep=[p.key for p in problems],
     )

@@ -219,7 +219,7 @@ def test_unreadable_entry_is_partial_and_the_next_run_copies_it(tmp_path: Path) 
 
 def _sync(home: Path, src: Path, dst: Path, *extra: str) -> Any:
     uris = (f"file://{src}", f"file://{dst}")
-    return run_cli(home, "sync", *uris, *REGIONS, "--no-progress", *extra)
+    return run_cli(home, "sync", *uris, *REGIONS, "--no-progress", *extra, drop_dac=True)
 
 
 def test_sync_delete_dry_run_then_guard_then_mirror(tmp_path: Path) -> None:
@@ -266,3 +266,25 @@ def test_sync_delete_never_deletes_after_a_failure(dirs: tuple[Path, Path, Path]
     now = read_tree(dst)
     assert now["extra1"] == old["extra1"] and now["extra2"] == old["extra2"]
     assert now["a"] == data["a"]
+
+
+def test_sync_delete_keeps_everything_when_a_source_folder_is_unreadable(tmp_path: Path) -> None:
+    """A folder the run cannot list is not "absent from the source": the run is partial, its
+    replica at the destination stays, and nothing else is deleted either (real CLI, run
+    without root's right to read any file)."""
+    src, dst, home = tmp_path / "src", tmp_path / "dst", tmp_path / "home"
+    data = write_dataset(src, {"a": 100, "locked/b": 200, "locked/c": 300})
+    old = write_dataset(dst, {"locked/b": 200, "locked/c": 300, "stale": 10}, seed=4)
+    (src / "locked").chmod(0o000)
+    try:
+        proc = _sync(home, src, dst, "--delete", "--json")
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        result = json.loads(proc.stdout)
+        assert result["status"] == "partial" and result["objects_deleted"] == 0
+        assert "locked" in proc.stderr and f"source file://{src}" in proc.stderr
+        now = read_tree(dst)
+        assert {k: now[k] for k in old} == old  # nothing deleted, not even "stale"
+        assert now["a"] == data["a"]
+    finally:
+        (src / "locked").chmod(0o755)
+    assert read_tree(src) == data
