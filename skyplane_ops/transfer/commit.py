@@ -99,12 +99,16 @@ def complete_uploads(
     return unconfirmed
 
 
-def abort_changed(dst: ObjectStore, uploads: Mapping[str, str], keys: Iterable[str]) -> None:
-    """Abort the staged uploads of changed objects (nothing visible is touched)."""
+def abort_changed(
+    dst: ObjectStore, uploads: Mapping[str, str], keys: Iterable[str], journal: Journal
+) -> None:
+    """Abort the staged uploads of changed or failed objects (nothing visible is touched) and
+    forget them in the journal, so a re-run starts those objects afresh."""
     for key in keys:
         if key not in uploads:
             continue  # a whole object: the destination keeps the version it has
         try:
             dst.abort_multipart(key, uploads[key])
         except StoreError as exc:
-            log.warning("aborting the upload of changed object %s: %s", key, exc)
+            log.warning("aborting the upload of %s: %s", key, exc)
+        journal.drop_upload(key)

@@ -288,7 +288,7 @@ class _Run:
             failed
         )
         failed.update(unread)
-        abort_changed(dst, uploads, changed)
+        abort_changed(dst, uploads, changed | set(failed), journal)
         expected: dict[str, tuple[int, int]] = {}
         to_complete = []
         for o in objects:
