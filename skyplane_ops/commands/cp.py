@@ -265,7 +265,7 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
             )
         except PartialTransferError as exc:
             result, status = exc.result, EXIT_PARTIAL
-            print(f"skyplane-ops {args.command}: partial: {exc}", file=sys.stderr)
+            print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
     finally:
         try:
             if fleet is not None:

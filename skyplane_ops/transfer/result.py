@@ -102,9 +102,9 @@ class PartialTransferError(TransferError):
         self.failures, self.changed = self.failed, self.keys  # the names ObjectsFailedError used
         parts = []
         if self.failed:
-            key, why = next(iter(self.failed.items()))
-            more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
-            parts.append(f"{len(self.failed)} object(s) failed: {key}: {why}{more}")
+            shown = "; ".join(f"{k!r}: {why}" for k, why in list(self.failed.items())[:3])
+            more = f" (and {len(self.failed) - 3} more)" if len(self.failed) > 3 else ""
+            parts.append(f"{len(self.failed)} object(s) could not be copied: {shown}{more}")
         if self.keys:
             shown = ", ".join(self.keys[:3]) + (" ..." if len(self.keys) > 3 else "")
             parts.append(
@@ -112,10 +112,10 @@ class PartialTransferError(TransferError):
                 f"committed: {shown}"
             )
         super().__init__(
-            "partial transfer: "
+            "partial: "
             + "; ".join(parts)
-            + f"; {result.objects} other object(s) were copied and verified, the destination "
-            "keeps its existing version of the rest: re-run the same command to copy them"
+            + f"; {result.objects} other object(s) were copied and verified, the rest keep "
+            "their previous copies: re-run the same command to copy them"
         )
 
 

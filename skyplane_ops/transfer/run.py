@@ -185,7 +185,7 @@ class _Run:
         problems: list[SkippedEntry] = []  # left out by the listing (links, unreadable folders)
         listed = list_source(src, self.src_uri, self.include, self.exclude, problems)
         # An unreadable entry is a failed object: reported, and it stops the mirror delete.
-        unread = {p.key: f"source {self.src_uri}: {p.reason}" for p in problems if p.error}
+        unread = {p.key: f"source: {p.reason}" for p in problems if p.error}
         existing = check_destination(dst, self.dst_uri, full=sync)
         to_delete: list[str] = []
         if delete:
@@ -217,7 +217,7 @@ class _Run:
                 verification={"status": "passed", "objects": 0, "method": "sync: up to date"},
                 status="partial" if errors else "ok",
                 objects_failed=len(errors),
-                first_errors=[f"{k}: {why}" for k, why in sorted(errors.items())][:5],
+                first_errors=[f"{k!r}: {why}" for k, why in sorted(errors.items())][:5],
             )
             if errors:
                 raise partial_error(result, errors, [])
@@ -283,7 +283,7 @@ class _Run:
 
         # Commit: changed objects keep the destination's version; failed ones are left out.
         source_now: dict[str, ObjectInfo] = {}
-        failed = {k: self.blame(why) for k, why in stats.failed_keys.items()}
+        failed = dict(stats.failed_keys)  # key -> "source: why" / "destination: why"
         changed = (set(stats.changed_keys) | changed_objects(src, objects, now=source_now)) - set(
             failed
         )
@@ -345,8 +345,8 @@ class _Run:
             stats.path_bytes,
             stats.path_seconds,
         )
-        notes = [f"{k}: {why}" for k, why in sorted(failed.items())]
-        notes += [f"{k}: changed at the source during the run" for k in sorted(changed)]
+        notes = [f"{k!r}: {why}" for k, why in sorted(failed.items())]
+        notes += [f"{k!r}: source: changed during the run" for k in sorted(changed)]
         result = self.result(
             objects=len(copied),
             bytes=nbytes,
@@ -376,13 +376,6 @@ class _Run:
             raise partial_error(result, failed, sorted(changed))  # the journal is kept
         journal.remove()
         return result
-
-    def blame(self, why: str) -> str:
-        """``"source: ..."`` from a gateway event as ``"source <uri>: ..."`` (same for dst)."""
-        for side, uri in (("source", self.src_uri), ("destination", self.dst_uri)):
-            if why.startswith(f"{side}: "):
-                return f"{side} {uri}: {why[len(side) + 2 :]}"
-        return why
 
     def mirror_delete(
         self,
