@@ -427,7 +427,7 @@ class Job:
                 continue
             except Exception as exc:  # any store error is reported with its text
                 lease.release()
-                self._fail(f"reading source chunk {desc['chunk']} failed: {exc}")
+                self._fail(f"source {self._src_uri}: reading chunk {desc['chunk']} failed: {exc}")
                 continue
             if chunk is None:
                 lease.release()
@@ -518,7 +518,10 @@ class Job:
             except ObjectFailed as bad:
                 self._object_failed(chunk.meta["chunk"], bad)
             except Exception as exc:
-                self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
+                self._fail(
+                    f"destination {self._dst_uri}: writing chunk {chunk.meta['chunk']} failed: "
+                    f"{exc!r}"
+                )
             finally:
                 chunk.lease.release()
 
