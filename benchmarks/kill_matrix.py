@@ -37,10 +37,10 @@ def run_case(target: str, sig: str, hop_timeout: float, lease_s: float, big: int
     with tempfile.TemporaryDirectory() as tmp:
         if target == "cli":
             return cli_kill_case(
-                sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, sink_bps=1.5e6, big=big
+                sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, rate_bps=1.5e6, big=big
             )
         return gateway_kill_case(
-            target, sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, sink_bps=1.5e6,
+            target, sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, rate_bps=1.5e6,
             big=big,
         )  # fmt: skip
 
@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument(
         "--big",
         type=int,
-        default=12,
+        default=6,
         help="8 MiB objects to copy: more than the kernel socket buffers and byte budgets of "
         "the three gateways hold, so a stopped process still has work when the hop times out",
     )

@@ -417,6 +417,7 @@ class Job:
                     if lease is not None:
                         lease.release()
                     return
+            t0 = time.monotonic()
             try:
                 chunk = self._read_chunk(desc, total, lease)
             except ObjectFailed as bad:
@@ -427,7 +428,7 @@ class Job:
                 lease.release()
                 self._fail(f"reading source chunk {desc['chunk']} failed: {exc}")
                 continue
-            if chunk is None:
+            if chunk is None or not self._slow_store_hook(total, t0, "source_rate_bps"):
                 lease.release()
                 continue
             self.route(chunk)
@@ -504,9 +505,10 @@ class Job:
             finally:
                 chunk.lease.release()
 
-    def _slow_store_hook(self, nbytes: int, t0: float) -> bool:
-        """Test hook ``sink_rate_bps``: a store that writes at that rate; False if stopped."""
-        rate = float(self._hooks.get("sink_rate_bps", 0)) if self._hooks else 0.0
+    def _slow_store_hook(self, nbytes: int, t0: float, hook: str = "sink_rate_bps") -> bool:
+        """Test hooks ``sink_rate_bps`` / ``source_rate_bps``: a store that writes / reads at
+        that rate per thread; False if the job stopped meanwhile."""
+        rate = float(self._hooks.get(hook, 0)) if self._hooks else 0.0
         if rate:
             self._stop.wait(max(0.0, nbytes / rate - (time.monotonic() - t0)))
         return not self._stop.is_set()
