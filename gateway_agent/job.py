@@ -122,6 +122,7 @@ class Job:
         self._source_q: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._sink_q: queue.Queue[InChunk | None] = queue.Queue()
         self._pools: dict[str, OutboundPool] = {}
+        self._dropped: set[str] = set()  # paths the control plane declared dead
         self._threads: list[threading.Thread] = []
         options: dict[str, Any] = {}
         if spec.get("sealed_options"):
@@ -301,10 +302,33 @@ class Job:
         if i == len(route) - 1:
             self._sink_q.put(chunk)
             return
+        if str(chunk.meta["path"]) in self._dropped:
+            chunk.lease.release()
+            self._event(t="lost", chunk=chunk.meta.get("chunk"), path=chunk.meta["path"],
+                        why="its path was declared dead")  # fmt: skip
+            return
         chunk = self._apply_relay_hooks(chunk, first=i == 0)
         self._pools[route[i + 1]].put(
             OutChunk(chunk.meta, chunk.payload, chunk.crc32c, chunk.lease)
         )
+
+    def drop_path(self, path: str) -> dict[str, Any]:
+        """The control plane declared ``path`` dead (it re-sends its chunks on other paths):
+        release what waits to go along it, and abort a next hop no live path still uses."""
+        with self._lock:
+            self._dropped.add(str(path))
+            dropped = set(self._dropped)
+        for nxt, pool in self._pools.items():
+            users = {
+                p
+                for p, r in self.routes.items()
+                if self.region in r and r[r.index(self.region) + 1 :][:1] == [nxt]
+            }
+            if users <= dropped:
+                pool.abort()
+            else:
+                pool.drop(lambda meta: str(meta.get("path")) in dropped)
+        return {"dropped": sorted(dropped)}
 
     def on_frame(
         self,

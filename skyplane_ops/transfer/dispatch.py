@@ -559,11 +559,29 @@ class Dispatcher:
         stats.dead_hops.append(dead.describe())
         if not any(self._alive):
             raise TransferError(f"{dead.describe()}; the plan has no other path to route around it")
+        self._drop_everywhere(dead.path)
+        self._watch.grace(time.monotonic())  # the other paths get a full window for the extra load
         moved = [c for cid, c in pending.items() if self._chunk_path.get(cid) == dead.path]
         log.warning("%s: moving %d chunk(s) to the other paths", dead.describe(), len(moved))
         stats.rerouted += len(moved)
         if moved:
             self._submit(moved, self._uploads)
+
+    def _drop_everywhere(self, path: int) -> None:
+        """Tell every live gateway of the job that ``path`` is dead, so budget held by chunks
+        waiting for it is freed for the other paths (best effort, in parallel, bounded)."""
+        now = time.monotonic()
+        live = [g for g in self._started if not self._watch.gateway_dead(g, now)]
+
+        def drop(gid: str) -> None:
+            try:
+                self._quick[gid].drop_path(self.job_id, str(path))
+            except GatewayError as exc:
+                log.debug("dropping path %s on %s: %s", path, gid, exc)
+
+        if live:
+            with ThreadPoolExecutor(max_workers=len(live)) as pool:
+                list(pool.map(drop, live))
 
     def stop(self, pollers: ThreadPoolExecutor | None = None) -> None:
         """Stop the job on every gateway it was started on (best effort, in parallel, one short
