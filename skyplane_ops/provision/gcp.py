@@ -21,6 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
@@ -43,7 +44,7 @@ from skyplane_ops.provision.cloudvm import (
 from skyplane_ops.provision.cloudvm_boot import CloudBoot
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
-from skyplane_ops.provision.ssh import SSHHost, gateway_id
+from skyplane_ops.provision.ssh import gateway_id
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,9 @@ class GCPProvisioner(CloudBoot):
             if codes & CAPACITY_CODES:
                 raise _NoCapacity(str(exc)) from exc
             if codes & QUOTA_CODES or "quota" in str(exc).lower():
-                raise QuotaError(f"gcp {region}: quota exceeded while creating {what}: {exc}")
+                raise QuotaError(
+                    f"gcp {region}: quota exceeded while creating {what}: {exc}"
+                ) from exc
             raise
 
     def _mutate(self, kind: str, method: str, **fields: Any) -> Any:
@@ -450,15 +453,15 @@ class GCPProvisioner(CloudBoot):
             raise_first=False,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
-        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results) if r is True]
+        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results, strict=True) if r]
+        fws = self._client("FirewallsClient")
         for fw in created.get("firewalls", []):
-            fws = self._client("FirewallsClient")
-            if self._delete(lambda fw=fw: fws.delete(project=self.project, firewall=fw), fw, "-"):
+            if self._delete(partial(fws.delete, project=self.project, firewall=fw), fw, "-"):
                 deleted.append(f"gcp:global:firewall/{fw}")
         subs = self._client("SubnetworksClient")
         for s in states:
             if s.subnet and self._delete(
-                lambda s=s: subs.delete(project=self.project, region=s.region, subnetwork=s.subnet),
+                partial(subs.delete, project=self.project, region=s.region, subnetwork=s.subnet),
                 f"subnetwork {s.subnet}",
                 s.region,
             ):

@@ -178,6 +178,8 @@ class FakeARM:
             "type": kind,
             "properties": props,
         }
+        if existing and "principalId" in existing.get("identity", {}):  # ARM keeps the identity
+            res["identity"] = {**res.get("identity", {}), **existing["identity"]}
         low = kind.lower()
         if low.endswith("virtualnetworks"):
             for sub in props.get("subnets", []):
