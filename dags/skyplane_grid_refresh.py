@@ -66,7 +66,7 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
 
         from skyplane_ops.airflow.hooks import SkyplaneHook
-        from skyplane_ops.profiler import BudgetExceededError
+        from skyplane_ops.api import BudgetExceededError
 
         p = params or {}
         hook = SkyplaneHook(p.get("skyplane_conn_id", "skyplane_default"))

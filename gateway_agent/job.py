@@ -23,6 +23,12 @@ from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores.base import ObjectStore
+from gateway_agent.stores.errors import (
+    KeyNotSupportedError,
+    SourceChangedError,
+    StoreError,
+    TransientStoreError,
+)
 from gateway_agent.synthetic import open_any_store
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,26 @@ class InChunk:
 
 class JobError(Exception):
     """A job spec this gateway cannot run."""
+
+
+class ObjectFailed(Exception):
+    """One object of a chunk cannot be copied (its source is unreadable or changed, or the
+    destination cannot hold its name); the rest of the chunk can. ``kind`` is the event sent to
+    the control plane: ``changed`` or ``failed``; ``side`` is ``source`` or ``destination``."""
+
+    def __init__(self, kind: str, key: str, side: str, why: str) -> None:
+        super().__init__(why)
+        self.kind, self.key, self.side, self.why = kind, key, side, why
+
+
+def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
+    """The per-object verdict on a failed source read, or None when the whole job must stop
+    (a transient error whose retries were spent: the store, not the object, is the problem)."""
+    if isinstance(exc, SourceChangedError):
+        return ObjectFailed("changed", key, "source", str(exc))
+    if isinstance(exc, TransientStoreError):
+        return None
+    return ObjectFailed("failed", key, "source", f"reading the source failed: {exc}")
 
 
 class Job:
@@ -376,14 +402,43 @@ class Job:
                     return
             try:
                 chunk = self._read_chunk(desc, total, lease)
+            except ObjectFailed as bad:
+                lease.release()
+                self._object_failed(desc["chunk"], bad)
+                continue
             except Exception as exc:  # any store error is reported with its text
                 lease.release()
-                self._fail(f"reading source chunk {desc['chunk']} failed: {exc!r}")
+                self._fail(f"reading source chunk {desc['chunk']} failed: {exc}")
                 continue
             if chunk is None:
                 lease.release()
                 continue
             self.route(chunk)
+
+    def _object_failed(self, chunk: int, bad: ObjectFailed) -> None:
+        """Report one object of ``chunk`` as changed or failed; the control plane re-sends the
+        chunk's other objects and reports this one (never a job-wide error)."""
+        log.warning("job %s: %s %s: %s", self.job_id, bad.kind, bad.key, bad.why)
+        self._event(t=bad.kind, chunk=chunk, key=bad.key, side=bad.side, why=bad.why)
+
+    @staticmethod
+    def _read_segment(store: ObjectStore, seg: dict[str, Any]) -> bytes:
+        """One segment, pinned to the version the listing saw (when the manifest carries one):
+        a torn or changed object raises instead of being read."""
+        key = seg["key"]
+        try:
+            if seg.get("version") is not None:
+                data = store.read(key, int(seg["offset"]), int(seg["length"]), seg["version"])
+            else:
+                data = store.read(key, int(seg["offset"]), int(seg["length"]))
+        except StoreError as exc:
+            bad = _source_problem(key, exc)
+            if bad is None:
+                raise
+            raise bad from None
+        if len(data) != int(seg["length"]):
+            raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
+        return data
 
     def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
         store = self._store("src")
@@ -391,12 +446,7 @@ class Job:
         crcs: list[int] = []
         if len(segs) == 1:
             s = segs[0]
-            data: bytes | bytearray | memoryview = store.read(
-                s["key"], int(s["offset"]), int(s["length"])
-            )
-            if len(data) != int(s["length"]):
-                self._event(t="changed", chunk=desc["chunk"], key=s["key"])
-                return None
+            data: bytes | bytearray | memoryview = self._read_segment(store, s)
             crcs.append(crc32c(data))
             full = crcs[0]
         else:
@@ -404,10 +454,7 @@ class Job:
             view = memoryview(lease.buffer)[:total]
             pos = 0
             for s in segs:
-                part = store.read(s["key"], int(s["offset"]), int(s["length"]))
-                if len(part) != int(s["length"]):
-                    self._event(t="changed", chunk=desc["chunk"], key=s["key"])
-                    return None
+                part = self._read_segment(store, s)
                 view[pos : pos + len(part)] = part
                 crcs.append(crc32c(view[pos : pos + len(part)]))
                 pos += len(part)
@@ -433,6 +480,8 @@ class Job:
                 return
             try:
                 self._write_chunk(chunk)
+            except ObjectFailed as bad:
+                self._object_failed(chunk.meta["chunk"], bad)
             except Exception as exc:
                 self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
             finally:
@@ -461,10 +510,13 @@ class Job:
             piece = view[pos : pos + n]
             data = cast(bytes, piece) if zero_copy else bytes(piece)
             pos += n
-            if seg.get("upload_id"):
-                store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-            else:
-                store.write(seg["key"], data)
+            try:
+                if seg.get("upload_id"):
+                    store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
+                else:
+                    store.write(seg["key"], data)
+            except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
+                raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))

@@ -12,9 +12,19 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.transfer import TransferResult, run_transfer
+from skyplane_ops.errors import PlanningError as PlanningError
+from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
+from skyplane_ops.errors import TransferError as TransferError
+from skyplane_ops.planner.plan import TransferPlan as TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
+from skyplane_ops.transfer import TransferResult as TransferResult
+from skyplane_ops.transfer import run_transfer
+
+# Re-exported for the faces (Airflow, Dagster), which import only this module.
+from skyplane_ops.transfer.progress import Progress as Progress
+from skyplane_ops.transfer.state import TransferState as TransferState
+from skyplane_ops.transfer.state import default_state_uri as default_state_uri
+from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
@@ -83,6 +93,13 @@ def plan(
     lp: bool = False,
     exact_floor: bool = False,
     frontier_points: int = 0,
+    backend: str | None = None,
+    provisioning_defaults: Mapping[str, float] | None = None,
+    relays_allow: Sequence[str] | None = None,
+    relays_deny: Sequence[str] | None = None,
+    measured_only: bool = False,
+    mip_gap: float | None = None,
+    completion_tolerance: float | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
@@ -91,11 +108,15 @@ def plan(
     ``details["grid"]`` then names it. At most one bound may be given; with none, the
     planner's default applies (the fastest plan that costs no more than the direct path).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
-    ``GridStoreError``.
+    ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
+    default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
+    ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
+    ``completion_tolerance`` (plans within it of the fastest completion count as fast).
     """
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
     from skyplane_ops.planner.problem import Objective, build_problem
+    from skyplane_ops.planner.provisioning import default_provisioning_seconds
 
     bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
     if len(bounds) > 1:
@@ -113,9 +134,9 @@ def plan(
     )
     objective: Objective = "max_throughput" if max_cost_usd is not None else "min_cost"
     bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
-    extra: dict[str, Any] = {}
-    if provisioning_seconds is not None:
-        extra["provisioning_seconds"] = provisioning_seconds
+    extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
+    if provisioning_seconds is None:
+        provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
     problem = build_problem(
         profile,
         src_region,
@@ -127,9 +148,16 @@ def plan(
         max_vms=max_vms_per_region,
         max_conns_per_vm=max_connections_per_vm,
         max_relays=max_relays,
+        provisioning_seconds=provisioning_seconds,
+        relays_allow=relays_allow,
+        relays_deny=relays_deny,
+        measured_only=measured_only,
         **extra,
     )
-    result = plan_transfer(problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor)
+    tolerance = {} if completion_tolerance is None else {"completion_tolerance": completion_tolerance}
+    result = plan_transfer(
+        problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor, **tolerance
+    )
     if grid_source is not None:
         result.details["grid"] = grid_source
     return result
@@ -235,7 +263,7 @@ def refresh_grid(
     store_options: Mapping[str, Any] | None = None,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
-    connections: int | None = None,
+    connections: int | Sequence[int] | None = None,
     duration_s: float | None = None,
     budget_usd: float | None = None,
     freshness_s: float = 0.0,
@@ -246,9 +274,10 @@ def refresh_grid(
 ) -> RefreshResult:
     """Measure the throughput grid between ``regions`` and publish a version to a grid store.
 
-    One gateway per region (``backend``), every ordered pair probed with ``connections`` TCP
-    connections for ``duration_s``; pairs measured within ``freshness_s`` are skipped, the
-    fleet is always deprovisioned, and the result is what ``plan(grid_store=...)`` reads.
+    One gateway per region (``backend``), every ordered pair probed at each count of
+    ``connections`` (default 4 and 64) for ``duration_s``; pairs measured within
+    ``freshness_s`` are skipped, the fleet is always deprovisioned, and the result is what
+    ``plan(grid_store=...)`` reads.
     ``store_uri`` defaults to ``$SKYPLANE_OPS_HOME/grid``. Raises ``BudgetExceededError``
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """
@@ -316,3 +345,12 @@ def copy(
         )
     finally:
         deprovision(fleet, backend_options=backend_options)
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy re-exports whose modules are costly to import (the profiler loads the grid code)."""
+    if name == "BudgetExceededError":
+        from skyplane_ops.profiler.errors import BudgetExceededError
+
+        return BudgetExceededError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,29 +1,21 @@
 """A detached control-plane process that drives one transfer while its Airflow task is deferred.
 
 ``skyplane_ops.api.transfer`` is synchronous: some process must dispatch chunks to the source
-gateways, follow their counters, write the journal and verify at the end. For
-``SkyplaneTransferOperator(deferrable=True)`` that process is this driver: the worker starts it
-in its own session, hands it the plan, the fleet and the store options on stdin (never on the
-command line or on disk), and defers; the trigger then only reads the small status file the
-driver keeps up to date. The bytes go gateway to gateway and never through the worker, the
-triggerer or this driver.
+gateways, follow their counters, write the journal and verify at the end. For a deferred
+``SkyplaneTransferOperator`` or ``SkyplaneCopyOperator`` that process is this driver: the worker
+starts it in its own session, hands it the plan, the fleet and the store options on stdin
+(never on the command line or on disk), and defers.
 
-Limits (documented in the README): the driver runs on the worker's host, so the triggerer must
-see the status file (same host or a shared ``work_dir``) and the worker host must outlive the
-task (Local/Celery executors; not a Kubernetes pod that is deleted on deferral).
+Everything the trigger, a retry or ``on_kill`` needs lives in the transfer's state store
+(:mod:`skyplane_ops.transfer.state`), not on this host: the driver keeps ``status.json``
+current with a heartbeat, snapshots the journal there, and stops when a cancellation request
+appears. So the triggerer, the teardown task and a retry may run on other hosts; a retry on
+another worker restores the journal snapshot and resumes. The one host affinity left: the
+driver runs on the worker that started it, so that host must outlive the transfer (a
+Kubernetes pod deleted on deferral loses it; the trigger then reports ``DriverLost`` once the
+heartbeat is stale and a retry resumes from the journal snapshot).
 
 This module never imports Airflow: the driver process loads only the core.
-
-Proposed core split (would let the trigger poll the gateways directly, with no driver and no
-host affinity); the dispatcher already submits every chunk up front and then only polls
-cursors, so the state between polls is small and JSON-friendly::
-
-    api.start_transfer(plan, fleet, src_uri, dst_uri, *, ..., journal_uri) -> TransferHandle
-        # manifest, uploads, start jobs, submit chunks; handle = job id, cursors, journal URI
-    api.poll_transfer(handle) -> tuple[TransferHandle, Progress, bool]
-        # one status round: journal finished chunks, re-submit bad/lost ones, done flag
-    api.finish_transfer(handle) -> TransferResult   # complete uploads, verify
-    api.cancel_transfer(handle) -> None             # stop the jobs on the gateways
 """
 
 from __future__ import annotations
@@ -31,8 +23,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,42 +35,25 @@ from typing import Any
 
 MODULE = "skyplane_ops.airflow.driver"
 TERMINAL_STATES = frozenset({"success", "failed", "cancelled"})
+HEARTBEAT_S = 2.0
 
 
 @dataclass(frozen=True)
 class DriverHandle:
-    """Where a started driver lives: its pid (= process group) and its status file."""
+    """Where a started driver lives: its host and pid (= process group), and its log."""
 
     pid: int
-    status_path: str
+    host: str
     log_path: str
 
 
 def run_dir(work_dir: str, transfer_id: str) -> Path:
-    """The per-transfer folder holding the driver's status and log."""
+    """The per-transfer folder on the worker holding the driver's log."""
     return Path(work_dir) / "runs" / transfer_id
 
 
-def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, default=str, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def read_status(status_path: str) -> dict[str, Any] | None:
-    """The driver's last status, or None when it has not written one yet."""
-    try:
-        with open(status_path) as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def is_alive(pid: int) -> bool:
-    """True while ``pid`` is a running (not zombie) skyplane driver process."""
+    """True while ``pid`` is a running (not zombie) skyplane driver process on this host."""
     try:
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our own exited child
     except ChildProcessError:
@@ -94,7 +71,7 @@ def is_alive(pid: int) -> bool:
 
 
 def stop_driver(pid: int, grace_seconds: float = 10.0) -> bool:
-    """Stop a driver and its process group (TERM, then KILL); True if it was running."""
+    """Stop a local driver and its process group (TERM, then KILL); True if it was running."""
     if not is_alive(pid):
         return False
     for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
@@ -126,14 +103,25 @@ def start_driver(
     env: Mapping[str, str],
     engine_options: Mapping[str, Any],
     work_dir: str,
+    state_uri: str,
+    state_options: Mapping[str, Any] | None = None,
+    teardown: Mapping[str, Any] | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> DriverHandle:
-    """Start a detached driver; credentials (``env``) go through a pipe, never to disk."""
+    """Start a detached driver; credentials (``env``, ``teardown``) go through a pipe only.
+
+    ``teardown`` (``{"backend": ..., "backend_options": ...}``) makes the driver delete the
+    fleet when the transfer ends, whatever the outcome (the one-task copy's contract).
+    """
+    from skyplane_ops.api import TransferState
+
     folder = run_dir(work_dir, transfer_id)
     folder.mkdir(parents=True, exist_ok=True)
-    status_path = folder / "status.json"
     log_path = folder / "driver.log"
+    state = TransferState(state_uri, transfer_id, state_options)
     # A fresh attempt starts from a fresh status; the journal keeps what was already sent.
-    _write_json_atomic(status_path, {"state": "starting", "transfer_id": transfer_id})
+    state.clear_cancel()
+    state.write_status("starting", host=socket.gethostname())
     spec = {
         "transfer_id": transfer_id,
         "plan": dict(plan),
@@ -148,7 +136,10 @@ def start_driver(
         "dst_options": dict(dst_options),
         "env": dict(env),
         "engine_options": dict(engine_options),
-        "status_path": str(status_path),
+        "state_uri": state_uri,
+        "state_options": dict(state_options or {}),
+        "teardown": dict(teardown) if teardown else None,
+        "heartbeat_s": heartbeat_s,
     }
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -162,80 +153,141 @@ def start_driver(
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(spec).encode())
     proc.stdin.close()
-    return DriverHandle(pid=proc.pid, status_path=str(status_path), log_path=str(log_path))
+    return DriverHandle(pid=proc.pid, host=socket.gethostname(), log_path=str(log_path))
 
 
-class _Cancelled(Exception):
-    """Raised in the driver's main thread when it receives SIGTERM."""
+class _Cancelled(BaseException):
+    """Raised in the driver's main thread on SIGTERM or a cancellation request."""
+
+
+class _Beat(threading.Thread):
+    """Writes the heartbeat, snapshots the journal and watches for a cancellation request.
+
+    A thread, so the heartbeat goes on while the engine lists, completes uploads or verifies
+    (phases without progress callbacks). A cancellation request is turned into SIGTERM to this
+    process, which the main thread turns into ``_Cancelled``.
+    """
+
+    def __init__(self, state: Any, journal_dir: str, every: float, base: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.state = state
+        self.journal_dir = journal_dir
+        self.every = every
+        self.base = base
+        self.progress: dict[str, Any] | None = None
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+
+    def beat(self) -> None:
+        with self.lock:
+            if self.stopped.is_set():
+                return
+            extra = {"progress": self.progress} if self.progress else {}
+            self.state.write_status("running", **self.base, **extra)
+            self.state.save_journal(self.journal_dir)
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every):
+            try:
+                self.beat()
+                reason = self.state.cancel_requested()
+            except Exception as exc:  # a flaky store must not kill the transfer
+                print(f"heartbeat failed: {exc}", file=sys.stderr, flush=True)
+                continue
+            if reason is not None:
+                print(f"cancellation requested: {reason}", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped.set()
+
+
+def _teardown(spec: Mapping[str, Any], fleet: Any) -> dict[str, Any] | None:
+    """Delete the fleet when asked to; returns an error record instead of raising."""
+    teardown = spec.get("teardown")
+    if not teardown:
+        return None
+    from skyplane_ops import api
+
+    try:
+        api.deprovision(fleet, backend_options=teardown.get("backend_options") or None)
+    except Exception as exc:
+        print(f"deprovision failed: {exc}", file=sys.stderr, flush=True)
+        return {"type": type(exc).__name__, "message": str(exc)}
+    return None
 
 
 def run(spec: Mapping[str, Any]) -> int:
-    """Run the transfer described by ``spec`` and keep ``status_path`` current."""
+    """Run the transfer described by ``spec`` and keep its state store current."""
+    import dataclasses
+
     from skyplane_ops import api
     from skyplane_ops.airflow.summaries import progress_counters
-    from skyplane_ops.errors import SkyplaneOpsError
-    from skyplane_ops.planner.plan import TransferPlan
-    from skyplane_ops.provision.fleet import GatewayFleet
-
-    status_path = Path(spec["status_path"])
-    base = {"transfer_id": spec["transfer_id"], "pid": os.getpid()}
-    last_write = 0.0
-
-    def progress(update: Any) -> None:
-        nonlocal last_write
-        now = time.monotonic()
-        if now - last_write >= 0.5:
-            last_write = now
-            _write_json_atomic(
-                status_path,
-                {
-                    **base,
-                    "state": "running",
-                    "updated_at": time.time(),
-                    "progress": progress_counters(update),
-                },
-            )
+    from skyplane_ops.api import GatewayFleet, SkyplaneOpsError, TransferPlan, TransferState
 
     def on_term(signum: int, frame: Any) -> None:
         raise _Cancelled()
 
     signal.signal(signal.SIGTERM, on_term)
     os.environ.update(spec.get("env") or {})
-    _write_json_atomic(status_path, {**base, "state": "running", "updated_at": time.time()})
+    state = TransferState(spec["state_uri"], spec["transfer_id"], spec.get("state_options"))
+    base = {"pid": os.getpid(), "host": socket.gethostname()}
+    journal_dir = spec["journal_dir"]
+    fleet = GatewayFleet.from_dict(spec["fleet"])
+    beat = _Beat(state, journal_dir, float(spec.get("heartbeat_s") or HEARTBEAT_S), base)
+    outcome: tuple[str, dict[str, Any]]
+    code = 0
     try:
+        restored = state.restore_journal(journal_dir)
+        if restored:
+            print(f"restored {restored} journal file(s) from {state.uri}", flush=True)
+        fleet = dataclasses.replace(fleet, secret_ref=state.local_secret_ref(fleet.secret_ref))
+        beat.beat()
+        beat.start()
+
+        def progress(update: Any) -> None:
+            beat.progress = progress_counters(update)
+
         result = api.transfer(
             TransferPlan.from_dict(spec["plan"]),
-            GatewayFleet.from_dict(spec["fleet"]),
+            fleet,
             spec["src"],
             spec["dst"],
             src_options=spec["src_options"] or None,
             dst_options=spec["dst_options"] or None,
             include=spec["include"],
             exclude=spec["exclude"],
-            journal_dir=spec["journal_dir"],
+            journal_dir=journal_dir,
             sync=spec["sync"],
             progress=progress,
             **(spec.get("engine_options") or {}),
         )
+        outcome = ("success", {"result": result.to_dict()})
     except _Cancelled:
-        _write_json_atomic(status_path, {**base, "state": "cancelled", "updated_at": time.time()})
-        return 3
+        outcome, code = ("cancelled", {}), 3
     except SkyplaneOpsError as exc:
         error = {"type": type(exc).__name__, "message": str(exc), "user_error": True}
-        _write_json_atomic(status_path, {**base, "state": "failed", "error": error})
-        return 1
-    except Exception as exc:  # reported through the status file; traceback in driver.log
+        outcome, code = ("failed", {"error": error}), 1
+    except Exception as exc:  # reported through the state store; traceback in driver.log
         import traceback
 
         traceback.print_exc()
         error = {"type": type(exc).__name__, "message": str(exc), "user_error": False}
-        _write_json_atomic(status_path, {**base, "state": "failed", "error": error})
-        return 2
-    summary = result.to_dict()
-    _write_json_atomic(
-        status_path, {**base, "state": "success", "updated_at": time.time(), "result": summary}
-    )
-    return 0
+        outcome, code = ("failed", {"error": error}), 2
+    beat.stop()
+    # The final status and the teardown must not be cut short (stop_driver escalates to KILL).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        state.save_journal(journal_dir)
+    except Exception as exc:
+        print(f"saving the journal failed: {exc}", file=sys.stderr, flush=True)
+    teardown_error = _teardown(spec, fleet)
+    if teardown_error is not None:
+        outcome[1]["teardown_error"] = teardown_error
+    state.write_status(outcome[0], **base, **outcome[1])
+    return code
 
 
 def main() -> int:

@@ -25,8 +25,7 @@ from skyplane_ops.airflow.settings import (
     backend_options_with_secret,
     parse_extra,
 )
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.api import GatewayFleet, TransferPlan, TransferState
 
 
 def _extra_dict(conn: Any) -> dict[str, Any]:
@@ -201,6 +200,12 @@ class SkyplaneHook(BaseHook):
         if not conn_id:
             return StoreAccess()
         return store_access_from_connection(BaseHook.get_connection(conn_id))
+
+    def transfer_state(self, transfer_id: str) -> TransferState:
+        """The transfer's shared state (status, journal snapshot, secret) in the connection's
+        state store, which every worker and the triggerer must reach."""
+        settings = self.settings
+        return TransferState(settings.state_uri, transfer_id, settings.state_store_options)
 
     # -- plans ------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ the fleet reference is the secret-free ``GatewayFleet`` JSON, and nothing return
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -15,32 +16,40 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import TaskDeferred
 
-from skyplane_ops.airflow import driver
+from skyplane_ops.airflow.deferral import SkyplaneTransferFailed, TransferDeferral
 from skyplane_ops.airflow.hooks import SkyplaneHook, StoreAccess, merge_env
+from skyplane_ops.airflow.lineage import operator_lineage
+from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
+from skyplane_ops.airflow.progress import ProgressLine, plan_paths
 from skyplane_ops.airflow.settings import DEFAULT_CONN_ID, make_transfer_id
 from skyplane_ops.airflow.summaries import (
     asset_metadata,
     bounded,
     fleet_reference,
     plan_summary,
-    progress_counters,
     transfer_summary,
 )
-from skyplane_ops.airflow.triggers import SkyplaneTransferTrigger
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.api import GatewayFleet, TransferPlan
 
 _SAFE_ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
-class SkyplaneTransferFailed(AirflowException):
-    """The transfer failed (the core's error type and message are in the text)."""
+__all__ = [
+    "SkyplaneCopyOperator",
+    "SkyplaneDeprovisionOperator",
+    "SkyplanePlanOperator",
+    "SkyplaneProvisionOperator",
+    "SkyplaneTransferFailed",
+    "SkyplaneTransferOperator",
+]
 
 
-class SkyplaneTransferTimeout(AirflowException):
-    """The transfer did not finish within the operator's own ``timeout``."""
+def default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable`` (False when unset)."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
 def _float_or_none(name: str, value: Any) -> float | None:
@@ -195,6 +204,7 @@ class SkyplanePlanOperator(_PlanningOperator):
     by default ``<work_dir>/plans/<transfer_id>.json``.
     """
 
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
     template_fields: Sequence[str] = (
         "src_region",
         "dst_regions",
@@ -254,14 +264,8 @@ class SkyplanePlanOperator(_PlanningOperator):
             dsts if len(dsts) != 1 else dsts[0], self._volume(access), transfer_id
         )
         summary = plan_summary(plan, plan_uri=stored, transfer_id=transfer_id)
-        self.log.info(
-            "plan %s: %s, %.3f Gbit/s, $%.4f; full plan at %s",
-            transfer_id,
-            " | ".join(summary.get("route", [])),
-            plan.predicted_gbps,
-            plan.total_cost_usd,
-            stored,
-        )
+        self.log.info("plan %s (full plan at %s):\n%s", transfer_id, stored, plan.to_text())
+        persist_links(context, stored, plan)
         return summary
 
 
@@ -321,6 +325,8 @@ class SkyplaneProvisionOperator(_SkyplaneBaseOperator):
                 self.log.info("deleted %d leftovers of an earlier attempt", len(leftovers))
         try:
             fleet = self.hook.provision(plan, transfer_id=transfer_id, tags=self.tags)
+            # The transfer task may run on another worker: keep the secret with the transfer.
+            self.hook.transfer_state(transfer_id).save_secret(fleet.secret_ref)
         except BaseException:
             self._sweep(transfer_id)
             raise
@@ -344,7 +350,7 @@ class SkyplaneProvisionOperator(_SkyplaneBaseOperator):
             self._sweep(self._provisioning_id)
 
 
-class SkyplaneTransferOperator(_SkyplaneBaseOperator):
+class SkyplaneTransferOperator(TransferDeferral, _SkyplaneBaseOperator):
     """Run the transfer on the fleet along the plan, then verify it.
 
     ``plan`` is the plan task's summary (or a plan URI / JSON), ``fleet`` the provision task's
@@ -352,16 +358,19 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
     credentials come from ``src_conn_id``/``dst_conn_id`` (aws, google_cloud_platform, wasb
     connections) or the SDKs' default chains, and never enter templates, logs or XCom.
 
-    A retry resumes: the journal (``journal_dir``, by default ``<work_dir>/journals/<id>``)
-    records finished chunks and only the rest is sent again.
+    A retry resumes, on any worker: the journal (``journal_dir``, by default
+    ``<work_dir>/journals/<id>``) records finished chunks, is snapshotted to the connection's
+    state store, and is restored from there when this worker does not have it.
 
-    ``deferrable=True``: a detached control-plane driver (``skyplane_ops.airflow.driver``) runs
-    the transfer and the task defers to ``SkyplaneTransferTrigger``, which follows the
-    driver's status file and frees the worker slot. ``timeout`` is enforced in both modes (in
-    deferrable mode by the trigger, since Airflow stops counting ``execution_timeout`` after a
-    deferral). ``on_kill`` stops the driver and the gateways.
+    ``deferrable`` (default: Airflow's ``[operators] default_deferrable``): a detached
+    control-plane driver (``skyplane_ops.airflow.driver``) runs the transfer and the task
+    defers to ``SkyplaneTransferTrigger``, which follows the driver through the state store
+    and frees the worker slot. ``timeout`` is enforced in both modes (in deferrable mode by
+    the trigger, since Airflow stops counting ``execution_timeout`` after a deferral).
+    ``on_kill`` stops the driver and the gateways.
     """
 
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
     template_fields: Sequence[str] = (
         "src",
         "dst",
@@ -391,13 +400,15 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
         sync: bool = False,
         journal_dir: str | None = None,
         engine_options: Mapping[str, Any] | None = None,
-        deferrable: bool = False,
+        deferrable: bool | None = None,
         timeout: timedelta | float | None = None,
         poll_interval: float = 5.0,
         stop_fleet_on_kill: bool = True,
         dst_asset: Asset | bool | None = True,
         **kwargs: Any,
     ) -> None:
+        if deferrable is None:
+            deferrable = default_deferrable()
         kwargs["outlets"] = _default_dst_outlets(dst, dst_asset, kwargs.get("outlets"))
         if isinstance(timeout, int | float):
             timeout = timedelta(seconds=timeout)
@@ -423,7 +434,6 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
         self.poll_interval = poll_interval
         self.stop_fleet_on_kill = stop_fleet_on_kill
         self._fleet: GatewayFleet | None = None
-        self._driver_pid: int | None = None
 
     # -- shared -----------------------------------------------------------------------------
 
@@ -437,6 +447,7 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
         journal = self.journal_dir or os.path.join(
             self.hook.settings.work_dir, "journals", transfer_id
         )
+        persist_links(context, plan_uri, plan)
         return plan, plan_uri, fleet, transfer_id, journal
 
     def _finish(
@@ -458,16 +469,7 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
             dst=str(self.dst),
             journal_dir=journal,
         )
-        self.log.info(
-            "transfer %s done: %s objects, %s bytes, %s Gbit/s, verification %s",
-            transfer_id,
-            summary.get("objects"),
-            summary.get("bytes"),
-            summary.get("gbps"),
-            (summary.get("verification") or {}).get("status")
-            if isinstance(summary.get("verification"), Mapping)
-            else summary.get("verification"),
-        )
+        self.log.info("%s", done_line(transfer_id, summary))
         self._emit_asset_events(context, summary)
         return summary
 
@@ -480,99 +482,42 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
             env=merge_env(src_access, dst_access),
         )
         dst_options = {**dst_access.options, **self.dst_options}
+        selection: dict[str, Any] = {
+            "src": str(self.src),
+            "dst": str(self.dst),
+            "include": _as_list(self.include),
+            "exclude": _as_list(self.exclude),
+            "sync": self.sync,
+        }
         if self.deferrable:
-            self._defer_to_driver(
-                context, plan, plan_uri, fleet, transfer_id, journal, access, dst_options
-            )
-            return None
-        last = [0.0]
-
-        def progress(update: Any) -> None:
-            now = time.monotonic()
-            if now - last[0] >= 5.0:
-                last[0] = now
-                self.log.info("progress: %s", progress_counters(update))
-
-        result = self.hook.transfer(
-            plan,
-            fleet,
-            str(self.src),
-            str(self.dst),
-            src_options=access.options,
-            dst_options=dst_options,
-            include=_as_list(self.include),
-            exclude=_as_list(self.exclude),
-            journal_dir=journal,
-            sync=self.sync,
-            progress=progress,
-            env=access.env,
-            **self.engine_options,
-        )
-        return self._finish(
-            context, result, transfer_id=transfer_id, plan=plan, plan_uri=plan_uri, journal=journal
-        )
-
-    # -- deferrable -------------------------------------------------------------------------
-
-    def _deadline(self) -> float | None:
-        limit = self.timeout or self.execution_timeout
-        return time.time() + limit.total_seconds() if limit else None
-
-    def _defer_to_driver(
-        self,
-        context: Any,
-        plan: TransferPlan,
-        plan_uri: str | None,
-        fleet: GatewayFleet,
-        transfer_id: str,
-        journal: str,
-        access: StoreAccess,
-        dst_options: Mapping[str, Any],
-    ) -> None:
-        work_dir = self.hook.settings.work_dir
-        status_path = driver.run_dir(work_dir, transfer_id) / "status.json"
-        previous = driver.read_status(str(status_path)) or {}
-        pid = previous.get("pid")
-        if previous.get("state") == "running" and pid and driver.is_alive(int(pid)):
-            # A retry after the worker died: the driver of the earlier attempt is still at
-            # work, so follow it instead of starting a second one on the same journal.
-            self.log.info("re-attaching to the running driver pid %s of %s", pid, transfer_id)
-            handle = driver.DriverHandle(int(pid), str(status_path), "")
-        else:
-            handle = driver.start_driver(
+            self.defer_transfer(
+                context,
+                plan=plan,
+                plan_uri=plan_uri,
+                fleet=fleet,
                 transfer_id=transfer_id,
-                plan=plan.to_dict(),
-                fleet=fleet.to_dict(),
-                src=str(self.src),
-                dst=str(self.dst),
-                include=_as_list(self.include),
-                exclude=_as_list(self.exclude),
-                sync=self.sync,
-                journal_dir=journal,
+                journal=journal,
                 src_options=access.options,
                 dst_options=dst_options,
                 env=access.env,
                 engine_options=self.engine_options,
-                work_dir=work_dir,
+                **selection,
             )
-            self.log.info("started transfer driver pid %d for %s", handle.pid, transfer_id)
-        self._driver_pid = handle.pid
-        deadline = self._deadline()
-        self.defer(
-            trigger=SkyplaneTransferTrigger(
-                transfer_id=transfer_id,
-                status_path=handle.status_path,
-                driver_pid=handle.pid,
-                deadline=deadline,
-                poll_interval=self.poll_interval,
-                fleet=fleet.to_dict(),
-                skyplane_conn_id=self.skyplane_conn_id,
-            ),
-            method_name="execute_complete",
-            # A backstop only: the trigger itself fires a timeout event (and stops the
-            # driver) at the deadline; Airflow's own deferral timeout would not stop it.
-            timeout=timedelta(seconds=deadline - time.time() + 120) if deadline else None,
-            kwargs={"plan_uri": plan_uri, "journal": journal},
+            return None
+        result = run_here(
+            self,
+            plan,
+            fleet,
+            transfer_id=transfer_id,
+            journal=journal,
+            src_options=access.options,
+            dst_options=dst_options,
+            env=access.env,
+            engine_options=self.engine_options,
+            **selection,
+        )
+        return self._finish(
+            context, result, transfer_id=transfer_id, plan=plan, plan_uri=plan_uri, journal=journal
         )
 
     def execute_complete(
@@ -581,40 +526,102 @@ class SkyplaneTransferOperator(_SkyplaneBaseOperator):
         event: Mapping[str, Any],
         plan_uri: str | None = None,
         journal: str | None = None,
+        fleet: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        status = event.get("status")
-        transfer_id = str(event.get("transfer_id"))
-        if status == "success":
-            plan = None
-            if plan_uri:
-                plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id)
-            return self._finish(
-                context,
-                event.get("result") or {},
-                transfer_id=transfer_id,
-                plan=plan,
-                plan_uri=plan_uri,
-                journal=journal,
-            )
-        if status == "timeout":
-            raise SkyplaneTransferTimeout(
-                f"transfer {transfer_id} exceeded its timeout; the driver was stopped and "
-                f"a retry resumes from the journal (progress: {event.get('progress')})"
-            )
-        error = event.get("error") or {}
-        raise SkyplaneTransferFailed(
-            f"transfer {transfer_id} failed: {error.get('type')}: {error.get('message')}"
+        result = self.event_result(event)
+        plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id) if plan_uri else None
+        return self._finish(
+            context,
+            result,
+            transfer_id=str(event.get("transfer_id")),
+            plan=plan,
+            plan_uri=plan_uri,
+            journal=journal,
         )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Source in, replica out, named by the OpenLineage naming spec."""
+        return operator_lineage(str(self.src), str(self.dst))
 
     def on_kill(self) -> None:
         """Stop the driver (deferrable mode) and the gateways, so nothing keeps running."""
-        if self._driver_pid is not None:
-            driver.stop_driver(self._driver_pid)
+        self.stop_deferred_driver()
         if self.stop_fleet_on_kill and self._fleet is not None:
             try:
                 self.hook.deprovision(self._fleet)
             except Exception:
                 self.log.exception("stopping the gateways failed; the teardown task retries")
+
+
+def done_line(transfer_id: str, summary: Mapping[str, Any]) -> str:
+    """The one human line a finished transfer logs."""
+    verification = summary.get("verification")
+    if isinstance(verification, Mapping):
+        verification = verification.get("status")
+    size = summary.get("bytes") or 0
+    return (
+        f"transfer {transfer_id} done: {summary.get('objects')} objects, "
+        f"{size / 1024 / 1024:.1f} MiB in {summary.get('seconds')} s at "
+        f"{summary.get('gbps')} Gbit/s, verification {verification}"
+    )
+
+
+def run_here(
+    op: Any,
+    plan: TransferPlan,
+    fleet: GatewayFleet,
+    *,
+    transfer_id: str,
+    journal: str,
+    src: str,
+    dst: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    sync: bool,
+    src_options: Mapping[str, Any],
+    dst_options: Mapping[str, Any],
+    env: Mapping[str, str],
+    engine_options: Mapping[str, Any],
+) -> Any:
+    """Transfer in this task's process: journal and secret from the state store when this
+    worker lacks them, the journal snapshotted back, progress as human log lines."""
+    state = op.hook.transfer_state(transfer_id)
+    if state.restore_journal(journal):
+        op.log.info("restored the journal of %s from %s", transfer_id, state.uri)
+    fleet = dataclasses.replace(fleet, secret_ref=state.local_secret_ref(fleet.secret_ref))
+    line = ProgressLine(f"transfer {transfer_id}", plan_paths(plan))
+    last = [0.0]
+
+    def progress(update: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5.0:
+            last[0] = now
+            text = line.update(update)
+            if text:
+                op.log.info("%s", text)
+            state.save_journal(journal)
+
+    try:
+        return op.hook.transfer(
+            plan,
+            fleet,
+            src,
+            dst,
+            src_options=src_options,
+            dst_options=dst_options,
+            include=list(include),
+            exclude=list(exclude),
+            journal_dir=journal,
+            sync=sync,
+            progress=progress,
+            env=env,
+            **engine_options,
+        )
+    finally:
+        try:
+            state.save_journal(journal)
+        except Exception:
+            op.log.exception("saving the journal snapshot failed")
 
 
 class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
@@ -650,6 +657,9 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
             deleted += self.hook.deprovision(fleet)
         if self.sweep or fleet is None:
             deleted += self.hook.deprovision(transfer_id=transfer_id)
+        # The transfer's status, journal snapshot and secret go with the fleet.
+        removed = self.hook.transfer_state(transfer_id).delete()
+        self.log.info("removed %d state objects of %s", removed, transfer_id)
         self.log.info("deprovisioned %s: %d resources", transfer_id, len(deleted))
         return bounded(
             {
@@ -661,14 +671,18 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
         )
 
 
-class SkyplaneCopyOperator(_PlanningOperator):
+class SkyplaneCopyOperator(TransferDeferral, _PlanningOperator):
     """One task: plan, provision, transfer, and always deprovision.
 
-    The convenience for a DAG that does not need the steps as separate tasks. It runs
-    synchronously (no deferral: the fleet must be torn down by this same task). A retry
-    re-plans and re-provisions but resumes the data from the journal.
+    The convenience for a DAG that does not need the steps as separate tasks. A retry
+    re-plans and re-provisions but resumes the data from the journal (restored from the state
+    store on another worker). ``deferrable`` (default: Airflow's ``[operators]
+    default_deferrable``): after provisioning, the driver transfers and then deletes the fleet
+    itself, and the task defers to the trigger; if the driver is lost, the task deletes the
+    fleet when it resumes.
     """
 
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
     template_fields: Sequence[str] = (
         "src",
         "dst",
@@ -705,9 +719,18 @@ class SkyplaneCopyOperator(_PlanningOperator):
         sync: bool = False,
         journal_dir: str | None = None,
         dst_asset: Asset | bool | None = True,
+        deferrable: bool | None = None,
+        timeout: timedelta | float | None = None,
+        poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
+        if deferrable is None:
+            deferrable = default_deferrable()
         kwargs["outlets"] = _default_dst_outlets(dst, dst_asset, kwargs.get("outlets"))
+        if isinstance(timeout, int | float):
+            timeout = timedelta(seconds=timeout)
+        if timeout is not None and not deferrable and kwargs.get("execution_timeout") is None:
+            kwargs["execution_timeout"] = timeout
         super().__init__(**kwargs)
         self.src = src
         self.dst = dst
@@ -725,10 +748,13 @@ class SkyplaneCopyOperator(_PlanningOperator):
         self.plan_conn_id = plan_conn_id
         self.sync = sync
         self.journal_dir = journal_dir
+        self.deferrable = deferrable
+        self.timeout = timeout
+        self.poll_interval = poll_interval
         self._fleet: GatewayFleet | None = None
         self._transfer_id: str | None = None
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any] | None:
         transfer_id = self.resolve_transfer_id(context)
         self._transfer_id = transfer_id
         src_access = self.hook.store_access(self.src_conn_id)
@@ -736,23 +762,41 @@ class SkyplaneCopyOperator(_PlanningOperator):
         env = merge_env(src_access, dst_access)
         volume = self._volume(lambda: (src_access.options, env))
         plan, plan_uri = self._plan_and_store(str(self.dst_region), volume, transfer_id)
+        self.log.info("plan %s (full plan at %s):\n%s", transfer_id, plan_uri, plan.to_text())
+        persist_links(context, plan_uri, plan)
         work_dir = self.hook.settings.work_dir
         journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
+        selection: dict[str, Any] = {
+            "src": str(self.src),
+            "dst": str(self.dst),
+            "include": _as_list(self.include),
+            "exclude": _as_list(self.exclude),
+            "sync": self.sync,
+            "src_options": src_access.options,
+            "dst_options": dst_access.options,
+            "env": env,
+            "engine_options": {},
+        }
         try:
             self._fleet = self.hook.provision(plan, transfer_id=transfer_id)
-            result = self.hook.transfer(
-                plan,
-                self._fleet,
-                str(self.src),
-                str(self.dst),
-                src_options=src_access.options,
-                dst_options=dst_access.options,
-                include=_as_list(self.include),
-                exclude=_as_list(self.exclude),
-                journal_dir=journal,
-                sync=self.sync,
-                env=env,
+            if self.deferrable:
+                self.hook.transfer_state(transfer_id).save_secret(self._fleet.secret_ref)
+                # From here on the driver owns the fleet and deletes it when it ends.
+                self.defer_transfer(
+                    context,
+                    plan=plan,
+                    plan_uri=plan_uri,
+                    fleet=self._fleet,
+                    transfer_id=transfer_id,
+                    journal=journal,
+                    teardown=True,
+                    **selection,
+                )
+            result = run_here(
+                self, plan, self._fleet, transfer_id=transfer_id, journal=journal, **selection
             )
+        except TaskDeferred:
+            raise
         except BaseException:
             try:
                 self._teardown()
@@ -760,6 +804,17 @@ class SkyplaneCopyOperator(_PlanningOperator):
                 self.log.exception("deprovisioning after the failure failed")
             raise
         self._teardown()
+        return self._summary(context, result, transfer_id, plan, plan_uri, journal)
+
+    def _summary(
+        self,
+        context: Any,
+        result: Any,
+        transfer_id: str,
+        plan: TransferPlan | None,
+        plan_uri: str | None,
+        journal: str | None,
+    ) -> dict[str, Any]:
         summary = transfer_summary(
             result,
             transfer_id=transfer_id,
@@ -769,8 +824,35 @@ class SkyplaneCopyOperator(_PlanningOperator):
             dst=str(self.dst),
             journal_dir=journal,
         )
+        self.log.info("%s", done_line(transfer_id, summary))
         self._emit_asset_events(context, summary)
         return summary
+
+    def execute_complete(
+        self,
+        context: Any,
+        event: Mapping[str, Any],
+        plan_uri: str | None = None,
+        journal: str | None = None,
+        fleet: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        try:
+            result = self.event_result(event)
+        except BaseException:
+            # The driver deletes the fleet itself, unless it was lost: delete it (idempotent).
+            if fleet:
+                try:
+                    self.hook.deprovision(GatewayFleet.from_dict(dict(fleet)))
+                except Exception:
+                    self.log.exception("deprovisioning after the failure failed")
+            raise
+        transfer_id = str(event.get("transfer_id"))
+        plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id) if plan_uri else None
+        return self._summary(context, result, transfer_id, plan, plan_uri, journal)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Source in, replica out, named by the OpenLineage naming spec."""
+        return operator_lineage(str(self.src), str(self.dst))
 
     def _teardown(self) -> None:
         """Delete the fleet, or sweep by tag when provisioning never returned one."""
@@ -781,6 +863,7 @@ class SkyplaneCopyOperator(_PlanningOperator):
             self.hook.deprovision(transfer_id=self._transfer_id)
 
     def on_kill(self) -> None:
+        self.stop_deferred_driver()
         try:
             self._teardown()
         except Exception:

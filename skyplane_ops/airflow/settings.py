@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyplane_ops.errors import SkyplaneOpsError
+from skyplane_ops.api import SkyplaneOpsError
 
 CONN_TYPE = "skyplane"
 DEFAULT_CONN_ID = "skyplane_default"
@@ -35,6 +35,8 @@ KNOWN_EXTRA = frozenset(
         "grid_store",
         "profile_overrides",
         "work_dir",
+        "state_store",
+        "state_store_options",
     }
 )
 
@@ -68,6 +70,18 @@ class SkyplaneSettings:
     grid_store: str | None = None
     profile_overrides: str | None = None
     work_dir: str = field(default_factory=default_work_dir)
+    # Where each transfer's status, journal snapshot and fleet secret live (any store URI all
+    # workers and the triggerer reach; default file://<work_dir>/state, i.e. one host or a
+    # shared volume). Options are store options (endpoint, region), never credentials.
+    state_store: str | None = None
+    state_store_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_uri(self) -> str:
+        """The state store's URI (the default under ``work_dir``)."""
+        from pathlib import Path
+
+        return self.state_store or Path(self.work_dir, "state").resolve().as_uri()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (no secret: the password is never part of the settings)."""
@@ -82,6 +96,8 @@ class SkyplaneSettings:
             "grid_store": self.grid_store,
             "profile_overrides": self.profile_overrides,
             "work_dir": self.work_dir,
+            "state_store": self.state_store,
+            "state_store_options": dict(self.state_store_options),
         }
 
 
@@ -144,7 +160,11 @@ def parse_extra(extra: Mapping[str, Any] | str | None) -> SkyplaneSettings:
         kwargs["max_cost_usd"] = _as_number("max_cost_usd", raw["max_cost_usd"], float)
     if "tags" in raw:
         kwargs["tags"] = {str(k): str(v) for k, v in _as_mapping("tags", raw["tags"]).items()}
-    for name in ("grid_store", "profile_overrides", "work_dir"):
+    if "state_store_options" in raw:
+        kwargs["state_store_options"] = _as_mapping(
+            "state_store_options", raw["state_store_options"]
+        )
+    for name in ("grid_store", "profile_overrides", "work_dir", "state_store"):
         if name in raw:
             kwargs[name] = str(raw[name])
     return SkyplaneSettings(**kwargs)

@@ -12,8 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.api import GatewayFleet, TransferPlan
 
 # The hard ceiling of any XCom value a skyplane task returns.
 XCOM_LIMIT_BYTES = 4096

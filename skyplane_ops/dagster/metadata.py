@@ -13,9 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import dagster as dg
 
+from skyplane_ops.api import GatewayFleet, TransferPlan
 from skyplane_ops.dagster.render import mermaid_markdown, route_markdown
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
 
 MAX_TEXT = 8000
 

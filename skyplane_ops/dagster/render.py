@@ -6,7 +6,7 @@ public fields, so the metadata stays small (one row per hop, never per object).
 
 from __future__ import annotations
 
-from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.api import TransferPlan
 
 
 def route_markdown(plan: TransferPlan) -> str:

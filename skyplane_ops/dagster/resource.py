@@ -20,9 +20,7 @@ import dagster as dg
 from pydantic import Field
 
 from skyplane_ops import api
-from skyplane_ops.errors import PlanningError
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.api import GatewayFleet, PlanningError, TransferPlan
 
 
 def _default_home() -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 
 from skyplane_ops import api
+from skyplane_ops.api import GatewayFleet, TransferError, TransferPlan
 from skyplane_ops.dagster.locations import (
     PartitionPrefix,
     ReplicaDestination,
@@ -29,9 +30,6 @@ from skyplane_ops.dagster.locations import (
 )
 from skyplane_ops.dagster.metadata import fleet_metadata, plan_metadata, transfer_metadata
 from skyplane_ops.dagster.resource import SkyplaneResource
-from skyplane_ops.errors import TransferError
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
 
 GB = 1e9
 PROGRESS_EVERY_S = 5.0

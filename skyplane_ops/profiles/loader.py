@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from skyplane_ops.errors import ProfileError
 from skyplane_ops.profiles._data import default_file, read_json
 from skyplane_ops.profiles.catalog import PROVIDERS, RegionCatalog, load_catalog
+from skyplane_ops.profiles.custom import CustomRegion, as_custom_regions
 from skyplane_ops.profiles.measured import load_measured_grid
 from skyplane_ops.profiles.model import ModelParams, modelled_gbps
 from skyplane_ops.profiles.overrides import apply_overrides
@@ -30,6 +32,27 @@ class Profile:
     catalog: RegionCatalog
     prices: PriceGrid
     throughput: ThroughputGrid
+
+    def with_regions(self, specs: Iterable[CustomRegion | Mapping[str, Any]]) -> Profile:
+        """A new profile that also knows the user's own regions (``site:lab-a``).
+
+        ``specs`` are CustomRegion objects or dicts with the same fields (id; provider
+        "own"; egress_usd_per_gb 0; vm_usd_per_hour 0; egress/ingress_cap_gbps inf; hosts 1,
+        the VM limit there). Their links are unknown until measured: merge a measured grid
+        (``with_measured``) or the profiler's store over the result. This profile is unchanged.
+        """
+        regions = as_custom_regions(specs)
+        catalog = self.catalog.with_regions(r.region() for r in regions)
+        return Profile(
+            catalog=catalog,
+            prices=self.prices.with_regions(regions, catalog),
+            throughput=self.throughput.with_catalog(catalog),
+        )
+
+    def with_measured(self, path: str | Path) -> Profile:
+        """A new profile with a measured grid file (CSV/Parquet) laid over the throughput."""
+        grid = load_measured_grid(path, self.catalog, connections=self.throughput.connections)
+        return Profile(self.catalog, self.prices, self.throughput.merge(grid))
 
 
 @functools.cache
@@ -90,11 +113,14 @@ def load_profile(
     measured_grid: str | Path | None = None,
     gcp_tier: str = "premium",
     measured_only: bool = False,
+    custom_regions: Iterable[CustomRegion | Mapping[str, Any]] = (),
     **price_overrides: Any,
 ) -> Profile:
     """Load the default profile with user overrides (a JSON file, then keyword arguments,
     both partial prices.json documents) and an optional measured grid merged over the model
     (or, with ``measured_only=True``, used in its place: pairs it lacks are then unknown).
+    ``custom_regions`` are added first (see Profile.with_regions), so the measured grid may
+    name them.
     """
     catalog = default_catalog()
     document, applied = apply_overrides(
@@ -108,6 +134,11 @@ def load_profile(
         applied_overrides=applied,
     )
     throughput = modelled_grid(prices)
+    regions = as_custom_regions(custom_regions)
+    if regions:
+        catalog = catalog.with_regions(r.region() for r in regions)
+        prices = prices.with_regions(regions, catalog)
+        throughput = throughput.with_catalog(catalog)
     if measured_grid is not None:
         grid = load_measured_grid(measured_grid, catalog, connections=throughput.connections)
         throughput = grid if measured_only else throughput.merge(grid)

@@ -70,7 +70,12 @@ class DispatchStats:
     resent: int = 0
     bytes_done: int = 0
     changed_keys: set[str] = field(default_factory=set)
+    # key -> why, for objects a gateway could not copy ("source: ..." / "destination: ...")
+    failed_keys: dict[str, str] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per route index: bytes delivered, and seconds from the start until its last chunk landed.
+    path_bytes: dict[int, int] = field(default_factory=dict)
+    path_seconds: dict[int, float] = field(default_factory=dict)
 
 
 def plan_routes(plan: TransferPlan) -> list[tuple[list[str], float]]:
@@ -130,6 +135,7 @@ class Dispatcher:
         )
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)
+        self._chunk_path: dict[int, int] = {}
         self._started: list[str] = []
 
     # ---- job spec --------------------------------------------------------------------------------
@@ -225,6 +231,7 @@ class Dispatcher:
                     "length": s.length,
                     "part": s.part,
                     "upload_id": uploads.get(s.key) if s.part >= 1 else None,
+                    "version": s.version,
                 }
                 for s in chunk.segments
             ],
@@ -234,6 +241,7 @@ class Dispatcher:
         per_gateway: dict[str, list[dict[str, Any]]] = {}
         for c in chunks:
             path = self._pick_path(c.nbytes)
+            self._chunk_path[c.chunk_id] = path
             gid = self._pick_source(path, c.nbytes)
             per_gateway.setdefault(gid, []).append(self._descriptor(c, path, uploads))
         for gid, descs in per_gateway.items():
@@ -293,6 +301,9 @@ class Dispatcher:
                             del pending[chunk.chunk_id]
                             finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
                             stats.bytes_done += chunk.nbytes
+                            p = self._chunk_path.get(chunk.chunk_id, 0)
+                            stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
+                            stats.path_seconds[p] = time.monotonic() - t0
                         elif kind in ("bad", "lost"):
                             chunk.attempts += 1
                             if chunk.attempts >= self.options.max_attempts:
@@ -303,9 +314,12 @@ class Dispatcher:
                             log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
                             stats.resent += 1
                             retry.append(chunk)
-                        elif kind == "changed":
+                        elif kind in ("changed", "failed"):
                             del pending[chunk.chunk_id]
-                            stats.changed_keys.add(ev["key"])
+                            if kind == "changed":
+                                stats.changed_keys.add(ev["key"])
+                            else:
+                                stats.failed_keys[ev["key"]] = f"{ev.get('side')}: {ev.get('why')}"
                             rest = [s for s in chunk.segments if s.key != ev["key"]]
                             if rest:
                                 again = Chunk(next_id, rest)

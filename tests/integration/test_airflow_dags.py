@@ -316,7 +316,7 @@ def _stop_first_driver_midway(base: Path, done: threading.Event, out: dict[str, 
     """
     deadline = time.monotonic() + 240
     while not done.is_set() and time.monotonic() < deadline:
-        for status_path in glob.glob(str(base / "work" / "runs" / "*" / "status.json")):
+        for status_path in glob.glob(str(base / "work" / "state" / "*" / "status.json")):
             try:
                 status = json.loads(Path(status_path).read_text())
             except (OSError, ValueError):
@@ -386,6 +386,12 @@ def test_deferred_transfer_retry_resumes_and_copy_xcom_stays_small(
     shutil.rmtree(af / "tiny-replica", ignore_errors=True)
 
 
+def _trigger_status(trigger: Any) -> dict[str, Any] | None:
+    from skyplane_ops.api import TransferState
+
+    return TransferState(trigger.state_uri, trigger.transfer_id).read_status()
+
+
 def test_transfer_operator_on_kill_stops_the_driver_and_the_gateways(af: Path) -> None:
     """Killing a deferred transfer task stops its driver and its gateways (real processes)."""
     from airflow.sdk.exceptions import TaskDeferred
@@ -416,21 +422,21 @@ def test_transfer_operator_on_kill_stops_the_driver_and_the_gateways(af: Path) -
         trigger = deferred.value.trigger
         assert trigger.deadline is not None and trigger.deadline > time.time() + 500
         pid = trigger.driver_pid
-        assert driver.is_alive(pid), driver.read_status(trigger.status_path)
+        assert driver.is_alive(pid), _trigger_status(trigger)
         assert _gateways_alive(fleet.to_dict())
         # A retry while the driver still runs (the worker died, not the driver) follows the
         # running driver instead of starting a second one on the same journal.
         deadline = time.monotonic() + 30
-        while (driver.read_status(trigger.status_path) or {}).get("state") != "running":
-            assert time.monotonic() < deadline, driver.read_status(trigger.status_path)
+        while (_trigger_status(trigger) or {}).get("state") != "running":
+            assert time.monotonic() < deadline, _trigger_status(trigger)
             time.sleep(0.02)
         with pytest.raises(TaskDeferred) as again:
             op.execute({"run_id": "manual__on-kill"})
         assert again.value.trigger.driver_pid == pid
         op.on_kill()
-        assert not driver.is_alive(pid), driver.read_status(trigger.status_path)
+        assert not driver.is_alive(pid), _trigger_status(trigger)
         assert not _gateways_alive(fleet.to_dict()), fleet.to_dict()
-        status = driver.read_status(trigger.status_path) or {}
+        status = _trigger_status(trigger) or {}
         assert status.get("state") != "success", status
     finally:
         api.deprovision(fleet)
@@ -483,6 +489,7 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
 def test_trigger_on_kill_also_deletes_the_fleet(af: Path) -> None:
     """A user killing a deferred task: the trigger stops its driver and deletes the gateways."""
     import asyncio
+    import socket
     import subprocess
     import sys
 
@@ -501,8 +508,9 @@ def test_trigger_on_kill_also_deletes_the_fleet(af: Path) -> None:
             time.sleep(0.02)
         trigger = SkyplaneTransferTrigger(
             transfer_id=fleet.transfer_id,
-            status_path=str(af / "no-status.json"),
+            state_uri=(af / "trigkill-state").as_uri(),
             driver_pid=idle.pid,
+            driver_host=socket.gethostname(),
             fleet=fleet.to_dict(),
             skyplane_conn_id="skyplane_default",
         )

@@ -325,13 +325,26 @@ def idle_driver(tmp_path: Path) -> Any:
     proc.wait(timeout=10)
 
 
+def _state(tmp_path: Path) -> Any:
+    from skyplane_ops.api import TransferState
+
+    return TransferState((tmp_path / "state").as_uri(), "t-trig")
+
+
+def _status(tmp_path: Path, state: str, **fields: Any) -> None:
+    _state(tmp_path).write_status(state, **fields)
+
+
 def _trigger(tmp_path: Path, pid: int, **kwargs: Any) -> Any:
+    import socket
+
     from skyplane_ops.airflow.triggers import SkyplaneTransferTrigger
 
     return SkyplaneTransferTrigger(
         transfer_id="t-trig",
-        status_path=str(tmp_path / "status.json"),
+        state_uri=(tmp_path / "state").as_uri(),
         driver_pid=pid,
+        driver_host=kwargs.pop("driver_host", socket.gethostname()),
         poll_interval=0.05,
         **kwargs,
     )
@@ -357,15 +370,15 @@ def test_trigger_serialize_round_trip(tmp_path: Path) -> None:
 
 
 def test_trigger_fires_success_with_the_result(tmp_path: Path, idle_driver: Any) -> None:
-    status = {"state": "success", "pid": idle_driver.pid, "result": {"objects": 3, "bytes": 9}}
-    (tmp_path / "status.json").write_text(json.dumps(status))
+    result = {"objects": 3, "bytes": 9}
+    _status(tmp_path, "success", pid=idle_driver.pid, result=result)
     event = _first_event(_trigger(tmp_path, idle_driver.pid))
-    assert event == {"status": "success", "transfer_id": "t-trig", "result": status["result"]}
+    assert event == {"status": "success", "transfer_id": "t-trig", "result": result}
 
 
 def test_trigger_fires_error_with_the_core_error(tmp_path: Path, idle_driver: Any) -> None:
     error = {"type": "TransferError", "message": "relay gone"}
-    (tmp_path / "status.json").write_text(json.dumps({"state": "failed", "error": error}))
+    _status(tmp_path, "failed", error=error)
     event = _first_event(_trigger(tmp_path, idle_driver.pid))
     assert event["status"] == "error" and event["error"] == error
 
@@ -375,18 +388,19 @@ def test_trigger_enforces_the_deadline_and_stops_the_driver(
 ) -> None:
     from skyplane_ops.airflow.driver import is_alive
 
-    (tmp_path / "status.json").write_text(json.dumps({"state": "running", "progress": {"a": 1}}))
+    _status(tmp_path, "running", progress={"a": 1})
     started = time.monotonic()
     event = _first_event(_trigger(tmp_path, idle_driver.pid, deadline=time.time() + 0.5))
     assert event["status"] == "timeout" and event["progress"] == {"a": 1}
     assert 0.4 < time.monotonic() - started < 15
     assert not is_alive(idle_driver.pid)
+    assert _state(tmp_path).cancel_requested() == "the task's timeout passed"
 
 
 def test_trigger_reports_a_driver_that_died_without_status(
     tmp_path: Path, idle_driver: Any
 ) -> None:
-    (tmp_path / "status.json").write_text(json.dumps({"state": "running"}))
+    _status(tmp_path, "running")
     os.killpg(idle_driver.pid, 9)
     idle_driver.wait(timeout=10)
     event = _first_event(_trigger(tmp_path, idle_driver.pid))
@@ -398,3 +412,38 @@ def test_trigger_on_kill_stops_the_driver(tmp_path: Path, idle_driver: Any) -> N
 
     asyncio.run(_trigger(tmp_path, idle_driver.pid).on_kill())
     assert not is_alive(idle_driver.pid)
+    assert _state(tmp_path).cancel_requested() == "the task was killed"
+
+
+def test_trigger_on_another_host_goes_by_the_heartbeat(tmp_path: Path) -> None:
+    """A triggerer on another host cannot see the driver's pid: a stale heartbeat is what
+    tells it the driver is lost, a fresh one keeps it waiting."""
+    _status(tmp_path, "running", progress={"bytes_done": 1, "bytes_total": 4})
+    trigger = _trigger(tmp_path, 1, driver_host="elsewhere", lost_after=0.5)
+
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    started = time.monotonic()
+    event = asyncio.run(asyncio.wait_for(first(), 20))
+    assert event["status"] == "error" and event["error"]["type"] == "DriverLost"
+    assert "no heartbeat" in event["error"]["message"]
+    assert time.monotonic() - started >= 0.4
+
+
+def test_progress_lines_are_human() -> None:
+    from skyplane_ops.airflow.progress import ProgressLine
+
+    line = ProgressLine("transfer t", [("a -> b", 0.75), ("a -> c -> b", 0.25)])
+    sample = {"bytes_done": 512 * 1024 * 1024, "bytes_total": 1024 * 1024 * 1024}
+    text = line.update(
+        {**sample, "elapsed_s": 2.0, "gbps": 2.0, "chunks_done": 8, "chunks_total": 16}
+    )
+    assert text is not None
+    assert text.splitlines()[0] == (
+        "transfer t: 50.0% 512.0/1024.0 MiB at 2.00 Gbit/s, ETA 2.1 s, 8/16 chunks"
+    )
+    assert text.splitlines()[1] == "  a -> b (75% by plan): 384.0 MiB"
+    assert line.update({**sample, "chunks_done": 8}) is None  # nothing moved: no line

@@ -1,0 +1,71 @@
+"""Extra links on the transfer tasks: the stored plan and the route diagram.
+
+Airflow 3 resolves a link from the XCom the task pushed under the link's ``xcom_key``, so
+the operators push the finished URL (``persist``) and the UI reads it back. The route link
+opens the planner's Mermaid diagram in mermaid.live; the diagram travels in the URL
+fragment, which browsers do not send to the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+from urllib.parse import urlparse
+
+from airflow.sdk import BaseOperatorLink
+
+_CONSOLES = {
+    "s3": "https://s3.console.aws.amazon.com/s3/object/{bucket}?prefix={key}",
+    "gs": "https://console.cloud.google.com/storage/browser/_details/{bucket}/{key}",
+}
+
+
+def plan_url(plan_uri: str) -> str:
+    """A browser URL for a stored plan: the cloud console's object page, else the URI."""
+    parsed = urlparse(plan_uri)
+    if parsed.scheme in _CONSOLES:
+        return _CONSOLES[parsed.scheme].format(bucket=parsed.netloc, key=parsed.path.lstrip("/"))
+    if parsed.scheme == "":
+        return f"file://{plan_uri}"
+    return plan_uri
+
+
+def route_url(mermaid: str) -> str:
+    """A mermaid.live view of the route (the diagram is in the fragment only)."""
+    state = json.dumps({"code": mermaid, "mermaid": {"theme": "default"}})
+    return "https://mermaid.live/view#base64:" + base64.urlsafe_b64encode(state.encode()).decode()
+
+
+class _XComLink(BaseOperatorLink):
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        from airflow.sdk import BaseXCom
+
+        value = BaseXCom.get_value(ti_key=ti_key, key=self.xcom_key)
+        return str(value) if value else ""
+
+    @classmethod
+    def persist(cls, context: Any, url: str | None) -> None:
+        ti = context.get("ti")
+        if ti is not None and url:
+            ti.xcom_push(key=cls().xcom_key, value=url)
+
+
+class SkyplanePlanLink(_XComLink):
+    """The full plan JSON the plan step stored."""
+
+    name = "Skyplane plan"
+
+
+class SkyplaneRouteLink(_XComLink):
+    """The overlay route as a diagram."""
+
+    name = "Skyplane route"
+
+
+def persist_links(context: Any, plan_uri: str | None, plan: Any | None) -> None:
+    """Push both links' URLs for this task instance (best effort: links are no result)."""
+    if plan_uri:
+        SkyplanePlanLink.persist(context, plan_url(plan_uri))
+    if plan is not None:
+        SkyplaneRouteLink.persist(context, route_url(plan.to_mermaid()))

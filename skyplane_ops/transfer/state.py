@@ -1,0 +1,211 @@
+"""Transfer state that lives with the transfer, in a store the user chooses, not on a disk.
+
+A pipeline may plan, provision, transfer, follow and tear down one transfer from different
+hosts (Celery or Kubernetes workers, a triggerer elsewhere, a retry on another worker). What
+those steps must share is kept as a few small objects under ``<state_uri>/<transfer_id>/``
+in any object store the core opens (``file://`` on a shared volume, ``s3://``, ``gs://``,
+``az://``):
+
+- ``status.json``: the driver's state (``starting``/``running``/``success``/``failed``/
+  ``cancelled``), a heartbeat (``updated_at``), progress counters and the result summary.
+  A follower on any host decides "driver lost" from a stale heartbeat, not from a pid.
+- ``cancel.json``: a cancellation request; the driver polls it and stops, wherever it runs.
+- ``journal/<name>.jsonl``: a snapshot of the resume journal, uploaded by the driver while it
+  runs and at the end; a retry on another host restores it before resuming. The journal is
+  append-only, so a snapshot that lags by a few seconds only re-sends those chunks.
+- ``secret``: the fleet's per-transfer secret, so that a transfer started on another host than
+  the provisioning one can talk to the gateways. Give the state store the access control you
+  give credentials; :meth:`TransferState.delete` removes it at teardown.
+
+Nothing here imports Airflow or Dagster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from skyplane_ops.errors import TransferError
+
+STATUS = "status.json"
+CANCEL = "cancel.json"
+JOURNAL = "journal/"
+SECRET = "secret"
+TERMINAL_STATES = frozenset({"success", "failed", "cancelled"})
+
+
+def default_state_uri() -> str:
+    """``file://$SKYPLANE_OPS_HOME/state``: right for one host, or a volume all hosts mount."""
+    home = os.environ.get("SKYPLANE_OPS_HOME") or os.path.join(Path.home(), ".skyplane-ops")
+    return Path(home, "state").resolve().as_uri()
+
+
+def _not_found(exc: Exception) -> bool:
+    from gateway_agent.stores.errors import ObjectNotFoundError
+
+    return isinstance(exc, ObjectNotFoundError | FileNotFoundError)
+
+
+class TransferState:
+    """The shared state of one transfer under ``<state_uri>/<transfer_id>/``."""
+
+    def __init__(
+        self, state_uri: str, transfer_id: str, options: Mapping[str, Any] | None = None
+    ) -> None:
+        from gateway_agent.synthetic import open_any_store
+
+        if not transfer_id or "/" in transfer_id:
+            raise TransferError(f"invalid transfer id for the state store: {transfer_id!r}")
+        self.state_uri = state_uri.rstrip("/")
+        self.transfer_id = transfer_id
+        self.uri = f"{self.state_uri}/{transfer_id}"
+        try:
+            self._store = open_any_store(self.uri, dict(options or {}))
+        except Exception as exc:
+            raise TransferError(f"cannot open the state store {self.uri}: {exc}") from exc
+
+    # -- small JSON objects -----------------------------------------------------------------
+
+    def _get_json(self, key: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self._store.read(key))
+        except Exception as exc:
+            if _not_found(exc):
+                return None
+            if isinstance(exc, ValueError):
+                return None  # a torn write of a store without atomic replace
+            raise TransferError(f"cannot read {self.uri}/{key}: {exc}") from exc
+        return data if isinstance(data, dict) else None
+
+    def _put_json(self, key: str, data: Mapping[str, Any]) -> None:
+        body = json.dumps(dict(data), default=str, sort_keys=True).encode()
+        try:
+            self._store.write(key, body)
+        except Exception as exc:
+            raise TransferError(f"cannot write {self.uri}/{key}: {exc}") from exc
+
+    def write_status(self, state: str, **fields: Any) -> dict[str, Any]:
+        """Replace the status; stamps the transfer id and the heartbeat (``updated_at``)."""
+        status = {**fields, "state": state, "transfer_id": self.transfer_id}
+        status["updated_at"] = time.time()
+        self._put_json(STATUS, status)
+        return status
+
+    def read_status(self) -> dict[str, Any] | None:
+        """The last status, or None when no driver has written one yet."""
+        return self._get_json(STATUS)
+
+    def request_cancel(self, reason: str = "cancelled by the user") -> None:
+        """Ask the driver (on whatever host) to stop; it polls this between progress rounds."""
+        self._put_json(CANCEL, {"reason": reason, "at": time.time()})
+
+    def cancel_requested(self) -> str | None:
+        """The reason of a pending cancellation request, or None."""
+        found = self._get_json(CANCEL)
+        return None if found is None else str(found.get("reason") or "cancelled")
+
+    def clear_cancel(self) -> None:
+        """A new attempt starts without the previous attempt's cancellation."""
+        self._delete(CANCEL)
+
+    # -- journal and secret -----------------------------------------------------------------
+
+    def save_journal(self, directory: str | Path) -> int:
+        """Upload every ``*.jsonl`` journal file of ``directory``; returns how many."""
+        count = 0
+        for path in sorted(Path(directory).glob("*.jsonl")):
+            try:
+                self._store.write(JOURNAL + path.name, path.read_bytes())
+            except FileNotFoundError:
+                continue  # deleted after a verified success while we were uploading
+            except Exception as exc:
+                raise TransferError(f"cannot save the journal to {self.uri}: {exc}") from exc
+            count += 1
+        return count
+
+    def restore_journal(self, directory: str | Path) -> int:
+        """Download the journal snapshot into ``directory`` where it is longer than the local
+        file (a local journal never loses what it has); returns files written."""
+        folder = Path(directory)
+        count = 0
+        try:
+            infos = list(self._store.list(JOURNAL))
+        except Exception as exc:
+            if _not_found(exc):
+                return 0
+            raise TransferError(f"cannot list the journal in {self.uri}: {exc}") from exc
+        for info in infos:
+            name = info.key[len(JOURNAL) :]
+            if "/" in name or not name.endswith(".jsonl"):
+                continue
+            local = folder / name
+            if local.exists() and local.stat().st_size >= info.size:
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = local.with_name(f".{name}.{os.getpid()}.tmp")
+            tmp.write_bytes(self._store.read(info.key))
+            os.replace(tmp, local)
+            count += 1
+        return count
+
+    def save_secret(self, secret_ref: str) -> None:
+        """Keep the fleet's secret with the transfer (read from the local reference)."""
+        from skyplane_ops.provision.secrets import read_secret
+
+        try:
+            self._store.write(SECRET, read_secret(secret_ref).encode("ascii"))
+        except Exception as exc:
+            raise TransferError(f"cannot save the fleet secret to {self.uri}: {exc}") from exc
+
+    def local_secret_ref(self, secret_ref: str) -> str:
+        """A secret reference usable on this host: ``secret_ref`` if it exists here, else the
+        secret from the state store written to this host's 0600 secrets folder."""
+        from skyplane_ops.provision.secrets import private_dir, write_private
+
+        if secret_ref and Path(secret_ref).is_file():
+            return secret_ref
+        try:
+            secret = self._store.read(SECRET)
+        except Exception as exc:
+            raise TransferError(
+                f"the fleet secret is neither at {secret_ref} on this host nor in the state "
+                f"store {self.uri} ({type(exc).__name__}); the provision step must save it"
+            ) from exc
+        path = private_dir("secrets") / f"{self.transfer_id}.secret"
+        write_private(path, secret)
+        return str(path)
+
+    # -- cleanup ----------------------------------------------------------------------------
+
+    def _delete(self, key: str) -> None:
+        try:
+            self._store.delete(key)
+        except Exception as exc:
+            if not _not_found(exc):
+                raise TransferError(f"cannot delete {self.uri}/{key}: {exc}") from exc
+
+    def delete(self) -> int:
+        """Remove every object of this transfer (idempotent); returns how many."""
+        try:
+            keys = [info.key for info in self._store.list("")]
+        except Exception as exc:
+            if _not_found(exc):
+                return 0
+            raise TransferError(f"cannot list {self.uri}: {exc}") from exc
+        for key in keys:
+            self._delete(key)
+        return len(keys)
+
+
+def heartbeat_age(status: Mapping[str, Any] | None, now: float | None = None) -> float | None:
+    """Seconds since the status was written (None when there is no status)."""
+    if not status or status.get("updated_at") is None:
+        return None
+    try:
+        return max(0.0, (time.time() if now is None else now) - float(status["updated_at"]))
+    except (TypeError, ValueError):
+        return None
