@@ -154,7 +154,9 @@ def plan(
         measured_only=measured_only,
         **extra,
     )
-    tolerance = {} if completion_tolerance is None else {"completion_tolerance": completion_tolerance}
+    tolerance = (
+        {} if completion_tolerance is None else {"completion_tolerance": completion_tolerance}
+    )
     result = plan_transfer(
         problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor, **tolerance
     )
