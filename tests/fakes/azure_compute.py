@@ -76,6 +76,7 @@ class FakeARM:
     ) -> None:
         self.subscription = subscription
         self.ssh_port = ssh_port
+        self.vm_env: dict[str, str] = {}  # the environment the VMs' processes get
         self.lock = threading.RLock()
         self.store: dict[str, dict[str, Any]] = {}  # lower-cased resource id -> resource
         self.vms: dict[str, LoopbackVM] = {}
@@ -233,7 +234,7 @@ class FakeARM:
         pip_id = nic["properties"]["ipConfigurations"][0]["properties"]["publicIPAddress"]["id"]
         address = self.store[pip_id.lower()]["properties"]["ipAddress"]
         user_data = base64.b64decode(props["osProfile"]["customData"]).decode()
-        self.vms[key] = LoopbackVM.boot(address, self.ssh_port, user_data)
+        self.vms[key] = LoopbackVM.boot(address, self.ssh_port, user_data, self.vm_env)
         if res.get("identity", {}).get("type") == "SystemAssigned":
             res["identity"]["principalId"] = str(uuid.uuid4())
         self.vm_creations += 1

@@ -31,6 +31,7 @@ class FakeGCE:
     def __init__(self, project: str = "test-project", ssh_port: int | None = None) -> None:
         self.project = project
         self.ssh_port = ssh_port
+        self.vm_env: dict[str, str] = {}  # the environment the VMs' processes get
         self.lock = threading.RLock()
         self.networks: dict[str, dict[str, Any]] = {}
         self.firewalls: dict[str, dict[str, Any]] = {}
@@ -222,7 +223,9 @@ class FakeGCE:
             return 409, _err(409, f"instance {body['name']} already exists", "alreadyExists")
         address = next_address(64)
         user_data = next(i["value"] for i in body["metadata"]["items"] if i["key"] == "user-data")
-        self.vms[(zone, body["name"])] = LoopbackVM.boot(address, self.ssh_port, user_data)
+        self.vms[(zone, body["name"])] = LoopbackVM.boot(
+            address, self.ssh_port, user_data, self.vm_env
+        )
         body["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = address
         body.update(status="RUNNING", zone=zone, _subnet=subnet)
         self.instances[(zone, body["name"])] = body

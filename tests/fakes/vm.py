@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +40,17 @@ class LoopbackVM:
     workdir: Path
 
     @classmethod
-    def boot(cls, address: str, ssh_port: int | None, user_data: str) -> LoopbackVM:
-        """Apply the user-data like cloud-init would; start sshd unless ``ssh_port`` is None."""
+    def boot(
+        cls,
+        address: str,
+        ssh_port: int | None,
+        user_data: str,
+        env: Mapping[str, str] | None = None,
+    ) -> LoopbackVM:
+        """Apply the user-data like cloud-init would; start sshd unless ``ssh_port`` is None.
+
+        ``env`` is what the VM's environment gives its processes (on a real VM: an instance
+        role or a metadata server; here: the emulators' endpoints and test credentials)."""
         workdir = Path(tempfile.mkdtemp(prefix="fakevm-"))
         config = parse_cloud_init(user_data)
         keys = config["ssh_keys"]
@@ -68,6 +78,8 @@ class LoopbackVM:
                     "PermitRootLogin yes",
                     "Subsystem sftp internal-sftp",
                     "LogLevel ERROR",
+                    # one line: sshd uses only the first SetEnv it reads
+                    *(["SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())] if env else []),
                     "",
                 ]
             )

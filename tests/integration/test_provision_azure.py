@@ -239,14 +239,14 @@ def test_ssh_bootstrap_with_the_host_key_from_custom_data(monkeypatch: pytest.Mo
 
         original = LoopbackVM.boot
 
-        def impostor(address: str, port: int | None, user_data: str) -> Any:
+        def impostor(address: str, port: int | None, user_data: str, *env: Any) -> Any:
             users = parse_cloud_init(user_data)["users"]
             other = cloud_init(
                 user="x",
                 authorized_key=users[1]["ssh_authorized_keys"][0],
                 host_key=KeyPair.generate(),
             )
-            return original(address, port, other)
+            return original(address, port, other, *env)
 
         monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
         with pytest.raises(HostKeyError, match="everything created was deleted"):

@@ -24,14 +24,15 @@ from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.aws import AWSProvisioner, InstanceHost, _RegionState
 from skyplane_ops.provision.azure import AzureProvisioner
+from skyplane_ops.provision.cloudvm import KeyPair, cloud_init
 from skyplane_ops.provision.fleet import Gateway
 from skyplane_ops.provision.gcp import GCPProvisioner
 from skyplane_ops.provision.mixed import MixedProvisioner
 from tests.fakes.azure_compute import FakeARM
 from tests.fakes.gce import FakeGCE
+from tests.fakes.vm import LoopbackVM, next_address
 from tests.fixtures.emulators import Emulator
 from tests.fixtures.ports import free_port
-from tests.fixtures.sshd import SshdServer
 
 pytestmark = pytest.mark.emulator
 
@@ -178,6 +179,7 @@ import json, sys, time
 import boto3
 from skyplane_ops.provision.aws import AWSProvisioner
 from skyplane_ops.provision.azure import AzureProvisioner
+from skyplane_ops.provision.cloudvm import KeyPair, cloud_init
 from skyplane_ops.provision.gcp import GCPProvisioner
 from skyplane_ops.provision.mixed import MixedProvisioner
 o = json.loads(sys.argv[1])
@@ -228,27 +230,36 @@ def test_sweeper_after_sigkill_cleans_all_three_clouds(
 
 
 class _LoopbackEC2(AWSProvisioner):
-    """moto's instances have fictitious addresses: the instance becomes a real sshd on
-    127.0.0.1 whose host key is what cloud-init would print on the console (as in
-    test_provision_aws.py), with the imported key pair authorized there."""
+    """moto's instances have fictitious addresses and no SSH: each instance becomes a
+    ``LoopbackVM`` (sshd on its own loopback address) with the imported key pair authorized and
+    a host key that stands in for the one cloud-init prints on the EC2 console."""
 
-    server: SshdServer
+    vm_ssh_port: int
+    vm_env: dict[str, str]
+
+    def _wait_running(self, ec2: Any, instance_ids: list[str]) -> dict[str, str]:
+        super()._wait_running(ec2, instance_ids)
+        return {i: next_address(66) for i in instance_ids}
 
     def _provision_region(self, state: _RegionState, *args: Any) -> None:
         super()._provision_region(state, *args)
         assert state.key_path
         public = subprocess.run(
             ["ssh-keygen", "-y", "-f", state.key_path], capture_output=True, text=True, check=True
-        ).stdout
-        with open(self.server.workdir / "authorized_keys", "a") as fh:
-            fh.write(public)
-
-    def _wait_running(self, ec2: Any, instance_ids: list[str]) -> dict[str, str]:
-        super()._wait_running(ec2, instance_ids)
-        return {i: "127.0.0.1" for i in instance_ids}
+        ).stdout.strip()
+        self.booted = getattr(self, "booted", {})
+        for iid in state.instance_ids:
+            host_key = KeyPair.generate()
+            user_data = cloud_init(user="ubuntu", authorized_key=public, host_key=host_key)
+            vm = LoopbackVM.boot(state.public_ips[iid], self.vm_ssh_port, user_data, self.vm_env)
+            self.booted[iid] = (vm, host_key.public)
 
     def _console_host_key(self, region: str, instance_id: str) -> str:
-        return self.server.host_key
+        return str(self.booted[instance_id][1])
+
+    def stop_vms(self) -> None:
+        for vm, _ in getattr(self, "booted", {}).values():
+            vm.stop()
 
 
 @pytest.mark.sshd
@@ -256,31 +267,30 @@ class _LoopbackEC2(AWSProvisioner):
 def test_transfer_aws_to_gcp_through_an_azure_relay_is_byte_identical(
     moto_s3: Emulator,
     gcs_emulator: Emulator,
-    sshd_factory: Callable[[int], list[SshdServer]],
     tmp_path: Path,
 ) -> None:
     from gateway_agent.stores import open_store
     from skyplane_ops.transfer import run_transfer
     from tests.integration.transfer_helpers import make_plan
 
-    (server,) = sshd_factory(1)
     vm_ssh = free_port()
     arm, gce = FakeARM(ssh_port=vm_ssh).start(), FakeGCE(ssh_port=vm_ssh).start()
-    user = os.environ.get("USER") or "root"
-    agent = {"remote_python": sys.executable, "poweroff_on_idle": False, "idle_timeout": 120}
-    fake_vm = {**agent, "ssh_user": user, "ssh_port": vm_ssh, "bind_host": "public",
-               "control_port": free_port(), "data_port": free_port(), "bootstrap": None}  # fmt: skip
-    ec2_vm = {**agent, "ssh_user": server.user, "ssh_port": server.port,
-              "control_port": free_port(), "data_port": free_port()}  # fmt: skip
+    env = {**moto_s3.env, **gcs_emulator.env}  # what instance roles/metadata give real VMs
+    arm.vm_env = gce.vm_env = env
+    agent = {"remote_python": sys.executable, "poweroff_on_idle": False, "idle_timeout": 120,
+             "ssh_port": vm_ssh, "ssh_user": os.environ.get("USER") or "root"}  # fmt: skip
+    fake_vm = {**agent, "bind_host": "public", "bootstrap": None,
+               "control_port": free_port(), "data_port": free_port()}  # fmt: skip
+    ec2_vm = {**agent, "control_port": free_port(), "data_port": free_port()}
     moto = moto_s3.options["endpoint_url"]
     parts = _parts(moto, arm, gce, _LoopbackEC2, aws=ec2_vm, azure=fake_vm, gcp=fake_vm)
-    parts["aws"].server = server
+    parts["aws"].vm_ssh_port, parts["aws"].vm_env = vm_ssh, env
     try:
         plan = make_plan(ROUTE)
         fleet = MixedProvisioner(backends=parts).provision(plan.vms, transfer_id="mx-e2e")
         try:
             assert {g.region: g.host.split(".")[1] for g in fleet.gateways} == {
-                "aws:us-east-1": "0", "azure:westus2": "65", "gcp:asia-northeast1": "64"
+                "aws:us-east-1": "66", "azure:westus2": "65", "gcp:asia-northeast1": "64"
             }  # fmt: skip
             bucket = f"mx{uuid.uuid4().hex[:10]}"
             src_uri = moto_s3.make_bucket(bucket + "src")
@@ -307,5 +317,6 @@ def test_transfer_aws_to_gcp_through_an_azure_relay_is_byte_identical(
             MixedProvisioner(backends=parts).deprovision(fleet)
         _nothing_left(moto, arm, gce)
     finally:
+        parts["aws"].stop_vms()
         arm.close()
         gce.close()

@@ -160,7 +160,9 @@ def test_plan_controls_reach_the_planner(capsys: pytest.CaptureFixture[str]) -> 
     assert "12 Gbps is infeasible" in capsys.readouterr().err
     assert main([*base[:-2], "--min-throughput-gbps", "6", "--relays", "aws:*,azure:eastus"]) == 0
     plan = TransferPlan.from_json(capsys.readouterr().out)
-    assert all(r.startswith("aws:") or r == "azure:eastus" for p in plan.paths for r in p.regions[1:-1])
+    assert all(
+        r.startswith("aws:") or r == "azure:eastus" for p in plan.paths for r in p.regions[1:-1]
+    )
     assert main([*base, "--backend", "ssh"]) == 0
     assert TransferPlan.from_json(capsys.readouterr().out).details["provisioning_seconds"] == 2.2
     # Measured-only on the model grid: no edge is measured, so nothing can be planned.
