@@ -74,12 +74,12 @@ class Recording:
 
 def _prov(fake: FakeARM, **kw: Any) -> AzureProvisioner:
     kw.setdefault("bootstrap", Recording())
+    kw.setdefault("client_cidr", CLIENT_CIDR)
     return AzureProvisioner(
         subscription_id=fake.subscription,
         base_url=fake.url,
         ca_bundle=fake.ca_bundle,
         credential="fake",
-        client_cidr=CLIENT_CIDR,
         vm_size="Standard_D8_v5",
         **kw,
     )
@@ -239,14 +239,14 @@ def test_ssh_bootstrap_with_the_host_key_from_custom_data(monkeypatch: pytest.Mo
 
         original = LoopbackVM.boot
 
-        def impostor(address: str, port: int | None, user_data: str, *env: Any) -> Any:
+        def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
             users = parse_cloud_init(user_data)["users"]
             other = cloud_init(
                 user="x",
                 authorized_key=users[1]["ssh_authorized_keys"][0],
                 host_key=KeyPair.generate(),
             )
-            return original(address, port, other, *env)
+            return original(address, port, other, *a, **kw)
 
         monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
         with pytest.raises(HostKeyError, match="everything created was deleted"):
@@ -254,3 +254,46 @@ def test_ssh_bootstrap_with_the_host_key_from_custom_data(monkeypatch: pytest.Mo
         assert fake.leftovers() == []
     finally:
         fake.close()
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_nsg_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger() -> None:
+    """VMs as network namespaces on a bridge with the NSG rules enforced by nftables."""
+    from tests.fakes.netvm import CloudNet, available
+
+    why = available()
+    if why:
+        pytest.skip(f"CloudNet {why}")
+    net = CloudNet()
+    fake = FakeARM(ssh_port=22).start()
+    fake.vm_net = net
+    try:
+        prov = _prov(
+            fake,
+            bootstrap=None,
+            client_cidr=f"{net.gateway}/32",  # this process, as the VMs see it
+            ssh_user=os.environ.get("USER") or "root",
+            remote_python=sys.executable,
+            poweroff_on_idle=False,  # these "VMs" share the test machine's kernel
+            idle_timeout=120,
+        )
+        fleet = prov.provision({"azure:westus2": 1, "azure:japaneast": 1}, transfer_id="az-fw")
+        try:
+            a, b = fleet.gateways
+            ns = {vm.address: vm.netns for vm in fake.vms.values()}
+            for port in (8701, 8702):
+                assert net.can_connect(ns[a.host], b.host, port), "fleet -> fleet admitted"
+                assert net.can_connect(ns[b.host], a.host, port)
+            stranger, _ = net.attach()
+            for port in (22, 8701, 8702, 8703):
+                assert not net.can_connect(stranger, a.host, port), f"stranger got in on {port}"
+            assert not net.can_connect(ns[a.host], b.host, 22), "SSH only from the control plane"
+            client = GatewayClient(a.host, a.control_port, secret_bytes(fleet.secret_ref))
+            assert client.health()
+        finally:
+            prov.deprovision(fleet)
+        assert fake.leftovers() == []
+    finally:
+        fake.close()
+        net.close()

@@ -240,13 +240,13 @@ def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.Monk
         # A VM whose host key is not the one we generated is refused, and nothing is left.
         original = LoopbackVM.boot
 
-        def impostor(address: str, port: int | None, user_data: str, *env: Any) -> Any:
+        def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
             other = cloud_init(
                 user="x",
                 authorized_key=parse_cloud_init(user_data)["users"][1]["ssh_authorized_keys"][0],
                 host_key=KeyPair.generate(),
             )
-            return original(address, port, other, *env)
+            return original(address, port, other, *a, **kw)
 
         monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
         with pytest.raises(HostKeyError, match="everything created was deleted"):
