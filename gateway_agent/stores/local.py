@@ -240,7 +240,7 @@ class LocalStore:
         if folder and any(segment_problem(s, False) for s in folder.split("/")):
             return  # no file can have a key under such a folder
         start = self._root + "/" + folder if folder else self._root
-        walk = Walk(prefix, self.links, _info, self.skipped, self._hidden)
+        walk = Walk(self.uri, prefix, self.links, _info, self.skipped, self._hidden)
         try:
             st = os.stat(start)
         except (FileNotFoundError, NotADirectoryError):

@@ -340,6 +340,7 @@ def run_transfer(
                 dst.abort_multipart(key, uploads[key])
             except StoreError as exc:
                 log.warning("cleaning up changed object %s: %s", key, exc)
+            journal.drop_upload(key)
     expected: dict[str, tuple[int, int]] = {}
     to_complete = []
     for o in objects:
