@@ -165,7 +165,7 @@ class AzureProvisioner(CloudBoot):
     # ------------------------------------------------------------------ provision
 
     def _group(self, transfer_id: str, region: str) -> str:
-        return f"{NAME_PREFIX}{transfer_id}-{region}"
+        return f"{NAME_PREFIX}{transfer_id}-{region}".replace("_", "-")  # VM names: no "_"
 
     def _sub(self, group: str) -> str:
         return f"/subscriptions/{self.subscription_id}/resourceGroups/{group}"

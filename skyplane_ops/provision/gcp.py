@@ -165,7 +165,8 @@ class GCPProvisioner(CloudBoot):
     # ------------------------------------------------------------------ provision
 
     def _network(self, tid: str) -> str:
-        return f"{NAME_PREFIX}{tid}".lower()
+        """Compute names allow ``[a-z0-9-]`` only: ``Nightly_42`` -> ``skyplane-ops-nightly-42``."""
+        return f"{NAME_PREFIX}{tid}".lower().replace("_", "-")
 
     def _create_network(self, tid: str, tags: Mapping[str, str], created: dict) -> None:
         net = self._network(tid)
@@ -325,6 +326,13 @@ class GCPProvisioner(CloudBoot):
         check_transfer_id(transfer_id)
         wanted = {r: n for r, n in vms.items() if n > 0}
         by_name = {region_of(r, "gcp"): r for r in wanted}
+        longest = max((f"{r}-{n - 1}" for r, n in zip(by_name, wanted.values(), strict=True)),
+                      key=len, default="")  # fmt: skip
+        if len(f"{self._network(transfer_id)}-{longest}") > 63:
+            raise ProvisionError(
+                f"transfer id {transfer_id!r} is too long for Compute Engine names "
+                f"({self._network(transfer_id)}-{longest} > 63 characters): use a shorter one"
+            )
         self.resolve_client_cidr()
         all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
         created: dict[str, Any] = {}
@@ -519,7 +527,8 @@ class GCPProvisioner(CloudBoot):
         nets = [
             n
             for n in self._client("NetworksClient").list(project=self.project)
-            if n.name.startswith(prefix) and _old_enough(n.description, older_than_seconds)
+            if (n.name == prefix if transfer_id else n.name.startswith(prefix))
+            and _old_enough(n.description, older_than_seconds)
         ]
         created: dict[str, Any] = {}
         deleted: list[str] = []
