@@ -82,3 +82,14 @@ def test_gcp_refuses_names_compute_engine_would_reject_before_calling_it() -> No
     with pytest.raises(ProvisionError, match="too long for Compute Engine names"):
         prov.provision({"gcp:asia-northeast1": 1}, transfer_id="x" * 50)
     assert prov._network("Nightly_42") == "skyplane-ops-nightly-42"
+
+
+def test_backend_options_for_mixed_take_one_table_per_cloud() -> None:
+    from skyplane_ops.provision.sweeper import backend_options_for
+
+    text = '{"aws": {"instance_type": "m5.8xlarge"}, "gcp": {"project": "p"}}'
+    assert backend_options_for(text, "mixed") == {
+        "aws": {"instance_type": "m5.8xlarge"},
+        "gcp": {"project": "p"},
+    }
+    assert backend_options_for(text, "gcp") == {"project": "p"}
