@@ -20,14 +20,10 @@ from typing import Any
 import dagster as dg
 
 from skyplane_ops.dagster.checks import build_replica_checks
-from skyplane_ops.dagster.locations import (
-    PartitionPrefix,
-    ReplicaDestination,
-    ReplicaSource,
-    store_kind,
-)
+from skyplane_ops.dagster.locations import PartitionPrefix, ReplicaDestination, ReplicaSource
 from skyplane_ops.dagster.resource import SkyplaneResource
 from skyplane_ops.dagster.steps import ReplicationSpec, replicate
+from skyplane_ops.dagster.translator import SkyplaneTranslator
 
 RESOURCE_KEY = "skyplane"
 
@@ -102,10 +98,8 @@ def replicated_dataset(
     )
     if backfill_policy is None and spec.partitions_def is not None:
         backfill_policy = dg.BackfillPolicy.single_run()
-    specs = [
-        replica_spec(spec, d, group_name=group_name, freshness_policy=freshness_policy)
-        for d in spec.destinations
-    ]
+    translator = _Translator(group_name, freshness_policy)
+    specs = [translator.get_asset_spec(spec, d) for d in spec.destinations]
 
     @dg.multi_asset(
         name=name,
@@ -126,34 +120,20 @@ def replicated_dataset(
     return ReplicatedDataset(spec=spec, assets_def=_replicas, checks=checks)
 
 
-def replica_spec(
-    spec: ReplicationSpec,
-    dest: ReplicaDestination,
-    *,
-    group_name: str | None = None,
-    freshness_policy: dg.FreshnessPolicy | None = None,
-    kinds: set[str] | None = None,
-    metadata: Mapping[str, Any] | None = None,
-) -> dg.AssetSpec:
-    """The ``AssetSpec`` of one replica: key, upstream dependency, kinds, group, metadata."""
-    upstream = spec.source.asset_key
-    return dg.AssetSpec(
-        key=dest.asset_key,
-        deps=[upstream] if upstream is not None else [],
-        description=dest.description
-        or f"Replica of {upstream.to_user_string() if upstream else spec.source.uri} "
-        f"in {dest.region}",
-        metadata={
-            "replica_uri": dest.uri,
-            "region": dest.region,
-            **dest.metadata,
-            **dict(metadata or {}),
-        },
-        kinds=kinds if kinds is not None else {"skyplane", store_kind(dest.uri)},
-        group_name=group_name,
-        freshness_policy=freshness_policy,
-        partitions_def=spec.partitions_def,
-    )
+class _Translator(SkyplaneTranslator):
+    """The factory's keyword arguments, as a translator."""
+
+    def __init__(self, group_name: str | None, freshness: dg.FreshnessPolicy | None) -> None:
+        self.group_name = group_name
+        self.freshness = freshness
+
+    def get_group_name(self, spec: ReplicationSpec, dest: ReplicaDestination) -> str | None:
+        return self.group_name
+
+    def get_freshness_policy(
+        self, spec: ReplicationSpec, dest: ReplicaDestination
+    ) -> dg.FreshnessPolicy | None:
+        return self.freshness
 
 
 def replica_resource_key() -> str:
