@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import socket
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from gateway_agent import auth, wire
@@ -23,6 +25,12 @@ from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores.base import ObjectStore
+from gateway_agent.stores.errors import (
+    KeyNotSupportedError,
+    SourceChangedError,
+    StoreError,
+    TransientStoreError,
+)
 from gateway_agent.synthetic import open_any_store
 
 log = logging.getLogger(__name__)
@@ -63,6 +71,26 @@ class InChunk:
 
 class JobError(Exception):
     """A job spec this gateway cannot run."""
+
+
+class ObjectFailed(Exception):
+    """One object of a chunk cannot be copied (its source is unreadable or changed, or the
+    destination cannot hold its name); the rest of the chunk can. ``kind`` is the event sent to
+    the control plane: ``changed`` or ``failed``; ``side`` is ``source`` or ``destination``."""
+
+    def __init__(self, kind: str, key: str, side: str, why: str) -> None:
+        super().__init__(why)
+        self.kind, self.key, self.side, self.why = kind, key, side, why
+
+
+def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
+    """The per-object verdict on a failed source read, or None when the whole job must stop
+    (a transient error whose retries were spent: the store, not the object, is the problem)."""
+    if isinstance(exc, SourceChangedError):
+        return ObjectFailed("changed", key, "source", str(exc))
+    if isinstance(exc, TransientStoreError):
+        return None
+    return ObjectFailed("failed", key, "source", f"reading the source failed: {exc}")
 
 
 class Job:
@@ -121,13 +149,13 @@ class Job:
                 i = route.index(self.region)
                 if i + 1 < len(route):
                     next_regions.add(route[i + 1])
-        callbacks = PoolCallbacks(
-            sent=self._on_sent,
-            lost=self._on_lost,
-            fatal=self._fail,
-            stopped=self._stop.is_set,
-        )
         for nxt in sorted(next_regions):
+            callbacks = PoolCallbacks(
+                sent=self._on_sent,
+                lost=self._on_lost,
+                fatal=partial(self._hop_failed, nxt),
+                stopped=self._stop.is_set,
+            )
             peers = [Peer(g["id"], g["host"], int(g["data_port"])) for g in gateways.get(nxt, [])]
             if not peers:
                 raise JobError(f"job {self.job_id} has no gateway in next-hop region {nxt!r}")
@@ -184,10 +212,19 @@ class Job:
         with self._lock:
             self.events.append(event)
 
-    def _fail(self, message: str) -> None:
+    def _hop_failed(self, nxt: str, message: str) -> None:
+        self._fail(message, hop=[self.region, nxt])
+
+    def _fail(self, message: str, hop: list[str] | None = None) -> None:
+        """Report a job error; ``hop`` names a next hop that failed (the control plane may
+        route around it), otherwise the error is this gateway's own."""
         log.error("job %s: %s", self.job_id, message)
         with self._lock:
-            if self.error is None:
+            if hop is not None:
+                self.events.append(
+                    {"t": "error", "why": message, "gateway": self.gateway_id, "hop": hop}
+                )
+            elif self.error is None:
                 self.error = message
                 self.events.append({"t": "error", "why": message, "gateway": self.gateway_id})
 
@@ -196,7 +233,7 @@ class Job:
 
     def _on_lost(self, item: OutChunk, why: str) -> None:
         self._count(chunks_lost=1)
-        self._event(t="lost", chunk=item.meta["chunk"], why=why)
+        self._event(t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why)
 
     def status(self, cursor: int = 0) -> dict[str, Any]:
         """Counters plus the events after ``cursor`` (incremental, never the full history)."""
@@ -314,14 +351,21 @@ class Job:
         if pool is None or conn is None or conn.sock is None:
             wire.discard(upstream, payload_len)
             self._count(chunks_lost=1)
-            self._event(t="lost", chunk=meta.get("chunk"), why="no downstream connection")
+            self._event(
+                t="lost",
+                chunk=meta.get("chunk"),
+                path=meta.get("path"),
+                why="no downstream connection",
+            )
             return
         try:
             n = wire.splice_frame(upstream, conn.sock, pipe, header, meta_b)
         except wire.DownstreamError as exc:
             pool.give_back(conn, broken=True)
             self._count(chunks_received=1, bytes_received=payload_len, chunks_lost=1)
-            self._event(t="lost", chunk=meta.get("chunk"), why=f"send failed: {exc}")
+            self._event(
+                t="lost", chunk=meta.get("chunk"), path=meta.get("path"), why=f"send failed: {exc}"
+            )
             return
         except wire.UpstreamError:
             pool.give_back(conn, broken=True)  # the peer saw half a frame: start afresh
@@ -365,6 +409,7 @@ class Job:
             desc = self._source_q.get()
             if desc is None:
                 return
+            self._read_gate_hook()
             segs: list[dict[str, Any]] = desc["segs"]
             total = sum(int(s["length"]) for s in segs)
             lease = None
@@ -376,14 +421,59 @@ class Job:
                     return
             try:
                 chunk = self._read_chunk(desc, total, lease)
+            except ObjectFailed as bad:
+                lease.release()
+                self._object_failed(desc["chunk"], bad)
+                continue
             except Exception as exc:  # any store error is reported with its text
                 lease.release()
-                self._fail(f"reading source chunk {desc['chunk']} failed: {exc!r}")
+                self._fail(f"reading source chunk {desc['chunk']} failed: {exc}")
                 continue
             if chunk is None:
                 lease.release()
                 continue
             self.route(chunk)
+
+    def _read_gate_hook(self) -> None:
+        """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have
+        started, later ones wait until PATH exists (``PATH.paused`` tells they wait), so a test
+        changes the source at a known point of a real copy, without sleeps."""
+        gate = self._hooks.get("read_gate") if self._hooks else None
+        if not gate:
+            return
+        with self._lock:
+            self._hooks["reads_started"] = started = int(self._hooks.get("reads_started", 0)) + 1
+        if started <= int(gate["after"]):
+            return
+        with open(f"{gate['file']}.paused", "a"):
+            pass
+        while not os.path.exists(gate["file"]) and not self._stop.wait(0.02):
+            pass
+
+    def _object_failed(self, chunk: int, bad: ObjectFailed) -> None:
+        """Report one object of ``chunk`` as changed or failed; the control plane re-sends the
+        chunk's other objects and reports this one (never a job-wide error)."""
+        log.warning("job %s: %s %s: %s", self.job_id, bad.kind, bad.key, bad.why)
+        self._event(t=bad.kind, chunk=chunk, key=bad.key, side=bad.side, why=bad.why)
+
+    @staticmethod
+    def _read_segment(store: ObjectStore, seg: dict[str, Any]) -> bytes:
+        """One segment, pinned to the version the listing saw (when the manifest carries one):
+        a torn or changed object raises instead of being read."""
+        key = seg["key"]
+        try:
+            if seg.get("version") is not None:
+                data = store.read(key, int(seg["offset"]), int(seg["length"]), seg["version"])
+            else:
+                data = store.read(key, int(seg["offset"]), int(seg["length"]))
+        except StoreError as exc:
+            bad = _source_problem(key, exc)
+            if bad is None:
+                raise
+            raise bad from None
+        if len(data) != int(seg["length"]):
+            raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
+        return data
 
     def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
         store = self._store("src")
@@ -391,12 +481,7 @@ class Job:
         crcs: list[int] = []
         if len(segs) == 1:
             s = segs[0]
-            data: bytes | bytearray | memoryview = store.read(
-                s["key"], int(s["offset"]), int(s["length"])
-            )
-            if len(data) != int(s["length"]):
-                self._event(t="changed", chunk=desc["chunk"], key=s["key"])
-                return None
+            data: bytes | bytearray | memoryview = self._read_segment(store, s)
             crcs.append(crc32c(data))
             full = crcs[0]
         else:
@@ -404,10 +489,7 @@ class Job:
             view = memoryview(lease.buffer)[:total]
             pos = 0
             for s in segs:
-                part = store.read(s["key"], int(s["offset"]), int(s["length"]))
-                if len(part) != int(s["length"]):
-                    self._event(t="changed", chunk=desc["chunk"], key=s["key"])
-                    return None
+                part = self._read_segment(store, s)
                 view[pos : pos + len(part)] = part
                 crcs.append(crc32c(view[pos : pos + len(part)]))
                 pos += len(part)
@@ -433,6 +515,8 @@ class Job:
                 return
             try:
                 self._write_chunk(chunk)
+            except ObjectFailed as bad:
+                self._object_failed(chunk.meta["chunk"], bad)
             except Exception as exc:
                 self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
             finally:
@@ -461,10 +545,13 @@ class Job:
             piece = view[pos : pos + n]
             data = cast(bytes, piece) if zero_copy else bytes(piece)
             pos += n
-            if seg.get("upload_id"):
-                store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-            else:
-                store.write(seg["key"], data)
+            try:
+                if seg.get("upload_id"):
+                    store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
+                else:
+                    store.write(seg["key"], data)
+            except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
+                raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))

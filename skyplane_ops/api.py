@@ -96,6 +96,13 @@ def plan(
     lp: bool = False,
     exact_floor: bool = False,
     frontier_points: int = 0,
+    backend: str | None = None,
+    provisioning_defaults: Mapping[str, float] | None = None,
+    relays_allow: Sequence[str] | None = None,
+    relays_deny: Sequence[str] | None = None,
+    measured_only: bool = False,
+    mip_gap: float | None = None,
+    completion_tolerance: float | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
@@ -104,11 +111,15 @@ def plan(
     ``details["grid"]`` then names it. At most one bound may be given; with none, the
     planner's default applies (the fastest plan that costs no more than the direct path).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
-    ``GridStoreError``.
+    ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
+    default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
+    ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
+    ``completion_tolerance`` (plans within it of the fastest completion count as fast).
     """
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
     from skyplane_ops.planner.problem import Objective, build_problem
+    from skyplane_ops.planner.provisioning import default_provisioning_seconds
 
     bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
     if len(bounds) > 1:
@@ -126,9 +137,9 @@ def plan(
     )
     objective: Objective = "max_throughput" if max_cost_usd is not None else "min_cost"
     bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
-    extra: dict[str, Any] = {}
-    if provisioning_seconds is not None:
-        extra["provisioning_seconds"] = provisioning_seconds
+    extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
+    if provisioning_seconds is None:
+        provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
     problem = build_problem(
         profile,
         src_region,
@@ -140,9 +151,23 @@ def plan(
         max_vms=max_vms_per_region,
         max_conns_per_vm=max_connections_per_vm,
         max_relays=max_relays,
+        provisioning_seconds=provisioning_seconds,
+        relays_allow=relays_allow,
+        relays_deny=relays_deny,
+        measured_only=measured_only,
         **extra,
     )
-    result = plan_transfer(problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor)
+    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+
+    result = plan_transfer(
+        problem,
+        lp=lp,
+        frontier_points=frontier_points,
+        exact_floor=exact_floor,
+        completion_tolerance=DEFAULT_COMPLETION_TOLERANCE
+        if completion_tolerance is None
+        else completion_tolerance,
+    )
     if grid_source is not None:
         result.details["grid"] = grid_source
     return result
@@ -248,7 +273,7 @@ def refresh_grid(
     store_options: Mapping[str, Any] | None = None,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
-    connections: int | None = None,
+    connections: int | Sequence[int] | None = None,
     duration_s: float | None = None,
     budget_usd: float | None = None,
     freshness_s: float = 0.0,
@@ -259,9 +284,10 @@ def refresh_grid(
 ) -> RefreshResult:
     """Measure the throughput grid between ``regions`` and publish a version to a grid store.
 
-    One gateway per region (``backend``), every ordered pair probed with ``connections`` TCP
-    connections for ``duration_s``; pairs measured within ``freshness_s`` are skipped, the
-    fleet is always deprovisioned, and the result is what ``plan(grid_store=...)`` reads.
+    One gateway per region (``backend``), every ordered pair probed at each count of
+    ``connections`` (default 4 and 64) for ``duration_s``; pairs measured within
+    ``freshness_s`` are skipped, the fleet is always deprovisioned, and the result is what
+    ``plan(grid_store=...)`` reads.
     ``store_uri`` defaults to ``$SKYPLANE_OPS_HOME/grid``. Raises ``BudgetExceededError``
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """

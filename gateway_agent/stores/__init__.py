@@ -11,12 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore, SupportsCopy
+from gateway_agent.stores.base import (
+    Capabilities,
+    ObjectInfo,
+    ObjectStore,
+    ReportsSkips,
+    SkippedEntry,
+    SupportsCopy,
+)
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
     InvalidURIError,
+    KeyNotSupportedError,
     ObjectNotFoundError,
+    SourceChangedError,
     StoreError,
     TransientStoreError,
     UploadNotFoundError,
@@ -28,9 +37,13 @@ __all__ = [
     "BucketNotFoundError",
     "Capabilities",
     "InvalidURIError",
+    "KeyNotSupportedError",
     "ObjectInfo",
     "ObjectNotFoundError",
     "ObjectStore",
+    "ReportsSkips",
+    "SkippedEntry",
+    "SourceChangedError",
     "StoreError",
     "StoreURI",
     "SupportsCopy",

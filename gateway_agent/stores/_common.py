@@ -12,6 +12,8 @@ from tenacity import Retrying
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     InvalidURIError,
+    KeyNotSupportedError,
+    SourceChangedError,
     StoreError,
     TransientStoreError,
     UploadNotFoundError,
@@ -52,12 +54,36 @@ def retry_policy(opts: Mapping[str, Any]) -> Retrying:
 
 
 def check_key(key: str) -> str:
-    """Keys are non-empty strings without NUL; everything else (unicode, spaces, //) is kept."""
+    """Keys are non-empty strings without NUL; everything else (unicode, spaces, ``//``, ``%``,
+    line breaks, and on local disks non-UTF-8 bytes as surrogate escapes) is kept verbatim.
+    What one store cannot hold is refused by that store (:func:`check_cloud_name`, the local
+    store's segment rules) with :class:`KeyNotSupportedError`."""
     if not isinstance(key, str) or not key or "\x00" in key:
         raise InvalidURIError(f"invalid object key {key!r}")
-    if len(key.encode("utf-8")) > 1024:
-        raise InvalidURIError("object key longer than 1024 bytes")
     return key
+
+
+def check_cloud_name(key: str, full: str, uri: str, *, line_breaks: bool = True) -> str:
+    """The full object name of ``key`` (``full``) as a cloud can hold it: valid UTF-8 (a local
+    file name with other bytes arrives as surrogate escapes), at most 1024 bytes, and, where
+    the cloud refuses them (``line_breaks=False``: GCS), without CR or LF."""
+    check_key(key)
+    try:
+        size = len(full.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise KeyNotSupportedError(
+            f"{uri} cannot hold key {key!r}: the name is not valid UTF-8", code="InvalidUTF8"
+        ) from None
+    if size > 1024:
+        raise KeyNotSupportedError(
+            f"{uri} cannot hold key {key!r}: the object name is {size} bytes (limit 1024)",
+            code="KeyTooLong",
+        )
+    if not line_breaks and ("\n" in full or "\r" in full):
+        raise KeyNotSupportedError(
+            f"{uri} cannot hold key {key!r}: the name contains a line break", code="LineBreak"
+        )
+    return full
 
 
 def check_range(start: int, length: int | None) -> None:
@@ -129,12 +155,31 @@ class CloudStore:
     """
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    LINE_BREAKS: ClassVar[bool] = True  # whether object names may contain CR/LF
 
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
         self.uri = str(parsed)
         self._parsed = parsed
         self._opts = check_options(options, self.OPTIONS, self.uri)
         self._retry = retry_policy(self._opts)
+
+    def _name(self, key: str) -> str:
+        """The full object name of ``key``, refused (:class:`KeyNotSupportedError`) when this
+        cloud cannot hold it."""
+        full = self._parsed.key(key) if isinstance(key, str) else key
+        return check_cloud_name(key, full, self.uri, line_breaks=self.LINE_BREAKS)
+
+    def _changed(
+        self, key: str, version: str, found: str | None, why: str = "it changed"
+    ) -> StoreError:
+        """The pinned read of ``key`` found another version (or none)."""
+        return SourceChangedError(
+            f"read {self.uri}{key!r}: {why} after it was listed (version {version})",
+            key=key,
+            expected=version,
+            found=found,
+            status=412,
+        )
 
     def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
         """The typed error for an SDK exception, or None to let it through unchanged."""

@@ -133,13 +133,13 @@ class AzureBlobStore(CloudStore):
         return None
 
     def _blob(self, key: str) -> Any:
-        return self._container.get_blob_client(self._parsed.key(check_key(key)))
+        return self._container.get_blob_client(self._name(key))
 
     def _info(self, key: str, props: Any) -> ObjectInfo:
         md5 = props.content_settings.content_md5 if props.content_settings else None
         checksums = {"md5": bytes(md5).hex()} if md5 else {}
         etag = str(props.etag).strip('"') if props.etag else None
-        return ObjectInfo(key, int(props.size), etag, checksums, props.last_modified)
+        return ObjectInfo(key, int(props.size), etag, checksums, props.last_modified, etag)
 
     def _container_missing(self) -> bool:
         try:
@@ -181,12 +181,19 @@ class AzureBlobStore(CloudStore):
             self._raise_not_found("head", key, exc)
         return self._info(key, props)
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def read(
+        self, key: str, start: int = 0, length: int | None = None, version: str | None = None
+    ) -> bytes:
         check_range(start, length)
         blob = self._blob(key)
         if length == 0:
-            self.head(key)
+            self._check_version(key, version)
             return b""
+        pinned: dict[str, Any] = {}
+        if version is not None:  # every request of the download carries If-Match
+            from azure.core import MatchConditions
+
+            pinned = {"etag": f'"{version}"', "match_condition": MatchConditions.IfNotModified}
 
         def get() -> bytes:
             return bytes(
@@ -194,18 +201,37 @@ class AzureBlobStore(CloudStore):
                     offset=start if (start or length is not None) else None,
                     length=length,
                     timeout=self._timeout,
+                    **pinned,
                 ).readall()
             )
 
         try:
             return self._call("read", key, get)
         except ObjectNotFoundError as exc:
+            if version is not None and exc.code == "BlobNotFound":
+                raise self._changed(key, version, "deleted", "it was deleted") from None
             self._raise_not_found("read", key, exc)
+            if version is not None:
+                raise self._changed(key, version, "deleted", "it was deleted") from None
             raise
         except StoreError as exc:
+            if version is not None and exc.status == 412:
+                raise self._changed(key, version, None) from None
             if exc.code == "InvalidRange" or exc.status == 416:
+                self._check_version(key, version)
                 return b""  # start at or past the end: nothing to read
             raise
+
+    def _check_version(self, key: str, version: str | None) -> None:
+        """A read of no bytes still tells a missing or changed blob."""
+        try:
+            info = self.head(key)
+        except ObjectNotFoundError:
+            if version is None:
+                raise
+            raise self._changed(key, version, "deleted", "it was deleted") from None
+        if version is not None and info.version != version:
+            raise self._changed(key, version, info.version)
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
         blob = self._blob(key)
@@ -223,7 +249,7 @@ class AzureBlobStore(CloudStore):
         )
 
     def create_multipart(self, key: str) -> str:
-        check_key(key)
+        self._name(key)
         self._call("create_multipart", key, self._container.get_container_properties)
         return uuid.uuid4().hex
 

@@ -16,7 +16,13 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """An object as listed or headed: key relative to the store's root prefix."""
+    """An object as listed or headed: key relative to the store's root prefix.
+
+    ``version`` identifies the exact content the listing saw, so a read can be pinned to it
+    (``read(..., version=...)``): S3 and Azure ETag, GCS generation, for a local file its size,
+    mtime_ns, ctime_ns, device and inode (a rewrite that restores the mtime still changes the
+    ctime), a write counter in the in-memory fake. Opaque: compare it, never parse it.
+    """
 
     key: str
     size: int
@@ -24,6 +30,21 @@ class ObjectInfo:
     # Native checksums the backend reports, e.g. {"crc32c": "<base64>", "md5": "<hex>"}.
     checksums: dict[str, str] = field(default_factory=dict)
     modified: datetime | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class SkippedEntry:
+    """An entry a listing left out, with why. ``key`` ends with ``/`` for a folder.
+
+    ``error`` tells a problem (an unreadable folder or file: the copy is incomplete and must
+    say so) from a policy skip (a symbolic link under ``links=skip``, a link loop, a FIFO):
+    those are warnings only.
+    """
+
+    key: str
+    reason: str
+    error: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,7 +71,12 @@ class ObjectStore(Protocol):
 
     def head(self, key: str) -> ObjectInfo: ...
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
+    def read(
+        self, key: str, start: int = 0, length: int | None = None, version: str | None = None
+    ) -> bytes:
+        """Bytes ``[start, start+length)``; with ``version`` (an ``ObjectInfo.version``), only
+        of that version, else :class:`~gateway_agent.stores.errors.SourceChangedError`."""
+        ...
 
     def write(self, key: str, data: bytes) -> ObjectInfo: ...
 
@@ -65,6 +91,14 @@ class ObjectStore(Protocol):
     def abort_multipart(self, key: str, upload_id: str) -> None: ...
 
     def delete(self, key: str) -> None: ...
+
+
+@runtime_checkable
+class ReportsSkips(Protocol):
+    """Optional: a store whose listing can leave entries out (local folders: links, unreadable
+    folders) records them here, in listing order, so the caller can report them."""
+
+    skipped: list[SkippedEntry]
 
 
 @runtime_checkable

@@ -44,3 +44,40 @@ class AccessDeniedError(StoreError):
 class TransientStoreError(StoreError):
     """Throttling, timeouts, 5xx or a dropped connection: retried with backoff, raised when the
     retry budget is spent."""
+
+
+class KeyNotSupportedError(InvalidURIError):
+    """This store cannot hold this name: an empty, ``.`` or ``..`` path segment or a segment
+    longer than 255 bytes on a local disk, bytes that are not UTF-8 (a local file name) on a
+    cloud store, a name longer than the cloud's limit, or a line break in a GCS name.
+
+    A per-object problem of the *destination* (the source is fine): the object cannot be copied
+    there under its name, everything else can."""
+
+
+class SourceChangedError(StoreError):
+    """A read pinned to a listed version found another version (or no object): the object was
+    rewritten or deleted after it was listed.
+
+    Raised by ``read(..., version=...)`` before any byte of another version is returned, or
+    after the last byte was read when the store cannot read conditionally (local files), so a
+    torn mix of two versions never leaves the store. ``key`` is the key relative to the store,
+    ``expected`` the listed version, ``found`` what the store has now (``None`` if unknown,
+    ``"deleted"`` if the object is gone). Retrying cannot help: the caller copies the object
+    again from a fresh listing.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        expected: str | None = None,
+        found: str | None = None,
+        code: str | None = "SourceChanged",
+        status: int | None = None,
+    ):
+        super().__init__(message, code=code, status=status)
+        self.key = key
+        self.expected = expected
+        self.found = found

@@ -55,6 +55,7 @@ class GCSStore(CloudStore):
     """An ObjectStore over one GCS bucket (and optional prefix)."""
 
     OPTIONS = _OPTIONS
+    LINE_BREAKS = False  # GCS refuses CR and LF in object names
     capabilities = Capabilities(
         native_checksums=frozenset({"crc32c", "md5"}), server_side_copy=True, min_part_size=0
     )
@@ -126,7 +127,8 @@ class GCSStore(CloudStore):
             checksums["crc32c"] = str(blob.crc32c)
         if blob.md5_hash:
             checksums["md5"] = base64.b64decode(blob.md5_hash).hex()
-        return ObjectInfo(key, int(blob.size or 0), blob.etag, checksums, blob.updated)
+        version = str(blob.generation) if blob.generation else None
+        return ObjectInfo(key, int(blob.size or 0), blob.etag, checksums, blob.updated, version)
 
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
@@ -156,20 +158,23 @@ class GCSStore(CloudStore):
                 yield self._info(blob.name[skip:], blob)
 
     def head(self, key: str) -> ObjectInfo:
-        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        blob = self._bucket.blob(self._name(key))
         try:
             self._call("head", key, blob.reload, timeout=self._timeout, retry=None)
         except ObjectNotFoundError as exc:
             raise self._not_found("head", key, exc) from None
         return self._info(key, blob)
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def read(
+        self, key: str, start: int = 0, length: int | None = None, version: str | None = None
+    ) -> bytes:
         check_range(start, length)
         if length == 0:
-            self.head(key)
+            self._check_version(key, version)
             return b""
-        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        blob = self._bucket.blob(self._name(key))
         end = None if length is None else start + length - 1
+        pinned = {"if_generation_match": int(version)} if version is not None else {}
         try:
             data = self._call(
                 "read",
@@ -181,17 +186,43 @@ class GCSStore(CloudStore):
                 checksum=None,
                 timeout=self._timeout,
                 retry=None,
+                **pinned,
             )
         except ObjectNotFoundError as exc:
-            raise self._not_found("read", key, exc) from None
+            err = self._not_found("read", key, exc)
+            if version is not None and not isinstance(err, BucketNotFoundError):
+                raise self._changed(key, version, "deleted", "it was deleted") from None
+            raise err from None
         except StoreError as exc:
+            if version is not None and exc.status == 412:
+                raise self._changed(key, version, None) from None
             if exc.status == 416:
+                self._check_version(key, version)
                 return b""  # start at or past the end: nothing to read
             raise
+        if version is not None:
+            # GCS sends the generation it served; where it does not (gcp-storage-emulator, which
+            # also ignores ifGenerationMatch), ask again now that the last byte was read.
+            served = blob.generation
+            if served is None:
+                self._check_version(key, version)
+            elif str(served) != version:
+                raise self._changed(key, version, str(served))
         return bytes(data)
 
+    def _check_version(self, key: str, version: str | None) -> None:
+        """A read of no bytes still tells a missing or changed object."""
+        try:
+            info = self.head(key)
+        except ObjectNotFoundError:
+            if version is None:
+                raise
+            raise self._changed(key, version, "deleted", "it was deleted") from None
+        if version is not None and info.version != version:
+            raise self._changed(key, version, info.version)
+
     def write(self, key: str, data: bytes) -> ObjectInfo:
-        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        blob = self._bucket.blob(self._name(key))
         try:
             self._call(
                 "write", key, blob.upload_from_string, data, timeout=self._timeout, retry=None
@@ -202,8 +233,8 @@ class GCSStore(CloudStore):
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (one rewrite/copy call)."""
-        src = self._bucket.blob(self._parsed.key(check_key(src_key)))
-        dst_name = self._parsed.key(check_key(dst_key))
+        src = self._bucket.blob(self._name(src_key))
+        dst_name = self._name(dst_key)
         self._call("copy", src_key, self._bucket.copy_blob, src, self._bucket, dst_name, retry=None)
         return self.head(dst_key)
 
@@ -212,7 +243,7 @@ class GCSStore(CloudStore):
         return self._bucket.blob(f"{STAGING}{upload_id}/{name}")
 
     def create_multipart(self, key: str) -> str:
-        full = self._parsed.key(check_key(key))
+        full = self._name(key)
         upload_id = uuid.uuid4().hex
         marker = self._stage(upload_id, "key")
         try:
@@ -260,7 +291,7 @@ class GCSStore(CloudStore):
                         "compose", key, target.compose, group, timeout=self._timeout, retry=None
                     )
                 sources, level = merged, level + 1
-            dest = self._bucket.blob(self._parsed.key(key))
+            dest = self._bucket.blob(self._name(key))
             self._call(
                 "complete_multipart", key, dest.compose, sources, timeout=self._timeout, retry=None
             )
@@ -291,7 +322,7 @@ class GCSStore(CloudStore):
         self._drop_staging(check_upload_id(upload_id))
 
     def delete(self, key: str) -> None:
-        blob = self._bucket.blob(self._parsed.key(check_key(key)))
+        blob = self._bucket.blob(self._name(key))
         try:
             self._call("delete", key, blob.delete, timeout=self._timeout, retry=None)
         except ObjectNotFoundError as exc:

@@ -4,11 +4,19 @@ The root behaves like a prefix in a bucket, not like a bucket: a missing root li
 and is created (``mkdir -p``) by the first write, so this backend never raises
 :class:`BucketNotFoundError`; permission problems raise :class:`AccessDeniedError`.
 
-Keys map to files under the root, one directory per ``/``-separated segment. Segments the
-filesystem cannot hold verbatim are escaped so every key round-trips through ``list``: ``%``
-becomes ``%25``, an empty segment (from ``//`` or a trailing ``/``) becomes ``%00``, and ``.``/
-``..`` become ``%2E``/``%2E%2E``. A key cannot be both an object and a "folder" of other keys
-(``a`` and ``a/b``): the filesystem refuses that and the store raises :class:`StoreError`.
+Keys are file paths under the root, verbatim: one folder per ``/``-separated segment, and every
+name a file can have is a key (spaces, ``%XX``, ``%00``, line breaks, bytes that are not UTF-8 as
+surrogate escapes), so whatever ``list`` finds reads back under its key. A key a filesystem
+cannot hold (an empty, ``.`` or ``..`` segment, from ``a//b`` or a trailing ``/``; a segment over
+255 bytes; the store's own hidden names) raises :class:`KeyNotSupportedError`. A key cannot be
+both an object and a "folder" of other keys (``a`` and ``a/b``): the filesystem refuses that and
+the store raises :class:`StoreError`. Listing rules (symbolic links by the ``links`` option,
+unreadable folders recorded in ``skipped``) are in :mod:`._localwalk`.
+
+Each listed file carries a ``version`` (size, mtime_ns, ctime_ns, device, inode); a read pinned
+to it checks the open file before the first and after the last byte, so a file rewritten in
+place while it is read (even with its old size and mtime put back: the ctime still moves)
+raises :class:`SourceChangedError` instead of returning a torn mix.
 
 Writes and copies create the file atomically in its own folder (:mod:`._atomic`: an unnamed
 ``O_TMPFILE`` linked into place, or a hidden ``.%tmp-*`` file renamed into place), so nothing
@@ -19,9 +27,9 @@ into place, abort removes the folder. Nothing stays behind: an upload's folder i
 completion or abort, and ``.%staging`` itself once it is empty (so a replica tree is identical
 to its source). Other processes may be creating their own uploads at that moment, so creating a
 staging folder retries when ``.%staging`` vanishes under it, and removing ``.%staging`` only
-succeeds when it is empty. ``.%staging`` and ``.%tmp-*`` are names the escaping never produces,
-and ``list`` skips them. The extra copy at completion is the price of atomic visibility: a
-multipart object costs about 2x the bytes a plain ``open().write()`` does.
+succeeds when it is empty. ``.%staging`` (at the root) and ``.%tmp-*`` are reserved: ``list``
+skips them and keys using them are refused. The extra copy at completion is the price of atomic
+visibility: a multipart object costs about 2x the bytes a plain ``open().write()`` does.
 """
 
 from __future__ import annotations
@@ -33,12 +41,18 @@ import shutil
 import stat
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
-from gateway_agent.stores._atomic import TMP_PREFIX, create_file, rename_into, write_all
+from gateway_agent.stores._atomic import (
+    TMP_PREFIX,
+    create_file,
+    rename_into,
+    tmp_name,
+    write_all,
+)
 from gateway_agent.stores._common import (
     check_key,
     check_options,
@@ -47,10 +61,14 @@ from gateway_agent.stores._common import (
     check_upload_id,
     require_parts,
 )
-from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores._localwalk import LINK_MODES, LINK_SUFFIX, Walk
+from gateway_agent.stores.base import Capabilities, ObjectInfo, SkippedEntry
 from gateway_agent.stores.errors import (
     AccessDeniedError,
+    InvalidURIError,
+    KeyNotSupportedError,
     ObjectNotFoundError,
+    SourceChangedError,
     StoreError,
     UploadNotFoundError,
 )
@@ -62,17 +80,18 @@ _STAGING_ATTEMPTS = 16
 _COPY_BUFFER = 8 * 1024 * 1024
 
 
-def encode_segment(segment: str) -> str:
-    """One key segment -> one file name that round-trips through :func:`decode_segment`."""
-    if segment == "":
-        return "%00"
-    escaped = segment.replace("%", "%25")
-    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
+NAME_MAX = 255
 
 
-def decode_segment(name: str) -> str:
-    """Inverse of :func:`encode_segment`."""
-    return "" if name == "%00" else unquote(name)
+def segment_problem(segment: str, top: bool) -> str | None:
+    """Why a local folder cannot hold this key segment as a file name, or None."""
+    if segment in ("", ".", ".."):
+        return f"a local path cannot have an empty, '.' or '..' segment ({segment!r})"
+    if len(os.fsencode(segment)) > NAME_MAX:
+        return f"a file name is at most {NAME_MAX} bytes"
+    if segment.startswith(TMP_PREFIX) or (top and segment == STAGING):
+        return f"{segment!r} is a name this store reserves for itself"
+    return None
 
 
 def _copy_into(src_fd: int, out_fd: int) -> None:
@@ -100,9 +119,37 @@ def _append(part: Path, out_fd: int) -> None:
         _copy_into(src.fileno(), out_fd)
 
 
-def _info(key: str, st: os.stat_result) -> ObjectInfo:
+def file_version(st: os.stat_result) -> str:
+    """What identifies one content of a file: a rewrite that keeps size and mtime still moves
+    the ctime, a replacement by rename changes the inode."""
+    return f"{st.st_size}-{st.st_mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}"
+
+
+def _info(key: str, st: os.stat_result, size: int | None = None) -> ObjectInfo:
     modified = datetime.fromtimestamp(st.st_mtime, UTC)
-    return ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}", {}, modified)
+    etag = f"{st.st_mtime_ns:x}-{st.st_size:x}"
+    version = file_version(st)
+    return ObjectInfo(key, st.st_size if size is None else size, etag, {}, modified, version)
+
+
+def _written(key: str, st: os.stat_result) -> ObjectInfo:
+    """What a write returns: its stat predates linking the file into place (which moves the
+    ctime), so the version is left for ``head``/``list`` to tell."""
+    return replace(_info(key, st), version=None)
+
+
+def _pread_all(fd: int, start: int, length: int) -> bytes:
+    """``length`` bytes from ``start`` (fewer at the end of the file)."""
+    first = os.pread(fd, length, start)
+    if len(first) in (0, length):
+        return first
+    out = bytearray(first)
+    while len(out) < length:
+        more = os.pread(fd, length - len(out), start + len(out))
+        if not more:
+            break
+        out += more
+    return bytes(out)
 
 
 class LocalStore:
@@ -114,8 +161,13 @@ class LocalStore:
 
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
         self.uri = str(parsed)
-        opts = check_options(options, frozenset({"fsync"}), self.uri)
+        opts = check_options(options, frozenset({"fsync", "links"}), self.uri)
         self._fsync = bool(opts.get("fsync", False))
+        self.links = str(opts.get("links", "skip"))
+        if self.links not in LINK_MODES:
+            raise InvalidURIError(f"option links must be one of {LINK_MODES}, not {self.links!r}")
+        # Entries the listings left out (links, unreadable folders), for the caller to report.
+        self.skipped: list[SkippedEntry] = []
         self.root = Path(parsed.bucket)
         self._root = os.fspath(self.root).rstrip("/")
         self._staging = self.root / STAGING
@@ -124,20 +176,32 @@ class LocalStore:
     def _path(self, key: str) -> str:
         """The file of a key (a plain string: this is on every small write's hot path)."""
         segments = check_key(key).split("/")
-        return self._root + "/" + "/".join([encode_segment(s) for s in segments])
+        for i, segment in enumerate(segments):
+            why = segment_problem(segment, top=i == 0)
+            if why is not None:
+                raise KeyNotSupportedError(
+                    f"{self.uri} cannot hold key {key!r}: {why}", code="BadFileName"
+                )
+        return self._root + "/" + key
+
+    def _link_path(self, key: str) -> str | None:
+        """With ``links=store``, the symbolic link a ``NAME.rclonelink`` key stands for."""
+        if self.links != "store" or not key.endswith(LINK_SUFFIX) or key == LINK_SUFFIX:
+            return None
+        return self._path(key[: -len(LINK_SUFFIX)])
 
     def _error(self, exc: OSError, op: str, key: str = "") -> StoreError:
-        where = f"{op} {self.uri}{key}"
+        where = f"{op} {self.uri}{key!r}" if key else f"{op} {self.uri}"
         code = errno.errorcode.get(exc.errno or 0, "OSError")
         if isinstance(exc, PermissionError) or exc.errno in (
             errno.EROFS,
             errno.EPERM,
             errno.EACCES,
         ):
-            return AccessDeniedError(f"{where}: permission denied", code=code)
+            return AccessDeniedError(f"{where}: permission denied ({code})", code=code)
         if isinstance(exc, FileNotFoundError | NotADirectoryError | IsADirectoryError):
             return ObjectNotFoundError(f"{where}: no such key", code=code)
-        return StoreError(f"{where}: {code}", code=code)
+        return StoreError(f"{where}: {exc.strerror or code} ({code})", code=code)
 
     # -- staging (multipart only) --------------------------------------------------------------
     def _in_staging(self, make: Callable[[Path], T]) -> T:
@@ -170,62 +234,131 @@ class LocalStore:
 
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every file under the root whose key starts with ``prefix``; entries left out are
+        appended to :attr:`skipped` (see :mod:`._localwalk`)."""
         folder, _, _ = prefix.rpartition("/")
-        start = (
-            self.root.joinpath(*(encode_segment(s) for s in folder.split("/")))
-            if folder
-            else self.root
-        )
-        base = folder + "/" if folder else ""
-        yield from self._walk(start, base, prefix)
-
-    def _walk(self, directory: Path, base: str, prefix: str) -> Iterator[ObjectInfo]:
+        if folder and any(segment_problem(s, False) for s in folder.split("/")):
+            return  # no file can have a key under such a folder
+        start = self._root + "/" + folder if folder else self._root
+        walk = Walk(self.uri, prefix, self.links, _info, self.skipped, self._hidden)
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: decode_segment(e.name))
+            st = os.stat(start)
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:
-            raise self._error(exc, "list", base) from None
-        for entry in entries:
-            if entry.name.startswith(TMP_PREFIX) or (
-                directory == self.root and entry.name == STAGING
-            ):
-                continue
-            key = base + decode_segment(entry.name)
-            if entry.is_dir(follow_symlinks=False):
-                if (key + "/").startswith(prefix) or prefix.startswith(key + "/"):
-                    yield from self._walk(Path(entry.path), key + "/", prefix)
-            elif key.startswith(prefix):
-                try:
-                    yield _info(key, os.stat(entry.path))
-                except FileNotFoundError:
-                    continue  # deleted while listing
+            raise self._error(exc, "list", prefix) from None
+        if not os.access(start, os.R_OK | os.X_OK):
+            raise AccessDeniedError(f"list {self.uri}{prefix!r}: permission denied", code="EACCES")
+        yield from walk.tree(
+            start, folder + "/" if folder else "", frozenset({(st.st_dev, st.st_ino)})
+        )
+
+    @staticmethod
+    def _hidden(base: str, name: str) -> bool:
+        return name.startswith(TMP_PREFIX) or (base == "" and name == STAGING)
 
     def head(self, key: str) -> ObjectInfo:
+        link = self._link_path(key)
         try:
+            if link is not None and os.path.islink(link):
+                return _info(key, os.lstat(link), len(os.fsencode(os.readlink(link))))
             st = os.stat(self._path(key))
-            if stat.S_ISDIR(st.st_mode):
-                raise FileNotFoundError(errno.ENOENT, "is a folder")
+            if not stat.S_ISREG(st.st_mode):
+                raise FileNotFoundError(errno.ENOENT, "not a file")
             return _info(key, st)
         except OSError as exc:
             raise self._error(exc, "head", key) from None
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def _changed(self, key: str, version: str, found: str) -> SourceChangedError:
+        return SourceChangedError(
+            f"read {self.uri}{key!r}: the file changed after it was listed",
+            key=key,
+            expected=version,
+            found=found,
+        )
+
+    def read(
+        self, key: str, start: int = 0, length: int | None = None, version: str | None = None
+    ) -> bytes:
         check_range(start, length)
+        link = self._link_path(key)
+        if link is not None and os.path.islink(link):
+            return self._read_link(key, link, start, length, version)
         try:
-            with open(self._path(key), "rb") as fh:
-                fh.seek(start)
-                return fh.read() if length is None else fh.read(length)
+            # O_NONBLOCK: a FIFO put in a file's place must not hang the reader.
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            if version is not None:
+                raise self._changed(key, version, "deleted") from None
+            raise self._error(FileNotFoundError(errno.ENOENT, "no such key"), "read", key) from None
         except OSError as exc:
             raise self._error(exc, "read", key) from None
+        try:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "not a regular file")
+            if version is not None and file_version(before) != version:
+                raise self._changed(key, version, file_version(before))
+            n = max(0, before.st_size - start) if length is None else length
+            data = _pread_all(fd, start, n) if n else b""
+            if length is None and len(data) == n:  # the file may have grown: read to the end
+                more = _pread_all(fd, start + n, 1 << 20)
+                while more:
+                    data += more
+                    more = _pread_all(fd, start + len(data), 1 << 20)
+            if version is not None:
+                after = file_version(os.fstat(fd))
+                if after != version:
+                    raise self._changed(key, version, after)
+            return data
+        except OSError as exc:
+            raise self._error(exc, "read", key) from None
+        finally:
+            os.close(fd)
+
+    def _read_link(
+        self, key: str, link: str, start: int, length: int | None, version: str | None
+    ) -> bytes:
+        """A stored link's content is its target (``links=store``)."""
+        try:
+            st = os.lstat(link)
+            if version is not None and file_version(st) != version:
+                raise self._changed(key, version, file_version(st))
+            target = os.fsencode(os.readlink(link))
+        except OSError as exc:
+            raise self._error(exc, "read", key) from None
+        return target[start:] if length is None else target[start : start + length]
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
+        link = self._link_path(key)
+        if link is not None:
+            return self._write_link(key, link, bytes(data))
         dest = self._path(key)
         try:
             st = create_file(dest, lambda fd: write_all(fd, data), fsync=self._fsync)
         except OSError as exc:
             raise self._error(exc, "write", key) from None
-        return _info(key, st)
+        return _written(key, st)
+
+    def _write_link(self, key: str, link: str, target: bytes) -> ObjectInfo:
+        """``links=store``: a ``NAME.rclonelink`` object becomes the symbolic link NAME."""
+        if not target or b"\x00" in target:
+            raise KeyNotSupportedError(f"{self.uri}{key!r}: not a symbolic link target")
+        tmp = tmp_name(os.path.dirname(link))
+        try:
+            for _ in range(2):
+                try:
+                    os.symlink(os.fsdecode(target), tmp)
+                    break
+                except FileNotFoundError:
+                    os.makedirs(os.path.dirname(link), exist_ok=True)
+            rename_into(tmp, link)
+            st = os.lstat(link)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise self._error(exc, "write", key) from None
+        return _info(key, st, len(target))
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Copy within the root (in the kernel; the destination appears atomically)."""
@@ -239,7 +372,7 @@ class LocalStore:
                 st = create_file(dest, fill, fsync=self._fsync)
         except OSError as exc:
             raise self._error(exc, "copy", src_key) from None
-        return _info(dst_key, st)
+        return _written(dst_key, st)
 
     def _upload_dir(self, key: str, upload_id: str) -> Path:
         folder = self._staging / check_upload_id(upload_id)
@@ -254,7 +387,7 @@ class LocalStore:
         return folder
 
     def create_multipart(self, key: str) -> str:
-        check_key(key)
+        self._path(key)  # a name this folder cannot hold is refused before anything is staged
         upload_id = uuid.uuid4().hex
 
         def create(staging: Path) -> None:
@@ -303,13 +436,14 @@ class LocalStore:
                 os.replace(assembled, parts[0])
             raise self._error(exc, "complete_multipart", key) from None
         self._drop_staging(folder)
-        return _info(key, st)
+        return _written(key, st)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         self._drop_staging(self._staging / check_upload_id(upload_id))
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        link = self._link_path(key)
+        path = link if link is not None and os.path.islink(link) else self._path(key)
         try:
             os.unlink(path)
         except FileNotFoundError:

@@ -10,6 +10,7 @@ paths are testable without a network.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway_agent.stores._common import (
+    check_cloud_name,
     check_key,
     check_options,
     check_part_number,
@@ -31,6 +33,7 @@ from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
     BucketNotFoundError,
     ObjectNotFoundError,
+    SourceChangedError,
     TransientStoreError,
     UploadNotFoundError,
 )
@@ -47,6 +50,7 @@ class _Bucket:
 
 _REGISTRY: dict[str, _Bucket] = {}
 _REGISTRY_LOCK = threading.Lock()
+_WRITES = itertools.count(1)  # every write is a new version, like a GCS generation
 
 
 def create_bucket(name: str) -> None:
@@ -93,7 +97,8 @@ class MemoryStore:
 
     def _info(self, name: str, data: bytes) -> ObjectInfo:
         md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        return ObjectInfo(name, len(data), md5, {"md5": md5}, datetime.now(UTC))
+        version = str(next(_WRITES))
+        return ObjectInfo(name, len(data), md5, {"md5": md5}, datetime.now(UTC), version)
 
     def _relative(self, info: ObjectInfo) -> ObjectInfo:
         """Stored infos carry the full name; callers see keys relative to this store's prefix."""
@@ -122,14 +127,28 @@ class MemoryStore:
         result: tuple[bytes, ObjectInfo] = self._call(get)
         return result
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def read(
+        self, key: str, start: int = 0, length: int | None = None, version: str | None = None
+    ) -> bytes:
         check_range(start, length)
-        data = self._get(check_key(key))[0]
+        try:
+            data, info = self._get(check_key(key))
+        except ObjectNotFoundError:
+            if version is None:
+                raise
+            data, info = b"", replace(ObjectInfo(key, 0), version="deleted")
+        if version is not None and info.version != version:
+            raise SourceChangedError(
+                f"read {self.uri}{key!r}: version {info.version} is not the listed {version}",
+                key=key,
+                expected=version,
+                found=info.version,
+            )
         lo, hi = slice_range(len(data), start, length)
         return data[lo:hi]
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
-        name = self._parsed.key(check_key(key))
+        name = check_cloud_name(key, self._parsed.key(key), self.uri)
 
         def put() -> ObjectInfo:
             bucket = self._bucket()
@@ -149,7 +168,7 @@ class MemoryStore:
         bucket = self._call(self._bucket)
         upload_id = uuid.uuid4().hex
         with bucket.lock:
-            bucket.uploads[upload_id] = (self._parsed.key(check_key(key)), {})
+            bucket.uploads[upload_id] = (check_cloud_name(key, self._parsed.key(key), self.uri), {})
         return upload_id
 
     def _upload(self, bucket: _Bucket, key: str, upload_id: str) -> dict[int, bytes]:

@@ -21,7 +21,6 @@ from typing import Any
 
 from gateway_agent.stores._common import (
     CloudStore,
-    check_key,
     check_part_number,
     check_range,
     error_for_status,
@@ -145,7 +144,7 @@ class S3Store(CloudStore):
 
     def _on_key(self, op: str, key: str, fn: Callable[..., Any], **params: Any) -> Any:
         """``fn(Bucket=..., Key=<full name of key>, **params)`` with retries and typed errors."""
-        name = self._parsed.key(check_key(key))
+        name = self._name(key)
         return self._call(op, key, fn, Bucket=self._bucket, Key=name, **params)
 
     def _info(self, key: str, size: int, etag: str | None, modified: Any) -> ObjectInfo:
@@ -153,7 +152,7 @@ class S3Store(CloudStore):
         if modified is not None:
             modified = modified.astimezone(UTC)  # list and head parse to different tzinfos
         checksums = {"md5": etag} if etag and _MD5.match(etag) else {}
-        return ObjectInfo(key, int(size), etag, checksums, modified)
+        return ObjectInfo(key, int(size), etag, checksums, modified, etag)
 
     def _bucket_missing(self, key: str) -> bool:
         """HEAD answers 404 without a code; tell a missing bucket from a missing key."""
@@ -203,13 +202,17 @@ class S3Store(CloudStore):
             raise
         return self._info(key, resp["ContentLength"], resp.get("ETag"), resp.get("LastModified"))
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def read(
+        self, key: str, start: int = 0, length: int | None = None, version: str | None = None
+    ) -> bytes:
         check_range(start, length)
         if length == 0:
-            self.head(key)
+            self._check_version(key, version)
             return b""
-        name = self._parsed.key(check_key(key))
+        name = self._name(key)
         kwargs: dict[str, Any] = {"Bucket": self._bucket, "Key": name}
+        if version is not None:
+            kwargs["IfMatch"] = f'"{version}"'  # S3 answers 412 once the object was rewritten
         if start or length is not None:
             end = "" if length is None else str(start + length - 1)
             kwargs["Range"] = f"bytes={start}-{end}"
@@ -223,10 +226,28 @@ class S3Store(CloudStore):
 
         try:
             return self._call("read", key, get, **kwargs)
+        except ObjectNotFoundError:
+            if version is None:
+                raise
+            raise self._changed(key, version, "deleted", "it was deleted") from None
         except StoreError as exc:
+            if version is not None and (exc.status == 412 or exc.code == "PreconditionFailed"):
+                raise self._changed(key, version, None) from None
             if exc.code == "InvalidRange" or exc.status == 416:
+                self._check_version(key, version)
                 return b""  # start at or past the end: nothing to read
             raise
+
+    def _check_version(self, key: str, version: str | None) -> None:
+        """A read of no bytes still tells a missing or changed object."""
+        try:
+            info = self.head(key)
+        except ObjectNotFoundError:
+            if version is None:
+                raise
+            raise self._changed(key, version, "deleted", "it was deleted") from None
+        if version is not None and info.version != version:
+            raise self._changed(key, version, info.version)
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
         resp = self._on_key("write", key, self._client.put_object, Body=data)
@@ -234,8 +255,8 @@ class S3Store(CloudStore):
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""
-        src = {"Bucket": self._bucket, "Key": self._parsed.key(check_key(src_key))}
-        dst = self._parsed.key(check_key(dst_key))
+        src = {"Bucket": self._bucket, "Key": self._name(src_key)}
+        dst = self._name(dst_key)
         self._call(
             "copy",
             src_key,

@@ -61,6 +61,23 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="AES-GCM per frame on every hop (default when given) or only between providers",
     )
     p.add_argument("--compress", action="store_true", help="zstd on every hop")
+    links = p.add_mutually_exclusive_group()
+    links.add_argument(
+        "-L",
+        "--copy-links",
+        dest="links",
+        action="store_const",
+        const="follow",
+        help="file:// source: follow symbolic links (default: skip them with a warning)",
+    )
+    links.add_argument(
+        "-l",
+        "--links",
+        dest="links",
+        action="store_const",
+        const="store",
+        help="file://: copy symbolic links as NAME.rclonelink objects (and back into links)",
+    )
     p.add_argument("--verify", choices=("full", "size"), default="full")
     p.add_argument("--journal-dir", default=None, help="where resume journals live")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -106,10 +123,19 @@ def _backend_options(args: argparse.Namespace, hooks: dict[str, Any]) -> dict[st
     return options
 
 
+def _store_options(uri: str, links: str | None) -> dict[str, Any]:
+    """The local store's ``links`` option, for ``file://`` URIs only (the clouds have none)."""
+    return {"links": links} if links and uri.startswith("file://") else {}
+
+
 def _execute(args: argparse.Namespace, sync: bool) -> int:
     hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
     backend_options = _backend_options(args, hooks)  # bad options fail before any listing
-    volume_gb = api.source_volume_gb(args.src, include=args.include, exclude=args.exclude)
+    src_options = _store_options(args.src, args.links)
+    dst_options = _store_options(args.dst, "store" if args.links == "store" else None)
+    volume_gb = api.source_volume_gb(
+        args.src, src_options=src_options, include=args.include, exclude=args.exclude
+    )
     plan = make_plan(args, volume_gb)
     progress = None
     if not args.no_progress:
@@ -136,6 +162,8 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
             fleet,
             args.src,
             args.dst,
+            src_options=src_options,
+            dst_options=dst_options,
             include=args.include,
             exclude=args.exclude,
             journal_dir=args.journal_dir,

@@ -82,6 +82,7 @@ def _default_backends(options: dict[str, dict[str, object]]) -> list[str]:
         backends.append("ssh")
     if "sweep_regions" in options.get("aws", {}):
         backends.append("aws")
+    backends += [b for b in ("azure", "gcp") if b in options]  # configured clouds
     return backends
 
 

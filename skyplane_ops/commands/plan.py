@@ -1,7 +1,8 @@
 """``skyplane-ops plan``: plan an overlay transfer on a profile and print it.
 
-Without a bound the plan is the fastest one that costs no more than the direct path with
-the same VM limit (see ``skyplane_ops.planner.api``).
+Without a bound the plan is the cheapest of those that finish (provisioning + transfer)
+within a few percent of the fastest (see ``skyplane_ops.planner.api``). The hop table shows
+where each edge's figures came from (published, profile, passive, model) and when.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--volume-gb", type=float, required=True, help="data volume in GB")
     add_plan_arguments(p)
     p.add_argument(
-        "--provisioning-seconds", type=float, default=60.0, help="VM start-up time billed (60)"
+        "--backend", help="plan for this provisioning backend's start-up time (ssh, netns, aws)"
     )
     p.add_argument("--gcp-tier", choices=("premium", "standard"), default="premium")
     p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
@@ -60,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
         profile_overrides=args.profile_overrides,
         measured_grid=args.measured_grid,
         gcp_tier=args.gcp_tier,
-        provisioning_seconds=args.provisioning_seconds,
         lp=args.lp,
         exact_floor=args.exact_floor,
         frontier_points=args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0),

@@ -32,21 +32,34 @@ def _fixed_route_plan(
     for path in paths:
         for u in path.regions:
             fleet[u] = float(min(vms, problem.regions[u].max_vms))
-    model = PathModel(problem.with_objective("max_throughput", None), paths, fixed_vms=fleet)
-    model.set_ceiling(None)
-    solution = model.solve()
-    if solution is None or solution.gbps <= 0:
-        raise InfeasibleError(f"the {mode} route carries no throughput")
-    return build_plan(
-        problem,
-        paths,
-        solution.path_flows,
-        solution.gbps,
-        mode=mode,
-        status=solution.status,
-        seconds=time.perf_counter() - start,
-        details={"baseline_vms": vms},
-    )
+    plan = None
+    for integer_conns in (False, True):  # whole connections only if rounding overflows
+        model = PathModel(
+            problem.with_objective("max_throughput", None),
+            paths,
+            fixed_vms=fleet,
+            integer_conns=integer_conns,
+        )
+        model.set_ceiling(None)
+        solution = model.solve()
+        if solution is None or solution.gbps <= 0:
+            if plan is not None:
+                return plan
+            raise InfeasibleError(f"the {mode} route carries no throughput")
+        plan = build_plan(
+            problem,
+            paths,
+            solution.path_flows,
+            solution.gbps,
+            mode=mode,
+            status=solution.status,
+            seconds=time.perf_counter() - start,
+            details={"baseline_vms": vms},
+        )
+        if not any(n > round(fleet.get(u, 0.0)) for u, n in plan.vms.items()):
+            break
+    assert plan is not None
+    return plan
 
 
 def direct_plan(problem: Problem, vms: int = 1) -> TransferPlan:

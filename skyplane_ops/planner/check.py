@@ -38,13 +38,19 @@ def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5)
     hops = {(h.src, h.dst): h for h in plan.hops}
     if set(hops) != set(edge_flow):
         bad.append("hops do not match the edges of the paths")
-    c, m = float(problem.conns_measured), float(problem.max_conns_per_vm)
+    m = float(problem.max_conns_per_vm)
     for (u, v), f in edge_flow.items():
         hop = hops.get((u, v))
+        rates = problem.rates(u, v)
         if hop is not None:
             if abs(hop.gbps - f) > slack:
                 bad.append(f"hop {u}->{v} carries {hop.gbps:.6g}, paths say {f:.6g}")
-            over(f, problem.gbps(u, v) * hop.connections / c, f"hop {u}->{v} flow vs its conns")
+            if hop.connections != int(hop.connections) or hop.connections < 1:
+                bad.append(f"hop {u}->{v} has {hop.connections} connections")
+            over(f, hop.connections / rates.conns_per_gbps, f"hop {u}->{v} flow vs its conns")
+        pairs = min(plan.vms.get(u, 0), plan.vms.get(v, 0))
+        over(f, rates.sat_gbps * pairs, f"hop {u}->{v} flow vs saturation of {pairs} VM pairs")
+        over(f, rates.region_cap_gbps, f"hop {u}->{v} flow vs the region pair's cap")
     # Conservation and per-region caps.
     egress: dict[str, float] = defaultdict(float)
     ingress: dict[str, float] = defaultdict(float)
@@ -53,8 +59,10 @@ def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5)
     for (u, v), f in edge_flow.items():
         egress[u] += f
         ingress[v] += f
-        conn_out[u] += c * f / problem.gbps(u, v)
-        conn_in[v] += c * f / problem.gbps(u, v)
+        hop = hops.get((u, v))
+        whole = hop.connections if hop is not None else f * problem.conns_per_gbps(u, v)
+        conn_out[u] += whole
+        conn_in[v] += whole
     for u in set(egress) | set(ingress) | {problem.src, *problem.dsts}:
         net = egress[u] - ingress[u]
         want = len(problem.dsts) * t if u == problem.src else -t if u in problem.dsts else 0.0
@@ -66,8 +74,10 @@ def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5)
         over(n, spec.max_vms, f"VMs in {u}")
         over(egress[u], spec.egress_cap_gbps * n, f"egress of {u}")
         over(ingress[u], spec.ingress_cap_gbps * n, f"ingress of {u}")
-        over(conn_out[u], m * n, f"connections out of {u}")
-        over(conn_in[u], m * n, f"connections into {u}")
+        if conn_out[u] > m * n:  # whole connections: no tolerance
+            bad.append(f"connections out of {u}: {conn_out[u]:g} > {m * n:g}")
+        if conn_in[u] > m * n:
+            bad.append(f"connections into {u}: {conn_in[u]:g} > {m * n:g}")
     # Cost accounting.
     if t > 0:
         per_gb = sum(problem.price(u, v) * f / t for (u, v), f in edge_flow.items())

@@ -17,26 +17,35 @@ from skyplane_ops.planner.problem import Problem
 FLOW_TOL = 1e-7
 
 
+def hop_connections(problem: Problem, u: str, v: str, gbps: float) -> int:
+    """Whole connections that carry ``gbps`` on the edge (at least one)."""
+    return max(1, math.ceil(gbps * problem.conns_per_gbps(u, v) - 1e-6))
+
+
 def needed_vms(
     problem: Problem, edge_flow: Mapping[tuple[str, str], float], tol: float = 1e-6
 ) -> dict[str, int]:
-    """The fewest VMs per region that carry ``edge_flow`` within every per-VM cap."""
+    """The fewest VMs per region that carry ``edge_flow`` within every per-VM cap, with each
+    hop's connections rounded up to whole connections."""
     out: dict[str, float] = {}
     conn_out: dict[str, float] = {}
     egress: dict[str, float] = {}
     conn_in: dict[str, float] = {}
     ingress: dict[str, float] = {}
-    c = float(problem.conns_measured)
+    pair: dict[str, float] = {}
     for (u, v), f in edge_flow.items():
-        conns = c * f / problem.gbps(u, v)
+        conns = float(hop_connections(problem, u, v, f))
         egress[u] = egress.get(u, 0.0) + f
         conn_out[u] = conn_out.get(u, 0.0) + conns
         ingress[v] = ingress.get(v, 0.0) + f
         conn_in[v] = conn_in.get(v, 0.0) + conns
+        sat = f / problem.rates(u, v).sat_gbps
+        pair[u] = max(pair.get(u, 0.0), sat)
+        pair[v] = max(pair.get(v, 0.0), sat)
     m = float(problem.max_conns_per_vm)
     for u in {*egress, *ingress, problem.src, *problem.dsts}:
         spec = problem.regions[u]
-        ratios = [1.0 if u == problem.src or u in problem.dsts else 0.0]
+        ratios = [1.0 if u == problem.src or u in problem.dsts else 0.0, pair.get(u, 0.0)]
         for load, cap in (
             (egress.get(u, 0.0), spec.egress_cap_gbps),
             (ingress.get(u, 0.0), spec.ingress_cap_gbps),
@@ -82,11 +91,11 @@ def build_plan(
         for u, v in zip(path.regions, path.regions[1:], strict=False):
             edge_flow[(u, v)] = edge_flow.get((u, v), 0.0) + f
     fleet = needed_vms(problem, edge_flow)
-    c = float(problem.conns_measured)
-    hops = [
-        Hop(src=u, dst=v, gbps=f, connections=max(1, math.ceil(c * f / problem.gbps(u, v) - 1e-6)))
-        for (u, v), f in sorted(edge_flow.items())
-    ]
+    hops = []
+    for (u, v), f in sorted(edge_flow.items()):
+        source, when = problem.link_source(u, v)
+        conns = hop_connections(problem, u, v, f)
+        hops.append(Hop(src=u, dst=v, gbps=f, connections=conns, source=source, measured_at=when))
     egress_usd, vm_usd = costs(problem, gbps, usd_per_gb_sent, fleet)
     info: dict[str, Any] = {
         "objective": problem.objective,
@@ -94,6 +103,7 @@ def build_plan(
         "volume_gb": problem.volume_gb,
         "transfer_seconds": problem.transfer_seconds(gbps) if gbps > 0 else math.inf,
         "max_relays": problem.max_relays,
+        "provisioning_seconds": problem.provisioning_seconds,
         "candidate_paths": len(paths),
     }
     info.update(problem.details)

@@ -1,18 +1,39 @@
-"""The MILP of the Skyplane paper (§5) over candidate paths, built once and re-solved cheaply.
+"""The MILP of the Skyplane paper (§5), made link-aware, over candidate paths, built once and
+re-solved cheaply.
 
 Variables: ``f_p >= 0`` Gbps on each candidate path (see ``paths``), ``N_u`` integer VMs in
 each region a path touches (``1 <= N`` at the source and destinations), and the throughput
 ``T`` that every destination receives (``sum_{p to d} f_p = T`` for each destination ``d``:
 multi-destination transfers replicate the whole volume to each destination, no multicast).
 
+**Link model.** Each edge ``e = (u, v)`` has a per-connection rate ``r_e`` (where connections
+are the bottleneck), a saturation ``s_e`` (the most one VM pair carries with any number of
+connections) and optionally a region-pair cap ``R_e`` (links that do not grow with VMs, as on
+own networks). Carrying ``F_e`` Gbps takes ``F_e / r_e`` connections, and
+``F_e <= s_e * min(N_u, N_v)``, ``F_e <= R_e``. So a VM spends connections only where they
+are the bottleneck: a link full with a few connections leaves the rest of the VM's budget to
+other links, and no plan predicts more on a link than it was measured to carry however large
+``M`` is. With only the figure ``g_e`` at ``c`` connections, ``r_e = g_e / c`` and
+``s_e = g_e``: the connection rows below then imply ``F_e <= s_e N`` whenever ``M <= c``, the
+saturation rows are left out (``Problem.sat_binds``), and the model is exactly the paper's.
+
 Per region ``u`` with VM caps ``E_u`` (egress), ``I_u`` (ingress), connection limit ``M`` per
-VM, and ``c = conns_measured``::
+VM::
 
     sum_{p leaving u}  f_p                       <= E_u * N_u
     sum_{p entering u} f_p                       <= I_u * N_u
-    sum_{p leaving u}  c * f_p / grid[u, next]   <= M * N_u     (connections out)
-    sum_{p entering u} c * f_p / grid[prev, u]   <= M * N_u     (connections in)
+    sum_{p leaving u}  f_p / r[u, next]          <= M * N_u     (connections out)
+    sum_{p entering u} f_p / r[prev, u]          <= M * N_u     (connections in)
     N_u <= max_vms_u
+
+and per edge where saturation binds (``s_e < M r_e``) or a region cap is given::
+
+    F_e <= s_e * N_u,   F_e <= s_e * N_v,   F_e <= R_e          (F_e = sum_{p through e} f_p)
+
+**Whole connections.** Connections are counts. Rounding each hop's ``F_e / r_e`` up can
+exceed ``M * N_u`` by up to one per hop, so ``integer_conns`` adds the paper's integer
+``C_e >= F_e / r_e`` per edge with ``sum_out C_e <= M N_u`` and ``sum_in C_e <= M N_v`` in
+place of the two connection rows; ``solve`` re-solves with it only when rounding overflows.
 
 Conservation at relays holds by construction of path flows. Cost for volume ``V`` (GB) at
 ``T`` Gbps with VM price ``k_u`` ($/s) and provisioning time ``t0``::
@@ -55,11 +76,12 @@ from ortools.linear_solver import pywraplp
 
 from skyplane_ops.errors import PlanningError
 from skyplane_ops.planner.paths import CandidatePath
-from skyplane_ops.planner.problem import BITS_PER_BYTE, Problem
+from skyplane_ops.planner.problem import BITS_PER_BYTE, DEFAULT_MIP_GAP, Problem
 
 EPS = 1e-5
-#: Relative optimality gap at which a MILP counts as solved (the target is 0.1%).
-MIP_GAP = 1e-3
+#: Relative optimality gap at which a MILP counts as solved (the target is 0.1%); the default
+#: of ``Problem.mip_gap``.
+MIP_GAP = DEFAULT_MIP_GAP
 DEFAULT_MILP_SOLVER = "SCIP"
 #: SCIP settings picked by measurement (benchmarks/planner.py): fewer root cut rounds; the
 #: root LP of these models is already within ~1% and extra rounds cost more than branching.
@@ -92,18 +114,26 @@ class _Loads:
 
 def region_loads(problem: Problem, paths: Sequence[CandidatePath]) -> dict[str, _Loads]:
     loads: dict[str, _Loads] = {}
-    c = float(problem.conns_measured)
     for i, path in enumerate(paths):
         regions = path.regions
         for pos, u in enumerate(regions):
             rows = loads.setdefault(u, _Loads([], [], [], []))
             if pos + 1 < len(regions):
                 rows.egress.append((i, 1.0))
-                rows.conn_out.append((i, c / problem.gbps(u, regions[pos + 1])))
+                rows.conn_out.append((i, problem.conns_per_gbps(u, regions[pos + 1])))
             if pos > 0:
                 rows.ingress.append((i, 1.0))
-                rows.conn_in.append((i, c / problem.gbps(regions[pos - 1], u)))
+                rows.conn_in.append((i, problem.conns_per_gbps(regions[pos - 1], u)))
     return loads
+
+
+def edge_paths(paths: Sequence[CandidatePath]) -> dict[tuple[str, str], list[int]]:
+    """The candidate paths through each edge."""
+    out: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, path in enumerate(paths):
+        for u, v in zip(path.regions, path.regions[1:], strict=False):
+            out[(u, v)].append(i)
+    return out
 
 
 class PathModel:
@@ -119,19 +149,22 @@ class PathModel:
         tmax: float | None = None,
         solver: str | None = None,
         time_limit_s: float = 30.0,
+        integer_conns: bool = False,
     ) -> None:
         self.problem = problem
         self.paths = list(paths)
         self.mode = problem.objective
         self.continuous = relax or fixed_vms is not None
-        name = solver or (DEFAULT_LP_SOLVER if self.continuous else DEFAULT_MILP_SOLVER)
+        self.integer_conns = integer_conns and not relax
+        self.integral = not self.continuous or self.integer_conns
+        name = solver or (DEFAULT_MILP_SOLVER if self.integral else DEFAULT_LP_SOLVER)
         created = pywraplp.Solver.CreateSolver(name)
         if created is None:
             raise PlanningError(f"OR-Tools solver {name!r} is not available")
         self.solver: pywraplp.Solver = created
         self.solver.SetTimeLimit(int(time_limit_s * 1000))
         self.solver_name = name
-        if name == "SCIP" and not self.continuous:
+        if name == "SCIP" and self.integral:
             self.solver.SetSolverSpecificParametersAsString(SCIP_PARAMS)
         self.tmax = tmax
         self._abs_gap: float | None = None
@@ -154,20 +187,20 @@ class PathModel:
                 self.vms[u] = s.NumVar(lower, float(spec.max_vms), f"N[{u}]")
             else:
                 self.vms[u] = s.IntVar(lower, float(spec.max_vms), f"N[{u}]")
+        m = float(p.max_conns_per_vm)
         for u, rows in loads.items():
             spec, n = p.regions[u], self.vms[u]
-            for terms, cap in (
-                (rows.egress, spec.egress_cap_gbps),
-                (rows.ingress, spec.ingress_cap_gbps),
-                (rows.conn_out, float(p.max_conns_per_vm)),
-                (rows.conn_in, float(p.max_conns_per_vm)),
-            ):
+            groups = [(rows.egress, spec.egress_cap_gbps), (rows.ingress, spec.ingress_cap_gbps)]
+            if not self.integer_conns:
+                groups += [(rows.conn_out, m), (rows.conn_in, m)]
+            for terms, cap in groups:
                 if not terms:
                     continue
                 row = s.Constraint(-inf, 0.0)
                 for i, coef in terms:
                     row.SetCoefficient(self.flows[i], coef)
                 row.SetCoefficient(n, -cap)
+        self._build_links(m)
         # Throughput: one demand row per destination.
         self.demand = []
         for k in range(len(p.dsts)):
@@ -191,6 +224,37 @@ class PathModel:
             self.budget: pywraplp.Constraint | None = None
             self._budget_terms: list[tuple[pywraplp.Variable, float]] = []
             self.ceiling: float | None = None
+
+    def _build_links(self, m: float) -> None:
+        """Per-edge rows: saturation and region caps where they bind, whole connections."""
+        p, s, inf = self.problem, self.solver, math.inf
+        conn_out: dict[str, pywraplp.Constraint] = {}
+        conn_in: dict[str, pywraplp.Constraint] = {}
+        for (u, v), members in edge_paths(self.paths).items():
+            rates = p.rates(u, v)
+            if p.sat_binds(u, v):
+                for end in (u, v):
+                    row = s.Constraint(-inf, 0.0)
+                    for i in members:
+                        row.SetCoefficient(self.flows[i], 1.0)
+                    row.SetCoefficient(self.vms[end], -rates.sat_gbps)
+            if math.isfinite(rates.region_cap_gbps):
+                row = s.Constraint(-inf, rates.region_cap_gbps)
+                for i in members:
+                    row.SetCoefficient(self.flows[i], 1.0)
+            if not self.integer_conns:
+                continue
+            top = m * max(p.regions[u].max_vms, p.regions[v].max_vms)
+            conns = s.IntVar(0.0, top, f"C[{u},{v}]")
+            row = s.Constraint(-inf, 0.0)  # F_e / r_e <= C_e
+            for i in members:
+                row.SetCoefficient(self.flows[i], rates.conns_per_gbps)
+            row.SetCoefficient(conns, -1.0)
+            for region, table in ((u, conn_out), (v, conn_in)):
+                if region not in table:
+                    table[region] = s.Constraint(-inf, 0.0)
+                    table[region].SetCoefficient(self.vms[region], -m)
+                table[region].SetCoefficient(conns, 1.0)
 
     def _build_budget(self) -> None:
         """The cost ceiling row, multiplied through by T (see the module docstring)."""
@@ -307,8 +371,8 @@ class PathModel:
     def solve(self) -> Solution | None:
         """Solve; ``None`` if infeasible. Raises ``PlanningError`` if no answer in time."""
         params = pywraplp.MPSolverParameters()
-        if not self.continuous:
-            params.SetDoubleParam(params.RELATIVE_MIP_GAP, MIP_GAP)
+        if self.integral:
+            params.SetDoubleParam(params.RELATIVE_MIP_GAP, self.problem.mip_gap)
             if self._abs_gap is not None:  # the Dinkelbach objective ends near 0
                 params.SetDoubleParam(params.RELATIVE_MIP_GAP, 1e-9)
                 if self.solver_name == "SCIP":
@@ -328,7 +392,7 @@ class PathModel:
         else:
             gbps = self.t.solution_value()
         objective = self.solver.Objective()
-        best = objective.Value() if self.continuous else objective.BestBound()
+        best = objective.BestBound() if self.integral else objective.Value()
         return Solution(
             status="OPTIMAL" if status == pywraplp.Solver.OPTIMAL else "FEASIBLE",
             gbps=gbps,

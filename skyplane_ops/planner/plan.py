@@ -9,16 +9,20 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Hop:
-    """One directed edge of the overlay with its flow and TCP connection count.
+    """One directed edge of the overlay with its flow, TCP connections and provenance.
 
-    ``connections`` is the model's ``conns_measured * gbps / grid[src, dst]`` rounded up, so a
-    region's hops may together exceed its ``max_conns_per_vm * VMs`` by under one per hop.
+    ``connections`` is the hop's flow over the edge's per-connection rate, rounded up; a
+    region's hops together stay within ``max_conns_per_vm * VMs``. ``source`` says where the
+    edge's figures came from (``published``, ``profile``, ``passive`` or ``model``) and
+    ``measured_at`` when (ISO-8601 UTC, None for the model).
     """
 
     src: str
     dst: str
     gbps: float
     connections: int
+    source: str = "model"
+    measured_at: str | None = None
 
 
 @dataclass(frozen=True)

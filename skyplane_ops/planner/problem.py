@@ -7,9 +7,11 @@ I/O), so it can be built by hand in tests, serialised, and solved repeatedly.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from skyplane_ops.errors import PlanningError, UnknownRegionError
@@ -41,6 +43,41 @@ class RegionSpec:
         return self.vm_usd_per_hour / 3600.0
 
 
+#: Where an edge's figures came from (the ``profiles`` helper's ``LinkEstimate.source``).
+SOURCES = ("published", "profile", "passive", "model")
+#: Relative optimality gap at which a MILP counts as solved (the target is 0.1%).
+DEFAULT_MIP_GAP = 1e-3
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """What is known about one directed link beyond its ``Problem.throughput`` figure.
+
+    ``per_conn_gbps``: one TCP connection's rate where connections are the bottleneck;
+    ``sat_gbps``: the most one VM pair carries with any number of connections;
+    ``region_cap_gbps``: the most the region pair carries whatever the VM count (own networks).
+    ``connections``: the count ``Problem.throughput`` was measured at (None: the problem's
+    ``conns_measured``). None for the rates means unknown; ``Problem`` then falls back to the
+    paper's model: per connection ``gbps / connections``, per VM pair ``gbps``, no region cap.
+    """
+
+    per_conn_gbps: float | None = None
+    sat_gbps: float | None = None
+    region_cap_gbps: float | None = None
+    connections: int | None = None
+    source: str = "model"
+    measured_at: str | None = None
+
+
+@dataclass(frozen=True)
+class LinkRates:
+    """An edge's resolved figures (fallbacks applied), as the model uses them."""
+
+    conns_per_gbps: float  # connections one Gbps needs (1 / per-connection rate)
+    sat_gbps: float  # per VM pair
+    region_cap_gbps: float  # math.inf when the link grows with VMs
+
+
 @dataclass(frozen=True)
 class Problem:
     """One planning problem: move ``volume_gb`` from ``src`` to every region in ``dsts``.
@@ -51,6 +88,9 @@ class Problem:
     ``objective`` is ``min_cost`` (``bound`` = throughput floor in Gbps) or
     ``max_throughput`` (``bound`` = cost ceiling in USD). ``max_relays`` fixes the overlay
     model: paths have at most that many relay regions (see ``skyplane_ops.planner.paths``).
+    ``links`` adds per-edge connection figures and provenance (see ``LinkSpec``); an edge
+    without an entry uses the paper's model. ``mip_gap`` is the relative gap at which an
+    exact solve stops.
     """
 
     src: str
@@ -66,6 +106,8 @@ class Problem:
     provisioning_seconds: float = 0.0
     max_relays: int = 1
     details: Mapping[str, Any] = field(default_factory=dict)
+    links: Mapping[Edge, LinkSpec] = field(default_factory=dict)
+    mip_gap: float = DEFAULT_MIP_GAP
 
     def with_objective(self, objective: Objective, bound: float | None) -> Problem:
         """The same problem with another mode/bound (cheap: shares every mapping)."""
@@ -76,6 +118,51 @@ class Problem:
 
     def price(self, u: str, v: str) -> float:
         return self.egress_usd_per_gb.get((u, v), 0.0)
+
+    @cached_property
+    def _rates(self) -> dict[Edge, LinkRates]:
+        out: dict[Edge, LinkRates] = {}
+        for edge, gbps in self.throughput.items():
+            spec = self.links.get(edge)
+            if gbps <= 0:
+                continue
+            if spec is None:
+                out[edge] = LinkRates(self.conns_measured / gbps, gbps, math.inf)
+                continue
+            count = spec.connections or self.conns_measured
+            per_conn = spec.per_conn_gbps
+            out[edge] = LinkRates(
+                count / gbps if per_conn is None else 1.0 / per_conn,
+                gbps if spec.sat_gbps is None else spec.sat_gbps,
+                math.inf if spec.region_cap_gbps is None else spec.region_cap_gbps,
+            )
+        return out
+
+    def rates(self, u: str, v: str) -> LinkRates:
+        """The edge's connections per Gbps, per-VM-pair saturation and region cap."""
+        return self._rates[(u, v)]
+
+    def conns_per_gbps(self, u: str, v: str) -> float:
+        return self._rates[(u, v)].conns_per_gbps
+
+    def vm_pair_gbps(self, u: str, v: str) -> float:
+        """The most one VM pair carries on the edge: saturation, or a VM's connection budget."""
+        r = self._rates[(u, v)]
+        return min(r.sat_gbps, self.max_conns_per_vm / r.conns_per_gbps)
+
+    def sat_binds(self, u: str, v: str) -> bool:
+        """True when saturation, not the connection budget, limits a VM pair on this edge.
+
+        Otherwise ``f <= sat * N`` is implied by the connection rows and left out of the model
+        (so with only 64-connection figures and ``max_conns_per_vm <= 64`` it is the paper's).
+        """
+        r = self._rates[(u, v)]
+        return r.sat_gbps * r.conns_per_gbps < self.max_conns_per_vm * (1 - 1e-12)
+
+    def link_source(self, u: str, v: str) -> tuple[str, str | None]:
+        """(source, measured_at) of the edge's figures; ``model`` when nothing is known."""
+        spec = self.links.get((u, v))
+        return ("model", None) if spec is None else (spec.source, spec.measured_at)
 
     def transfer_seconds(self, gbps: float) -> float:
         """Wall time of the whole job at ``gbps``, provisioning included."""
@@ -104,6 +191,8 @@ class Problem:
             raise InvalidProblemError("connection counts must be at least 1")
         if self.provisioning_seconds < 0 or not math.isfinite(self.provisioning_seconds):
             raise InvalidProblemError("provisioning time must be a non-negative number of seconds")
+        if not 0.0 <= self.mip_gap < 1.0:
+            raise InvalidProblemError(f"the MIP gap must be in [0, 1), not {self.mip_gap}")
         if self.max_relays not in (0, 1, 2):
             raise InvalidProblemError(f"max_relays must be 0, 1 or 2, not {self.max_relays}")
         for spec in self.regions.values():
@@ -116,6 +205,16 @@ class Problem:
             for (u, v), value in grid.items():
                 if not (value >= 0 and math.isfinite(value)):
                     raise InvalidProblemError(f"{name} {u} -> {v} must be >= 0, not {value}")
+        for (u, v), link in self.links.items():
+            for what, rate in (
+                ("per-connection rate", link.per_conn_gbps),
+                ("saturation", link.sat_gbps),
+                ("region cap", link.region_cap_gbps),
+            ):
+                if rate is not None and not (rate > 0 and math.isfinite(rate)):
+                    raise InvalidProblemError(f"{what} of {u} -> {v} must be > 0, not {rate}")
+            if link.connections is not None and link.connections < 1:
+                raise InvalidProblemError(f"connection count of {u} -> {v} must be >= 1")
         for region in (self.src, *self.dsts):
             if self.regions[region].max_vms < 1:
                 raise InvalidProblemError(f"{region} allows no VMs, but the transfer needs one")
@@ -147,6 +246,10 @@ class _Prices(Protocol):
 
 
 class _Throughput(Protocol):
+    """Today's grid: ``as_dict()`` + ``connections``; optionally ``links()`` (duck-typed: a
+    mapping edge -> object with the ``LinkEstimate`` fields of ``profiles.throughput``) and
+    ``source(u, v)`` / ``measured_at(u, v)`` for provenance."""
+
     connections: int
 
     def as_dict(self) -> Mapping[Edge, float]: ...
@@ -190,12 +293,19 @@ def build_problem(
     provisioning_seconds: float = 60.0,
     max_relays: int = 1,
     regions: Iterable[str] | None = None,
+    relays_allow: Iterable[str] | None = None,
+    relays_deny: Iterable[str] | None = None,
+    measured_only: bool = False,
+    mip_gap: float = DEFAULT_MIP_GAP,
 ) -> Problem:
     """Derive a ``Problem`` from a profile (pure: reads the profile, does no I/O).
 
     ``max_vms`` caps the provider's per-region instance limit; ``regions`` restricts the
-    candidate relays (default: the whole catalog). ``deadline_seconds`` turns into a
-    throughput floor for ``min_cost``.
+    candidate relays (default: the whole catalog). ``relays_allow`` / ``relays_deny`` are
+    region ids or shell patterns (``aws:*``, ``*:eu-*``) a relay must match / must not match
+    (the source and destinations are never filtered). ``measured_only`` drops edges whose
+    figure is a model value. ``deadline_seconds`` turns into a throughput floor for
+    ``min_cost``.
     """
     dst_tuple = (dsts,) if isinstance(dsts, str) else tuple(dsts)
     # Resolve bare names ("us-east-1"); raises UnknownRegionError with suggestions.
@@ -206,6 +316,7 @@ def build_problem(
     if max_conns_per_vm is not None and max_conns_per_vm < 1:
         raise InvalidProblemError(f"--max-conns must be at least 1, not {max_conns_per_vm}")
     ids = list(profile.catalog.ids()) if regions is None else list(regions)
+    ids = filter_relays(ids, {src, *dst_tuple}, relays_allow, relays_deny)
     for region in (src, *dst_tuple):
         if region not in ids:
             ids.append(region)
@@ -238,6 +349,10 @@ def build_problem(
         for (u, v), g in profile.throughput.as_dict().items()
         if u != v and u in wanted and v in wanted and needed(u, v)
     }
+    links = read_links(profile.throughput, throughput)
+    if measured_only:
+        throughput = {e: g for e, g in throughput.items() if links[e].source != "model"}
+        links = {e: links[e] for e in throughput}
     prices = {(u, v): float(profile.prices.egress_usd_per_gb(u, v)) for (u, v) in throughput}
     if deadline_seconds is not None:
         objective = "min_cost"
@@ -257,6 +372,73 @@ def build_problem(
         provisioning_seconds=provisioning_seconds,
         max_relays=max_relays,
         details={} if deadline_seconds is None else {"deadline_seconds": deadline_seconds},
+        links=links,
+        mip_gap=mip_gap,
     )
     problem.validate()
     return problem
+
+
+def filter_relays(
+    ids: list[str],
+    ends: set[str],
+    allow: Iterable[str] | None,
+    deny: Iterable[str] | None,
+) -> list[str]:
+    """``ids`` whose relays match some ``allow`` pattern and no ``deny`` pattern; ends stay."""
+    allow_list = None if allow is None else list(allow)
+    deny_list = list(deny or ())
+    for pattern in (*(allow_list or ()), *deny_list):
+        if not any(ch in pattern for ch in "*?[") and pattern not in ids:
+            raise UnknownRegionError(pattern, suggest(pattern, ids))
+
+    def keep(region: str) -> bool:
+        if region in ends:
+            return True
+        if allow_list is not None and not any(fnmatch.fnmatchcase(region, p) for p in allow_list):
+            return False
+        return not any(fnmatch.fnmatchcase(region, p) for p in deny_list)
+
+    return [r for r in ids if keep(r)]
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    iso = getattr(value, "isoformat", None)
+    return str(iso()) if callable(iso) else str(value)
+
+
+def read_links(grid: Any, edges: Mapping[Edge, float]) -> dict[Edge, LinkSpec]:
+    """Per-edge ``LinkSpec`` from the grid: ``links()`` if it has it, else today's grid
+    (``source(u, v)`` says measured/modelled; a measured value counts as an active profile)."""
+    links_fn = getattr(grid, "links", None)
+    out: dict[Edge, LinkSpec] = {}
+    if callable(links_fn):
+        estimates = links_fn()
+        for edge in edges:
+            est = estimates.get(edge)
+            if est is None:
+                out[edge] = LinkSpec()
+                continue
+            source = str(getattr(est, "source", "model") or "model")
+            out[edge] = LinkSpec(
+                per_conn_gbps=_positive(getattr(est, "per_conn_gbps", None)),
+                sat_gbps=_positive(getattr(est, "sat_gbps", None)),
+                region_cap_gbps=_positive(getattr(est, "region_cap_gbps", None)),
+                connections=int(getattr(est, "connections", 0) or 0) or None,
+                source=source,
+                measured_at=_iso(getattr(est, "measured_at", None)),
+            )
+        return out
+    source_fn = getattr(grid, "source", None)
+    when_fn = getattr(grid, "measured_at", None)
+    for u, v in edges:
+        measured = callable(source_fn) and source_fn(u, v) == "measured"
+        when = _iso(when_fn(u, v)) if measured and callable(when_fn) else None
+        out[(u, v)] = LinkSpec(source="profile" if measured else "model", measured_at=when)
+    return out
+
+
+def _positive(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -5,8 +5,10 @@ and is described per Gbps of its flow by: egress price ``pi_r = p(s,r) + p(r,d)`
 connections ``a_r = c / grid[s,r]``, destination connections ``b_r = c / grid[r,d]`` (plus
 one unit of source egress and destination ingress, the same for every relay), and by its VMs:
 Gbps per VM ``kappa_r = min(I_r, E_r, M grid[s,r] / c, M grid[r,d] / c)``, price ``k_r`` and
-limit ``L_r``. Say ``r'`` *dominates* ``r`` when ``pi' <= pi, a' <= a, b' <= b,
-kappa' >= kappa, k' <= k`` (ties broken by a fixed order so the relation is a strict order).
+limit ``L_r``. (Connection figures are per edge: ``a_r = 1 / r[s, r]``, and a VM pair's rate
+is capped by saturation, see ``formulation``.) Say ``r'`` *dominates* ``r`` when
+``pi' <= pi, a' <= a, b' <= b, kappa' >= kappa, k' <= k`` (ties broken by a fixed order so
+the relation is a strict order).
 
 Exchange argument. Moving ``j`` VMs and up to ``j * kappa_r`` Gbps from ``r`` to a dominator
 ``r'`` with ``j`` free VM slots keeps every constraint (it uses no more source/destination
@@ -16,6 +18,10 @@ possible. If it used ``r``, every dominator ``r'`` would be full, ``N_r' = L_r'`
 ``f_r' > (L_r' - 1) kappa_r'``. All relay flow is at most ``T``, so if
 ``sum_{r' dominates r} (L_r' - 1) kappa_r' >= T_upper`` (an upper bound on ``T``), ``r`` is
 unused: dropping it keeps an optimal plan, for the MILP and (a fortiori) the LP relaxation.
+
+Moving flow onto ``r'`` must not break rows that involve other regions' VMs: a relay whose
+edges have a binding saturation row (``F <= s * N_src``) or a region-pair cap never counts
+as a dominator (it may still be dominated: moving flow off it only relaxes its rows).
 """
 
 from __future__ import annotations
@@ -38,19 +44,29 @@ def prune_dominated_relays(
     relay_paths = [p for p in paths if len(p.regions) == 3]
     if len(relay_paths) < 2:
         return list(paths)
-    c, m = float(problem.conns_measured), float(problem.max_conns_per_vm)
     rows = []
+    can_dominate = []
     for path in relay_paths:
         r = path.regions[1]
         spec = problem.regions[r]
-        g_in, g_out = problem.gbps(src, r), problem.gbps(r, dst)
-        kappa = min(spec.ingress_cap_gbps, spec.egress_cap_gbps, m * g_in / c, m * g_out / c)
-        rows.append((path.usd_per_gb, c / g_in, c / g_out, -kappa, spec.vm_usd_per_hour))
+        a, b = problem.conns_per_gbps(src, r), problem.conns_per_gbps(r, dst)
+        kappa = min(
+            spec.ingress_cap_gbps,
+            spec.egress_cap_gbps,
+            problem.vm_pair_gbps(src, r),
+            problem.vm_pair_gbps(r, dst),
+        )
+        rows.append((path.usd_per_gb, a, b, -kappa, spec.vm_usd_per_hour))
+        plain = all(
+            not problem.sat_binds(*e) and not np.isfinite(problem.rates(*e).region_cap_gbps)
+            for e in ((src, r), (r, dst))
+        )
+        can_dominate.append(plain)
     worse = np.asarray(rows)  # every column: smaller is better
     slack = np.asarray(
         [
-            (problem.regions[p.regions[1]].max_vms - 1) * -row[3]
-            for p, row in zip(relay_paths, rows, strict=True)
+            (problem.regions[p.regions[1]].max_vms - 1) * -row[3] if ok else 0.0
+            for p, row, ok in zip(relay_paths, rows, can_dominate, strict=True)
         ]
     )
     n = len(relay_paths)

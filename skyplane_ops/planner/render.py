@@ -46,7 +46,10 @@ def _describe_mode(plan: TransferPlan) -> str:
     template = _MODES.get(plan.mode, plan.mode)
     text = template.format(bound=bound) if bound is not None else plan.mode.replace("_", " ")
     if plan.details.get("default_bound"):
-        text += " (default: the direct path's cost)"
+        text = "fastest completion (provisioning + transfer)"
+    tolerance = plan.details.get("completion_tolerance")
+    if plan.mode == "max_throughput" and tolerance:
+        text += f", then the cheapest plan finishing within {100 * tolerance:g}% of it"
     if plan.details.get("exact_floor"):
         text += " (exactly the floor)"
     if plan.details.get("deadline_seconds"):
@@ -77,6 +80,13 @@ def render_text(plan: TransferPlan) -> str:
         f"Objective: {_describe_mode(plan)}",
         f"Solver: {plan.details.get('solver', '-')} {plan.solver_status} in "
         f"{plan.solve_seconds * 1e3:.0f} ms",
+    ]
+    if "completion_seconds" in plan.details:
+        lines.append(
+            f"Done in: {_duration(plan.details['completion_seconds'])} "
+            f"({plan.details.get('provisioning_seconds', 0):g} s provisioning + transfer)"
+        )
+    lines += [
         "",
         "Paths:",
     ]
@@ -84,10 +94,19 @@ def render_text(plan: TransferPlan) -> str:
     for path in plan.paths:
         rows.append([f"{100 * path.share:.1f}%", f"{path.gbps:.2f}", " -> ".join(path.regions)])
     lines += _table(rows, {0, 1})
-    lines += ["", "Hops:"]
-    rows = [["from", "to", "Gbps", "TCP conns"]]
+    lines += ["", "Hops (where each edge's figures came from, and when):"]
+    rows = [["from", "to", "Gbps", "TCP conns", "source", "measured"]]
     for hop in plan.hops:
-        rows.append([hop.src, hop.dst, f"{hop.gbps:.2f}", str(hop.connections)])
+        rows.append(
+            [
+                hop.src,
+                hop.dst,
+                f"{hop.gbps:.2f}",
+                str(hop.connections),
+                hop.source,
+                hop.measured_at or "-",
+            ]
+        )
     lines += _table(rows, {2, 3})
     lines += ["", "Gateway VMs:"]
     rows = [["region", "VMs"]] + [[u, str(n)] for u, n in plan.vms.items()]

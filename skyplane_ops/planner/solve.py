@@ -3,16 +3,16 @@ the feasibility limits that infeasible bounds are reported against."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from skyplane_ops.errors import InfeasibleError
 from skyplane_ops.planner.evaluate import build_plan
 from skyplane_ops.planner.formulation import (
     DEFAULT_MILP_SOLVER,
-    MIP_GAP,
     PathModel,
     Solution,
 )
@@ -25,6 +25,12 @@ from skyplane_ops.planner.prune import prune_dominated_relays
 MAX_DINKELBACH = 8
 #: Relative precision of the lowest feasible cost reported when a ceiling is infeasible.
 CHEAPEST_REL_TOL = 0.002
+
+
+def overflows(plan: TransferPlan, fleet: Mapping[str, float]) -> bool:
+    """True when whole connections needed more VMs than the solver's fleet (see
+    ``formulation``: the fractional connection rows can be short by one per hop)."""
+    return any(n > round(fleet.get(u, 0.0)) for u, n in plan.vms.items())
 
 
 def usable_paths(problem: Problem) -> list[CandidatePath]:
@@ -123,6 +129,7 @@ def solve_milp(
     solver: str | None = None,
     *,
     exact_floor: bool = False,
+    integer_conns: bool = False,
 ) -> MilpResult:
     """Exact solve of mode (a) or (b).
 
@@ -140,7 +147,7 @@ def solve_milp(
             raise InvalidProblemError("minimising cost needs a throughput floor")
         floor = problem.bound
         kept = prune_dominated_relays(problem, paths, floor)
-        model = PathModel(problem, kept, solver=solver)
+        model = PathModel(problem, kept, solver=solver, integer_conns=integer_conns)
         model.set_floor(floor)
         first = model.solve()
         if first is None:
@@ -150,10 +157,10 @@ def solve_milp(
         )
         if exact_floor:
             return result
-        return _cheapest_at_least(problem, paths, result, floor, solver)
+        return _cheapest_at_least(problem, paths, result, floor, solver, integer_conns)
     tmax = max_throughput_gbps(problem, paths)
     full, paths = paths, prune_dominated_relays(problem, paths, tmax)
-    model = PathModel(problem, paths, tmax=tmax, solver=solver)
+    model = PathModel(problem, paths, tmax=tmax, solver=solver, integer_conns=integer_conns)
     model.set_ceiling(problem.bound)
     solution = model.solve()
     if solution is None:
@@ -169,20 +176,25 @@ def _cheapest_at_least(
     first: MilpResult,
     floor: float,
     solver: str | None,
+    integer_conns: bool = False,
 ) -> MilpResult:
     """Dinkelbach iterations from the exact-floor plan (see ``solve_milp``)."""
     lam = first.solution.objective / floor  # its cost with the solver's (untrimmed) fleet
     tmax = max_throughput_gbps(problem, full)
     seconds = first.solver_seconds
-    if tmax <= floor * (1 + 1e-9):
-        return first
+    if tmax <= floor * (1 + 1e-9) or lam <= 0:
+        return first  # nothing faster, or nothing cheaper than free
     paths = prune_dominated_relays(problem, full, tmax)
     model = PathModel(
-        problem.with_objective("max_throughput", None), paths, tmax=tmax, solver=solver
+        problem.with_objective("max_throughput", None),
+        paths,
+        tmax=tmax,
+        solver=solver,
+        integer_conns=integer_conns,
     )
     best: MilpResult = first
     for iteration in range(1, MAX_DINKELBACH + 1):
-        tolerance = MIP_GAP * lam * floor
+        tolerance = max(problem.mip_gap, 1e-9) * lam * floor
         model.set_ratio(lam, floor, tolerance)
         sol = model.solve()
         if sol is None:  # cannot happen: the exact-floor plan is feasible here too
@@ -203,16 +215,98 @@ def _cheapest_at_least(
 def solve_plan(
     problem: Problem, solver: str | None = None, *, exact_floor: bool = False
 ) -> TransferPlan:
-    """The exact MILP plan for the problem's objective and bound (see ``solve_milp``)."""
+    """The exact MILP plan for the problem's objective and bound (see ``solve_milp``).
+
+    Connections are fractional in the first solve (fast, the paper's relaxation of ``M``);
+    when rounding each hop up would exceed a region's ``max_conns_per_vm * VMs``, the problem
+    is solved again with whole connections per hop (``formulation``'s ``integer_conns``).
+    """
     start = time.perf_counter()
     full = usable_paths(problem)
     result = solve_milp(problem, full, solver=solver, exact_floor=exact_floor)
+    plan = _milp_plan(problem, result, solver, exact_floor, start, len(full))
+    if overflows(plan, result.solution.vms):
+        fixed = _whole_connections_on_fleet(problem, result)
+        if fixed is not None:
+            repaired = _milp_plan(problem, fixed, solver, exact_floor, start, len(full))
+            if not overflows(repaired, fixed.solution.vms):
+                repaired.details["whole_connections"] = "same fleet"
+                return repaired
+        try:
+            whole = solve_milp(
+                problem, full, solver=solver, exact_floor=exact_floor, integer_conns=True
+            )
+        except InfeasibleError:
+            plan.details["whole_connections"] = "extra VMs"  # rounding cost a VM
+            return plan
+        whole = MilpResult(
+            whole.solution,
+            whole.paths,
+            whole.gap,
+            whole.solver_seconds + result.solver_seconds,
+            whole.iterations + result.iterations,
+        )
+        plan = _milp_plan(problem, whole, solver, exact_floor, start, len(full))
+        plan.details["whole_connections"] = "re-solved"
+    return plan
+
+
+def _whole_connections_on_fleet(problem: Problem, result: MilpResult) -> MilpResult | None:
+    """Whole connections per hop on the solver's own fleet (a small MILP: VMs fixed, so no
+    products with ``T``): mode (b) the fastest within the ceiling; mode (a) the cheapest at the
+    solver's throughput or, failing that, at the floor. None if the fleet cannot do it."""
+    fleet = {u: float(round(n)) for u, n in result.solution.vms.items()}
+    model = PathModel(problem, result.paths, fixed_vms=fleet, integer_conns=True)
+    seconds = result.solver_seconds
+    if problem.objective == "max_throughput":
+        model.set_ceiling(problem.bound)
+        sol = model.solve()
+        candidates = [] if sol is None or sol.gbps <= 0 else [sol]
+        if sol is not None and sol.gbps > 0:
+            seconds += sol.seconds
+            # The cheapest way to run that fast: the ceiling's tie-break is below the MIP gap.
+            cheap = PathModel(
+                problem.with_objective("min_cost", sol.gbps),
+                result.paths,
+                fixed_vms=fleet,
+                integer_conns=True,
+            )
+            cheap.set_floor(sol.gbps)
+            again = cheap.solve()
+            if again is not None:
+                seconds += again.seconds
+                candidates = [dataclasses.replace(again, gbps=sol.gbps)]
+    else:
+        assert problem.bound is not None
+        candidates = []
+        for gbps in dict.fromkeys((result.solution.gbps, problem.bound)):
+            model.set_floor(gbps)
+            sol = model.solve()
+            if sol is not None:
+                seconds += sol.seconds
+                candidates.append(sol)
+                break
+    if not candidates:
+        return None
+    best = candidates[0]
+    return MilpResult(best, result.paths, result.gap, seconds, result.iterations + 1)
+
+
+def _milp_plan(
+    problem: Problem,
+    result: MilpResult,
+    solver: str | None,
+    exact_floor: bool,
+    start: float,
+    candidates: int,
+) -> TransferPlan:
     solution = result.solution
-    details = {
-        "paths_before_pruning": len(full),
+    details: dict[str, object] = {
+        "paths_before_pruning": candidates,
         "solver": solver or DEFAULT_MILP_SOLVER,
         "solver_seconds": result.solver_seconds,
         "mip_gap": result.gap,
+        "mip_gap_target": problem.mip_gap,
         "solves": result.iterations,
     }
     if problem.objective == "min_cost":
@@ -238,6 +332,24 @@ def _gap(problem: Problem, value: float, bound: float) -> float:
 
 def _objective_value(plan: TransferPlan) -> float:
     return plan.total_cost_usd if plan.mode == "min_cost" else plan.predicted_gbps
+
+
+def _fixed_fleet_solve(
+    problem: Problem,
+    paths: Sequence[CandidatePath],
+    fleet: Mapping[str, float],
+    *,
+    integer_conns: bool = False,
+) -> Solution | None:
+    """Flows for a fixed fleet at the problem's bound (an LP, or a small MILP with
+    ``integer_conns``)."""
+    assert problem.bound is not None
+    fixed = PathModel(problem, paths, fixed_vms=fleet, integer_conns=integer_conns)
+    if problem.objective == "min_cost":
+        fixed.set_floor(problem.bound)
+    else:
+        fixed.set_ceiling(problem.bound)
+    return fixed.solve()
 
 
 def solve_lp_plan(problem: Problem, compare_milp: bool = True) -> TransferPlan:
@@ -270,18 +382,14 @@ def solve_lp_plan(problem: Problem, compare_milp: bool = True) -> TransferPlan:
     roundings = ("up",) if problem.objective == "min_cost" else ("down", "up")
     best: Solution | None = None
     used = ""
+    fleet: dict[str, float] = {}
     for how in roundings:
-        fleet: dict[str, float] = {}
+        fleet = {}
         for u, n in lp.vms.items():
             whole = math.ceil(n - 1e-6) if how == "up" else math.floor(n + 1e-6)
             lower = 1 if u in endpoints else 0
             fleet[u] = float(min(problem.regions[u].max_vms, max(lower, whole)))
-        fixed = PathModel(problem, paths, fixed_vms=fleet)
-        if problem.objective == "min_cost":
-            fixed.set_floor(problem.bound)
-        else:
-            fixed.set_ceiling(problem.bound)
-        sol = fixed.solve()
+        sol = _fixed_fleet_solve(problem, paths, fleet)
         if sol is not None and sol.gbps > 0:
             best, used = sol, how
             break
@@ -307,6 +415,22 @@ def solve_lp_plan(problem: Problem, compare_milp: bool = True) -> TransferPlan:
         seconds=0.0,
         details=details,
     )
+    if overflows(plan, fleet):
+        repaired = _fixed_fleet_solve(problem, paths, fleet, integer_conns=True)
+        if repaired is not None and repaired.gbps > 0:
+            details["whole_connections"] = "re-solved"
+            plan = build_plan(
+                problem,
+                paths,
+                repaired.path_flows,
+                repaired.gbps,
+                mode=problem.objective,
+                status="LP_ROUNDED",
+                seconds=0.0,
+                details=details,
+            )
+        else:
+            plan.details["whole_connections"] = "extra VMs"
     value = _objective_value(plan)
     bound = float(details["lp_bound"])  # type: ignore[arg-type]
     plan.details["gap_to_lp_bound"] = _gap(problem, value, bound)

@@ -31,8 +31,14 @@ SCHEMA = pa.schema(
         ("vm_class", pa.string()),
         ("tier", pa.string()),
         ("backend", pa.string()),
+        ("source", pa.string()),
+        ("error", pa.string()),
     ]
 )
+
+#: ``source`` of a probe taken by the profiler, and of a rate a past transfer achieved.
+SOURCE_PROFILE = "profile"
+SOURCE_PASSIVE = "passive"
 
 
 def utcnow() -> datetime:
@@ -59,6 +65,15 @@ class Measurement:
     tier: str = ""
     backend: str = ""
     measurement_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # "profile" (an active probe) or "passive" (a hop of a past transfer).
+    source: str = SOURCE_PROFILE
+    # Non-empty for a pair the probe could not reach: a "no link" row (gbps 0).
+    error: str = ""
+
+    @property
+    def no_link(self) -> bool:
+        """The pair could not be reached when this row was taken."""
+        return bool(self.error)
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -96,13 +111,14 @@ def from_table(table: pa.Table) -> list[Measurement]:
         if at.tzinfo is None:
             at = at.replace(tzinfo=UTC)
         gbps = float(rec["gbps"])
+        no_link = bool(rec.get("error"))
         rows.append(
             Measurement(
                 src=str(rec["src"]),
                 dst=str(rec["dst"]),
                 gbps=gbps,
-                sent_gbps=float(rec.get("sent_gbps") or gbps),
-                received_gbps=float(rec.get("received_gbps") or gbps),
+                sent_gbps=0.0 if no_link else float(rec.get("sent_gbps") or gbps),
+                received_gbps=0.0 if no_link else float(rec.get("received_gbps") or gbps),
                 rtt_ms=float(rec.get("rtt_ms") or 0.0),
                 connections=int(rec.get("connections") or 0),
                 duration_s=float(rec.get("duration_s") or 0.0),
@@ -114,6 +130,8 @@ def from_table(table: pa.Table) -> list[Measurement]:
                 tier=str(rec.get("tier") or ""),
                 backend=str(rec.get("backend") or ""),
                 measurement_id=str(rec.get("measurement_id") or uuid.uuid4().hex),
+                source=str(rec.get("source") or SOURCE_PROFILE),
+                error=str(rec.get("error") or ""),
             )
         )
     return rows

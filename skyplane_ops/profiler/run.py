@@ -9,16 +9,17 @@ the next run (with a freshness window) measures only the rest.
 from __future__ import annotations
 
 import logging
+import queue
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway_agent.probe import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, MAX_CONNECTIONS, ProbeResult
+from gateway_agent.probe import DEFAULT_SECONDS, MAX_CONNECTIONS, ProbeResult
 from skyplane_ops.profiler.budget import CostEstimate, check_budget, estimate_cost
 from skyplane_ops.profiler.drivers import ProbeDriver
 from skyplane_ops.profiler.errors import ProfilerError
@@ -31,6 +32,12 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 log = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any]], None]
+
+#: Connection counts each pair is probed at: a few connections give the per-connection rate
+#: (where connections are the bottleneck), many the saturation rate of one VM pair.
+DEFAULT_CONNECTIONS: tuple[int, ...] = (4, 64)
+
+Connections = int | Sequence[int]
 
 
 @dataclass
@@ -49,6 +56,9 @@ class RefreshResult:
     measurements: list[Measurement] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     backend: str = ""
+    # Pairs no probe could reach, recorded in the store as "no link" rows (gbps 0).
+    no_link: list[Measurement] = field(default_factory=list)
+    connections: tuple[int, ...] = DEFAULT_CONNECTIONS
 
     @property
     def measured(self) -> int:
@@ -67,6 +77,8 @@ class RefreshResult:
             "skipped_fresh": self.skipped_fresh,
             "failed": len(self.failed),
             "failed_pairs": sorted(self.failed)[:20],
+            "no_link": len(self.no_link),
+            "connections": list(self.connections),
             "rounds": self.rounds,
             "seconds": round(self.seconds, 3),
             "estimate_usd": round(self.estimate.total_usd, 6),
@@ -77,19 +89,43 @@ class RefreshResult:
         }
 
 
+def check_loopback_store(backend: str, store_uri: str) -> None:
+    """Loopback rates (the ``local`` backend) say nothing about a WAN: they never go into the
+    default store that plans read; a user who wants them names a scratch store on purpose."""
+    from skyplane_ops.profiler.store import default_store_uri
+
+    if backend == "local" and store_uri.rstrip("/") == default_store_uri().rstrip("/"):
+        raise ProfilerError(
+            "the local backend measures loopback, which would mislead every plan made on the "
+            f"default grid store {store_uri}; pass --store (store_uri=) naming a scratch store"
+        )
+
+
 def new_run_id() -> str:
     """A transfer-id-safe run id (it tags every gateway the run provisions)."""
     return f"prof-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
-def _validate(regions: Sequence[str], connections: int, duration_s: float) -> list[str]:
+def connection_counts(connections: Connections) -> tuple[int, ...]:
+    """The distinct connection counts to probe at, ascending; each in 1..MAX_CONNECTIONS."""
+    counts = (connections,) if isinstance(connections, int) else tuple(connections)
+    if not counts:
+        raise ProfilerError("give at least one connection count")
+    for count in counts:
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ProfilerError(f"connection counts must be integers, got {count!r}")
+        if not 1 <= count <= MAX_CONNECTIONS:
+            raise ProfilerError(f"connections must be in 1..{MAX_CONNECTIONS}, got {count}")
+    return tuple(sorted(set(counts)))
+
+
+def _validate(regions: Sequence[str], connections: Connections, duration_s: float) -> list[str]:
     order = [r.strip() for r in regions if r and r.strip()]
     if len(set(order)) != len(order):
         raise ProfilerError(f"regions repeat: {', '.join(order)}")
     if len(order) < 2:
         raise ProfilerError("profiling needs at least two regions")
-    if not 1 <= connections <= MAX_CONNECTIONS:
-        raise ProfilerError(f"connections must be in 1..{MAX_CONNECTIONS}, got {connections}")
+    connection_counts(connections)
     if not 0 < duration_s <= 600:
         raise ProfilerError(f"duration must be in (0, 600] seconds, got {duration_s}")
     return order
@@ -159,7 +195,7 @@ class _Prepared:
 def _prepare(
     regions: Sequence[str],
     *,
-    connections: int = DEFAULT_CONNECTIONS,
+    connections: Connections = DEFAULT_CONNECTIONS,
     duration_s: float = DEFAULT_SECONDS,
     budget_usd: float | None = None,
     store_uri: str,
@@ -182,14 +218,17 @@ def _prepare(
 
         profile = load_default_profile()
     now = utcnow()
-    known = latest_per_pair(store.measurements(include_pending=True))
+    # A "no link" row does not make a pair fresh: the next run tries it again.
+    known = latest_per_pair([m for m in store.measurements(include_pending=True) if not m.no_link])
     wanted = all_pairs(order)
     fresh = {
         p for p in wanted if freshness_s > 0 and p in known and known[p].age_s(now) < freshness_s
     }
     todo = [p for p in wanted if p not in fresh]
     rate_of, price_of = _cost_functions(profile, budget_usd)
-    estimate = estimate_cost(todo, duration_s, rate_of, price_of)
+    # Every pair is probed once per connection count, one after the other.
+    probe_seconds = duration_s * len(connection_counts(connections))
+    estimate = estimate_cost(todo, probe_seconds, rate_of, price_of)
     rounds = schedule_rounds(order, todo, exclusive=exclusive)
     return _Prepared(order, store, fresh, todo, rounds, estimate, profile)
 
@@ -217,7 +256,7 @@ def refresh_grid(
     *,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
-    connections: int = DEFAULT_CONNECTIONS,
+    connections: Connections = DEFAULT_CONNECTIONS,
     duration_s: float = DEFAULT_SECONDS,
     budget_usd: float | None = None,
     store_uri: str,
@@ -233,6 +272,11 @@ def refresh_grid(
 ) -> RefreshResult:
     """Measure every ordered pair of ``regions`` not measured within ``freshness_s``.
 
+    Each pair is probed at every count in ``connections`` (default 4 and 64), so the grid
+    knows both its per-connection and its saturation rate. A pair no probe reaches is stored
+    as a "no link" row (gbps 0) and listed in ``failed``; the run raises ``ProfilerError``
+    only when nothing at all could be measured.
+
     Raises ``BudgetExceededError`` (before provisioning anything) when the egress estimate is
     above ``budget_usd``. ``probe_port`` fixes the port gateways listen for probes on (0: the
     one the fleet names in ``resources["probe_port"]``, for backends whose firewall or WAN
@@ -240,6 +284,7 @@ def refresh_grid(
     ``store_uri`` with what was measured, also when the run fails or is interrupted half-way.
     """
     started = time.monotonic()
+    check_loopback_store(backend, store_uri)
     options = dict(backend_options or {})
     run_id = run_id or new_run_id()
     emit = progress or (lambda event: None)
@@ -276,6 +321,7 @@ def refresh_grid(
         rounds=len(rounds),
         seconds=0.0,
         backend=backend,
+        connections=connection_counts(connections),
     )
     emit(
         {
@@ -317,7 +363,7 @@ def refresh_grid(
                 rnd,
                 gateways,
                 driver,
-                connections,
+                result.connections,
                 duration_s,
                 store,
                 result,
@@ -360,11 +406,30 @@ def _deprovision(provisioner: Provisioner, fleet: GatewayFleet, attempts: int = 
             time.sleep(0.5 * attempt)
 
 
+def _probe_counts(
+    driver: ProbeDriver,
+    src: Gateway,
+    dst: Gateway,
+    counts: Sequence[int],
+    duration_s: float,
+    out: queue.Queue[tuple[Pair, int, ProbeResult | Exception]],
+) -> None:
+    """Probe one pair at each count in turn (never two at once on one pair); an unreachable
+    pair is not tried again at the larger counts."""
+    pair = (src.region, dst.region)
+    for count in counts:
+        try:
+            out.put((pair, count, driver.probe(src, dst, count, duration_s)))
+        except Exception as exc:
+            out.put((pair, count, exc))
+            return
+
+
 def _run_round(
     rnd: list[Pair],
     gateways: Mapping[str, Gateway],
     driver: ProbeDriver,
-    connections: int,
+    counts: Sequence[int],
     duration_s: float,
     store: GridStore,
     result: RefreshResult,
@@ -375,49 +440,85 @@ def _run_round(
     emit: Progress,
 ) -> None:
     """Probe every pair of one round at once; journal each result as soon as it arrives."""
+    arrived: queue.Queue[tuple[Pair, int, ProbeResult | Exception]] = queue.Queue()
+    measured: set[Pair] = set()
+    errors: dict[Pair, str] = {}
     with ThreadPoolExecutor(max_workers=len(rnd), thread_name_prefix="probe") as pool:
-        futures: dict[Future[ProbeResult], Pair] = {
-            pool.submit(driver.probe, gateways[s], gateways[d], connections, duration_s): (s, d)
+        futures = [
+            pool.submit(
+                _probe_counts, driver, gateways[s], gateways[d], counts, duration_s, arrived
+            )
             for s, d in rnd
-        }
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                src, dst = futures[fut]
-                try:
-                    probe = fut.result()
-                except Exception as exc:
-                    result.failed[f"{src}->{dst}"] = str(exc)
-                    emit({"event": "failed", "src": src, "dst": dst, "error": str(exc)})
-                    continue
-                vm_class, tier = _provenance(profile, src, backend, options)
-                row = Measurement(
-                    src=src,
-                    dst=dst,
-                    gbps=probe.received_gbps,
-                    sent_gbps=probe.sent_gbps,
-                    received_gbps=probe.received_gbps,
-                    rtt_ms=probe.rtt_ms,
-                    connections=probe.connections,
-                    duration_s=duration_s,
-                    measured_at=utcnow(),
-                    run_id=run_id,
-                    bytes_sent=probe.bytes_sent,
-                    bytes_received=probe.bytes_received,
-                    vm_class=vm_class,
-                    tier=tier,
-                    backend=backend,
-                )
-                store.append(row)
-                result.measurements.append(row)
+        ]
+        while not (all(f.done() for f in futures) and arrived.empty()):
+            try:
+                (src, dst), count, outcome = arrived.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            vm_class, tier = _provenance(profile, src, backend, options)
+            if isinstance(outcome, Exception):
+                errors[(src, dst)] = str(outcome)
                 emit(
                     {
-                        "event": "measured",
+                        "event": "failed",
                         "src": src,
                         "dst": dst,
-                        "gbps": row.gbps,
-                        "rtt_ms": row.rtt_ms,
-                        "done": result.measured,
+                        "connections": count,
+                        "error": str(outcome),
                     }
                 )
+                continue
+            row = Measurement(
+                src=src,
+                dst=dst,
+                gbps=outcome.received_gbps,
+                sent_gbps=outcome.sent_gbps,
+                received_gbps=outcome.received_gbps,
+                rtt_ms=outcome.rtt_ms,
+                connections=outcome.connections,
+                duration_s=duration_s,
+                measured_at=utcnow(),
+                run_id=run_id,
+                bytes_sent=outcome.bytes_sent,
+                bytes_received=outcome.bytes_received,
+                vm_class=vm_class,
+                tier=tier,
+                backend=backend,
+            )
+            store.append(row)
+            result.measurements.append(row)
+            measured.add((src, dst))
+            emit(
+                {
+                    "event": "measured",
+                    "src": src,
+                    "dst": dst,
+                    "gbps": row.gbps,
+                    "rtt_ms": row.rtt_ms,
+                    "connections": row.connections,
+                    "done": result.measured,
+                }
+            )
+    for (src, dst), error in errors.items():
+        if (src, dst) in measured:
+            continue  # reachable at another count: not a missing link
+        result.failed[f"{src}->{dst}"] = error
+        vm_class, tier = _provenance(profile, src, backend, options)
+        no_link = Measurement(
+            src=src,
+            dst=dst,
+            gbps=0.0,
+            sent_gbps=0.0,
+            received_gbps=0.0,
+            rtt_ms=0.0,
+            connections=counts[0],
+            duration_s=0.0,
+            measured_at=utcnow(),
+            run_id=run_id,
+            vm_class=vm_class,
+            tier=tier,
+            backend=backend,
+            error=error[:500] or "unreachable",
+        )
+        store.append(no_link)
+        result.no_link.append(no_link)

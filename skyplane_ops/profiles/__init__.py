@@ -5,6 +5,8 @@ overrides and a measured grid. See profiles/README.md for the data, its sources 
 """
 
 from skyplane_ops.profiles.catalog import Region, RegionCatalog, load_catalog
+from skyplane_ops.profiles.custom import CustomRegion
+from skyplane_ops.profiles.links import LinkEstimate, combine_counts
 from skyplane_ops.profiles.loader import (
     Profile,
     default_prices_document,
@@ -18,12 +20,15 @@ from skyplane_ops.profiles.prices import PriceGrid, VmClass
 from skyplane_ops.profiles.throughput import ThroughputGrid
 
 __all__ = [
+    "CustomRegion",
+    "LinkEstimate",
     "PriceGrid",
     "Profile",
     "Region",
     "RegionCatalog",
     "ThroughputGrid",
     "VmClass",
+    "combine_counts",
     "default_prices_document",
     "load_catalog",
     "load_default_profile",

@@ -42,6 +42,7 @@ class Region:
     city: str
     lat: float
     lon: float
+    custom: bool = False  # a user's own site (custom.py): no coordinates, no model throughput
 
 
 class RegionCatalog:
@@ -89,6 +90,14 @@ class RegionCatalog:
             return difflib.get_close_matches(region_id, list(self._regions), n=n, cutoff=0.6)
         names = difflib.get_close_matches(region_id, list(self._bare), n=n, cutoff=0.6)
         return [rid for name in names for rid in self._bare[name]][:n]
+
+    def with_regions(self, regions: Iterable[Region]) -> RegionCatalog:
+        """A new catalog with ``regions`` appended (an id already present is an error)."""
+        extra = list(regions)
+        for region in extra:
+            if region.id in self._regions:
+                raise ProfileError(f"region {region.id!r} is already in the catalog")
+        return RegionCatalog([*self._regions.values(), *extra])
 
     def ids(self) -> list[str]:
         return list(self._regions)

@@ -1,11 +1,17 @@
-"""Measured throughput grids: read and write CSV or Parquet (columns src, dst, gbps,
-connections, measured_at; extra columns are allowed and ignored).
+"""Measured throughput grids: read and write CSV or Parquet.
 
-A value measured with c connections is scaled linearly to the grid's connection count
-(gbps * grid_connections / c), as the Skyplane paper assumes for up to 64 flows per VM pair.
-When a pair appears several times the newest ``measured_at`` wins (a tie goes to the later
-row). An optional ``source`` column equal to ``modelled`` marks a model value (measured_at
-may then be empty): that is what ThroughputGrid.write exports, so exports round-trip.
+Columns: ``src, dst, gbps, connections`` (required), and optionally ``measured_at``,
+``per_conn_gbps``, ``sat_gbps``, ``region_cap_gbps`` and ``source``; other columns are ignored.
+
+Per pair the rows are combined by ``links.combine_counts``: the newest row per connection
+count, the counts measured within a day of the newest row (one session), per-connection and
+saturation rates when two or more counts remain. The grid figure is the rate at the largest
+count, scaled linearly to the grid's connection count (the Skyplane paper's assumption).
+Explicit ``per_conn_gbps``/``sat_gbps``/``region_cap_gbps`` on that row win over derived ones.
+``source`` is ``published``, ``profile``, ``passive`` or ``model`` (``measured`` and
+``modelled``, the older names, mean ``profile`` and ``model``). A model row needs no
+``measured_at`` and never replaces a measurement of the same pair: that is what
+ThroughputGrid.write exports, so exports round-trip.
 """
 
 from __future__ import annotations
@@ -13,16 +19,20 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from skyplane_ops.errors import ProfileError, UnknownRegionError
 from skyplane_ops.profiles.catalog import RegionCatalog
+from skyplane_ops.profiles.links import SOURCES, CountSample, LinkEstimate, combine_counts
 from skyplane_ops.profiles.throughput import Pair, ThroughputGrid
 
-REQUIRED_COLUMNS = ("src", "dst", "gbps", "connections", "measured_at")
-OUTPUT_COLUMNS = (*REQUIRED_COLUMNS, "source")
+REQUIRED_COLUMNS = ("src", "dst", "gbps", "connections")
+LINK_COLUMNS = ("per_conn_gbps", "sat_gbps", "region_cap_gbps")
+OUTPUT_COLUMNS = (*REQUIRED_COLUMNS, "measured_at", *LINK_COLUMNS, "source")
+_SOURCE_ALIASES = {"measured": "profile", "modelled": "model", "": "profile"}
 
 
 def _format(path: str | Path) -> str:
@@ -72,14 +82,31 @@ def _region(catalog: RegionCatalog, value: Any, where: str, field: str) -> str:
         raise ProfileError(f"{where}: field {field!r}: {exc}") from exc
 
 
-def _gbps(value: Any, where: str) -> float:
+def _gbps(value: Any, where: str, field: str = "gbps") -> float:
     try:
         gbps = float(value)
     except (TypeError, ValueError):
-        raise ProfileError(f"{where}: field 'gbps': {value!r} is not a number") from None
+        raise ProfileError(f"{where}: field {field!r}: {value!r} is not a number") from None
     if not math.isfinite(gbps) or gbps < 0:
-        raise ProfileError(f"{where}: field 'gbps': {gbps} must be a finite number >= 0")
+        raise ProfileError(f"{where}: field {field!r}: {gbps} must be a finite number >= 0")
     return gbps
+
+
+def _optional_gbps(row: Mapping[str, Any], field: str, where: str) -> float | None:
+    value = row.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return _gbps(value, where, field)
+
+
+def _source(value: Any, where: str) -> str:
+    text = str(value or "").strip().lower()
+    text = _SOURCE_ALIASES.get(text, text)
+    if text not in SOURCES:
+        raise ProfileError(f"{where}: field 'source': {value!r} is not one of {', '.join(SOURCES)}")
+    return text
 
 
 def _connections(value: Any, where: str) -> int:
@@ -107,12 +134,19 @@ def _timestamp(value: Any, where: str) -> datetime | None:
     return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
 
 
+class _PairRows:
+    """Rows of one pair while loading: measured samples and an optional model row."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[CountSample, str, Mapping[str, float | None]]] = []
+        self.model: float | None = None
+
+
 def load_measured_grid(
     path: str | Path, catalog: RegionCatalog, *, connections: int = 64
 ) -> ThroughputGrid:
     """Load a measured grid, scaled to ``connections`` flows per VM pair."""
-    values: dict[Pair, float] = {}
-    when: dict[Pair, datetime] = {}
+    pairs: dict[Pair, _PairRows] = {}
     seen_connections: set[int] = set()
     rows = 0
     for where, row in _rows(path):
@@ -122,22 +156,31 @@ def load_measured_grid(
         gbps = _gbps(row.get("gbps"), where)
         conns = _connections(row.get("connections"), where)
         stamp = _timestamp(row.get("measured_at"), where)
-        modelled = str(row.get("source") or "").strip() == "modelled"
-        if stamp is None and not modelled:
-            raise ProfileError(f"{where}: field 'measured_at' is empty")
+        source = _source(row.get("source"), where)
         seen_connections.add(conns)
-        pair = (src, dst)
-        previous = when.get(pair)
-        if modelled:
-            if pair in when:
-                continue  # a measurement of the pair beats a model value
-        elif previous is not None and stamp is not None and stamp < previous:
-            continue  # keep the newer measurement
-        values[pair] = gbps * connections / conns
-        if not modelled and stamp is not None:
-            when[pair] = stamp
+        entry = pairs.setdefault((src, dst), _PairRows())
+        if source == "model":
+            entry.model = gbps * connections / conns
+            continue
+        if stamp is None:
+            raise ProfileError(f"{where}: field 'measured_at' is empty")
+        extra = {c: _optional_gbps(row, c, where) for c in LINK_COLUMNS}
+        sample = CountSample(gbps, conns, stamp, extra["region_cap_gbps"])
+        entry.samples.append((sample, source, extra))
     if rows == 0:
         raise ProfileError(f"{path}: the grid has no rows")
+    values: dict[Pair, float] = {}
+    when: dict[Pair, datetime] = {}
+    links: dict[Pair, LinkEstimate] = {}
+    for pair, entry in pairs.items():
+        if not entry.samples:
+            if entry.model is not None:
+                values[pair] = entry.model
+            continue
+        link = _combine(entry)
+        values[pair] = link.gbps * connections / link.connections
+        when[pair] = max(s.measured_at for s, _, _ in entry.samples)
+        links[pair] = link
     provenance = {
         "method": "measured",
         "file": str(path),
@@ -147,45 +190,86 @@ def load_measured_grid(
         "scaling": "linear in connections to the grid's connection count",
     }
     return ThroughputGrid(
-        catalog, values, connections=connections, provenance=provenance, measured_at=when
+        catalog,
+        values,
+        connections=connections,
+        provenance=provenance,
+        measured_at=when,
+        links=links,
     )
 
 
+def _combine(entry: _PairRows) -> LinkEstimate:
+    """combine_counts over the pair's samples; the top row's explicit columns win."""
+    link = combine_counts(s for s, _, _ in entry.samples)
+    top = max(
+        (x for x in entry.samples if x[0].connections == link.connections),
+        key=lambda x: x[0].measured_at,
+    )
+    _, source, extra = top
+
+    def pick(explicit: float | None, derived: float | None) -> float | None:
+        return derived if explicit is None else explicit
+
+    return replace(
+        link,
+        source=source,
+        per_conn_gbps=pick(extra["per_conn_gbps"], link.per_conn_gbps),
+        sat_gbps=pick(extra["sat_gbps"], link.sat_gbps),
+        region_cap_gbps=pick(extra["region_cap_gbps"], link.region_cap_gbps),
+    )
+
+
+def _cell(value: Any) -> Any:
+    """CSV text of one value: empty for None, ISO 8601 for times, exact repr for floats."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return repr(value) if isinstance(value, float) else value
+
+
 def write_grid(grid: ThroughputGrid, path: str | Path) -> None:
-    """Write every pair of ``grid`` as CSV or Parquet, with a ``source`` column."""
+    """Write every pair of ``grid`` as CSV or Parquet with its link columns and source."""
     fmt = _format(path)
     measured = grid.measured_pairs()
-    as_rows = [
-        (src, dst, grid.gbps(src, dst), grid.connections, measured.get((src, dst)))
-        for src, dst in grid.pairs()
-    ]
+    as_rows: list[dict[str, Any]] = []
+    for src, dst in grid.pairs():
+        link = grid.link(src, dst)
+        stamp = measured.get((src, dst))
+        as_rows.append(
+            {
+                "src": src,
+                "dst": dst,
+                "gbps": grid.gbps(src, dst),
+                "connections": grid.connections,
+                "measured_at": stamp,
+                "per_conn_gbps": link.per_conn_gbps,
+                "sat_gbps": link.sat_gbps,
+                "region_cap_gbps": link.region_cap_gbps,
+                "source": link.source if stamp else "model",
+            }
+        )
     if fmt == "csv":
         with open(path, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(OUTPUT_COLUMNS)
-            for src, dst, gbps, conns, stamp in as_rows:
-                writer.writerow(
-                    [
-                        src,
-                        dst,
-                        repr(gbps),
-                        conns,
-                        stamp.isoformat() if stamp else "",
-                        "measured" if stamp else "modelled",
-                    ]
-                )
+            for r in as_rows:
+                writer.writerow([_cell(r[c]) for c in OUTPUT_COLUMNS])
         return
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table(
-        {
-            "src": pa.array([r[0] for r in as_rows], pa.string()),
-            "dst": pa.array([r[1] for r in as_rows], pa.string()),
-            "gbps": pa.array([r[2] for r in as_rows], pa.float64()),
-            "connections": pa.array([r[3] for r in as_rows], pa.int32()),
-            "measured_at": pa.array([r[4] for r in as_rows], pa.timestamp("us", tz="UTC")),
-            "source": pa.array(["measured" if r[4] else "modelled" for r in as_rows]),
-        }
-    )
+    types = {
+        "src": pa.string(),
+        "dst": pa.string(),
+        "gbps": pa.float64(),
+        "connections": pa.int32(),
+        "measured_at": pa.timestamp("us", tz="UTC"),
+        "per_conn_gbps": pa.float64(),
+        "sat_gbps": pa.float64(),
+        "region_cap_gbps": pa.float64(),
+        "source": pa.string(),
+    }
+    table = pa.table({c: pa.array([r[c] for r in as_rows], types[c]) for c in OUTPUT_COLUMNS})
     pq.write_table(table, path)

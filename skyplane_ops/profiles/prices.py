@@ -8,12 +8,16 @@ internet rate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyplane_ops.errors import ProfileError, UnknownRegionError
 from skyplane_ops.profiles.catalog import PROVIDERS, Region, RegionCatalog
+
+if TYPE_CHECKING:
+    from skyplane_ops.profiles.custom import CustomRegion
 
 GCP_TIERS = ("premium", "standard")
 
@@ -169,6 +173,44 @@ class PriceGrid:
             self._pairs[pair] = d.price(path, value)
         self._check_continents()
         self._all: dict[tuple[str, str], float] | None = None
+        self._custom: dict[str, VmClass] = {}
+        self._custom_egress: dict[str, float] = {}
+
+    def with_regions(self, regions: Iterable[CustomRegion], catalog: RegionCatalog) -> PriceGrid:
+        """A copy that also prices custom regions (``catalog`` must already list them).
+
+        Sending from a custom region costs its ``egress_usd_per_gb`` to any destination;
+        sending from a cloud region to a custom one costs the cloud's internet egress rate.
+        """
+        out = copy.copy(self)
+        out._catalog = catalog
+        out._all = None
+        out._custom = dict(self._custom)
+        out._custom_egress = dict(self._custom_egress)
+        for r in regions:
+            out._custom_egress[r.id] = r.egress_usd_per_gb
+            out._custom[r.id] = VmClass(
+                provider=r.provider,
+                instance="own host",
+                vcpus=1,
+                mem_gib=0.0,
+                usd_per_hour=r.vm_usd_per_hour,
+                egress_cap_gbps=r.egress_cap_gbps,
+                ingress_cap_gbps=r.ingress_cap_gbps,
+                max_per_region=r.hosts,
+            )
+        return out
+
+    def vm_for_region(self, region_id: str) -> VmClass:
+        """The gateway class used in ``region_id``: the provider's class for a cloud region,
+        the region's own prices, caps and host count (``max_per_region``) for a custom one."""
+        region = self._catalog.get(region_id)
+        custom = self._custom.get(region.id)
+        return custom if custom is not None else self.vm(region.provider)
+
+    def custom_regions(self) -> list[str]:
+        """Ids of the custom regions this grid prices."""
+        return list(self._custom)
 
     def _check_continents(self) -> None:
         """Every continent in the catalog must have a price in every continent-keyed rule."""
@@ -222,6 +264,10 @@ class PriceGrid:
         override = self._pairs.get((s.id, t.id))
         if override is not None:
             return override
+        if s.id in self._custom_egress:
+            return self._custom_egress[s.id]
+        if t.id in self._custom_egress:
+            return self.internet_usd_per_gb(s.id, t.continent or None)
         if s.provider != t.provider:
             return self.internet_usd_per_gb(s.id, t.continent)
         if s.provider == "aws":

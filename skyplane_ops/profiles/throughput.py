@@ -4,6 +4,10 @@ A grid holds a value and a provenance per pair: ``modelled`` (from model.py) or 
 (with the time it was measured). Merging lays one grid over another with the rules users
 expect from a refresh job: a measurement beats a model value, a newer measurement beats an
 older one, and a model value never replaces a measurement.
+
+Next to the grid figure each pair may carry a ``LinkEstimate`` (links.py): per-connection and
+saturation rates, a region-pair cap and a finer source ("published", "profile", "passive",
+"model"). ``links()`` gives one for every pair, filling unknown fields with None.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 from skyplane_ops.errors import ProfileError
 from skyplane_ops.profiles.catalog import RegionCatalog
+from skyplane_ops.profiles.links import LinkEstimate
 
 Pair = tuple[str, str]
 
@@ -30,13 +35,18 @@ class ThroughputGrid:
         connections: int,
         provenance: Mapping[str, Any],
         measured_at: Mapping[Pair, datetime] | None = None,
+        links: Mapping[Pair, LinkEstimate] | None = None,
     ) -> None:
         self._catalog = catalog
         self._values: dict[Pair, float] = dict(values)
         self._measured_at: dict[Pair, datetime] = dict(measured_at or {})
+        self._link_records: dict[Pair, LinkEstimate] = {
+            k: v for k, v in (links or {}).items() if k in self._values
+        }
         self.connections = connections
         self.provenance: dict[str, Any] = copy.deepcopy(dict(provenance))
         self._distinct: dict[Pair, float] | None = None
+        self._all_links: dict[Pair, LinkEstimate] | None = None
 
     @property
     def catalog(self) -> RegionCatalog:
@@ -62,6 +72,44 @@ class ThroughputGrid:
     def measured_at(self, src: str, dst: str) -> datetime | None:
         """When the pair was measured (timezone-aware UTC), or None for a model value."""
         return self._measured_at.get(self._key(src, dst))
+
+    def link(self, src: str, dst: str) -> LinkEstimate:
+        """The pair's link record (explicit if one was given, else derived from the figure)."""
+        key = self._key(src, dst)
+        return self._link_records.get(key) or self._derived_link(key)
+
+    def _derived_link(self, key: Pair) -> LinkEstimate:
+        stamp = self._measured_at.get(key)
+        return LinkEstimate(
+            gbps=self._values[key],
+            connections=self.connections,
+            per_conn_gbps=None,
+            sat_gbps=None,
+            region_cap_gbps=None,
+            source="model" if stamp is None else "profile",
+            measured_at=None if stamp is None else stamp.isoformat(),
+        )
+
+    def links(self) -> dict[Pair, LinkEstimate]:
+        """A LinkEstimate for every ordered pair of DISTINCT regions (same keys as as_dict)."""
+        if self._all_links is None:
+            self._all_links = {
+                k: self._link_records.get(k) or self._derived_link(k)
+                for k in self._values
+                if k[0] != k[1]
+            }
+        return dict(self._all_links)
+
+    def with_catalog(self, catalog: RegionCatalog) -> ThroughputGrid:
+        """The same figures over a larger catalog (e.g. with custom regions added)."""
+        return ThroughputGrid(
+            catalog,
+            self._values,
+            connections=self.connections,
+            provenance=self.provenance,
+            measured_at=self._measured_at,
+            links=self._link_records,
+        )
 
     def __len__(self) -> int:
         return len(self._values)
@@ -89,6 +137,7 @@ class ThroughputGrid:
         scale = self.connections / measured.connections
         values = dict(self._values)
         when = dict(self._measured_at)
+        links = dict(self._link_records)
         for pair, value in measured._values.items():
             if pair[0] not in self._catalog or pair[1] not in self._catalog:
                 raise ProfileError(f"merged grid has a pair outside the catalog: {pair}")
@@ -99,6 +148,9 @@ class ThroughputGrid:
             if theirs is not None and mine is not None and theirs < mine:
                 continue  # an older measurement never replaces a newer one
             values[pair] = value * scale
+            links.pop(pair, None)
+            if pair in measured._link_records:
+                links[pair] = measured._link_records[pair]
             if theirs is not None:
                 when[pair] = theirs
         provenance = copy.deepcopy(self.provenance)
@@ -109,6 +161,7 @@ class ThroughputGrid:
             connections=self.connections,
             provenance=provenance,
             measured_at=when,
+            links=links,
         )
 
     def write(self, path: str) -> None:

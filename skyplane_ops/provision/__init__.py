@@ -20,6 +20,9 @@ BACKENDS: dict[str, str] = {
     "ssh": "skyplane_ops.provision.ssh:SSHProvisioner",
     "aws": "skyplane_ops.provision.aws:AWSProvisioner",
     "netns": "skyplane_ops.provision.netns:NetnsProvisioner",
+    "azure": "skyplane_ops.provision.azure:AzureProvisioner",
+    "gcp": "skyplane_ops.provision.gcp:GCPProvisioner",
+    "mixed": "skyplane_ops.provision.mixed:MixedProvisioner",
 }
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway_agent.auth import load_secret
-from gateway_agent.stores.base import ObjectInfo, ObjectStore
+from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError, UploadNotFoundError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DispatchOptions",
+    "ObjectsFailedError",
     "Progress",
     "ProgressCallback",
     "SourceChangedError",
@@ -71,6 +72,23 @@ class SourceChangedError(TransferError):
             f"{len(self.keys)} source object(s) changed during the transfer and were not "
             f"committed: {shown}; everything else was committed, re-run with sync to copy "
             "their new version"
+        )
+
+
+class ObjectsFailedError(TransferError):
+    """Some objects could not be copied (an unreadable source entry, a name the destination
+    cannot hold); everything else was committed and verified. ``failures`` maps each key to
+    the side that failed and why; ``changed`` lists source objects that changed meanwhile."""
+
+    def __init__(self, failures: Mapping[str, str], changed: Sequence[str] = ()) -> None:
+        self.failures = dict(sorted(failures.items()))
+        self.changed = list(changed)
+        shown = "; ".join(f"{k!r}: {why}" for k, why in list(self.failures.items())[:3])
+        more = f" (and {len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
+        extra = f"; {len(self.changed)} changed during the copy" if self.changed else ""
+        super().__init__(
+            f"partial: {len(self.failures)} object(s) could not be copied: {shown}{more}{extra}; "
+            "everything else was committed and verified: fix the cause and re-run"
         )
 
 
@@ -226,7 +244,8 @@ def run_transfer(
         raise TransferError(f"cannot read the fleet secret {fleet.secret_ref}: {exc}") from exc
     src = _open(src_uri, src_options, "source")
     dst = _open(dst_uri, dst_options, "destination")
-    objects = list_source(src, src_uri, include, exclude)
+    problems: list[SkippedEntry] = []  # left out by the listing (links, unreadable folders)
+    objects = list_source(src, src_uri, include, exclude, problems)
     existing = _check_destination(dst, dst_uri, full=sync)
     skipped = 0
     if sync:
@@ -310,19 +329,22 @@ def run_transfer(
     transfer_seconds = time.monotonic() - t0
 
     # Commit: detect source changes, complete multipart uploads, verify.
-    changed = set(stats.changed_keys) | changed_objects(src, objects)
-    for key in changed:
-        try:
-            if key in uploads:
+    failed = dict(stats.failed_keys)  # objects a gateway could not read or write: not copied
+    changed = (set(stats.changed_keys) | changed_objects(src, objects)) - set(failed)
+    for key in changed | set(failed):
+        # Only staged parts are dropped: a whole object is never written from a torn or changed
+        # read (reads are pinned to the listed version), and the destination's existing
+        # version of a changed object is the user's and stays.
+        if key in uploads:
+            try:
                 dst.abort_multipart(key, uploads[key])
-            else:
-                dst.delete(key)  # a whole object written from a version that is now stale
-        except StoreError as exc:
-            log.warning("cleaning up changed object %s: %s", key, exc)
+            except StoreError as exc:
+                log.warning("cleaning up changed object %s: %s", key, exc)
+            journal.drop_upload(key)
     expected: dict[str, tuple[int, int]] = {}
     to_complete = []
     for o in objects:
-        if o.key in changed:
+        if o.key in changed or o.key in failed:
             continue
         if o.key in committed:
             expected[o.key] = committed[o.key]  # completed by an earlier run: verify only
@@ -349,6 +371,9 @@ def run_transfer(
                 f"at {dst_uri} does not match its source ({bad[0]}): delete the journal "
                 f"{journal.path} and copy it again"
             )
+    unread = {p.key: f"source: {p.reason}" for p in problems if p.error}
+    if failed or unread:
+        raise ObjectsFailedError({**unread, **failed}, sorted(changed))
     if changed:
         journal.remove()  # everything else is committed; a re-run (or sync) starts afresh
         raise SourceChangedError(sorted(changed))
@@ -361,7 +386,13 @@ def run_transfer(
     nbytes = sum(o.size for o in objects)
     seconds = time.monotonic() - t0
     predicted, actual = _costs(plan, nbytes, seconds)
+    from skyplane_ops.profiler.passive import after_transfer  # every transfer is a measurement
+
+    paths = after_transfer(
+        plan, fleet.backend, job_id, dispatcher.routes, stats.path_bytes, stats.path_seconds
+    )
     return TransferResult(
+        paths=paths,
         transfer_id=fleet.transfer_id,
         job_id=job_id,
         src_uri=src_uri,

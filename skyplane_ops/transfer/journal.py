@@ -59,6 +59,8 @@ class Journal:
                         self.done[seg_id] = (int(crc), fp)
                 elif rec.get("t") == "commit":
                     self.committed[rec["key"]] = (int(rec["size"]), int(rec["crc"]), rec["fp"])
+                elif rec.get("t") == "drop":
+                    self._forget(rec["key"])
 
     def _append(self, records: list[dict[str, Any]]) -> None:
         with self._lock, open(self.path, "a") as fh:
@@ -82,6 +84,17 @@ class Journal:
         """The multipart upload of ``key`` was completed: its upload id is spent."""
         self.committed[key] = (size, crc, fp)
         self._append([{"t": "commit", "key": key, "size": size, "crc": crc, "fp": fp}])
+
+    def _forget(self, key: str) -> None:
+        self.uploads.pop(key, None)
+        for seg_id in [s for s in self.done if s.split(":", 1)[1] == key]:
+            del self.done[seg_id]
+
+    def drop_upload(self, key: str) -> None:
+        """The upload of ``key`` was aborted: forget it and the parts sent to it, so a re-run
+        starts that object afresh instead of completing a dead upload."""
+        self._forget(key)
+        self._append([{"t": "drop", "key": key}])
 
     def commit_for(self, key: str, fp: list[Any]) -> tuple[int, int] | None:
         """(size, crc) if ``key`` was committed from the same source version."""

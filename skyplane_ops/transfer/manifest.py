@@ -14,7 +14,13 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore
+from gateway_agent.stores.base import (
+    Capabilities,
+    ObjectInfo,
+    ObjectStore,
+    ReportsSkips,
+    SkippedEntry,
+)
 from gateway_agent.stores.errors import StoreError
 from skyplane_ops.errors import TransferError
 
@@ -30,6 +36,8 @@ class Segment:
     offset: int
     length: int
     part: int  # 0 = the whole object in one write
+    # The source version the listing saw: gateways read only that version (see ObjectInfo).
+    version: str | None = None
 
     @property
     def seg_id(self) -> str:
@@ -48,8 +56,11 @@ class Chunk:
 
 
 def fingerprint(info: ObjectInfo) -> list[object]:
-    """What must not change between listing and commit: size, etag, modification time."""
-    return [info.size, info.etag, info.modified.isoformat() if info.modified else None]
+    """What must not change between listing and commit: size, etag, modification time and
+    the store's version (a local file's ctime and inode: a same-size rewrite that puts the old
+    mtime back still changes it)."""
+    modified = info.modified.isoformat() if info.modified else None
+    return [info.size, info.etag, modified, info.version]
 
 
 @dataclass
@@ -59,6 +70,9 @@ class Manifest:
     objects: list[ObjectInfo]
     part_size: int
     skipped: int = 0  # objects left out by sync mode
+    # Entries the source listing left out (links, loops, unreadable folders); ``error`` ones
+    # make the copy incomplete.
+    problems: list[SkippedEntry] = field(default_factory=list)
     segments: dict[str, list[Segment]] = field(default_factory=dict)
 
     @property
@@ -86,21 +100,39 @@ def choose_part_size(size: int, part_size: int, caps: Capabilities) -> int:
 
 def split(info: ObjectInfo, part_size: int, multipart: bool) -> list[Segment]:
     if info.size <= part_size or not multipart:
-        return [Segment(info.key, 0, info.size, 0)]
+        return [Segment(info.key, 0, info.size, 0, info.version)]
     n = math.ceil(info.size / part_size)
     return [
-        Segment(info.key, i * part_size, min(part_size, info.size - i * part_size), i + 1)
+        Segment(
+            info.key,
+            i * part_size,
+            min(part_size, info.size - i * part_size),
+            i + 1,
+            info.version,
+        )
         for i in range(n)
     ]
 
 
 def list_source(
-    store: ObjectStore, src_uri: str, include: Sequence[str], exclude: Sequence[str]
+    store: ObjectStore,
+    src_uri: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    problems: list[SkippedEntry] | None = None,
 ) -> list[ObjectInfo]:
+    """The source objects to copy, sorted by key. Entries the listing left out (a local
+    store's links, loops, unreadable folders; each already logged as a warning) are appended
+    to ``problems`` when given: the ``error`` ones mean the copy cannot be complete."""
     try:
         objects = [o for o in store.list() if matches(o.key, include, exclude)]
     except StoreError as exc:
         raise TransferError(f"cannot list source {src_uri}: {exc}") from exc
+    if problems is not None and isinstance(store, ReportsSkips):
+        problems.extend(p for p in store.skipped if matches(p.key, include, exclude) or p.error)
+    if not objects and problems and any(p.error for p in problems):
+        bad = next(p for p in problems if p.error)
+        raise TransferError(f"nothing readable under source {src_uri}: {bad.key!r}: {bad.reason}")
     if not objects and src_uri.startswith("file://"):
         root = src_uri[len("file://") :]
         if not os.path.isdir(root):

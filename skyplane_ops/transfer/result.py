@@ -28,6 +28,8 @@ class TransferResult:
     actual_cost_usd: float = 0.0
     verification: dict[str, Any] = field(default_factory=dict)
     uris: dict[str, str] = field(default_factory=dict)
+    # Per path: predicted vs achieved Gbit/s ("under": below 0.7 of the prediction).
+    paths: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -57,6 +59,13 @@ class TransferResult:
             extra.append(f"{self.chunks_resent} chunks re-sent")
         if extra:
             lines.append("; ".join(extra))
+        for p in self.paths:
+            if p.get("under"):
+                lines.append(
+                    f"warning: path {' -> '.join(p['regions'])} delivered "
+                    f"{p['achieved_gbps']:.3f} of {p['predicted_gbps']:.3f} Gbit/s predicted "
+                    f"({p['ratio']:.0%}); recorded for the next plan"
+                )
         return "\n".join(lines)
 
 

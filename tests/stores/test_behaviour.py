@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gateway_agent.stores import StoreError, TransientStoreError, _atomic, open_store
 from gateway_agent.stores import memory as memory_backend
 from gateway_agent.stores._atomic import TMP_PREFIX, create_file
-from gateway_agent.stores.local import STAGING, decode_segment, encode_segment
+from gateway_agent.stores.local import STAGING
 from tests.fixtures.ports import free_port
 from tests.stores.conftest import local_tree
 
@@ -78,15 +78,29 @@ def test_backends_import_their_sdk_lazily() -> None:
 
 
 # -- local filesystem ----------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
-@given(
-    st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=["Cs"]), max_size=40)
+_FILE_NAMES = st.binary(min_size=1, max_size=60).filter(
+    lambda b: b"/" not in b and b"\x00" not in b and b not in (b".", b"..")
 )
-def test_local_segment_encoding_round_trips(segment: str) -> None:
-    name = encode_segment(segment)
-    assert decode_segment(name) == segment
-    assert name not in ("", ".", "..") and "/" not in name and name != STAGING
-    assert not name.startswith(TMP_PREFIX)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_FILE_NAMES)
+def test_every_local_file_name_is_its_key(
+    tmp_path_factory: pytest.TempPathFactory, raw: bytes
+) -> None:
+    """Any file a disk holds lists under its own name (non-UTF-8 bytes as surrogate escapes,
+    ``%XX`` never decoded) and reads back under that key; writing the key makes that file."""
+    root = tmp_path_factory.mktemp("names")
+    if raw.startswith(TMP_PREFIX.encode()) or raw == STAGING.encode():
+        return  # the store's own reserved names
+    (root / os.fsdecode(raw)).write_bytes(b"x" + raw)
+    store = open_store(f"file://{root}")
+    (info,) = list(store.list())
+    assert os.fsencode(info.key) == raw
+    assert store.read(info.key) == b"x" + raw
+    other = open_store(f"file://{root}-copy")
+    other.write(info.key, b"y")
+    assert os.listdir(os.fsencode(f"{root}-copy")) == [raw]
 
 
 def test_local_staging_is_never_listed(tmp_path: Path) -> None:

@@ -36,8 +36,10 @@ def test_plan_text_mermaid_and_default_bound(capsys: pytest.CaptureFixture[str])
     argv = ["plan", "--src", "canadacentral", "--dst", DST, "--volume-gb", "100", "--mermaid"]
     assert main([*argv, "--max-vms", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Objective: max throughput s.t. cost <=" in out and "default" in out
+    assert "Objective: fastest completion (provisioning + transfer), then the cheapest" in out
     assert "direct (2 VM/region)" in out
+    # Every hop says where its figures came from (these pairs are in the published grid).
+    assert "source" in out and "measured" in out and "published" in out and "2022-01-29" in out
     assert "```mermaid\ngraph LR" in out
 
 
@@ -136,3 +138,37 @@ def test_plan_on_a_grid_store_uses_its_latest_published_version(
         api.plan(SRC, DST, 100, measured_grid="g.csv", grid_store=store_uri)
     assert main([*base, "--measured-grid", "g.csv"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_plan_controls_reach_the_planner(capsys: pytest.CaptureFixture[str]) -> None:
+    """--relays/--no-relays-in, --provisioning-seconds, --backend, --mip-gap in the JSON plan."""
+    base = ["plan", "--src", SRC, "--dst", DST, "--volume-gb", "100", "--max-vms", "1", "--json"]
+    base += ["--min-throughput-gbps", "12"]
+    assert main(base) == 0
+    free = TransferPlan.from_json(capsys.readouterr().out)
+    relays = {r for p in free.paths for r in p.regions[1:-1]}
+    assert relays and free.details["provisioning_seconds"] == 60.0  # cloud fallback
+    denied = sorted(relays)[0]
+    argv = [*base, "--no-relays-in", denied, "--mip-gap", "0.01", "--provisioning-seconds", "7"]
+    assert main(argv) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    assert denied not in {r for p in plan.paths for r in p.regions}
+    assert plan.details["provisioning_seconds"] == 7.0
+    assert plan.details["mip_gap_target"] == 0.01
+    # Only AWS relays: 12 Gbps (feasible above through Azure/GCP relays) is out of reach.
+    assert main([*base, "--relays", "aws:*"]) != 0
+    assert "12 Gbps is infeasible" in capsys.readouterr().err
+    assert main([*base[:-2], "--min-throughput-gbps", "6", "--relays", "aws:*,azure:eastus"]) == 0
+    plan = TransferPlan.from_json(capsys.readouterr().out)
+    relays = {r for p in plan.paths for r in p.regions[1:-1]}
+    assert all(r.startswith("aws:") or r == "azure:eastus" for r in relays)
+    assert main([*base, "--backend", "ssh"]) == 0
+    assert TransferPlan.from_json(capsys.readouterr().out).details["provisioning_seconds"] == 2.2
+    # Measured-only: these regions are in the published grid, so every hop is a measurement;
+    assert main([*base, "--measured-only"]) == 0
+    out = capsys.readouterr().out
+    assert '"source": "published"' in out and '"source": "model"' not in out
+    # a region only the model covers has no measured edge, so nothing can be planned.
+    argv = ["plan", "--src", "azure:swedencentral", *base[3:], "--measured-only"]
+    assert main(argv) != 0
+    assert "no path with measured throughput" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import subprocess
 import sys
@@ -74,17 +75,42 @@ def test_bad_arguments() -> None:
         run_probe("127.0.0.1", 1, b"x", connections=1, seconds=0)
 
 
+def _read_line_within(proc: subprocess.Popen, seconds: float) -> str:
+    """The process's first stdout line, or a failure naming why it never came (no hang)."""
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    if not ready:
+        raise AssertionError(f"probe server printed nothing within {seconds:.0f}s")
+    return proc.stdout.readline()
+
+
 def test_probe_cli_serve_and_run(tmp_path) -> None:
-    """The stand-alone CLI the profiler uses where the agent is not running."""
+    """The stand-alone CLI the profiler uses where the agent is not running.
+
+    The server is bounded by itself: ``--exit-on-stdin-eof`` ends it when we close its stdin
+    (the condition we wait on, no signal needed, so it works with SIGINT ignored too) and
+    ``--max-seconds`` ends it even if this test died; the client's probe is bounded by its own
+    connect timeout. The waits below are generous ceilings, not expected durations.
+    """
     secret = tmp_path / "secret"
     secret.write_text(b"cli-secret".hex())
     serve = subprocess.Popen(
-        [sys.executable, "-m", "gateway_agent.probe", "serve", "--secret-file", str(secret)],
+        [
+            sys.executable,
+            "-m",
+            "gateway_agent.probe",
+            "serve",
+            "--secret-file",
+            str(secret),
+            "--exit-on-stdin-eof",
+            "--max-seconds",
+            "300",
+        ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        port = json.loads(serve.stdout.readline())["port"]
+        port = json.loads(_read_line_within(serve, 120))["port"]
         out = subprocess.run(
             [
                 sys.executable,
@@ -102,14 +128,17 @@ def test_probe_cli_serve_and_run(tmp_path) -> None:
             ],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=120,
             check=True,
         )
         result = ProbeResult.from_dict(json.loads(out.stdout))
         assert result.connections == 3 and result.bytes_received > 0
+        serve.stdin.close()  # the server's own exit condition
+        assert serve.wait(timeout=120) == 0
     finally:
-        serve.terminate()
-        serve.wait(timeout=10)
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
 
 
 def _start_agent(tmp_path, name: str, secret_file) -> tuple[subprocess.Popen, dict]:

@@ -131,8 +131,14 @@ def test_budget_refusal_happens_before_anything_is_provisioned(tmp_path: Path) -
     # A budget above the estimate lets the dry run through.
     from skyplane_ops.profiler.run import plan_run
 
-    plan = plan_run(REGIONS, store_uri=str(tmp_path / "grid"), budget_usd=expected * 1.01)
+    plan = plan_run(
+        REGIONS, store_uri=str(tmp_path / "grid"), budget_usd=expected * 1.01, connections=64
+    )
     assert plan["within_budget"] and plan["estimate_usd"] == pytest.approx(expected, rel=1e-4)
+    # By default every pair is probed at 4 and at 64 connections: twice the probe time.
+    both = plan_run(REGIONS, store_uri=str(tmp_path / "grid"), budget_usd=expected * 1.01)
+    assert not both["within_budget"]
+    assert both["estimate_usd"] == pytest.approx(2 * expected, rel=1e-4)
 
 
 def test_cli_budget_refusal_is_a_one_line_error(tmp_path: Path, capsys) -> None:
@@ -172,7 +178,53 @@ def test_a_failed_probe_is_reported_and_the_rest_is_kept(tmp_path: Path) -> None
     )
     assert list(result.failed) == [f"{REGIONS[0]}->{REGIONS[1]}"]
     assert result.measured == 5 and prov.deprovisioned == [result.run_id]
-    assert (REGIONS[0], REGIONS[1]) not in GridStore(str(tmp_path)).latest()
+    # The unreachable pair is recorded as "no link" (rate 0, with the error), not left out.
+    latest = GridStore(str(tmp_path)).latest()
+    row = latest[(REGIONS[0], REGIONS[1])]
+    assert row.no_link and row.gbps == 0 and "simulated broken path" in row.error
+    assert not latest[(REGIONS[1], REGIONS[0])].no_link
+
+
+def test_each_pair_is_probed_at_every_connection_count(tmp_path: Path) -> None:
+    result = refresh_grid(REGIONS[:2], store_uri=str(tmp_path), connections=[8, 2], duration_s=0.6)
+    assert result.connections == (2, 8)
+    got = sorted((m.src, m.dst, m.connections) for m in GridStore(str(tmp_path)).measurements())
+    a, b = REGIONS[:2]
+    assert got == [(a, b, 2), (a, b, 8), (b, a, 2), (b, a, 8)]
+    assert all(m.gbps > 0 and m.source == "profile" for m in result.measurements)
+
+
+def test_profile_cli_warns_and_exits_0_when_one_pair_is_unreachable(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from skyplane_ops.profiler import run as run_module
+
+    monkeypatch.setattr(run_module, "_default_driver", lambda backend, port=0: FailOne())
+    argv = ["profile", "--regions", ",".join(REGIONS[:2]), "--store", str(tmp_path)]
+    assert cli_main([*argv, "--connections", "2", "--duration", "0.6"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 pair(s) could not be measured" in err and "no link" in err
+
+
+def test_profile_fails_when_nothing_could_be_measured(tmp_path: Path, monkeypatch) -> None:
+    from skyplane_ops.profiler import run as run_module
+
+    class AllFail(AgentProbeDriver):
+        def probe(self, src: Gateway, dst: Gateway, connections: int, seconds: float) -> Any:
+            raise ProfilerError("no route")
+
+    monkeypatch.setattr(run_module, "_default_driver", lambda backend, port=0: AllFail())
+    argv = ["profile", "--regions", ",".join(REGIONS[:2]), "--store", str(tmp_path)]
+    assert cli_main([*argv, "--connections", "2", "--duration", "0.6"]) != 0
+
+
+def test_loopback_never_enters_the_default_store(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SKYPLANE_OPS_HOME", str(tmp_path))
+    prov = Recording()
+    with pytest.raises(ProfilerError, match="scratch store"):
+        refresh_grid(REGIONS[:2], store_uri=str(tmp_path / "grid"), provisioner=prov, **FAST)
+    assert prov.provisioned == []
+    assert cli_main(["profile", "--regions", ",".join(REGIONS[:2])]) != 0
 
 
 class Boom(AgentProbeDriver):

@@ -1,0 +1,143 @@
+"""Listing a local folder tree: file names are keys verbatim, links follow a policy, and one
+bad entry is recorded, not fatal.
+
+Names are never decoded: ``report%202024.txt``, ``%00``, a name with a newline, and bytes that
+are not UTF-8 (``os.scandir`` hands them over as surrogate escapes) are the keys, so every file
+found reads back under its key. Symbolic links follow rclone's habits, by the store option
+``links``: ``skip`` (the default, a warning per link: a link may point anywhere, even back up
+the tree), ``follow`` (``-L``: copy what it points to; a link back to a folder above it is one
+skipped entry, a loop or a dangling link too) or ``store`` (``-l``: the link itself becomes an
+object ``NAME.rclonelink`` whose content is the link's target). FIFOs, sockets and devices are
+skipped (reading a FIFO would block). A folder or file that cannot be read is recorded as an
+*error* entry and the walk goes on; only an unreadable starting folder fails the listing.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from gateway_agent.stores.base import ObjectInfo, SkippedEntry
+
+log = logging.getLogger("gateway_agent.stores.local")
+
+LINK_SUFFIX = ".rclonelink"
+LINK_MODES = ("skip", "follow", "store")
+_WARNED: set[tuple[str, str, str]] = set()
+_MAX_WARNED = 100_000
+_SKIP_HINT = (
+    "symbolic link not copied (links=skip; links=follow copies its target, links=store the link)"
+)
+
+
+def _why(exc: OSError) -> str:
+    """``permission denied (EACCES)``: the cause in words and its errno name."""
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return f"{(exc.strerror or str(exc)).lower()} ({code})"
+
+
+@dataclass
+class Walk:
+    """One listing: its policy, where skipped entries go, and how a stat becomes an info."""
+
+    root: str
+    prefix: str
+    links: str
+    info: Callable[[str, os.stat_result, int | None], ObjectInfo]
+    skipped: list[SkippedEntry] = field(default_factory=list)
+    hidden: Callable[[str, str], bool] = lambda base, name: False
+
+    def skip(self, key: str, reason: str, error: bool = False) -> None:
+        """Record an entry left out (once per store, however often it is listed) and warn
+        once per process (the CLI lists a source to size the plan and again to copy it)."""
+        entry = SkippedEntry(key, reason, error)
+        if entry not in self.skipped:
+            self.skipped.append(entry)
+        said = (self.root, key, reason)
+        if said not in _WARNED and len(_WARNED) < _MAX_WARNED:
+            _WARNED.add(said)
+            log.warning("%s %r: %s", "cannot list" if error else "skipped", key, reason)
+
+    def wanted(self, key: str) -> bool:
+        return key.startswith(self.prefix)
+
+    def descend(self, folder_key: str) -> bool:
+        return folder_key.startswith(self.prefix) or self.prefix.startswith(folder_key)
+
+    def tree(
+        self, directory: str, base: str, ancestors: frozenset[tuple[int, int]]
+    ) -> Iterator[ObjectInfo]:
+        """Entries under ``directory`` (whose key prefix is ``base``), sorted by name."""
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            self.skip(base, f"cannot read folder: {_why(exc)}", error=True)
+            return
+        for entry in entries:
+            if self.hidden(base, entry.name):
+                continue
+            key = base + entry.name
+            try:
+                yield from self.entry(entry, key, ancestors)
+            except FileNotFoundError:
+                continue  # deleted while listing
+            except OSError as exc:
+                if self.wanted(key) or self.descend(key + "/"):
+                    self.skip(key, f"cannot read: {_why(exc)}", error=True)
+
+    def entry(
+        self, entry: os.DirEntry[str], key: str, ancestors: frozenset[tuple[int, int]]
+    ) -> Iterator[ObjectInfo]:
+        if entry.is_symlink():
+            yield from self.link(entry, key, ancestors)
+            return
+        st = entry.stat(follow_symlinks=False)
+        yield from self.node(entry.path, key, st, ancestors)
+
+    def node(
+        self, path: str, key: str, st: os.stat_result, ancestors: frozenset[tuple[int, int]]
+    ) -> Iterator[ObjectInfo]:
+        """A file or folder found at ``key`` (already resolved for a followed link)."""
+        if stat.S_ISDIR(st.st_mode):
+            if self.descend(key + "/"):
+                yield from self.tree(path, key + "/", ancestors | {(st.st_dev, st.st_ino)})
+        elif not self.wanted(key):
+            return
+        elif stat.S_ISREG(st.st_mode):
+            yield self.info(key, st, None)
+        else:
+            self.skip(key, "not a regular file (FIFO, socket or device)")
+
+    def link(
+        self, entry: os.DirEntry[str], key: str, ancestors: frozenset[tuple[int, int]]
+    ) -> Iterator[ObjectInfo]:
+        if self.links == "store":
+            if self.wanted(key + LINK_SUFFIX):
+                target = os.readlink(entry.path)
+                st = entry.stat(follow_symlinks=False)
+                yield self.info(key + LINK_SUFFIX, st, len(os.fsencode(target)))
+            return
+        if not (self.wanted(key) or self.descend(key + "/")):
+            return
+        if self.links == "skip":
+            self.skip(key, _SKIP_HINT)
+            return
+        try:
+            st = os.stat(entry.path)
+        except FileNotFoundError:
+            self.skip(key, "dangling symbolic link (its target does not exist)")
+            return
+        except OSError as exc:
+            self.skip(key, f"symbolic link not followed: {_why(exc)}")
+            return
+        if (st.st_dev, st.st_ino) in ancestors:
+            self.skip(key, "symbolic link loop (it points to a folder above it)")
+            return
+        yield from self.node(entry.path, key, st, ancestors)

@@ -1,0 +1,32 @@
+"""Default provisioning time ``t0`` per backend: part of every plan's completion time and VM bill.
+
+Gateways of one plan start in parallel, so a plan pays ``t0`` once in completion time, and
+every VM is billed for ``t0`` plus the transfer. The figures are medians measured here:
+
+- ``ssh``: 2.2 s to bootstrap a 3-host fleet over real sshd (connect, verify the host key,
+  upload the agent, start it, health check): ``benchmarks/provision.py``'s ``ssh provision``
+  row, 2 runs.
+- ``netns``: 2.8 s to build a 5-region testbed and start its agents (README, profiler table;
+  1.5-5.8 s for 3-5 regions).
+
+Everything else (``aws`` and the other clouds, and ``local``, whose gateway processes stand in
+for the cloud VMs the plan describes) uses ``CLOUD_FALLBACK_SECONDS`` = 60 s, a typical cloud
+VM start-up to a running agent. Callers with their own measurements pass them as ``measured``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+MEASURED_PROVISIONING_SECONDS: Mapping[str, float] = {"ssh": 2.2, "netns": 2.8}
+CLOUD_FALLBACK_SECONDS = 60.0
+
+
+def default_provisioning_seconds(
+    backend: str | None, measured: Mapping[str, float] | None = None
+) -> float:
+    """``t0`` for ``backend`` (None: cloud VMs): ``measured`` first, then the table above."""
+    table = {**MEASURED_PROVISIONING_SECONDS, **(measured or {})}
+    if backend is not None and backend in table:
+        return float(table[backend])
+    return CLOUD_FALLBACK_SECONDS

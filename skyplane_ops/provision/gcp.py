@@ -1,0 +1,557 @@
+"""The ``gcp`` backend: ephemeral Compute Engine gateways, bootstrapped over SSH, leak-proof.
+
+Per fleet it creates one VPC network (``skyplane-ops-<transfer>``) with two firewall rules (SSH
+from the control plane only; the gateway ports from the control plane and the fleet's own
+addresses only), and per region one subnetwork and the instances, labelled with transfer id,
+creator, creation and expiry time (networks, subnets and firewalls take no labels: they carry the
+``skyplane-ops-<transfer>`` name and the tags in their description). Instances boot Ubuntu LTS
+with cloud-init user-data holding the SSH host key the control plane generated (so the key is
+known, never trusted on first use) and the fleet's client key. ``max_run_duration`` with
+``instance_termination_action=DELETE`` deletes every VM at its expiry whatever happens to the
+control plane; an agent that loses its control plane powers off (the VM stops billing for CPU)
+and the sweeper deletes it. Regions go in parallel, zones are tried in order when one has no
+capacity, and any failure deletes everything created so far.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import records
+from skyplane_ops.provision.aws import InstanceHost, _run_all
+from skyplane_ops.provision.cloudvm import (
+    GCP_LABEL_CREATED,
+    GCP_LABEL_TRANSFER,
+    NAME_PREFIX,
+    TAG_CREATED,
+    KeyPair,
+    QuotaError,
+    cloud_init,
+    created_before,
+    fleet_tags,
+    gcp_labels,
+    region_of,
+    save_client_key,
+)
+from skyplane_ops.provision.cloudvm_boot import CloudBoot
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
+from skyplane_ops.provision.ssh import SSHHost, gateway_id
+
+log = logging.getLogger(__name__)
+
+UBUNTU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+CAPACITY_CODES = {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"}
+QUOTA_CODES = {"QUOTA_EXCEEDED", "quotaExceeded"}
+
+Bootstrap = Callable[[Sequence[InstanceHost], str, str], list[Gateway]]
+
+
+@dataclass
+class _Region:
+    """What was created in one region so far: exactly what clean-up must delete."""
+
+    region: str
+    index: int
+    subnet: str | None = None
+    instances: dict[str, str] = field(default_factory=dict)  # name -> zone
+    public_ips: dict[str, str] = field(default_factory=dict)
+    key_path: str | None = None
+    host_keys: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"subnet": self.subnet, "instances": dict(self.instances), "key_path": self.key_path}
+
+
+class GCPProvisioner(CloudBoot):
+    """Gateways on fresh Compute Engine VMs, torn down (and swept) by name and label."""
+
+    name = "gcp"
+    provider = "gcp"
+
+    def __init__(
+        self,
+        *,
+        project: str,
+        machine_type: str = "n2-standard-32",
+        image: str = UBUNTU_IMAGE,
+        disk_gb: int = 20,
+        spot: bool = False,
+        credentials_file: str | None = None,
+        credentials: Any = None,
+        endpoint: str | None = None,
+        sweep_regions: Sequence[str] = (),
+        op_timeout: float = 600.0,
+        **boot: Any,
+    ) -> None:
+        super().__init__(**boot)
+        from google.cloud import compute_v1  # lazily: only this backend needs it
+
+        self.compute = compute_v1
+        self.project = project
+        self.machine_type = machine_type
+        self.image = image
+        self.disk_gb = disk_gb
+        self.spot = spot
+        if credentials == "anonymous":  # emulators and fakes only
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        if credentials is None and credentials_file:
+            from google.oauth2 import service_account
+
+            credentials = service_account.Credentials.from_service_account_file(
+                credentials_file, scopes=["https://www.googleapis.com/auth/compute"]
+            )
+        kw: dict[str, Any] = {"credentials": credentials, "transport": "rest"}
+        if endpoint:
+            kw["client_options"] = {"api_endpoint": endpoint}
+        self._kw = kw
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.sweep_regions = [region_of(r, "gcp") if ":" in r else r for r in sweep_regions]
+        self.op_timeout = op_timeout
+
+    def _client(self, kind: str) -> Any:
+        with self._lock:
+            if kind not in self._clients:
+                client = getattr(self.compute, kind)(**self._kw)
+                if "client_options" in self._kw and not kind.endswith("OperationsClient"):
+                    self._route_operations(client)
+                self._clients[kind] = client
+            return self._clients[kind]
+
+    def _route_operations(self, client: Any) -> None:
+        """The SDK polls operations with clients it builds WITHOUT our ``api_endpoint``
+        (google-cloud-compute's transports pass only the credentials): hand it ours."""
+        services = getattr(client._transport, "_extended_operations_services", None)
+        if isinstance(services, dict):
+            for key, kind in (
+                ("global_operations", "GlobalOperationsClient"),
+                ("region_operations", "RegionOperationsClient"),
+                ("zone_operations", "ZoneOperationsClient"),
+            ):
+                services[key] = getattr(self.compute, kind)(**self._kw)
+
+    def _wait(self, op: Any, what: str, region: str) -> None:
+        """Block on a Compute operation; quota and capacity errors say where and which."""
+        from google.api_core.exceptions import GoogleAPICallError
+
+        try:
+            op.result(timeout=self.op_timeout)
+        except GoogleAPICallError as exc:
+            codes = {e.code for e in getattr(getattr(op, "error", None), "errors", []) or []}
+            if codes & CAPACITY_CODES:
+                raise _NoCapacity(str(exc)) from exc
+            if codes & QUOTA_CODES or "quota" in str(exc).lower():
+                raise QuotaError(f"gcp {region}: quota exceeded while creating {what}: {exc}")
+            raise
+
+    def _mutate(self, kind: str, method: str, **fields: Any) -> Any:
+        """Call a mutating method with a fresh ``request_id``: Compute de-duplicates retries."""
+        request = {**fields, "request_id": str(uuid.uuid4())}
+        return getattr(self._client(kind), method)(request=request)
+
+    # ------------------------------------------------------------------ provision
+
+    def _network(self, tid: str) -> str:
+        return f"{NAME_PREFIX}{tid}".lower()
+
+    def _create_network(self, tid: str, tags: Mapping[str, str], created: dict) -> None:
+        net = self._network(tid)
+        self._wait(
+            self._mutate(
+                "NetworksClient",
+                "insert",
+                project=self.project,
+                network_resource=self.compute.Network(
+                    name=net, auto_create_subnetworks=False, description=json.dumps(tags)
+                ),
+            ),
+            f"network {net}",
+            "global",
+        )
+        created["network"] = net
+        ports = [str(p) for p in self.gateway_ports()]
+        for suffix, allowed, ranges in (
+            ("ssh", ["22"], [self.client_cidr]),
+            ("gw", ports, [self.client_cidr]),
+        ):
+            name = f"{net}-{suffix}"
+            self._wait(
+                self._mutate(
+                    "FirewallsClient",
+                    "insert",
+                    project=self.project,
+                    firewall_resource=self.compute.Firewall(
+                        name=name,
+                        network=f"projects/{self.project}/global/networks/{net}",
+                        direction="INGRESS",
+                        allowed=[self.compute.Allowed(I_p_protocol="tcp", ports=allowed)],
+                        source_ranges=ranges,
+                        target_tags=[net],
+                        description=json.dumps(tags),
+                    ),
+                ),
+                f"firewall {name}",
+                "global",
+            )
+            created.setdefault("firewalls", []).append(name)
+
+    def _zones(self, region: str) -> list[str]:
+        got = self._client("RegionsClient").get(project=self.project, region=region)
+        zones = sorted(z.rsplit("/", 1)[-1] for z in got.zones)
+        if not zones:
+            raise ProvisionError(f"gcp region {region} lists no zones")
+        return zones
+
+    def _provision_region(self, state: _Region, count: int, tid: str, tags: dict) -> None:
+        region, net = state.region, self._network(tid)
+        labels = gcp_labels(tags)
+        subnet = f"{net}-{region}"
+        self._wait(
+            self._mutate(
+                "SubnetworksClient",
+                "insert",
+                project=self.project,
+                region=region,
+                subnetwork_resource=self.compute.Subnetwork(
+                    name=subnet,
+                    network=f"projects/{self.project}/global/networks/{net}",
+                    ip_cidr_range=f"10.{64 + state.index}.0.0/20",
+                    description=json.dumps(tags),
+                ),
+            ),
+            f"subnetwork {subnet}",
+            region,
+        )
+        state.subnet = subnet
+        client_key = KeyPair.generate()
+        state.key_path = str(save_client_key("gcp", tid, region, client_key))
+        zones = self._zones(region)
+        for i in range(count):
+            name = f"{subnet}-{i}"
+            host_key = KeyPair.generate()
+            user_data = cloud_init(
+                user=self.ssh_user, authorized_key=client_key.public, host_key=host_key
+            )
+            state.instances[name] = self._insert_instance(
+                name, region, zones, subnet, labels, user_data, net, tags
+            )
+            state.host_keys[name] = host_key.public
+        for name, zone in state.instances.items():
+            inst = self._client("InstancesClient").get(
+                project=self.project, zone=zone, instance=name
+            )
+            state.public_ips[name] = inst.network_interfaces[0].access_configs[0].nat_i_p
+
+    def _insert_instance(
+        self,
+        name: str,
+        region: str,
+        zones: list[str],
+        subnet: str,
+        labels: dict[str, str],
+        user_data: str,
+        net: str,
+        tags: Mapping[str, str],
+    ) -> str:
+        """Create one VM in the first zone with capacity; returns the zone."""
+        c = self.compute
+        scheduling = c.Scheduling(
+            instance_termination_action="DELETE",
+            max_run_duration=c.Duration(seconds=int(self.ttl_seconds)),
+            provisioning_model="SPOT" if self.spot else "STANDARD",
+        )
+        tried: list[str] = []
+        for zone in zones:
+            instance = c.Instance(
+                name=name,
+                machine_type=f"zones/{zone}/machineTypes/{self.machine_type}",
+                labels=labels,
+                tags=c.Tags(items=[net]),
+                description=json.dumps(tags),
+                disks=[
+                    c.AttachedDisk(
+                        boot=True,
+                        auto_delete=True,
+                        initialize_params=c.AttachedDiskInitializeParams(
+                            source_image=self.image, disk_size_gb=self.disk_gb, labels=labels
+                        ),
+                    )
+                ],
+                network_interfaces=[
+                    c.NetworkInterface(
+                        subnetwork=f"projects/{self.project}/regions/{region}/subnetworks/{subnet}",
+                        access_configs=[c.AccessConfig(name="external", type_="ONE_TO_ONE_NAT")],
+                    )
+                ],
+                metadata=c.Metadata(items=[c.Items(key="user-data", value=user_data)]),
+                scheduling=scheduling,
+            )
+            try:
+                self._wait(
+                    self._mutate(
+                        "InstancesClient",
+                        "insert",
+                        project=self.project,
+                        zone=zone,
+                        instance_resource=instance,
+                    ),
+                    f"instance {name} ({self.machine_type})",
+                    region,
+                )
+                return zone
+            except _NoCapacity as exc:
+                log.info("gcp zone %s has no capacity for %s: %s", zone, self.machine_type, exc)
+                tried.append(zone)
+        raise QuotaError(
+            f"gcp {region}: no capacity for {self.machine_type} in zones {', '.join(tried)}"
+        )
+
+    def provision(
+        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+    ) -> GatewayFleet:
+        check_transfer_id(transfer_id)
+        wanted = {r: n for r, n in vms.items() if n > 0}
+        by_name = {region_of(r, "gcp"): r for r in wanted}
+        self.resolve_client_cidr()
+        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
+        created: dict[str, Any] = {}
+        states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
+        secret_ref = create_secret(transfer_id)
+        try:
+            self._create_network(transfer_id, all_tags, created)
+            _run_all(
+                lambda s: self._provision_region(
+                    s, wanted[by_name[s.region]], transfer_id, all_tags
+                ),
+                states,
+            )
+            hosts = self._hosts(states, by_name)
+            self.set_peer_ranges(transfer_id, [h.ssh.address for h in hosts])
+            gateways = self._bootstrap(hosts, transfer_id, secret_ref)
+        except BaseException as exc:
+            self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(created, states), secret_ref)
+            raise  # fail_cleanly always raises; this keeps type checkers informed
+        by_gw = {h.gateway_id: h for h in hosts}
+        zones = {n: z for s in states for n, z in s.instances.items()}
+        gateways = [
+            replace(
+                g,
+                resources={
+                    **g.resources,
+                    "instance": by_gw[g.gateway_id].instance_id,
+                    "zone": zones[by_gw[g.gateway_id].instance_id],
+                },
+            )
+            for g in gateways
+        ]
+        fleet = GatewayFleet(
+            transfer_id=transfer_id,
+            backend=self.name,
+            gateways=gateways,
+            secret_ref=secret_ref,
+            tags=all_tags,
+            created_at=all_tags[TAG_CREATED],
+            resources={
+                **created,
+                "project": self.project,
+                "regions": {s.region: s.to_dict() for s in states},
+                "probe_port": self.probe_port,
+            },
+        )
+        records.save_fleet(fleet)
+        return fleet
+
+    def _hosts(self, states: Sequence[_Region], by_name: Mapping[str, str]) -> list[InstanceHost]:
+        return [
+            InstanceHost(
+                gateway_id=gateway_id(by_name[s.region], i),
+                region=by_name[s.region],
+                instance_id=name,
+                ssh=self.ssh_host(
+                    by_name[s.region], s.public_ips[name], s.key_path, s.host_keys[name]
+                ),
+            )
+            for s in states
+            for i, name in enumerate(s.instances)
+        ]
+
+    def set_peer_ranges(self, transfer_id: str, addresses: Sequence[str]) -> None:
+        """Open the gateway ports to exactly the control plane and these gateway addresses."""
+        net = self._network(transfer_id)
+        ranges = sorted({self.client_cidr or "", *(f"{a}/32" for a in addresses)} - {""})
+        self._wait(
+            self._mutate(
+                "FirewallsClient",
+                "patch",
+                project=self.project,
+                firewall=f"{net}-gw",
+                firewall_resource=self.compute.Firewall(source_ranges=ranges),
+            ),
+            f"firewall {net}-gw",
+            "global",
+        )
+
+    def admit(self, fleet: GatewayFleet, addresses: Sequence[str]) -> None:
+        """Mixed fleets: admit the gateways of the other clouds too."""
+        self.set_peer_ranges(fleet.transfer_id, [*(g.host for g in fleet.gateways), *addresses])
+
+    def describe(self, vms: Mapping[str, int], transfer_id: str) -> list[tuple[str, float]]:
+        """Every resource ``provision`` would create, with its hourly list price (dry run)."""
+        from skyplane_ops.provision.prices import vm_price
+
+        net = f"{NAME_PREFIX}{transfer_id}"
+        out: list[tuple[str, float]] = [
+            (f"gcp network {net}", 0.0),
+            (f"gcp firewall {net}-ssh (tcp:22 from {self.client_cidr or 'this host'})", 0.0),
+            (f"gcp firewall {net}-gw (tcp:{self.ports_text()} from control plane + fleet)", 0.0),
+        ]
+        price = vm_price("gcp", self.machine_type, self.spot)
+        for region, n in sorted(vms.items()):
+            name = region_of(region, "gcp")
+            out.append((f"gcp subnetwork {net}-{name}", 0.0))
+            for i in range(n):
+                out.append((f"gcp instance {net}-{name}-{i} {self.machine_type}", price))
+                out.append((f"gcp external IPv4 of {net}-{name}-{i}", 0.005))
+        return out
+
+    # ------------------------------------------------------------------ tear-down
+
+    def _delete(self, op_factory: Callable[[], Any], what: str, region: str) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self._wait(op_factory(), what, region)
+            return True
+        except NotFound:
+            return False
+
+    def _cleanup(self, created: Mapping[str, Any], states: Sequence[_Region]) -> list[str]:
+        """Delete instances, then firewalls, subnets and the network; returns what was deleted."""
+        deleted: list[str] = []
+        inst = self._client("InstancesClient")
+        pairs = [(s.region, n, z) for s in states for n, z in s.instances.items()]
+        results = _run_all(
+            lambda p: self._delete(
+                lambda: inst.delete(project=self.project, zone=p[2], instance=p[1]),
+                f"instance {p[1]}",
+                p[0],
+            ),
+            pairs,
+            raise_first=False,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results) if r is True]
+        for fw in created.get("firewalls", []):
+            fws = self._client("FirewallsClient")
+            if self._delete(lambda fw=fw: fws.delete(project=self.project, firewall=fw), fw, "-"):
+                deleted.append(f"gcp:global:firewall/{fw}")
+        subs = self._client("SubnetworksClient")
+        for s in states:
+            if s.subnet and self._delete(
+                lambda s=s: subs.delete(project=self.project, region=s.region, subnetwork=s.subnet),
+                f"subnetwork {s.subnet}",
+                s.region,
+            ):
+                deleted.append(f"gcp:{s.region}:subnetwork/{s.subnet}")
+        if created.get("network"):
+            nets = self._client("NetworksClient")
+            if self._delete(
+                lambda: nets.delete(project=self.project, network=created["network"]),
+                created["network"],
+                "global",
+            ):
+                deleted.append(f"gcp:global:network/{created['network']}")
+        for s in states:
+            self.forget_key(s.key_path)
+        if errors:
+            raise ProvisionError("GCP clean-up incomplete: " + "; ".join(map(str, errors)))
+        return deleted
+
+    def deprovision(self, fleet: GatewayFleet) -> None:
+        self.stop_agents(fleet)
+        regions = fleet.resources.get("regions", {})
+        states = [
+            _Region(
+                region=r,
+                index=0,
+                subnet=info.get("subnet"),
+                instances=dict(info.get("instances", {})),
+                key_path=info.get("key_path"),
+            )
+            for r, info in regions.items()
+        ]
+        self._cleanup(fleet.resources, states)
+        delete_secret(fleet.secret_ref)
+        records.forget_fleet(fleet)
+
+    def sweep(
+        self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
+    ) -> list[str]:
+        """Delete labelled instances and ``skyplane-ops-`` networks (with their rules/subnets)."""
+        prefix = self._network(transfer_id) if transfer_id else NAME_PREFIX
+        states: dict[str, _Region] = {}
+        want_label = transfer_id.lower() if transfer_id else None
+        for zone, scoped in self._client("InstancesClient").aggregated_list(project=self.project):
+            for inst in scoped.instances:
+                labels = dict(inst.labels)
+                if GCP_LABEL_TRANSFER not in labels:
+                    continue
+                if want_label and labels[GCP_LABEL_TRANSFER] != want_label:
+                    continue
+                if not created_before(labels.get(GCP_LABEL_CREATED), older_than_seconds):
+                    continue
+                z = zone.rsplit("/", 1)[-1]
+                region = z.rsplit("-", 1)[0]
+                states.setdefault(region, _Region(region=region, index=0)).instances[inst.name] = z
+        nets = [
+            n
+            for n in self._client("NetworksClient").list(project=self.project)
+            if n.name.startswith(prefix) and _old_enough(n.description, older_than_seconds)
+        ]
+        created: dict[str, Any] = {}
+        deleted: list[str] = []
+        names = {n.name for n in nets}
+        created["firewalls"] = [
+            f.name
+            for f in self._client("FirewallsClient").list(project=self.project)
+            if f.network.rsplit("/", 1)[-1] in names
+        ]
+        for region, scoped in self._client("SubnetworksClient").aggregated_list(
+            project=self.project
+        ):
+            for sub in scoped.subnetworks:
+                if sub.network.rsplit("/", 1)[-1] in names:
+                    r = region.rsplit("/", 1)[-1]
+                    states.setdefault(r, _Region(region=r, index=0))
+                    if states[r].subnet:  # one subnet per record: delete extra ones directly
+                        deleted += self._cleanup({}, [_Region(region=r, index=0, subnet=sub.name)])
+                    else:
+                        states[r].subnet = sub.name
+        deleted += self._cleanup(created, list(states.values()))
+        for net in names:
+            deleted += self._cleanup({"network": net}, [])
+        return deleted
+
+
+class _NoCapacity(ProvisionError):
+    """This zone has no capacity for the machine type: the next zone is tried."""
+
+
+def _old_enough(description: str, older_than_seconds: float | None) -> bool:
+    try:
+        tags = json.loads(description or "{}")
+    except ValueError:
+        tags = {}
+    return created_before(
+        tags.get(TAG_CREATED) if isinstance(tags, dict) else None, older_than_seconds
+    )

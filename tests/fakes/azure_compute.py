@@ -1,0 +1,279 @@
+"""A FAKE of Azure Resource Manager: the resource group, network, compute and role-assignment
+calls the azure backend makes, nothing more.
+
+Real HTTPS on loopback (ARM's bearer-token policy refuses plain HTTP; the test trusts the fake's
+self-signed certificate), ARM's JSON shapes and PUT-is-idempotent semantics, resources that
+need their resource group, and a group delete that removes everything in it. Faults: the n-th
+mutating request can fail (``fail_request``), a VM PUT can be answered with a 500 *after* the VM
+was created (``lose_vm_answer``: the SDK retries), zones can have no capacity and a core quota
+can be enforced. Each VM is a ``LoopbackVM``: sshd keyed from its custom data.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import ssl
+import tempfile
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.fakes.vm import LoopbackVM, next_address
+
+CORES = {"standard_d32_v5": 32, "standard_d8_v5": 8, "standard_d4_v5": 4, "standard_d2_v5": 2}
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (the test trusts exactly this certificate)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-arm")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "arm.crt", directory / "arm.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+class FakeARM:
+    """State and fault injection; ``url`` is the ``base_url``, ``ca_bundle`` the cert to trust."""
+
+    def __init__(
+        self,
+        subscription: str = "00000000-0000-0000-0000-000000000001",
+        ssh_port: int | None = None,
+    ) -> None:
+        self.subscription = subscription
+        self.ssh_port = ssh_port
+        self.lock = threading.RLock()
+        self.store: dict[str, dict[str, Any]] = {}  # lower-cased resource id -> resource
+        self.vms: dict[str, LoopbackVM] = {}
+        self.mutations: list[str] = []
+        self.fail_at: int | None = None
+        self.lose_vm_answer = False
+        self.exhausted_zones: set[str] = set()
+        self.core_quota: int | None = None
+        self.vm_creations = 0
+        self._dir = Path(tempfile.mkdtemp(prefix="fake-arm-"))
+        cert, key = self_signed(self._dir)
+        self.ca_bundle = str(cert)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> FakeARM:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        for vm in self.vms.values():
+            vm.stop()
+
+    def fail_request(self, n: int | None) -> None:
+        with self.lock:
+            self.fail_at = None if n is None else len(self.mutations) + n
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        """Resources whose type ends with ``kind`` (e.g. ``virtualMachines``)."""
+        with self.lock:
+            return [r for r in self.store.values() if r["type"].lower().endswith(kind.lower())]
+
+    def leftovers(self) -> list[str]:
+        with self.lock:
+            return sorted(r["id"] for r in self.store.values())
+
+    # ------------------------------------------------------------------ request handling
+
+    def handle(self, method: str, raw: str, body: dict[str, Any]) -> tuple[int, Any]:
+        path = urlparse(raw).path.rstrip("/")
+        key = path.lower()
+        with self.lock:
+            if method in ("PUT", "DELETE", "POST", "PATCH"):
+                self.mutations.append(f"{method} {path}")
+                if self.fail_at is not None and len(self.mutations) == self.fail_at:
+                    return 400, _err("InjectedFailure", f"injected failure of {method} {path}")
+            if method == "GET" and key == f"/subscriptions/{self.subscription}/resourcegroups":
+                return 200, {
+                    "value": [
+                        r
+                        for r in self.store.values()
+                        if r["type"] == "Microsoft.Resources/resourceGroups"
+                    ]
+                }
+            if method == "GET":
+                found = self.store.get(key)
+                return (200, found) if found else (404, _err("ResourceNotFound", path))
+            if method == "DELETE":
+                return self._delete(key, path)
+            if method == "PUT":
+                return self._put(key, path, body)
+        return 405, _err("MethodNotAllowed", f"{method} {path}")
+
+    def _group_key(self, key: str) -> str | None:
+        parts = key.split("/")
+        if len(parts) >= 5 and parts[3] == "resourcegroups":
+            return "/".join(parts[:5])
+        return None
+
+    def _put(self, key: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        parts = path.split("/")
+        group = self._group_key(key)
+        if group is None:
+            return 400, _err("InvalidResourceId", path)
+        if key != group and group not in self.store:
+            return 404, _err("ResourceGroupNotFound", f"resource group of {path} not found")
+        kind = (
+            "Microsoft.Resources/resourceGroups"
+            if key == group
+            else "/".join(
+                [parts[parts.index("providers") + 1], *parts[parts.index("providers") + 2 :: 2]]
+            )
+            if "providers" in parts
+            else "unknown"
+        )
+        existing = self.store.get(key)
+        props = {**(existing or {}).get("properties", {}), **body.get("properties", {})}
+        props["provisioningState"] = "Succeeded"
+        res = {
+            **(existing or {}),
+            **body,
+            "id": path,
+            "name": parts[-1],
+            "type": kind,
+            "properties": props,
+        }
+        low = kind.lower()
+        if low.endswith("virtualnetworks"):
+            for sub in props.get("subnets", []):
+                sub["id"] = f"{path}/subnets/{sub['name']}"
+        elif low.endswith("publicipaddresses") and "ipAddress" not in props:
+            props["ipAddress"] = next_address(65)
+        elif low.endswith("securityrules"):
+            nsg = self.store["/".join(key.split("/")[:-2])]
+            rules = [r for r in nsg["properties"]["securityRules"] if r["name"] != parts[-1]]
+            nsg["properties"]["securityRules"] = [*rules, {"name": parts[-1], "properties": props}]
+        elif low.endswith("roleassignments"):
+            target = key.rsplit("/providers/microsoft.authorization/", 1)[0]
+            vm = self.store.get(target)
+            if not vm or vm.get("identity", {}).get("principalId") != props.get("principalId"):
+                return 400, _err("PrincipalNotFound", "no such principal on that scope")
+        elif low.endswith("virtualmachines") and existing is None:
+            status = self._create_vm(key, res)
+            if status is not None:
+                return status
+            if self.lose_vm_answer:
+                self.lose_vm_answer = False
+                self.store[key] = res
+                return 500, _err("InternalServerError", "the answer was lost (injected)")
+        self.store[key] = res
+        return (201 if existing is None else 200), res
+
+    def _create_vm(self, key: str, res: dict[str, Any]) -> tuple[int, Any] | None:
+        props = res["properties"]
+        zone = (res.get("zones") or [""])[0]
+        location = res["location"]
+        if f"{location}-{zone}" in self.exhausted_zones:
+            msg = f"Allocation failed in zone {zone} of {location}: no capacity for this size."
+            return 409, _err("ZonalAllocationFailed", msg)
+        size = props["hardwareProfile"]["vmSize"].lower()
+        used = sum(
+            CORES.get(v["properties"]["hardwareProfile"]["vmSize"].lower(), 0)
+            for v in self.of_type("virtualMachines")
+            if v["location"] == location
+        )
+        if self.core_quota is not None and used + CORES.get(size, 0) > self.core_quota:
+            msg = (
+                "Operation could not be completed as it results in exceeding approved "
+                f"standardDSv5Family Cores quota. Location: {location}, Current Limit: "
+                f"{self.core_quota}, Current Usage: {used}, Additional Required: "
+                f"{CORES.get(size, 0)}."
+            )
+            return 409, _err("OperationNotAllowed", msg)
+        nic = self.store.get(props["networkProfile"]["networkInterfaces"][0]["id"].lower())
+        if nic is None:
+            return 404, _err("NotFound", "network interface not found")
+        pip_id = nic["properties"]["ipConfigurations"][0]["properties"]["publicIPAddress"]["id"]
+        address = self.store[pip_id.lower()]["properties"]["ipAddress"]
+        user_data = base64.b64decode(props["osProfile"]["customData"]).decode()
+        self.vms[key] = LoopbackVM.boot(address, self.ssh_port, user_data)
+        if res.get("identity", {}).get("type") == "SystemAssigned":
+            res["identity"]["principalId"] = str(uuid.uuid4())
+        self.vm_creations += 1
+        return None
+
+    def _delete(self, key: str, path: str) -> tuple[int, Any]:
+        if key not in self.store:
+            return 404, _err("ResourceNotFound", path)
+        doomed = [k for k in self.store if k == key or k.startswith(key + "/")]
+        for k in doomed:
+            del self.store[k]
+            vm = self.vms.pop(k, None)
+            if vm:
+                vm.stop()
+        return 200, {}
+
+
+def _err(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def _handler(fake: FakeARM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+            if not (self.headers.get("Authorization") or "").startswith("Bearer "):
+                status, result = 401, _err("AuthenticationFailed", "no bearer token")
+            else:
+                status, result = fake.handle(self.command, self.path, body)
+            data = json.dumps(result).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler

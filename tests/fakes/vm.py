@@ -1,0 +1,92 @@
+"""A fake cloud VM that is real where it matters: sshd on its own loopback address.
+
+The fake clouds call ``LoopbackVM.boot`` with the VM's cloud-init user-data: like cloud-init,
+it installs the ed25519 host key and the authorized client key found there, then starts OpenSSH
+on ``address:ssh_port``. A host key the control plane did not put in the user-data would
+therefore fail verification, exactly as on a real VM.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from skyplane_ops.provision.cloudvm import parse_cloud_init
+from tests.fixtures.ports import wait_for_port
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+_counter = itertools.count(1)
+_lock = threading.Lock()
+
+
+def next_address(pool: int) -> str:
+    """A fresh loopback address for a VM (127.<pool>.x.y; all of 127/8 is local on Linux)."""
+    with _lock:
+        n = next(_counter)
+    return f"127.{pool}.{n // 250}.{n % 250 + 2}"
+
+
+@dataclass
+class LoopbackVM:
+    address: str
+    proc: subprocess.Popen[bytes] | None
+    workdir: Path
+
+    @classmethod
+    def boot(cls, address: str, ssh_port: int | None, user_data: str) -> LoopbackVM:
+        """Apply the user-data like cloud-init would; start sshd unless ``ssh_port`` is None."""
+        workdir = Path(tempfile.mkdtemp(prefix="fakevm-"))
+        config = parse_cloud_init(user_data)
+        keys = config["ssh_keys"]
+        host_key = workdir / "ssh_host_ed25519_key"
+        host_key.write_text(keys["ed25519_private"])
+        os.chmod(host_key, 0o600)
+        authorized = [
+            k for u in config["users"] if isinstance(u, dict) for k in u["ssh_authorized_keys"]
+        ]
+        (workdir / "authorized_keys").write_text("\n".join(authorized) + "\n")
+        if ssh_port is None:
+            return cls(address, None, workdir)
+        (workdir / "sshd_config").write_text(
+            "\n".join(
+                [
+                    f"Port {ssh_port}",
+                    f"ListenAddress {address}",
+                    f"HostKey {host_key}",
+                    f"AuthorizedKeysFile {workdir / 'authorized_keys'}",
+                    f"PidFile {workdir / 'sshd.pid'}",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "PermitRootLogin yes",
+                    "Subsystem sftp internal-sftp",
+                    "LogLevel ERROR",
+                    "",
+                ]
+            )
+        )
+        os.makedirs("/run/sshd", exist_ok=True)
+        proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(workdir / "sshd_config")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(ssh_port, host=address, timeout=10)
+        return cls(address, proc, workdir)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,256 @@
+"""The gcp backend against a FAKE Compute Engine API (``tests/fakes/gce.py``).
+
+There is no emulator for the Compute API, so a small fake of the REST endpoints the backend
+calls runs as a real HTTP server on loopback and the real ``google-cloud-compute`` SDK (REST
+transport, anonymous credentials) is pointed at it by ``api_endpoint``. Its VMs are real where it
+matters: each runs OpenSSH on its own loopback address with the host key and client key taken
+from the VM's cloud-init user-data, so the SSH bootstrap and the agents run end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway_agent.client import GatewayClient
+from skyplane_ops import cli
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import records
+from skyplane_ops.provision.aws import InstanceHost
+from skyplane_ops.provision.cloudvm import KeyPair, QuotaError, cloud_init, parse_cloud_init
+from skyplane_ops.provision.fleet import Gateway
+from skyplane_ops.provision.gcp import GCPProvisioner
+from skyplane_ops.provision.secrets import secret_bytes
+from skyplane_ops.provision.ssh import HostKeyError
+from tests.fakes.gce import FakeGCE
+from tests.fakes.vm import LoopbackVM
+from tests.fixtures.ports import free_port
+
+pytestmark = pytest.mark.emulator
+
+CLIENT_CIDR = "198.51.100.7/32"  # TEST-NET-2: only written into the fake's rules
+REGIONS = {"gcp:us-central1": 2, "gcp:europe-west1": 1}
+NOTHING: dict[str, list[str]] = {
+    "networks": [],
+    "firewalls": [],
+    "subnetworks": [],
+    "instances": [],
+}
+
+
+@pytest.fixture
+def gce() -> Iterator[FakeGCE]:
+    fake = FakeGCE().start()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+class Recording:
+    """Stands in for the SSH bootstrap where a test is about the cloud resources only."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.hosts: list[InstanceHost] = []
+        self.fail = fail
+
+    def __call__(self, hosts: Sequence[InstanceHost], tid: str, ref: str) -> list[Gateway]:
+        self.hosts = list(hosts)
+        if self.fail:
+            raise ProvisionError("injected bootstrap failure")
+        return [Gateway(h.gateway_id, h.region, h.ssh.address, 8701, 8702) for h in hosts]
+
+
+def _prov(fake: FakeGCE, **kw: Any) -> GCPProvisioner:
+    kw.setdefault("bootstrap", Recording())
+    return GCPProvisioner(
+        project=fake.project,
+        endpoint=fake.url,
+        credentials="anonymous",
+        client_cidr=CLIENT_CIDR,
+        machine_type="n2-standard-8",
+        **kw,
+    )
+
+
+def test_labels_rules_exactly_once_and_teardown(gce: FakeGCE) -> None:
+    prov = _prov(gce)
+    fleet = prov.provision(REGIONS, transfer_id="gcp-t1", tags={"team": "data"})
+    assert gce.inserts == 3 and len(gce.instances) == 3, "each VM created exactly once"
+    assert sorted(fleet.regions) == sorted(REGIONS)
+    for inst in gce.instances.values():
+        labels = inst["labels"]
+        assert labels["skyplane-ops_transfer-id"] == "gcp-t1" and labels["team"] == "data"
+        assert labels["skyplane-ops_creator"]
+        assert int(labels["skyplane-ops_expires-at"]) > int(labels["skyplane-ops_created-at"])
+        assert inst["disks"][0]["initializeParams"]["labels"] == labels
+        assert inst["disks"][0]["initializeParams"]["sourceImage"].endswith("ubuntu-2204-lts")
+        assert inst["scheduling"]["instanceTerminationAction"] == "DELETE"
+        assert inst["scheduling"]["maxRunDuration"]["seconds"] == str(6 * 3600)
+        assert inst["machineType"].endswith("/n2-standard-8")
+    # Networks, subnets and firewalls take no labels: named after, and describing, the transfer.
+    for thing in [*gce.networks.values(), *gce.firewalls.values(), *gce.subnetworks.values()]:
+        assert thing["name"].startswith("skyplane-ops-gcp-t1")
+        assert json.loads(thing["description"])["skyplane-ops:transfer-id"] == "gcp-t1"
+    ssh, gw = gce.firewalls["skyplane-ops-gcp-t1-ssh"], gce.firewalls["skyplane-ops-gcp-t1-gw"]
+    assert ssh["sourceRanges"] == [CLIENT_CIDR] and ssh["allowed"][0]["ports"] == ["22"]
+    fleet_ips = {f"{g.host}/32" for g in fleet.gateways}
+    assert set(gw["sourceRanges"]) == {CLIENT_CIDR} | fleet_ips, "control plane + fleet only"
+    assert gw["allowed"][0]["ports"] == ["8701", "8702", "8703"]
+    key_paths = [r["key_path"] for r in fleet.resources["regions"].values()]
+    prov.deprovision(fleet)
+    assert gce.leftovers() == NOTHING
+    assert not any(Path(p).exists() for p in key_paths)
+    prov.deprovision(fleet)  # idempotent
+
+
+def test_a_failure_at_every_step_leaves_nothing(gce: FakeGCE) -> None:
+    """Count the mutating calls of a good run, then fail each one in turn."""
+    prov = _prov(gce)
+    before = len(gce.mutations)
+    prov.deprovision(prov.provision(REGIONS, transfer_id="gcp-count"))
+    steps = [m for m in gce.mutations[before:] if not m.startswith("DELETE")]
+    assert len(steps) >= 8  # network, 2 firewalls, 2 subnets, 3 instances, firewall patch
+    for n in range(1, len(steps) + 1):
+        gce.fail_request(n)
+        with pytest.raises(ProvisionError, match="everything created was deleted"):
+            _prov(gce).provision(REGIONS, transfer_id=f"gcp-f{n}")
+        gce.fail_request(None)
+        assert gce.leftovers() == NOTHING, f"leftovers after failing step {n}: {steps[n - 1]}"
+    boot = Recording(fail=True)
+    with pytest.raises(ProvisionError, match="injected bootstrap failure"):
+        _prov(gce, bootstrap=boot).provision(REGIONS, transfer_id="gcp-fboot")
+    assert len(boot.hosts) == 3 and gce.leftovers() == NOTHING
+
+
+def test_next_zone_when_one_has_no_capacity_and_clear_quota_errors(gce: FakeGCE) -> None:
+    gce.exhausted_zones = {"us-central1-a"}
+    prov = _prov(gce)
+    fleet = prov.provision({"gcp:us-central1": 1}, transfer_id="gcp-zone")
+    assert [g.resources["zone"] for g in fleet.gateways] == ["us-central1-b"]
+    prov.deprovision(fleet)
+
+    gce.exhausted_zones = {"us-central1-a", "us-central1-b", "us-central1-c"}
+    with pytest.raises(QuotaError, match=r"gcp us-central1: no capacity for n2-standard-8"):
+        prov.provision({"gcp:us-central1": 1}, transfer_id="gcp-nocap")
+    gce.exhausted_zones = set()
+    gce.cpu_quota = 8
+    with pytest.raises(QuotaError, match=r"gcp us-central1: quota.*N2_CPUS.*deleted"):
+        prov.provision({"gcp:us-central1": 2}, transfer_id="gcp-quota")
+    assert gce.leftovers() == NOTHING
+
+
+def test_spot_option(gce: FakeGCE) -> None:
+    prov = _prov(gce, spot=True)
+    fleet = prov.provision({"gcp:us-central1": 1}, transfer_id="gcp-spot")
+    (inst,) = gce.instances.values()
+    assert inst["scheduling"]["provisioningModel"] == "SPOT"
+    assert inst["scheduling"]["instanceTerminationAction"] == "DELETE"
+    prov.deprovision(fleet)
+
+
+_KILLED_CHILD = """
+import sys, time
+from skyplane_ops.provision.gcp import GCPProvisioner
+def hang(hosts, tid, ref):
+    print("instances-up", flush=True)
+    time.sleep(3600)
+GCPProvisioner(project=sys.argv[1], endpoint=sys.argv[2], credentials="anonymous",
+               client_cidr="198.51.100.7/32", bootstrap=hang).provision(
+    {"gcp:us-central1": 1, "gcp:asia-east1": 1}, transfer_id="gcp-killed")
+"""
+
+
+def test_sweeper_after_sigkill_of_the_control_plane(
+    gce: FakeGCE, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control plane dies (SIGKILL) mid-provision; ``deprovision --all`` finds the rest."""
+    keep = _prov(gce).provision({"gcp:us-central1": 1}, transfer_id="gcp-keep")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_CHILD, gce.project, gce.url],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert child.stdout and child.stdout.readline().strip() == b"instances-up"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert any("gcp-killed" in n for n in gce.leftovers()["instances"])
+
+    options = tmp_path / "opts.json"
+    options.write_text(
+        json.dumps(
+            {"gcp": {"project": gce.project, "endpoint": gce.url, "credentials": "anonymous"}}
+        )
+    )
+    argv = ["deprovision", "--transfer-id", "gcp-killed", "--backend", "gcp"]
+    assert cli.main([*argv, "--options", str(options)]) == 0
+    out = capsys.readouterr().out
+    assert "instance/skyplane-ops-gcp-killed-us-central1-0" in out
+    left = gce.leftovers()
+    assert all("gcp-killed" not in n for names in left.values() for n in names)
+    assert left["instances"] == ["skyplane-ops-gcp-keep-us-central1-0"], "others' are kept"
+    assert _prov(gce).sweep(older_than_seconds=3600) == []  # gcp-keep is fresh
+    assert cli.main(["deprovision", "--all", "--backend", "gcp", "--options", str(options)]) == 0
+    assert gce.leftovers() == NOTHING
+    assert not records.load_fleets(transfer_id=keep.transfer_id)
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real sshd per fake VM, keyed from its user-data; the agent starts and answers."""
+    ssh_port = free_port()
+    fake = FakeGCE(ssh_port=ssh_port).start()
+    try:
+        prov = GCPProvisioner(
+            project=fake.project,
+            endpoint=fake.url,
+            credentials="anonymous",
+            client_cidr=CLIENT_CIDR,
+            ssh_user=os.environ.get("USER") or "root",
+            ssh_port=ssh_port,
+            remote_python=sys.executable,
+            control_port=free_port(),
+            data_port=free_port(),
+            bind_host="public",
+            poweroff_on_idle=False,  # these "VMs" are the test machine
+            idle_timeout=120,
+        )
+        fleet = prov.provision({"gcp:us-central1": 1, "gcp:europe-west1": 1}, transfer_id="gcp-e2e")
+        try:
+            for gw in fleet.gateways:
+                assert gw.resources["ssh"]["host_key"].startswith("ssh-ed25519 ")
+                client = GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref))
+                assert client.health()
+            (inst, *_) = fake.instances.values()
+            user_data = parse_cloud_init(inst["metadata"]["items"][0]["value"])
+            assert "ed25519_private" in user_data["ssh_keys"]
+        finally:
+            prov.deprovision(fleet)
+        assert fake.leftovers() == NOTHING
+
+        # A VM whose host key is not the one we generated is refused, and nothing is left.
+        original = LoopbackVM.boot
+
+        def impostor(address: str, port: int | None, user_data: str) -> Any:
+            other = cloud_init(
+                user="x",
+                authorized_key=parse_cloud_init(user_data)["users"][1]["ssh_authorized_keys"][0],
+                host_key=KeyPair.generate(),
+            )
+            return original(address, port, other)
+
+        monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
+        with pytest.raises(HostKeyError, match="everything created was deleted"):
+            prov.provision({"gcp:us-central1": 1}, transfer_id="gcp-mitm")
+        assert fake.leftovers() == NOTHING
+    finally:
+        fake.close()
