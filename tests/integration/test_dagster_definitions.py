@@ -265,7 +265,7 @@ def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path
     assert result.success
     (mat,) = result.asset_materializations_for_node("throughput_grid")
     meta = {k: v.value for k, v in mat.metadata.items()}
-    assert meta["measured"] == 2 and meta["failed"] == 0 and meta["version"]
+    assert meta["measured"] >= 2 and meta["failed"] == 0 and meta["version"]
     assert meta["gbps_median"] > 0
     assert grid.schedule.cron_schedule == "0 3 */3 * *"
     assert grid.schedule.job_name == grid.job.name
@@ -276,7 +276,7 @@ def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path
     plan = skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0)
     assert plan.details["grid"] == {"store": grid_uri, "version": meta["version"]}
     exported = home / "exported.parquet"
-    assert GridStore(grid_uri).export(str(exported)) == 2
+    assert GridStore(grid_uri).export(str(exported)) >= 2
     on_file = SkyplaneResource(measured_grid=str(exported)).plan(
         "aws:us-east-1", "aws:eu-west-1", 1.0
     )
