@@ -12,13 +12,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# Public types re-exported (``X as X``) for the faces, which import only this module.
 from skyplane_ops.errors import PlanningError as PlanningError
 from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
-
-# Re-exported for the faces (Airflow, Dagster), which import only this module.
 from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
 from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
 from skyplane_ops.refresh_policy import publish_target as publish_target
