@@ -12,18 +12,19 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# Public types re-exported (``X as X``) for the faces, which import only this module.
 from skyplane_ops.errors import PlanningError as PlanningError
 from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
-
-# Re-exported for the faces (Airflow, Dagster), which import only this module.
 from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
 from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
 from skyplane_ops.refresh_policy import publish_target as publish_target
 from skyplane_ops.transfer import TransferResult as TransferResult
-from skyplane_ops.transfer import run_transfer
+from skyplane_ops.transfer import check_request, run_transfer
+from skyplane_ops.transfer import preview_transfer as preview_transfer
+from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
@@ -230,6 +231,9 @@ def provision(
 # with the same ``journal_dir`` resumes (only chunks not yet written are sent); ``part_size``,
 # ``verify`` and ``dispatch`` tune the engine.
 transfer = run_transfer
+# Also from the engine: ``check_request`` (option ranges, source/destination overlap: for faces
+# to call before planning or provisioning), ``preview_transfer`` (the dry run) and
+# ``transfer_lock`` (the journal lock, for faces to take before provisioning).
 
 
 def deprovision(
@@ -304,8 +308,18 @@ def refresh_grid(
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """
     from skyplane_ops import profiler
+    from skyplane_ops.profiler.errors import ProfilerError
     from skyplane_ops.profiler.store import default_store_uri
 
+    # Numbers the profiler would only trip over after starting gateways.
+    if isinstance(probe_port, bool) or not isinstance(probe_port, int):
+        raise ProfilerError(f"probe_port must be a whole number, not {probe_port!r}")
+    if not 0 <= probe_port <= 65535:
+        raise ProfilerError(f"probe_port (--probe-port) must be in 0..65535, got {probe_port}")
+    if budget_usd is not None and not budget_usd >= 0:  # also refuses NaN
+        raise ProfilerError(f"budget_usd (--budget-usd) must not be negative, got {budget_usd}")
+    if not freshness_s >= 0:
+        raise ProfilerError(f"freshness must not be negative, got {freshness_s} s")
     sizing: dict[str, Any] = {}
     if connections is not None:
         sizing["connections"] = connections
@@ -344,29 +358,50 @@ def copy(
     exclude: Sequence[str] = (),
     **transfer_options: Any,
 ) -> TransferResult:
-    """Plan, provision, transfer and always deprovision, in one call."""
-    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
-    volume_gb = source_volume_gb(src_uri, **selection)
-    the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
-    fleet = provision(
-        the_plan,
-        backend=backend,
-        backend_options=backend_options,
-        transfer_id=transfer_id,
-        tags=tags,
+    """Plan, provision, transfer and always deprovision, in one call.
+
+    Option ranges and source/destination overlap are checked before anything is planned.
+    """
+    checked = ("part_size", "verify", "dispatch", "max_delete")
+    check_request(
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        **{k: v for k, v in transfer_options.items() if k in checked},
     )
-    try:
-        return transfer(
+    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
+    # The journal lock before provisioning: a second identical call stops (or waits) first.
+    with transfer_lock(
+        src_uri,
+        dst_uri,
+        journal_dir=transfer_options.get("journal_dir"),
+        include=include,
+        exclude=exclude,
+        wait=bool(transfer_options.get("wait_lock", False)),
+        **{k: v for k, v in transfer_options.items() if k == "part_size"},
+    ):
+        volume_gb = source_volume_gb(src_uri, **selection)
+        the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
+        fleet = provision(
             the_plan,
-            fleet,
-            src_uri,
-            dst_uri,
-            dst_options=dst_options,
-            **selection,
-            **transfer_options,
+            backend=backend,
+            backend_options=backend_options,
+            transfer_id=transfer_id,
+            tags=tags,
         )
-    finally:
-        deprovision(fleet, backend_options=backend_options)
+        try:
+            return transfer(
+                the_plan,
+                fleet,
+                src_uri,
+                dst_uri,
+                dst_options=dst_options,
+                **selection,
+                **transfer_options,
+            )
+        finally:
+            deprovision(fleet, backend_options=backend_options)
 
 
 def __getattr__(name: str) -> Any:
