@@ -12,13 +12,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# Public types re-exported (``X as X``) for the faces, which import only this module.
 from skyplane_ops.errors import PlanningError as PlanningError
 from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
-
-# Re-exported for the faces (Airflow, Dagster), which import only this module.
 from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
 from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
 from skyplane_ops.refresh_policy import publish_target as publish_target
@@ -34,6 +33,7 @@ from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
     from skyplane_ops.profiles import Profile
+    from skyplane_ops.provision.universe import FleetUniverse
 
 # Gateways per region the local backend starts at most: one machine gains nothing from more
 # processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
@@ -105,12 +105,15 @@ def plan(
     measured_only: bool = False,
     mip_gap: float | None = None,
     completion_tolerance: float | None = None,
+    fleet: FleetUniverse | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
     Measured throughput comes from a grid file (``measured_grid``) or from the latest version
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
-    ``details["grid"]`` then names it. At most one bound may be given; with none, the
+    ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
+    inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
+    their own regions. At most one bound may be given; with none, the
     planner's default applies (the fastest plan that costs no more than the direct path).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
     ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
@@ -142,6 +145,12 @@ def plan(
     extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
     if provisioning_seconds is None:
         provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
+    dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
+    if fleet is not None:
+        fleet.check_ends([src_region, *dst_list])
+        version = (grid_source or {}).get("version")
+        profile = fleet.profile(profile, grid_store, version)
+        extra["regions"] = fleet.ids()
     problem = build_problem(
         profile,
         src_region,
@@ -159,6 +168,8 @@ def plan(
         measured_only=measured_only,
         **extra,
     )
+    if fleet is not None:
+        problem = fleet.constrain(problem)
     from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
 
     result = plan_transfer(

@@ -126,19 +126,25 @@ def register(subparsers: Any) -> None:
     sync.set_defaults(func=run_sync)
 
 
-def make_plan(args: argparse.Namespace, volume_gb: float) -> TransferPlan:
-    """``api.plan`` with the command's bound and limits (or the plan JSON of ``--plan``)."""
+def make_plan(
+    args: argparse.Namespace, volume_gb: float, backend_options: dict[str, Any] | None = None
+) -> TransferPlan:
+    """``api.plan`` with the command's bound and limits (or the plan JSON of ``--plan``); on
+    the ssh backend with an inventory (or netns with a grid) the plan stays in that fleet."""
     if args.plan:
         try:
             with open(args.plan) as fh:
                 return TransferPlan.from_json(fh.read())
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise TransferError(f"cannot read plan {args.plan}: {exc}") from exc
+    from skyplane_ops.provision.universe import FleetUniverse
+
     return api.plan(
         args.src_region,
         args.dst_region,
         volume_gb,
         **plan_arguments(args),
+        fleet=FleetUniverse.from_backend(args.backend, backend_options),
     )
 
 
@@ -218,7 +224,7 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
     volume_gb = api.source_volume_gb(
         args.src, src_options=src_options, include=args.include, exclude=args.exclude
     )
-    plan = make_plan(args, volume_gb)
+    plan = make_plan(args, volume_gb, backend_options)
     progress = None
     if not args.no_progress:
         progress = JsonProgress(sys.stderr) if args.json else default_progress(sys.stderr)
