@@ -102,7 +102,7 @@ def test_profile_numbers_fail_before_gateways_start(tmp_path: Path) -> None:
 
 
 def _start(home: Path, src: Path, dst: Path, *extra: str) -> subprocess.Popen[str]:
-    hooks = json.dumps({"gcp:asia-northeast1": {"sink_rate_bps": 4e5}})  # a slow destination
+    hooks = json.dumps({"gcp:asia-northeast1": {"sink_rate_bps": 2e5}})  # a slow destination
     env = {**os.environ, "SKYPLANE_OPS_HOME": str(home), "PYTHONPATH": str(REPO)}
     uris = (f"file://{src}", f"file://{dst}")
     flags = ("--chunk-mib", "1", "--no-progress", "--gateway-test-hooks", hooks)
@@ -128,6 +128,7 @@ def test_second_run_on_one_journal_names_the_holder_or_waits(
 ) -> None:
     src, dst, home, data = dataset
     first = _start(home, src, dst)
+    waiter: subprocess.Popen[str] | None = None
     try:
         deadline = time.monotonic() + 120
         while _lock_holder(home) != str(first.pid) and time.monotonic() < deadline:
@@ -139,13 +140,16 @@ def test_second_run_on_one_journal_names_the_holder_or_waits(
         assert second.returncode == 2
         line = one_line_error(second)
         assert f"pid {first.pid}" in line and "--wait-lock" in line
+        assert first.poll() is None, "the first run ended before the second was refused"
+        assert waiter.poll() is None  # blocked on the lock while the first runs
         _out, err = first.communicate(timeout=180)
         assert first.returncode == 0, err
         _out, err = waiter.communicate(timeout=180)
         assert waiter.returncode == 0, err  # waited for the first, then ran (and resumed nothing)
     finally:
-        if first.poll() is None:
-            first.kill()
+        for proc in (first, waiter):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
     assert read_tree(dst) == data and read_tree(src) == data
     assert list((home / "journal").glob("*.jsonl")) == []  # both runs ended clean
 
