@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -86,10 +87,21 @@ class ComputeAPI:
                 ) from exc
             raise
 
-    def mutate(self, kind: str, method: str, **fields: Any) -> Any:
-        """Call a mutating method with a fresh ``request_id``: Compute de-duplicates retries."""
+    def mutate(self, kind: str, method: str, attempts: int = 3, **fields: Any) -> Any:
+        """Call a mutating method; when its answer is lost (5xx, dropped connection) call again
+        with the SAME ``request_id``, which Compute de-duplicates: created exactly once."""
+        from google.api_core.exceptions import ServerError
+        from requests.exceptions import ConnectionError as RequestsConnectionError
+
         request = {**fields, "request_id": str(uuid.uuid4())}
-        return getattr(self.client(kind), method)(request=request)
+        for attempt in range(1, attempts + 1):
+            try:
+                return getattr(self.client(kind), method)(request=request)
+            except (ServerError, RequestsConnectionError):
+                if attempt == attempts:
+                    raise
+                time.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")
 
     def delete(self, op_factory: Callable[[], Any], what: str, region: str) -> bool:
         from google.api_core.exceptions import NotFound
