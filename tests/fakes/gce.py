@@ -3,9 +3,10 @@
 Real HTTP on loopback, real JSON shapes (camelCase as the API sends them), operations that are
 RUNNING when returned and DONE when polled, ``requestId`` de-duplication, and the API's refusal
 to delete a network or subnetwork that is still in use. Faults are injected by the tests:
-``fail_request(n)`` makes the n-th mutating call fail (HTTP 400, not retried), ``lose_answer`` answers 503 after doing the work, ``exhausted_zones`` answer
-ZONE_RESOURCE_POOL_EXHAUSTED and ``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is
-a ``LoopbackVM`` (sshd on its own loopback address) when ``ssh_port`` is set.
+``fail_request(n)`` makes the n-th mutating call fail (HTTP 400, not retried), ``lose_answer``
+answers 503 after doing the work, ``exhausted_zones`` answer ZONE_RESOURCE_POOL_EXHAUSTED and
+``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is a ``LoopbackVM`` (sshd on its own
+loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying the firewall.
 """
 
 from __future__ import annotations
