@@ -169,6 +169,10 @@ class CloudStore:
         full = self._parsed.key(key) if isinstance(key, str) else key
         return check_cloud_name(key, full, self.uri, line_breaks=self.LINE_BREAKS)
 
+    def check_name(self, key: str) -> None:
+        """Raise :class:`KeyNotSupportedError` if this store cannot hold ``key``."""
+        self._name(key)
+
     def _changed(
         self, key: str, version: str, found: str | None, why: str = "it changed"
     ) -> StoreError:

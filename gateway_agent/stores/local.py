@@ -184,6 +184,10 @@ class LocalStore:
                 )
         return self._root + "/" + key
 
+    def check_name(self, key: str) -> None:
+        """Raise :class:`KeyNotSupportedError` if a folder cannot hold ``key`` as a file."""
+        self._path(key)
+
     def _link_path(self, key: str) -> str | None:
         """With ``links=store``, the symbolic link a ``NAME.rclonelink`` key stands for."""
         if self.links != "store" or not key.endswith(LINK_SUFFIX) or key == LINK_SUFFIX:

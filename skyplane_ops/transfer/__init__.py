@@ -43,6 +43,7 @@ from skyplane_ops.transfer.manifest import (
     fingerprint,
     list_source,
     make_chunks,
+    refused_names,
     same_object,
 )
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
@@ -252,9 +253,17 @@ def run_transfer(
         todo = [o for o in objects if o.key not in existing or not same_object(o, existing[o.key])]
         skipped = len(objects) - len(todo)
         objects = todo
+    # Per-object problems known before any work: unreadable source entries, and names the
+    # destination cannot hold (never sent, so never half-written).
+    unread = {p.key: f"source: {p.reason}" for p in problems if p.error}
+    refused = refused_names(dst, objects)
+    objects = [o for o in objects if o.key not in refused]
+    unread.update(refused)
     job_id = f"job-{uuid.uuid4().hex[:12]}"
     route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
     if not objects:
+        if unread:
+            raise ObjectsFailedError(unread)
         return TransferResult(
             transfer_id=fleet.transfer_id,
             job_id=job_id,
@@ -371,7 +380,6 @@ def run_transfer(
                 f"at {dst_uri} does not match its source ({bad[0]}): delete the journal "
                 f"{journal.path} and copy it again"
             )
-    unread = {p.key: f"source: {p.reason}" for p in problems if p.error}
     if failed or unread:
         raise ObjectsFailedError({**unread, **failed}, sorted(changed))
     if changed:
