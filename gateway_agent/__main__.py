@@ -2,7 +2,8 @@
 
 Writes ``--ready-file`` atomically as JSON ``{"control_port", "data_port", "pid"}`` once both
 listeners accept connections; exits when told to, or after ``--idle-timeout`` seconds without
-an authenticated control request (and powers the machine off with ``--poweroff-on-idle``).
+an authenticated control request, or once its lease (``--lease``, renewed through
+``POST /v1/lease``) lapses, and powers the machine off then with ``--poweroff-on-idle``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from gateway_agent import wire
 from gateway_agent.agent import Agent
 from gateway_agent.auth import load_secret
 from gateway_agent.control import ControlServer
@@ -53,6 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gateway-id", required=True)
     serve.add_argument("--region", required=True)
     serve.add_argument("--idle-timeout", type=float, default=600.0, help="seconds; 0 = off")
+    serve.add_argument(
+        "--lease",
+        type=float,
+        default=0.0,
+        help="seconds the agent lives without a lease renewal from its control plane; 0 = off",
+    )
+    serve.add_argument(
+        "--io-timeout",
+        type=float,
+        default=wire.DATA_IO_TIMEOUT_S,
+        help="seconds an authenticated data connection may move no bytes",
+    )
+    serve.add_argument(
+        "--max-pending",
+        type=int,
+        default=64,
+        help="connections per listener that may be unauthenticated at once",
+    )
     serve.add_argument("--poweroff-on-idle", action="store_true")
     serve.add_argument("--buffer-mib", type=int, default=1024, help="byte budget for chunks")
     serve.add_argument("--log-level", default="WARNING")
@@ -78,8 +98,11 @@ def serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         poweroff_on_idle=args.poweroff_on_idle,
         test_hooks=args.enable_test_hooks,
+        lease_s=args.lease,
+        io_timeout=args.io_timeout,
+        max_pending=args.max_pending,
     )
-    control = ControlServer(args.host, args.control_port, agent)
+    control = ControlServer(args.host, args.control_port, agent, max_pending=args.max_pending)
     agent.start()
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -1,9 +1,15 @@
-"""The gateway agent: jobs, the data listener, the byte budget and the idle watchdog.
+"""The gateway agent: jobs, the data listener, the byte budget, the lease and idle watchdog.
 
-Every accepted data connection gets its own thread. It must pass the HMAC handshake before a
-single frame is read; a stranger is counted and dropped without touching any job. Receivers
-acquire the gateway's byte budget *before* reading a payload, which is what bounds memory and
-propagates back-pressure upstream.
+Every accepted data connection gets its own thread. It must pass the HMAC handshake (bounded
+in time) before a single frame is read; a stranger is counted and dropped without touching any
+job, and at most ``max_pending`` connections may be mid-handshake at once. Authenticated
+connections carry kernel I/O timeouts, so a peer that stops moving bytes frees its thread.
+Receivers acquire the gateway's byte budget *before* reading a payload, which is what bounds
+memory and propagates back-pressure upstream.
+
+The lease: started with ``lease_s > 0`` the agent stops (and cleans up) once that many seconds
+pass without a renewal (``POST /v1/lease``) from its control plane, so a control plane killed
+mid-transfer leaves nothing running. The idle watchdog stays as a fallback.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from typing import Any
 
 from gateway_agent import wire
 from gateway_agent.flow import ByteBudget
+from gateway_agent.guard import ConnectionGate, accept_forever, set_io_timeout
+from gateway_agent.guard import shut as _shut
 from gateway_agent.job import Job, JobError
 
 log = logging.getLogger(__name__)
@@ -39,6 +47,9 @@ class Agent:
         idle_timeout: float = 600.0,
         poweroff_on_idle: bool = False,
         test_hooks: bool = False,
+        lease_s: float = 0.0,
+        io_timeout: float = wire.DATA_IO_TIMEOUT_S,
+        max_pending: int = 64,
     ) -> None:
         self.gateway_id = gateway_id
         self.region = region
@@ -51,6 +62,9 @@ class Agent:
         self.rejected_connections = 0
         self.started = time.time()
         self.last_control = time.monotonic()
+        self.io_timeout = io_timeout
+        self.lease_deadline = time.monotonic() + lease_s if lease_s > 0 else None
+        self.gate = ConnectionGate(max_pending)
         self.stopping = threading.Event()
         self._stopped = threading.Event()
         self._shutdown_lock = threading.Lock()
@@ -63,7 +77,7 @@ class Agent:
 
     def start(self) -> None:
         threading.Thread(target=self._accept_loop, name="data-accept", daemon=True).start()
-        if self.idle_timeout > 0:
+        if self.idle_timeout > 0 or self.lease_deadline is not None:
             threading.Thread(target=self._watchdog, name="idle-watchdog", daemon=True).start()
 
     def touch(self) -> None:
@@ -106,10 +120,27 @@ class Agent:
         """Block until ``shutdown`` has finished (jobs stopped); False on timeout."""
         return self._stopped.wait(timeout)
 
+    def renew_lease(self, seconds: float) -> dict[str, Any]:
+        """Extend (or shorten) the lease to ``seconds`` from now; returns what it holds."""
+        if not 0 < seconds <= 86400:
+            raise JobError(f"lease seconds must be in (0, 86400], not {seconds}")
+        self.lease_deadline = time.monotonic() + seconds
+        return {"ok": True, "lease_s": seconds}
+
     def _watchdog(self) -> None:
-        while not self.stopping.wait(min(5.0, max(0.2, self.idle_timeout / 10))):
-            if time.monotonic() - self.last_control > self.idle_timeout:
-                log.warning("no control request for %.0fs: shutting down", self.idle_timeout)
+        periods = [1.0]
+        if self.idle_timeout > 0:
+            periods.append(max(0.2, self.idle_timeout / 10))
+        while not self.stopping.wait(min(5.0, *periods)):
+            now = time.monotonic()
+            why = ""
+            if self.idle_timeout > 0 and now - self.last_control > self.idle_timeout:
+                why = f"no control request for {self.idle_timeout:.0f}s"
+            deadline = self.lease_deadline
+            if deadline is not None and now > deadline:
+                why = "the control plane's lease lapsed"
+            if why:
+                log.warning("%s: shutting down", why)
                 self.shutdown()
                 if self.poweroff_on_idle:
                     subprocess.run(["shutdown", "-h", "now"], check=False)
@@ -160,6 +191,15 @@ class Agent:
                 for j, job in self.jobs.items()
             },
             "rejected_connections": self.rejected_connections,
+            "pending_data_connections": self.gate.pending,
+            "evicted_data_connections": self.gate.evicted,
+            "threads": threading.active_count(),
+            "open_fds": _open_fds(),
+            "lease_left_s": (
+                None
+                if self.lease_deadline is None
+                else round(self.lease_deadline - time.monotonic(), 1)
+            ),
             "buffer": {
                 "capacity": self.budget.capacity,
                 "in_use": self.budget.in_use,
@@ -171,14 +211,17 @@ class Agent:
     # ---- data listener -------------------------------------------------------------------------
 
     def _accept_loop(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                sock, addr = self._listener.accept()
-            except OSError:
-                return
+        accept_forever(self._listener, self._spawn, self.stopping, "data listener")
+
+    def _spawn(self, sock: socket.socket, addr: Any) -> None:
+        self.gate.admit(sock)
+        try:
             threading.Thread(
                 target=self._serve_connection, args=(sock, addr), name="data-in", daemon=True
             ).start()
+        except RuntimeError:
+            self.gate.release(sock)
+            sock.close()
 
     def _serve_connection(self, sock: socket.socket, addr: Any) -> None:
         with self._lock:
@@ -201,6 +244,9 @@ class Agent:
                     self.rejected_connections += 1
                 log.warning("rejected data connection from %s: %s", addr, exc)
                 return
+            finally:
+                self.gate.release(sock)
+            set_io_timeout(sock, self.io_timeout)
             pipes: list[tuple[int, int]] = []
             try:
                 self._receive_frames(sock, addr, session, pipes)
@@ -283,12 +329,11 @@ class Agent:
         return job is not None and job.is_sink_for(meta)
 
 
-def _shut(sock: socket.socket) -> None:
-    """``shutdown(SHUT_RDWR)``: wakes threads blocked on the socket (``close`` alone does not)."""
+def _open_fds() -> int:
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        return len(os.listdir("/proc/self/fd"))
     except OSError:
-        pass
+        return -1
 
 
 def _max_rss_kb() -> int:

@@ -1,9 +1,10 @@
 """Per-transfer secret handling: signed control requests, data-connection handshakes, sealing.
 
 The secret never crosses the wire. Control requests carry an HMAC over method, path, a
-timestamp, a nonce and the body hash; data connections run a mutual HMAC challenge-response
-before any frame is accepted. Sensitive job fields (store credentials) are sealed with
-AES-GCM under a key derived from the secret, because the control channel is plain HTTP.
+timestamp and expiry, a nonce, the body length and hash and the target gateway's id; data
+connections run a mutual HMAC challenge-response before any frame is accepted. Sensitive job
+fields (store credentials) are sealed with AES-GCM under a key derived from the secret,
+because the control channel is plain HTTP.
 """
 
 from __future__ import annotations
@@ -63,50 +64,104 @@ def mac(key: bytes, *parts: bytes) -> bytes:
 
 # ---- control requests ------------------------------------------------------------------------
 
+# A signed request is valid for this long after it was made (and never before, minus skew).
+REQUEST_TTL_S = 60.0
+CONTROL_LABEL = b"skyplane-ops control v2"
 
-def sign_request(secret: bytes, method: str, path: str, body: bytes) -> dict[str, str]:
-    """Headers that authenticate one control request."""
-    ts = f"{time.time():.3f}"
-    nonce = secrets.token_hex(NONCE_BYTES)
-    sig = mac(
+
+def _control_mac(
+    secret: bytes,
+    method: str,
+    path: str,
+    ts: str,
+    expires: str,
+    nonce: str,
+    length: str,
+    digest: str,
+    gateway_id: str,
+) -> bytes:
+    return mac(
         secret,
+        CONTROL_LABEL,
         method.encode(),
         path.encode(),
         ts.encode(),
+        expires.encode(),
         nonce.encode(),
-        hashlib.sha256(body).digest(),
+        length.encode(),
+        digest.encode(),
+        gateway_id.encode(),
     )
-    return {"X-Sky-Timestamp": ts, "X-Sky-Nonce": nonce, "X-Sky-Signature": sig.hex()}
+
+
+def sign_request(
+    secret: bytes, method: str, path: str, body: bytes, gateway_id: str = ""
+) -> dict[str, str]:
+    """Headers that authenticate one control request *for one gateway*.
+
+    The MAC covers method, path, timestamp, expiry, nonce, body length, the body's SHA-256
+    and the target gateway id. Everything it covers is in the headers, so the gateway checks
+    it before reading a byte of body, and a request captured at one gateway is refused by
+    every other (each checks its own id).
+    """
+    now = time.time()
+    ts = f"{now:.3f}"
+    expires = f"{now + REQUEST_TTL_S:.3f}"
+    nonce = secrets.token_hex(NONCE_BYTES)
+    length = str(len(body))
+    digest = hashlib.sha256(body).hexdigest()
+    sig = _control_mac(secret, method, path, ts, expires, nonce, length, digest, gateway_id)
+    return {
+        "X-Sky-Timestamp": ts,
+        "X-Sky-Expires": expires,
+        "X-Sky-Nonce": nonce,
+        "X-Sky-Gateway": gateway_id,
+        "X-Sky-Body-SHA256": digest,
+        "X-Sky-Signature": sig.hex(),
+    }
 
 
 class RequestVerifier:
-    """Checks control-request signatures, rejecting stale timestamps and replayed nonces."""
+    """Checks control-request signatures: target gateway, expiry, replayed nonces, body digest.
 
-    def __init__(self, secret: bytes, max_nonces: int = 100_000) -> None:
+    ``verify_headers`` runs before the body is read (it needs only the headers and the
+    announced length); ``body_matches`` checks the body read afterwards against the signed
+    digest. ``verify`` does both for a body already in hand.
+    """
+
+    def __init__(self, secret: bytes, gateway_id: str = "", max_nonces: int = 100_000) -> None:
         self._secret = secret
+        self.gateway_id = gateway_id
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._max = max_nonces
         self._lock = threading.Lock()
 
-    def verify(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> bool:
+    def verify_headers(self, method: str, path: str, length: int, headers: dict[str, str]) -> bool:
+        """True if the headers carry a fresh, unreplayed signature for this gateway."""
         ts_s = headers.get("x-sky-timestamp", "")
+        exp_s = headers.get("x-sky-expires", "")
         nonce = headers.get("x-sky-nonce", "")
-        sig_hex = headers.get("x-sky-signature", "")
+        digest = headers.get("x-sky-body-sha256", "")
+        target = headers.get("x-sky-gateway", "")
         try:
             ts = float(ts_s)
-            sig = bytes.fromhex(sig_hex)
+            expires = float(exp_s)
+            sig = bytes.fromhex(headers.get("x-sky-signature", ""))
         except ValueError:
             return False
         now = time.time()
-        if abs(now - ts) > MAX_CLOCK_SKEW_S or not nonce:
+        if (
+            not nonce
+            or len(nonce) > 2 * NONCE_BYTES * 2
+            or len(digest) != 64
+            or target != self.gateway_id
+            or ts > now + MAX_CLOCK_SKEW_S
+            or now > expires + MAX_CLOCK_SKEW_S
+            or not 0 < expires - ts <= REQUEST_TTL_S
+        ):
             return False
-        want = mac(
-            self._secret,
-            method.encode(),
-            path.encode(),
-            ts_s.encode(),
-            nonce.encode(),
-            hashlib.sha256(body).digest(),
+        want = _control_mac(
+            self._secret, method, path, ts_s, exp_s, nonce, str(length), digest, target
         )
         if not hmac.compare_digest(want, sig):
             return False
@@ -114,12 +169,23 @@ class RequestVerifier:
             if nonce in self._seen:
                 return False
             self._seen[nonce] = now
+            horizon = now - REQUEST_TTL_S - 2 * MAX_CLOCK_SKEW_S
             while self._seen and (
-                len(self._seen) > self._max
-                or next(iter(self._seen.values())) < now - 2 * MAX_CLOCK_SKEW_S
+                len(self._seen) > self._max or next(iter(self._seen.values())) < horizon
             ):
                 self._seen.popitem(last=False)
         return True
+
+    @staticmethod
+    def body_matches(body: bytes, headers: dict[str, str]) -> bool:
+        """The body read after ``verify_headers`` is the one that was signed."""
+        want = headers.get("x-sky-body-sha256", "")
+        return hmac.compare_digest(hashlib.sha256(body).hexdigest(), want)
+
+    def verify(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> bool:
+        return self.body_matches(body, headers) and self.verify_headers(
+            method, path, len(body), headers
+        )
 
 
 # ---- sealing sensitive job fields ---------------------------------------------------------------

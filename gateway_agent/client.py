@@ -1,4 +1,9 @@
-"""The control-plane side of the control API (stdlib HTTP, signed requests)."""
+"""The control-plane side of the control API (stdlib HTTP, signed requests).
+
+Every request is signed for one gateway id (a request captured at one gateway is refused by
+every other). Pass ``gateway_id`` when it is known (the fleet has it); otherwise the client
+asks the gateway once (``GET /v1/hello``, unsigned) which id to sign for.
+"""
 
 from __future__ import annotations
 
@@ -38,8 +43,10 @@ class GatewayClient:
         secret: bytes,
         timeout: float = 30.0,
         attempts: int = 4,
+        gateway_id: str | None = None,
     ) -> None:
         self.host = host
+        self.gateway_id = gateway_id
         self.attempts = max(1, attempts)
         self.port = control_port
         self._secret = secret
@@ -79,7 +86,9 @@ class GatewayClient:
     def _once(
         self, method: str, path: str, body: bytes, timeout: float | None = None
     ) -> tuple[int, str, bytes]:
-        headers = sign_request(self._secret, method, path, body)
+        if self.gateway_id is None:
+            self.gateway_id = self._hello(timeout)
+        headers = sign_request(self._secret, method, path, body, self.gateway_id)
         headers["Content-Type"] = "application/json"
         conn = http.client.HTTPConnection(
             self.host, self.port, timeout=self.timeout if timeout is None else timeout
@@ -90,6 +99,23 @@ class GatewayClient:
             return resp.status, resp.reason, resp.read()
         finally:
             conn.close()
+
+    def _hello(self, timeout: float | None) -> str:
+        conn = http.client.HTTPConnection(
+            self.host, self.port, timeout=self.timeout if timeout is None else timeout
+        )
+        try:
+            conn.request("GET", "/v1/hello")
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        try:
+            return str(json.loads(raw)["gateway_id"])
+        except (ValueError, KeyError, TypeError):
+            raise http.client.HTTPException(
+                f"{self.host}:{self.port} does not look like a gateway (status {resp.status})"
+            ) from None
 
     def _decode(self, status: int, reason: str, raw: bytes) -> Any:
         try:
@@ -108,6 +134,13 @@ class GatewayClient:
 
     def shutdown(self) -> None:
         self._call("POST", "/v1/shutdown", {})
+
+    def renew_lease(self, seconds: float, timeout: float | None = None) -> dict[str, Any]:
+        """Keep the gateway alive for ``seconds`` more (it stops itself when the lease lapses)."""
+        result: dict[str, Any] = self._call(
+            "POST", "/v1/lease", {"seconds": seconds}, attempts=1, timeout=timeout
+        )
+        return result
 
     def start_job(self, spec: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/v1/jobs", spec)

@@ -1,9 +1,16 @@
-"""The control API: JSON over HTTP, every request signed with the per-transfer secret.
+"""The control API: JSON over HTTP/1.1 (one request per connection), every request signed.
 
-Endpoints (all under /v1): GET health, POST shutdown, POST jobs (start), POST jobs/ID/chunks
-(submit source descriptors), GET jobs/ID/status?cursor=N (incremental), POST jobs/ID/stop,
-POST probe (throughput probes, see probe.py).
-An unsigned, stale, replayed or wrongly signed request gets 401 and changes nothing.
+Endpoints (all under /v1): GET hello (unsigned: the gateway id a client signs for), GET
+health, POST shutdown, POST lease, POST jobs (start), POST jobs/ID/chunks (submit source
+descriptors), GET jobs/ID/status?cursor=N (incremental), POST jobs/ID/stop, POST probe.
+
+What a stranger can make this server do is bounded: the request head is at most
+``MAX_HEAD_BYTES`` and must arrive within ``HEAD_TIMEOUT_S``; the signature (which covers the
+announced length and the body's digest, see ``auth``) is checked *before* any body byte is
+read; a missing, negative or too large ``Content-Length`` is refused unread; at most
+``MAX_PENDING`` connections may be unauthenticated at once (the oldest gives way); at most
+``MAX_ACTIVE`` authenticated requests run at once. An unsigned, expired, replayed, wrongly
+signed or other-gateway request gets 401 and changes nothing.
 """
 
 from __future__ import annotations
@@ -12,106 +19,149 @@ import json
 import logging
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from gateway_agent import probe
 from gateway_agent.agent import Agent
 from gateway_agent.auth import RequestVerifier
+from gateway_agent.guard import ConnectionGate, Deadline, accept_forever, shut
 from gateway_agent.job import JobError
 
 log = logging.getLogger(__name__)
-MAX_BODY = 64 * 1024 * 1024
+MAX_HEAD_BYTES = 16 * 1024
+MAX_BODY = 8 * 1024 * 1024
+HEAD_TIMEOUT_S = 5.0
+BODY_IDLE_S = 30.0
+MAX_PENDING = 64
+MAX_ACTIVE = 32
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            411: "Length Required", 413: "Payload Too Large", 431: "Header Too Large",
+            500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
 
 
-class ControlServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
+class BadRequest(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
-    def __init__(self, host: str, port: int, agent: Agent) -> None:
+
+class ControlServer:
+    """The control listener of one agent (``serve_forever`` in a thread, ``stop`` to end)."""
+
+    def __init__(
+        self, host: str, port: int, agent: Agent, *, max_pending: int = MAX_PENDING
+    ) -> None:
         self.agent = agent
-        self.verifier = RequestVerifier(agent.secret)
-        super().__init__((host, port), _Handler)
+        self.verifier = RequestVerifier(agent.secret, agent.gateway_id)
+        self.gate = ConnectionGate(max_pending)
+        self._active = threading.BoundedSemaphore(MAX_ACTIVE)
+        self._closed = threading.Event()
+        self._listener = socket.create_server((host, port), backlog=128)
+        self.rejected = 0
 
     @property
     def port(self) -> int:
-        return int(self.server_address[1])
+        return int(self._listener.getsockname()[1])
+
+    def serve_forever(self) -> None:
+        accept_forever(self._listener, self._spawn, self._closed, "control API")
 
     def stop(self) -> None:
-        """Stop ``serve_forever`` (running in another thread) at once and close the listener.
-
-        ``shutdown()`` alone waits for the serving loop's next poll timeout (0.5 s); shutting
-        the listening socket down first makes that ``poll()`` return immediately (Linux: the
-        socket leaves LISTEN and reports HUP), so the loop sees the request and ends.
-        """
+        """Stop accepting at once (wakes the accept loop) and close the listener."""
+        self._closed.set()
+        shut(self._listener)
         try:
-            self.socket.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
         except OSError:
             pass
-        self.shutdown()
-        self.server_close()
 
+    def _spawn(self, sock: socket.socket, addr: Any) -> None:
+        self.gate.admit(sock)
+        try:
+            threading.Thread(
+                target=self._serve, args=(sock, addr), name="control-conn", daemon=True
+            ).start()
+        except RuntimeError:  # no thread could be started: drop this connection
+            self.gate.release(sock)
+            sock.close()
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ControlServer
-    protocol_version = "HTTP/1.1"
+    def _serve(self, sock: socket.socket, addr: Any) -> None:
+        try:
+            with sock:
+                try:
+                    self._one_request(sock)
+                except BadRequest as exc:
+                    log.debug("control request from %s refused: %s", addr, exc)
+                    _reply(sock, exc.code, {"error": str(exc)})
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            self.gate.release(sock)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
+    # ---- one request ---------------------------------------------------------------------------
 
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def _reply(self, code: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _handle(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+    def _one_request(self, sock: socket.socket) -> None:
+        method, target, headers, rest = _read_head(sock)
+        url = urlparse(target)
+        if method == "GET" and url.path == "/v1/hello":  # unsigned: which id to sign for
+            _reply(sock, 200, {"gateway_id": self.agent.gateway_id})
+            return
+        length = _content_length(headers)
         if length > MAX_BODY:
-            self._reply(413, {"error": "request too large"})
+            _reply(sock, 413, {"error": "request too large"})
             return
-        body = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        if not self.server.verifier.verify(method, self.path, body, headers):
-            self._reply(401, {"error": "unauthenticated"})
+        if not self.verifier.verify_headers(method, target, length, headers):
+            self.rejected += 1
+            _reply(sock, 401, {"error": "unauthenticated"})
             return
-        agent = self.server.agent
-        agent.touch()
-        url = urlparse(self.path)
-        parts = [p for p in url.path.split("/") if p]
+        self.gate.release(sock)  # authenticated: no longer a stranger
+        if not self._active.acquire(blocking=False):
+            _reply(sock, 503, {"error": "too many requests in flight"})
+            return
+        try:
+            sock.settimeout(BODY_IDLE_S)
+            body = _read_body(sock, rest, length)
+            if not self.verifier.body_matches(body, headers):
+                _reply(sock, 401, {"error": "body does not match its signature"})
+                return
+            self.agent.touch()
+            self._dispatch(sock, method, url.path, url.query, body)
+        finally:
+            self._active.release()
+
+    def _dispatch(
+        self, sock: socket.socket, method: str, path: str, query: str, body: bytes
+    ) -> None:
+        agent = self.agent
+        parts = [p for p in path.split("/") if p]
         try:
             data = json.loads(body) if body else {}
-            result = self._route(method, parts, parse_qs(url.query), data)
-        except JobError as exc:
-            self._reply(400, {"error": str(exc)})
+            if not isinstance(data, dict):
+                raise JobError("request body must be a JSON object")
+            result = self._route(method, parts, parse_qs(query), data)
+        except (JobError, ValueError) as exc:
+            _reply(sock, 400, {"error": str(exc)})
             return
         except Exception as exc:
             log.exception("control request failed")
-            self._reply(500, {"error": repr(exc)})
+            _reply(sock, 500, {"error": repr(exc)})
             return
         if result is None:
-            self._reply(404, {"error": f"no such endpoint {method} {url.path}"})
+            _reply(sock, 404, {"error": f"no such endpoint {method} {path}"})
             return
-        self._reply(200, result)
+        _reply(sock, 200, result)
         if parts == ["v1", "shutdown"] and method == "POST":
-            self.wfile.flush()
             threading.Thread(target=agent.shutdown, daemon=True).start()
 
     def _route(
         self, method: str, parts: list[str], query: dict[str, list[str]], data: dict[str, Any]
     ) -> dict[str, Any] | None:
-        agent = self.server.agent
+        agent = self.agent
         if parts == ["v1", "health"] and method == "GET":
-            return agent.health()
+            return {**agent.health(), "control": self.stats()}
+        if parts == ["v1", "lease"] and method == "POST":
+            return agent.renew_lease(float(data.get("seconds", 0)))
         if parts == ["v1", "probe"] and method == "POST":
             return probe.control_request(agent, data)
         if parts == ["v1", "shutdown"] and method == "POST":
@@ -128,3 +178,79 @@ class _Handler(BaseHTTPRequestHandler):
             if action == "stop" and method == "POST":
                 return agent.stop_job(job_id)
         return None
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "pending": self.gate.pending,
+            "evicted": self.gate.evicted,
+            "rejected": self.rejected,
+        }
+
+
+def _read_head(sock: socket.socket) -> tuple[str, str, dict[str, str], bytes]:
+    """Request line and headers (at most MAX_HEAD_BYTES, within HEAD_TIMEOUT_S)."""
+    deadline = Deadline(HEAD_TIMEOUT_S)
+    buf = bytearray()
+    while b"\r\n\r\n" not in buf:
+        if len(buf) >= MAX_HEAD_BYTES:
+            raise BadRequest(431, "request head too large")
+        sock.settimeout(deadline.left())
+        piece = sock.recv(MAX_HEAD_BYTES - len(buf) + 4)
+        if not piece:
+            raise BadRequest(400, "connection closed in the request head")
+        buf += piece
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    if len(head) > MAX_HEAD_BYTES:
+        raise BadRequest(431, "request head too large")
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        method, target, version = lines[0].split(" ")
+    except ValueError:
+        raise BadRequest(400, "malformed request line") from None
+    if not version.startswith("HTTP/1.") or method not in ("GET", "POST"):
+        raise BadRequest(400, "unsupported request")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise BadRequest(400, "malformed header")
+        headers[name.strip().lower()] = value.strip()
+    return method, target, headers, rest
+
+
+def _content_length(headers: dict[str, str]) -> int:
+    if "transfer-encoding" in headers:
+        raise BadRequest(411, "chunked bodies are not accepted")
+    raw = headers.get("content-length")
+    if raw is None:
+        return 0
+    if not raw.isdigit():  # also refuses "-1", "+5", " 5", ""
+        raise BadRequest(400, "bad Content-Length")
+    return int(raw)
+
+
+def _read_body(sock: socket.socket, rest: bytes, length: int) -> bytes:
+    if len(rest) > length:
+        raise BadRequest(400, "more bytes than Content-Length")
+    body = bytearray(rest)
+    while len(body) < length:
+        piece = sock.recv(min(1 << 20, length - len(body)))
+        if not piece:
+            raise BadRequest(400, "connection closed in the body")
+        body += piece
+    return bytes(body)
+
+
+def _reply(sock: socket.socket, code: int, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload).encode()
+    head = (
+        f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    try:
+        sock.settimeout(BODY_IDLE_S)
+        sock.sendall(head + body)
+    except OSError:
+        pass

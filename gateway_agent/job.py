@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from gateway_agent import auth, wire
@@ -148,13 +149,13 @@ class Job:
                 i = route.index(self.region)
                 if i + 1 < len(route):
                     next_regions.add(route[i + 1])
-        callbacks = PoolCallbacks(
-            sent=self._on_sent,
-            lost=self._on_lost,
-            fatal=self._fail,
-            stopped=self._stop.is_set,
-        )
         for nxt in sorted(next_regions):
+            callbacks = PoolCallbacks(
+                sent=self._on_sent,
+                lost=self._on_lost,
+                fatal=partial(self._hop_failed, nxt),
+                stopped=self._stop.is_set,
+            )
             peers = [Peer(g["id"], g["host"], int(g["data_port"])) for g in gateways.get(nxt, [])]
             if not peers:
                 raise JobError(f"job {self.job_id} has no gateway in next-hop region {nxt!r}")
@@ -211,10 +212,19 @@ class Job:
         with self._lock:
             self.events.append(event)
 
-    def _fail(self, message: str) -> None:
+    def _hop_failed(self, nxt: str, message: str) -> None:
+        self._fail(message, hop=[self.region, nxt])
+
+    def _fail(self, message: str, hop: list[str] | None = None) -> None:
+        """Report a job error; ``hop`` names a next hop that failed (the control plane may
+        route around it), otherwise the error is this gateway's own."""
         log.error("job %s: %s", self.job_id, message)
         with self._lock:
-            if self.error is None:
+            if hop is not None:
+                self.events.append(
+                    {"t": "error", "why": message, "gateway": self.gateway_id, "hop": hop}
+                )
+            elif self.error is None:
                 self.error = message
                 self.events.append({"t": "error", "why": message, "gateway": self.gateway_id})
 
@@ -223,7 +233,7 @@ class Job:
 
     def _on_lost(self, item: OutChunk, why: str) -> None:
         self._count(chunks_lost=1)
-        self._event(t="lost", chunk=item.meta["chunk"], why=why)
+        self._event(t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why)
 
     def status(self, cursor: int = 0) -> dict[str, Any]:
         """Counters plus the events after ``cursor`` (incremental, never the full history)."""
@@ -341,14 +351,21 @@ class Job:
         if pool is None or conn is None or conn.sock is None:
             wire.discard(upstream, payload_len)
             self._count(chunks_lost=1)
-            self._event(t="lost", chunk=meta.get("chunk"), why="no downstream connection")
+            self._event(
+                t="lost",
+                chunk=meta.get("chunk"),
+                path=meta.get("path"),
+                why="no downstream connection",
+            )
             return
         try:
             n = wire.splice_frame(upstream, conn.sock, pipe, header, meta_b)
         except wire.DownstreamError as exc:
             pool.give_back(conn, broken=True)
             self._count(chunks_received=1, bytes_received=payload_len, chunks_lost=1)
-            self._event(t="lost", chunk=meta.get("chunk"), why=f"send failed: {exc}")
+            self._event(
+                t="lost", chunk=meta.get("chunk"), path=meta.get("path"), why=f"send failed: {exc}"
+            )
             return
         except wire.UpstreamError:
             pool.give_back(conn, broken=True)  # the peer saw half a frame: start afresh

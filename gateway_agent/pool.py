@@ -22,6 +22,7 @@ from tenacity import retry, stop_after_attempt, wait_exponential
 
 from gateway_agent import wire
 from gateway_agent.flow import Lease
+from gateway_agent.guard import set_io_timeout
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,11 @@ class Conn:
         self.sock: socket.socket | None = None
         self.session: wire.Session | None = None
         self.compressor: Any = None
+        self.last_used = time.monotonic()
+
+    def stale(self, idle_s: float) -> bool:
+        """Unused for so long that the receiver may have timed it out."""
+        return self.sock is not None and time.monotonic() - self.last_used > idle_s
 
     def close(self) -> None:
         if self.sock is not None:
@@ -92,8 +98,10 @@ class OutboundPool:
         *,
         encrypt: bool = False,
         compress_level: int = 0,
+        io_timeout: float = wire.DATA_IO_TIMEOUT_S,
     ) -> None:
         self.region = region
+        self.io_timeout = io_timeout
         self.queue: queue.Queue[OutChunk | None] = queue.Queue()
         self.encrypt = encrypt
         self.compress_level = compress_level
@@ -154,6 +162,7 @@ class OutboundPool:
             try:
                 wire.tune_socket(sock)
                 session = wire.client_handshake(sock, self._secret, self.encrypt)
+                set_io_timeout(sock, self.io_timeout)
             except BaseException:
                 sock.close()
                 raise
@@ -170,6 +179,8 @@ class OutboundPool:
                 conn = self._free.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if conn.stale(self.io_timeout / 2):
+                conn.close()
             if conn.sock is not None:
                 return conn
             try:
@@ -191,6 +202,7 @@ class OutboundPool:
         """Return a borrowed connection; a broken one reconnects on its next use."""
         if broken:
             conn.close()
+        conn.last_used = time.monotonic()
         self._free.put(conn)
 
     def _run(self) -> None:

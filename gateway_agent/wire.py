@@ -27,6 +27,10 @@ from gateway_agent.checksum import crc32c
 MAGIC = b"SKYG\x01"
 CHALLENGE_BYTES = 32
 HANDSHAKE_TIMEOUT_S = 5.0
+# Kernel send/receive timeout on authenticated data connections: a peer that moves no bytes
+# for this long (stopped, hung, vanished) fails the call and frees the thread. Senders reopen
+# connections idle for half of it, so an idle pool is never cut under a sender.
+DATA_IO_TIMEOUT_S = 120.0
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
 FLAG_ENCRYPT = 0x01

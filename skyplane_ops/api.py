@@ -17,10 +17,13 @@ from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
-from skyplane_ops.transfer import TransferResult as TransferResult
-from skyplane_ops.transfer import run_transfer
 
 # Re-exported for the faces (Airflow, Dagster), which import only this module.
+from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
+from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
+from skyplane_ops.refresh_policy import publish_target as publish_target
+from skyplane_ops.transfer import TransferResult as TransferResult
+from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
@@ -154,9 +157,16 @@ def plan(
         measured_only=measured_only,
         **extra,
     )
-    tolerance = {} if completion_tolerance is None else {"completion_tolerance": completion_tolerance}
+    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+
     result = plan_transfer(
-        problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor, **tolerance
+        problem,
+        lp=lp,
+        frontier_points=frontier_points,
+        exact_floor=exact_floor,
+        completion_tolerance=DEFAULT_COMPLETION_TOLERANCE
+        if completion_tolerance is None
+        else completion_tolerance,
     )
     if grid_source is not None:
         result.details["grid"] = grid_source

@@ -205,15 +205,15 @@ class Problem:
             for (u, v), value in grid.items():
                 if not (value >= 0 and math.isfinite(value)):
                     raise InvalidProblemError(f"{name} {u} -> {v} must be >= 0, not {value}")
-        for (u, v), spec in self.links.items():
-            for name, value in (
-                ("per-connection rate", spec.per_conn_gbps),
-                ("saturation", spec.sat_gbps),
-                ("region cap", spec.region_cap_gbps),
+        for (u, v), link in self.links.items():
+            for what, rate in (
+                ("per-connection rate", link.per_conn_gbps),
+                ("saturation", link.sat_gbps),
+                ("region cap", link.region_cap_gbps),
             ):
-                if value is not None and not (value > 0 and math.isfinite(value)):
-                    raise InvalidProblemError(f"{name} of {u} -> {v} must be > 0, not {value}")
-            if spec.connections is not None and spec.connections < 1:
+                if rate is not None and not (rate > 0 and math.isfinite(rate)):
+                    raise InvalidProblemError(f"{what} of {u} -> {v} must be > 0, not {rate}")
+            if link.connections is not None and link.connections < 1:
                 raise InvalidProblemError(f"connection count of {u} -> {v} must be >= 1")
         for region in (self.src, *self.dsts):
             if self.regions[region].max_vms < 1:

@@ -3,6 +3,7 @@ the feasibility limits that infeasible bounds are reported against."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -181,8 +182,8 @@ def _cheapest_at_least(
     lam = first.solution.objective / floor  # its cost with the solver's (untrimmed) fleet
     tmax = max_throughput_gbps(problem, full)
     seconds = first.solver_seconds
-    if tmax <= floor * (1 + 1e-9):
-        return first
+    if tmax <= floor * (1 + 1e-9) or lam <= 0:
+        return first  # nothing faster, or nothing cheaper than free
     paths = prune_dominated_relays(problem, full, tmax)
     model = PathModel(
         problem.with_objective("max_throughput", None),
@@ -225,6 +226,12 @@ def solve_plan(
     result = solve_milp(problem, full, solver=solver, exact_floor=exact_floor)
     plan = _milp_plan(problem, result, solver, exact_floor, start, len(full))
     if overflows(plan, result.solution.vms):
+        fixed = _whole_connections_on_fleet(problem, result)
+        if fixed is not None:
+            repaired = _milp_plan(problem, fixed, solver, exact_floor, start, len(full))
+            if not overflows(repaired, fixed.solution.vms):
+                repaired.details["whole_connections"] = "same fleet"
+                return repaired
         try:
             whole = solve_milp(
                 problem, full, solver=solver, exact_floor=exact_floor, integer_conns=True
@@ -242,6 +249,47 @@ def solve_plan(
         plan = _milp_plan(problem, whole, solver, exact_floor, start, len(full))
         plan.details["whole_connections"] = "re-solved"
     return plan
+
+
+def _whole_connections_on_fleet(problem: Problem, result: MilpResult) -> MilpResult | None:
+    """Whole connections per hop on the solver's own fleet (a small MILP: VMs fixed, so no
+    products with ``T``): mode (b) the fastest within the ceiling; mode (a) the cheapest at the
+    solver's throughput or, failing that, at the floor. None if the fleet cannot do it."""
+    fleet = {u: float(round(n)) for u, n in result.solution.vms.items()}
+    model = PathModel(problem, result.paths, fixed_vms=fleet, integer_conns=True)
+    seconds = result.solver_seconds
+    if problem.objective == "max_throughput":
+        model.set_ceiling(problem.bound)
+        sol = model.solve()
+        candidates = [] if sol is None or sol.gbps <= 0 else [sol]
+        if sol is not None and sol.gbps > 0:
+            seconds += sol.seconds
+            # The cheapest way to run that fast: the ceiling's tie-break is below the MIP gap.
+            cheap = PathModel(
+                problem.with_objective("min_cost", sol.gbps),
+                result.paths,
+                fixed_vms=fleet,
+                integer_conns=True,
+            )
+            cheap.set_floor(sol.gbps)
+            again = cheap.solve()
+            if again is not None:
+                seconds += again.seconds
+                candidates = [dataclasses.replace(again, gbps=sol.gbps)]
+    else:
+        assert problem.bound is not None
+        candidates = []
+        for gbps in dict.fromkeys((result.solution.gbps, problem.bound)):
+            model.set_floor(gbps)
+            sol = model.solve()
+            if sol is not None:
+                seconds += sol.seconds
+                candidates.append(sol)
+                break
+    if not candidates:
+        return None
+    best = candidates[0]
+    return MilpResult(best, result.paths, result.gap, seconds, result.iterations + 1)
 
 
 def _milp_plan(
@@ -368,14 +416,14 @@ def solve_lp_plan(problem: Problem, compare_milp: bool = True) -> TransferPlan:
         details=details,
     )
     if overflows(plan, fleet):
-        whole = _fixed_fleet_solve(problem, paths, fleet, integer_conns=True)
-        if whole is not None and whole.gbps > 0:
+        repaired = _fixed_fleet_solve(problem, paths, fleet, integer_conns=True)
+        if repaired is not None and repaired.gbps > 0:
             details["whole_connections"] = "re-solved"
             plan = build_plan(
                 problem,
                 paths,
-                whole.path_flows,
-                whole.gbps,
+                repaired.path_flows,
+                repaired.gbps,
                 mode=problem.objective,
                 status="LP_ROUNDED",
                 seconds=0.0,

@@ -40,7 +40,7 @@ class ThroughputGrid:
         self._catalog = catalog
         self._values: dict[Pair, float] = dict(values)
         self._measured_at: dict[Pair, datetime] = dict(measured_at or {})
-        self._links: dict[Pair, LinkEstimate] = {
+        self._link_records: dict[Pair, LinkEstimate] = {
             k: v for k, v in (links or {}).items() if k in self._values
         }
         self.connections = connections
@@ -76,7 +76,7 @@ class ThroughputGrid:
     def link(self, src: str, dst: str) -> LinkEstimate:
         """The pair's link record (explicit if one was given, else derived from the figure)."""
         key = self._key(src, dst)
-        return self._links.get(key) or self._derived_link(key)
+        return self._link_records.get(key) or self._derived_link(key)
 
     def _derived_link(self, key: Pair) -> LinkEstimate:
         stamp = self._measured_at.get(key)
@@ -94,7 +94,9 @@ class ThroughputGrid:
         """A LinkEstimate for every ordered pair of DISTINCT regions (same keys as as_dict)."""
         if self._all_links is None:
             self._all_links = {
-                k: self._links.get(k) or self._derived_link(k) for k in self._values if k[0] != k[1]
+                k: self._link_records.get(k) or self._derived_link(k)
+                for k in self._values
+                if k[0] != k[1]
             }
         return dict(self._all_links)
 
@@ -106,7 +108,7 @@ class ThroughputGrid:
             connections=self.connections,
             provenance=self.provenance,
             measured_at=self._measured_at,
-            links=self._links,
+            links=self._link_records,
         )
 
     def __len__(self) -> int:
@@ -135,7 +137,7 @@ class ThroughputGrid:
         scale = self.connections / measured.connections
         values = dict(self._values)
         when = dict(self._measured_at)
-        links = dict(self._links)
+        links = dict(self._link_records)
         for pair, value in measured._values.items():
             if pair[0] not in self._catalog or pair[1] not in self._catalog:
                 raise ProfileError(f"merged grid has a pair outside the catalog: {pair}")
@@ -147,8 +149,8 @@ class ThroughputGrid:
                 continue  # an older measurement never replaces a newer one
             values[pair] = value * scale
             links.pop(pair, None)
-            if pair in measured._links:
-                links[pair] = measured._links[pair]
+            if pair in measured._link_records:
+                links[pair] = measured._link_records[pair]
             if theirs is not None:
                 when[pair] = theirs
         provenance = copy.deepcopy(self.provenance)

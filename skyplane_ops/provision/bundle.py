@@ -139,6 +139,11 @@ def build_wheelhouse(
     return sorted(dest.glob("*.whl"))
 
 
+# How long a fresh gateway lives before its control plane first renews its lease: long enough
+# for the gap between a pipeline's provision step and its transfer step (see lease.py).
+INITIAL_LEASE_S = 1800.0
+
+
 def serve_args(
     *,
     host: str,
@@ -149,6 +154,7 @@ def serve_args(
     idle_timeout: float,
     control_port: int = 0,
     data_port: int = 0,
+    lease_s: float | None = None,
 ) -> list[str]:
     """``-m gateway_agent serve ...``: how every backend starts an agent (after ``python``)."""
     return [
@@ -171,4 +177,6 @@ def serve_args(
         region,
         "--idle-timeout",
         str(idle_timeout),
+        "--lease",
+        str(INITIAL_LEASE_S if lease_s is None else lease_s),
     ]

@@ -3,7 +3,8 @@
 It makes ``skyplane-ops cp`` and the tests work with no cloud account: each region of the plan
 gets its VM count of agent processes on loopback, with the per-transfer secret in a 0600 file.
 Processes run in their own session, carry the transfer id on their command line (so ``sweep``
-can find them after the control plane died) and stop themselves after ``idle_timeout``.
+can find them after the control plane died) and stop themselves when their lease lapses
+(see ``lease.py``) or after ``idle_timeout``.
 """
 
 from __future__ import annotations
@@ -88,8 +89,12 @@ class LocalProvisioner:
         python: str | None = None,
         extra_args: Sequence[str] = (),
         log_level: str = "WARNING",
+        initial_lease_s: float | None = None,
+        lease_s: float | None = None,
     ) -> None:
         self.host = host
+        self.initial_lease_s = initial_lease_s  # None: bundle.INITIAL_LEASE_S
+        self.lease_s = lease_s  # None: lease.LEASE_S
         self.idle_timeout = idle_timeout
         self.buffer_mib = buffer_mib
         self.start_timeout = start_timeout
@@ -111,6 +116,7 @@ class LocalProvisioner:
                 gateway_id=gid,
                 region=region,
                 idle_timeout=self.idle_timeout,
+                lease_s=self.initial_lease_s,
             ),
             "--buffer-mib",
             str(self.buffer_mib),
@@ -144,7 +150,8 @@ class LocalProvisioner:
             secret_ref=secret_ref,
             tags={"skyplane-ops:transfer-id": transfer_id, **dict(tags or {})},
             created_at=datetime.now(UTC).isoformat(),
-            resources={"workdir": str(workdir)},
+            resources={"workdir": str(workdir)}
+            | ({"lease_s": self.lease_s} if self.lease_s else {}),
         )
         try:
             for region, count in sorted(vms.items()):

@@ -4,8 +4,14 @@ Every path of the plan becomes a route (a list of regions) in one job spec that 
 on a route receives. Chunks are assigned to paths by the plan's shares (by bytes) and, within a
 path, to the least-loaded source gateway. Progress comes from each gateway's incremental event
 log: ``done`` at the sink finishes a chunk, ``bad`` (checksum) and ``lost`` (send failure) make
-it go again, ``changed`` means the source object no longer matches the listing, ``error`` or an
-unreachable gateway fails the transfer with a message that names the gateway.
+it go again, ``changed`` means the source object no longer matches the listing, ``error`` fails
+the transfer with a message that names the gateway.
+
+Gateways are polled without blocking on any one of them, and ``liveness.HopWatch`` decides
+when a hop is dead (no answer or no bytes for ``hop_timeout`` seconds, or a next hop the
+gateways report unreachable): its chunks then go to the plan's other paths, or, when there is
+none, the transfer fails naming the hop. While the job runs, the fleet's leases are renewed
+(``provision.lease``), so gateways of a control plane that died stop by themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -25,6 +33,8 @@ from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.lease import LINGER_S, keep_alive
+from skyplane_ops.transfer.liveness import DeadPath, HopWatch
 from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
 
@@ -58,6 +68,13 @@ class DispatchOptions:
     max_attempts: int = 4
     poll_interval: float = 0.1
     stall_timeout: float = 300.0
+    # A hop that answers nothing or moves no bytes for this long is dead (see liveness.py);
+    # it must exceed the time one chunk takes over the slowest hop.
+    hop_timeout: float = 30.0
+    # Gateway leases while the job runs (None: the fleet's, else 60 s; 0: hold no lease) and
+    # after it ends.
+    lease_s: float | None = None
+    lease_linger_s: float = LINGER_S
     reader_threads: int = 8
     writer_threads: int = 8
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
@@ -68,6 +85,8 @@ class DispatchOptions:
 class DispatchStats:
     chunks: int = 0
     resent: int = 0
+    rerouted: int = 0
+    dead_hops: list[str] = field(default_factory=list)
     bytes_done: int = 0
     changed_keys: set[str] = field(default_factory=set)
     # key -> why, for objects a gateway could not copy ("source: ..." / "destination: ...")
@@ -123,8 +142,19 @@ class Dispatcher:
         used = {r for route, _ in self.routes for r in route}
         self.gateways: list[Gateway] = [g for g in fleet.gateways if g.region in used]
         self.clients = {
-            g.gateway_id: GatewayClient(g.host, g.control_port, secret) for g in self.gateways
+            g.gateway_id: GatewayClient(g.host, g.control_port, secret, gateway_id=g.gateway_id)
+            for g in self.gateways
         }
+        # Status polls and stops: one attempt, short timeout (liveness decides, not retries).
+        quick = max(1.0, min(10.0, self.options.hop_timeout / 3))
+        self._quick = {
+            g.gateway_id: GatewayClient(
+                g.host, g.control_port, secret, timeout=quick, attempts=1, gateway_id=g.gateway_id
+            )
+            for g in self.gateways
+        }
+        self._alive = [True] * len(self.routes)
+        self._chunk_path: dict[int, int] = {}
         self._by_id = {g.gateway_id: g for g in self.gateways}
         self._secret = secret
         self._src_uri = src_uri
@@ -135,7 +165,6 @@ class Dispatcher:
         )
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)
-        self._chunk_path: dict[int, int] = {}
         self._started: list[str] = []
 
     # ---- job spec --------------------------------------------------------------------------------
@@ -205,7 +234,7 @@ class Dispatcher:
     def _pick_path(self, nbytes: int) -> int:
         total = sum(self._path_bytes) + nbytes
         best = max(
-            range(len(self.routes)),
+            (i for i in range(len(self.routes)) if self._alive[i]),
             key=lambda i: self.routes[i][1] * total - self._path_bytes[i],
         )
         self._path_bytes[best] += nbytes
@@ -259,107 +288,286 @@ class Dispatcher:
         progress: ProgressCallback | None = None,
     ) -> DispatchStats:
         """Move every chunk or raise ``TransferError``; jobs are stopped either way."""
+        with ExitStack() as stack:
+            if self.options.lease_s is None or self.options.lease_s > 0:
+                stack.enter_context(
+                    keep_alive(
+                        self.fleet,
+                        self._secret,
+                        lease_s=self.options.lease_s,
+                        linger_s=self.options.lease_linger_s,
+                    )
+                )
+            pollers = stack.enter_context(
+                ThreadPoolExecutor(
+                    max_workers=max(1, len(self.gateways)), thread_name_prefix="poll"
+                )
+            )
+            try:
+                return self._run(chunks, uploads, on_done, progress, pollers)
+            finally:
+                self.stop(pollers)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_jobs(self) -> None:
+        # Sinks and relays first, so sources find their next hops listening for the job.
+        order = sorted(
+            self.gateways,
+            key=lambda g: min(
+                (-route.index(g.region) for route, _ in self.routes if g.region in route),
+                default=0,
+            ),
+        )
+        for g in order:
+            spec = self.job_spec(g)
+            self._call(g.gateway_id, partial(_start_on, spec=spec))
+            self._started.append(g.gateway_id)
+
+    def _run(
+        self,
+        chunks: list[Chunk],
+        uploads: Mapping[str, str],
+        on_done: Callable[[list[tuple[Chunk, list[int]]]], None],
+        progress: ProgressCallback | None,
+        pollers: ThreadPoolExecutor,
+    ) -> DispatchStats:
         stats = DispatchStats(chunks=len(chunks))
         pending = {c.chunk_id: c for c in chunks}
         total_bytes = sum(c.nbytes for c in chunks)
         next_id = max(pending, default=-1) + 1
         t0 = time.monotonic()
-        try:
-            # Sinks and relays first, so sources find their next hops listening for the job.
-            order = sorted(
-                self.gateways,
-                key=lambda g: min(
-                    (-route.index(g.region) for route, _ in self.routes if g.region in route),
-                    default=0,
-                ),
-            )
-            for g in order:
-                spec = self.job_spec(g)
-                self._call(g.gateway_id, partial(_start_on, spec=spec))
-                self._started.append(g.gateway_id)
-            self._submit(chunks, uploads)
-            cursors = dict.fromkeys(self.clients, 0)
-            last_progress = time.monotonic()
-            while pending:
-                finished: list[tuple[Chunk, list[int]]] = []
-                retry: list[Chunk] = []
-                for gid in self.clients:
-                    st = self._call(
-                        gid, partial(_status_of, job_id=self.job_id, cursor=cursors[gid])
-                    )
-                    cursors[gid] = st["cursor"]
-                    stats.counters[gid] = st["counters"]
-                    for ev in st["events"]:
-                        kind = ev.get("t")
-                        if kind == "error":
-                            g = self._by_id[gid]
-                            raise TransferError(f"gateway {gid} in region {g.region}: {ev['why']}")
-                        chunk = pending.get(ev.get("chunk", -1))
-                        if chunk is None:
+        self._start_jobs()
+        self._submit(chunks, uploads)
+        watch = HopWatch(
+            [r for r, _ in self.routes],
+            {
+                region: [g.gateway_id for g in self.gateways if g.region == region]
+                for region in {r for route, _ in self.routes for r in route}
+            },
+            self.options.hop_timeout,
+            time.monotonic(),
+        )
+        self._watch = watch
+        self._uploads = uploads
+        cursors = dict.fromkeys(self.clients, 0)
+        polls: dict[str, Future[dict[str, Any]]] = {}
+        last_progress = time.monotonic()
+        while pending:
+            finished: list[tuple[Chunk, list[int]]] = []
+            retry: list[Chunk] = []
+            failure: TransferError | None = None
+            for gid in self.clients:
+                if failure is not None:
+                    break
+                try:
+                    st = self._poll(gid, polls, cursors, watch, pollers)
+                except TransferError as exc:
+                    failure = exc
+                    break
+                if st is None:
+                    continue
+                stats.counters[gid] = st["counters"]
+                for ev in st["events"]:
+                    kind = ev.get("t")
+                    if kind == "error":
+                        try:
+                            self._on_error(gid, ev, watch, pending, stats)
+                        except TransferError as exc:
+                            failure = exc  # journal what finished first, then fail
+                        continue
+                    chunk = pending.get(ev.get("chunk", -1))
+                    if chunk is None:
+                        continue
+                    path = self._chunk_path.get(chunk.chunk_id)
+                    if kind == "done":
+                        del pending[chunk.chunk_id]
+                        finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
+                        stats.bytes_done += chunk.nbytes
+                        if path is not None:
+                            watch.chunk_finished(path, time.monotonic())
+                        p = path or 0
+                        stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
+                        stats.path_seconds[p] = time.monotonic() - t0
+                    elif kind in ("bad", "lost"):
+                        if "path" in ev and str(ev["path"]) != str(path):
+                            continue  # a copy on a path it was rerouted from
+                        chunk.attempts += 1
+                        if chunk.attempts >= self.options.max_attempts:
+                            failure = self._chunk_failed(gid, chunk, path, ev, pending, stats)
+                            if failure is not None:
+                                break
+                            retry = [c for c in retry if c.chunk_id != chunk.chunk_id]
                             continue
-                        if kind == "done":
-                            del pending[chunk.chunk_id]
-                            finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
-                            stats.bytes_done += chunk.nbytes
-                            p = self._chunk_path.get(chunk.chunk_id, 0)
-                            stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
-                            stats.path_seconds[p] = time.monotonic() - t0
-                        elif kind in ("bad", "lost"):
-                            chunk.attempts += 1
-                            if chunk.attempts >= self.options.max_attempts:
-                                raise TransferError(
-                                    f"chunk {chunk.chunk_id} ({chunk.segments[0].key}) failed "
-                                    f"{chunk.attempts} times; last: {ev.get('why')}"
-                                )
-                            log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
-                            stats.resent += 1
-                            retry.append(chunk)
-                        elif kind in ("changed", "failed"):
-                            del pending[chunk.chunk_id]
-                            if kind == "changed":
-                                stats.changed_keys.add(ev["key"])
-                            else:
-                                stats.failed_keys[ev["key"]] = f"{ev.get('side')}: {ev.get('why')}"
-                            rest = [s for s in chunk.segments if s.key != ev["key"]]
-                            if rest:
-                                again = Chunk(next_id, rest)
-                                next_id += 1
-                                pending[again.chunk_id] = again
-                                retry.append(again)
-                if finished:
-                    on_done(finished)
-                    last_progress = time.monotonic()
-                if retry:
-                    self._submit(retry, uploads)
-                if progress is not None:
-                    elapsed = time.monotonic() - t0
-                    progress(
-                        Progress(
-                            bytes_done=stats.bytes_done,
-                            bytes_total=total_bytes,
-                            chunks_done=stats.chunks - len(pending),
-                            chunks_total=stats.chunks,
-                            elapsed_s=round(elapsed, 3),
-                            gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
-                            resent=stats.resent,
-                        )
+                        log.info("re-sending chunk %s: %s", chunk.chunk_id, ev.get("why"))
+                        stats.resent += 1
+                        retry.append(chunk)
+                    elif kind in ("changed", "failed"):
+                        del pending[chunk.chunk_id]
+                        if kind == "changed":
+                            stats.changed_keys.add(ev["key"])
+                        else:
+                            stats.failed_keys[ev["key"]] = f"{ev.get('side')}: {ev.get('why')}"
+                        rest = [s for s in chunk.segments if s.key != ev["key"]]
+                        if rest:
+                            again = Chunk(next_id, rest)
+                            next_id += 1
+                            pending[again.chunk_id] = again
+                            retry.append(again)
+            if finished:
+                on_done(finished)
+                last_progress = time.monotonic()
+            if failure is not None:
+                raise failure
+            if retry:
+                self._submit(retry, uploads)
+            self._check_paths(watch, pending, stats)
+            if progress is not None:
+                elapsed = time.monotonic() - t0
+                progress(
+                    Progress(
+                        bytes_done=stats.bytes_done,
+                        bytes_total=total_bytes,
+                        chunks_done=stats.chunks - len(pending),
+                        chunks_total=stats.chunks,
+                        elapsed_s=round(elapsed, 3),
+                        gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
+                        resent=stats.resent,
                     )
-                if time.monotonic() - last_progress > self.options.stall_timeout:
-                    raise TransferError(
-                        f"no chunk finished for {self.options.stall_timeout:.0f} s "
-                        f"({len(pending)} chunks outstanding)"
-                    )
-                if pending:
-                    time.sleep(self.options.poll_interval)
-        finally:
-            self.stop()
+                )
+            if time.monotonic() - last_progress > self.options.stall_timeout:
+                raise TransferError(
+                    f"no chunk finished for {self.options.stall_timeout:.0f} s "
+                    f"({len(pending)} chunks outstanding)"
+                )
+            if pending:
+                time.sleep(self.options.poll_interval)
         return stats
 
-    def stop(self) -> None:
-        """Stop the job on every gateway it was started on (best effort)."""
-        for gid in self._started:
+    # ---- liveness --------------------------------------------------------------------------------
+
+    def _poll(
+        self,
+        gid: str,
+        polls: dict[str, Future[dict[str, Any]]],
+        cursors: dict[str, int],
+        watch: HopWatch,
+        pollers: ThreadPoolExecutor,
+    ) -> dict[str, Any] | None:
+        """The status of ``gid`` if its last poll has answered (then the next one is sent)."""
+        fut = polls.get(gid)
+        if fut is None:
+            polls[gid] = pollers.submit(self._quick[gid].status, self.job_id, cursors[gid])
+            return None
+        if not fut.done():
+            return None
+        del polls[gid]
+        now = time.monotonic()
+        try:
+            st = fut.result()
+        except GatewayError as exc:
+            if exc.status:  # it answered, with an error: that is not a liveness question
+                g = self._by_id[gid]
+                raise TransferError(
+                    f"gateway {gid} in region {g.region} ({g.host}:{g.control_port}) failed: {exc}"
+                ) from exc
+            refused = isinstance(exc.__cause__, ConnectionRefusedError)
+            watch.unanswered(gid, str(exc), now, refused)
+            return None
+        watch.answered(gid, st["counters"], now)
+        cursors[gid] = st["cursor"]
+        return st
+
+    def _on_error(
+        self,
+        gid: str,
+        ev: dict[str, Any],
+        watch: HopWatch,
+        pending: dict[int, Chunk],
+        stats: DispatchStats,
+    ) -> None:
+        """A gateway error: fatal, unless it names a next hop the plan can route around."""
+        g = self._by_id[gid]
+        hop = ev.get("hop")
+        if not hop:
+            raise TransferError(f"gateway {gid} in region {g.region}: {ev['why']}")
+        u, v = str(hop[0]), str(hop[1])
+        for p, (route, _) in enumerate(self.routes):
+            if self._alive[p] and (u, v) in itertools.pairwise(route):
+                self._path_died(DeadPath(p, (u, v), f"{gid}: {ev['why']}"), pending, stats)
+
+    def _hop_from(self, gid: str, path: int | None) -> tuple[str, str] | None:
+        """The hop out of ``gid``'s region along ``path`` (None if it is the path's end)."""
+        if path is None:
+            return None
+        route = self.routes[path][0]
+        region = self._by_id[gid].region
+        if region not in route or route.index(region) + 1 >= len(route):
+            return None
+        return region, route[route.index(region) + 1]
+
+    def _chunk_failed(
+        self,
+        gid: str,
+        chunk: Chunk,
+        path: int | None,
+        ev: dict[str, Any],
+        pending: dict[int, Chunk],
+        stats: DispatchStats,
+    ) -> TransferError | None:
+        """A chunk lost ``max_attempts`` times: the hop it was lost on is dead when the plan
+        has other paths (its chunks move there); otherwise the error names the hop."""
+        hop = self._hop_from(gid, path) if ev.get("t") == "lost" else None
+        where = f" on hop {hop[0]} -> {hop[1]}" if hop else f" at {gid}"
+        why = (
+            f"chunk {chunk.chunk_id} ({chunk.segments[0].key}) failed {chunk.attempts} "
+            f"times{where}; last: {ev.get('why')}"
+        )
+        if hop is None or path is None or sum(self._alive) < 2:
+            return TransferError(why)
+        chunk.attempts = 0
+        self._path_died(DeadPath(path, hop, why), pending, stats)
+        return None
+
+    def _check_paths(
+        self,
+        watch: HopWatch,
+        pending: dict[int, Chunk],
+        stats: DispatchStats,
+    ) -> None:
+        outstanding: dict[int, int] = {}
+        for cid in pending:
+            p = self._chunk_path.get(cid)
+            if p is not None:
+                outstanding[p] = outstanding.get(p, 0) + 1
+        for dead in watch.check(time.monotonic(), outstanding):
+            self._path_died(dead, pending, stats)
+
+    def _path_died(self, dead: DeadPath, pending: dict[int, Chunk], stats: DispatchStats) -> None:
+        """Send the dead path's chunks along the others, or fail naming the hop."""
+        self._alive[dead.path] = False
+        self._watch.alive[dead.path] = False
+        stats.dead_hops.append(dead.describe())
+        if not any(self._alive):
+            raise TransferError(f"{dead.describe()}; the plan has no other path to route around it")
+        moved = [c for cid, c in pending.items() if self._chunk_path.get(cid) == dead.path]
+        log.warning("%s: moving %d chunk(s) to the other paths", dead.describe(), len(moved))
+        stats.rerouted += len(moved)
+        if moved:
+            self._submit(moved, self._uploads)
+
+    def stop(self, pollers: ThreadPoolExecutor | None = None) -> None:
+        """Stop the job on every gateway it was started on (best effort, in parallel, one short
+        attempt each: a hung gateway must not hold the caller)."""
+
+        def stop_one(gid: str) -> None:
             try:
-                self.clients[gid].stop_job(self.job_id)
+                self._quick[gid].stop_job(self.job_id)
             except GatewayError as exc:
                 log.debug("stopping job on %s: %s", gid, exc)
-        self._started = []
+
+        started, self._started = self._started, []
+        if pollers is None:
+            for gid in started:
+                stop_one(gid)
+        else:
+            list(pollers.map(stop_one, started))

@@ -213,6 +213,38 @@ def test_provider_info_matches_airflows_schema() -> None:
 
 
 @pytest.mark.slow
+def test_connection_form_has_a_widget_for_every_extra_key() -> None:
+    from skyplane_ops.airflow.provider_info import BACKENDS, CONN_FIELDS
+    from skyplane_ops.airflow.settings import KNOWN_EXTRA
+    from skyplane_ops.provision import BACKENDS as CORE_BACKENDS
+
+    assert set(CONN_FIELDS) == set(KNOWN_EXTRA)
+    assert CONN_FIELDS["backend"]["schema"]["enum"] == list(BACKENDS)
+    assert set(BACKENDS) == set(CORE_BACKENDS)
+    for name in ("backend_options", "tags", "state_store_options"):
+        assert "object" in CONN_FIELDS[name]["schema"]["type"], name
+    # What the JSON widget stores (a JSON object, not text) is what the extra accepts.
+    from skyplane_ops.airflow.settings import parse_extra
+
+    settings = parse_extra({"extra__skyplane__tags": {"team": "data"}, "backend": "ssh"})
+    assert settings.tags == {"team": "data"} and settings.backend == "ssh"
+
+
+def test_lineage_datasets_follow_the_openlineage_naming_spec() -> None:
+    import socket
+
+    from skyplane_ops.airflow.lineage import dataset_name, operator_lineage
+
+    assert dataset_name("s3://bkt/a/b/") == ("s3://bkt", "a/b")
+    assert dataset_name("gs://bkt/x.parquet") == ("gs://bkt", "x.parquet")
+    assert dataset_name("az://acct/cont/p/q/") == ("abfss://cont@acct.dfs.core.windows.net", "p/q")
+    assert dataset_name("file:///data/in/") == (f"file://{socket.gethostname()}", "/data/in")
+    assert dataset_name("s3://bkt/") == ("s3://bkt", "/")
+    lineage = operator_lineage("s3://a/in/", "gs://b/out/")
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("s3://a", "in")]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [("gs://b", "out")]
+
+
 def test_airflow_providers_list_shows_the_installed_provider() -> None:
     airflow_bin = Path(sys.executable).with_name("airflow")
     out = subprocess.run(

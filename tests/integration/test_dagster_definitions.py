@@ -236,11 +236,20 @@ def _is_agent(pid: int, marker: str) -> bool:
 
 def test_grid_refresh_asset_runs_the_profiler_and_publishes_a_version(home: Path) -> None:
     grid_uri = f"file://{home}/grid/"
-    grid = build_grid_refresh(["aws:us-east-1", "aws:eu-west-1"], duration_s=0.5, budget_usd=1.0)
+    regions = ["aws:us-east-1", "aws:eu-west-1"]
     skyplane = SkyplaneResource(grid_store=grid_uri)
     # Nothing published yet: plans use the model (and say which store they looked at).
     before = skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0)
     assert before.details["grid"] == {"store": grid_uri, "version": None}
+    # As shipped, on the local backend: loopback figures never reach the planning grid.
+    safe = build_grid_refresh(regions, duration_s=0.3, budget_usd=1.0)
+    scratch = dg.materialize([safe.asset], resources={"skyplane": skyplane})
+    (mat,) = scratch.asset_materializations_for_node("throughput_grid")
+    assert mat.metadata["scratch"].value is True
+    assert "scratch store" in str(mat.metadata["publish_reason"].value)
+    assert skyplane.plan("aws:us-east-1", "aws:eu-west-1", 1.0).details["grid"]["version"] is None
+    # A testbed that wants its figures planned with says so.
+    grid = build_grid_refresh(regions, duration_s=0.5, budget_usd=1.0, publish_emulated=True)
     result = dg.materialize([grid.asset], resources={"skyplane": skyplane})
     assert result.success
     (mat,) = result.asset_materializations_for_node("throughput_grid")

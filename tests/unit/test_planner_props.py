@@ -1,5 +1,7 @@
-"""Property test: on random small grids every plan obeys the model, and mode (b) at a mode-(a)
-plan's cost is at least as fast as that plan."""
+"""Property test: on random small grids (some links link-aware) every plan obeys the model,
+including whole connections per VM within the limit after rounding (``plan_violations``
+counts the hops' integer connections), and mode (b) at a mode-(a) plan's cost is at least as
+fast as that plan."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from skyplane_ops.errors import InfeasibleError
 from skyplane_ops.planner import Problem, RegionSpec, max_throughput_gbps, solve_plan
 from skyplane_ops.planner.check import plan_violations
 from skyplane_ops.planner.formulation import PathModel
+from skyplane_ops.planner.problem import LinkSpec
 from skyplane_ops.planner.prune import prune_dominated_relays
 from skyplane_ops.planner.solve import solve_milp, usable_paths
 
@@ -42,6 +45,15 @@ def problems(draw: st.DrawFn) -> Problem:
                 prices[(u, v)] = draw(st.sampled_from([0.0, 0.01, 0.02, 0.05, 0.09]))
     grid.setdefault(("r0", "r1"), 1.0)
     prices.setdefault(("r0", "r1"), 0.02)
+    # Some links are link-aware: full with a few connections, maybe capped per region pair.
+    links = {}
+    for edge, gbps in grid.items():
+        if draw(st.integers(0, 2)) == 0:
+            full_at = draw(st.sampled_from([2, 4, 16]))
+            cap = draw(st.sampled_from([None, None, 1.5 * gbps]))
+            links[edge] = LinkSpec(
+                per_conn_gbps=gbps / full_at, sat_gbps=gbps, region_cap_gbps=cap, connections=64
+            )
     dsts = ("r1", "r2") if draw(st.booleans()) and n >= 4 else ("r1",)
     return Problem(
         src="r0",
@@ -54,6 +66,7 @@ def problems(draw: st.DrawFn) -> Problem:
         max_conns_per_vm=draw(st.sampled_from([32, 64, 128])),
         provisioning_seconds=draw(st.sampled_from([0.0, 60.0])),
         max_relays=draw(st.sampled_from([1, 2])),
+        links=links,
     )
 
 

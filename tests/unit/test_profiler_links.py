@@ -94,8 +94,8 @@ def test_planner_grid_exposes_links_and_never_predicts_above_saturation(tmp_path
     links = grid.links()
     assert links[(A, B)].sat_gbps == 1.0 and links[(A, B)].per_conn_gbps == 0.1
     assert grid.gbps(A, B) == 1.0 and grid.source(A, B) == "measured"
-    # Unmeasured pairs keep the base figure, as a single-count "model" estimate.
-    assert links[(B, A)].source == "model" and links[(B, A)].gbps == base.gbps(B, A)
+    # Unmeasured pairs keep the base figure and its source (here the published 2022 grid).
+    assert links[(B, A)].source == "published" and links[(B, A)].gbps == base.gbps(B, A)
     assert len(links) == len(grid.as_dict())
 
 
