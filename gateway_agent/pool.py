@@ -111,6 +111,7 @@ class OutboundPool:
         self._conns = [Conn(p) for p in peers for _ in range(max(1, connections_per_peer))]
         for c in self._conns:
             self._free.put(c)
+        self.aborted = False
         self._threads = [
             threading.Thread(target=self._run, name=f"out-{region}-{i}", daemon=True)
             for i in range(len(self._conns))
@@ -132,6 +133,30 @@ class OutboundPool:
         """Wake every worker so it can exit; queued chunks are dropped by ``drain``."""
         for _ in self._threads:
             self.queue.put(None)
+
+    def drop(self, unwanted: Callable[[dict[str, Any]], bool]) -> int:
+        """Release queued chunks whose metadata is ``unwanted`` (their path was declared dead);
+        returns how many were dropped."""
+        with self.queue.mutex:
+            keep = [c for c in self.queue.queue if c is None or not unwanted(c.meta)]
+            gone = [c for c in self.queue.queue if c is not None and unwanted(c.meta)]
+            self.queue.queue.clear()
+            self.queue.queue.extend(keep)
+        for c in gone:
+            c.lease.release()
+        return len(gone)
+
+    def abort(self) -> None:
+        """The next hop is dead: fail sends in progress at once (their chunks are reported lost
+        and their budget released), drop what is queued, and send nothing more."""
+        self.aborted = True
+        self.drop(lambda meta: True)
+        for c in self._conns:
+            if c.sock is not None:
+                try:
+                    c.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def drain(self) -> None:
         """Release the budget of chunks still queued, and close connections (after a stop)."""
@@ -174,7 +199,7 @@ class OutboundPool:
 
     def borrow(self) -> Conn | None:
         """The next free, connected connection; None if the job stopped or the peer is gone."""
-        while not self._cb.stopped():
+        while not self._cb.stopped() and not self.aborted:
             try:
                 conn = self._free.get(timeout=0.5)
             except queue.Empty:

@@ -47,6 +47,21 @@ def _addresses(value: Any) -> list[str]:
     return found
 
 
+def _backends(value: Any) -> list[str]:
+    """Every nested ``backend`` name in (mixed) backend options."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key == "backend" and isinstance(item, str):
+                found.append(item)
+            else:
+                found += _backends(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            found += _backends(item)
+    return found
+
+
 def _is_loopback(address: str) -> bool:
     if address in ("localhost", "localhost.localdomain"):
         return True
@@ -60,6 +75,9 @@ def reaches_remote_hosts(backend: str, backend_options: Mapping[str, Any] | None
     """None when ``backend`` measures real links; else why its figures are not real."""
     if backend in EMULATED_BACKENDS:
         return f"the {backend!r} backend runs every 'region' on this machine"
+    nested = [b for b in _backends(dict(backend_options or {})) if b in EMULATED_BACKENDS]
+    if nested:
+        return f"part of the fleet runs on the emulated {nested[0]!r} backend"
     addresses = _addresses(dict(backend_options or {}))
     if backend == "ssh" and addresses and all(_is_loopback(a) for a in addresses):
         return "every SSH host of the inventory is a loopback address"

@@ -11,14 +11,14 @@ from typing import Any
 INTEGRATION = "Skyplane"
 
 # The provisioner backends (kept in step with skyplane_ops.provision.BACKENDS by a test).
-BACKENDS = ("local", "ssh", "aws", "netns")
+BACKENDS = ("local", "ssh", "aws", "gcp", "azure", "mixed", "netns")
 # A JSON editor in the connection form (Airflow renders "object" fields as JSON widgets).
 _JSON = {"type": ["object", "null"], "format": "json"}
 
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "backend": {
         "label": "Provisioner backend",
-        "description": "Where gateways run: local processes, SSH hosts, AWS EC2, netns testbed.",
+        "description": "Where gateways run: local processes, SSH hosts, cloud VMs, netns testbed.",
         "schema": {"type": ["string", "null"], "default": "local", "enum": list(BACKENDS)},
     },
     "backend_options": {

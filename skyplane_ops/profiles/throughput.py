@@ -101,14 +101,15 @@ class ThroughputGrid:
         return dict(self._all_links)
 
     def with_catalog(self, catalog: RegionCatalog) -> ThroughputGrid:
-        """The same figures over a larger catalog (e.g. with custom regions added)."""
+        """The same figures and link records (as ``links()`` gives them, so a subclass's
+        records survive) over a larger catalog, e.g. with custom regions added."""
         return ThroughputGrid(
             catalog,
             self._values,
             connections=self.connections,
             provenance=self.provenance,
             measured_at=self._measured_at,
-            links=self._link_records,
+            links=self.links(),
         )
 
     def __len__(self) -> int:
@@ -138,6 +139,7 @@ class ThroughputGrid:
         values = dict(self._values)
         when = dict(self._measured_at)
         links = dict(self._link_records)
+        their_links = measured.links()  # public: a subclass may keep its records elsewhere
         for pair, value in measured._values.items():
             if pair[0] not in self._catalog or pair[1] not in self._catalog:
                 raise ProfileError(f"merged grid has a pair outside the catalog: {pair}")
@@ -149,8 +151,8 @@ class ThroughputGrid:
                 continue  # an older measurement never replaces a newer one
             values[pair] = value * scale
             links.pop(pair, None)
-            if pair in measured._link_records:
-                links[pair] = measured._link_records[pair]
+            if pair in their_links:
+                links[pair] = their_links[pair]
             if theirs is not None:
                 when[pair] = theirs
         provenance = copy.deepcopy(self.provenance)

@@ -63,9 +63,14 @@ CAPACITY_CODES = {
 RELEASE_SCRIPT = """#!/bin/sh
 # skyplane-ops: on shutdown, deallocate this VM with its managed identity (ends compute billing).
 md=http://169.254.169.254/metadata
-tok=$(curl -sf -H Metadata:true "$md/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
-id=$(curl -sf -H Metadata:true "$md/instance/compute/resourceId?api-version=2021-02-01&format=text")
-curl -sf -X POST -H "Authorization: Bearer $tok" -H "Content-Length: 0" "https://management.azure.com$id/deallocate?api-version=2024-07-01"
+arm=https://management.azure.com
+q="api-version=2018-02-01&resource=$arm/"
+tok=$(curl -sf -H Metadata:true "$md/identity/oauth2/token?$q" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+id=$(curl -sf -H Metadata:true \
+  "$md/instance/compute/resourceId?api-version=2021-02-01&format=text")
+curl -sf -X POST -H "Authorization: Bearer $tok" -H "Content-Length: 0" \
+  "$arm$id/deallocate?api-version=2024-07-01"
 """
 RELEASE_UNIT = """[Unit]
 Description=skyplane-ops: deallocate this VM when it shuts down
@@ -145,9 +150,10 @@ class AzureProvisioner(CloudBoot):
         if ca_bundle:
             kw["connection_verify"] = ca_bundle
         self.subscription_id = subscription_id
-        self.resources = ResourceManagementClient(credential, subscription_id, **kw)
-        self.network = NetworkManagementClient(credential, subscription_id, **kw)
-        self.compute = ComputeManagementClient(credential, subscription_id, **kw)
+        # Bodies are ARM's REST JSON (what the SDKs send as-is), so the clients are used untyped.
+        self.resources: Any = ResourceManagementClient(credential, subscription_id, **kw)
+        self.network: Any = NetworkManagementClient(credential, subscription_id, **kw)
+        self.compute: Any = ComputeManagementClient(credential, subscription_id, **kw)
         self.vm_size = vm_size
         self.image = dict(image)
         self.zones = list(zones)
@@ -159,7 +165,7 @@ class AzureProvisioner(CloudBoot):
     # ------------------------------------------------------------------ provision
 
     def _group(self, transfer_id: str, region: str) -> str:
-        return f"{NAME_PREFIX}{transfer_id}-{region}"
+        return f"{NAME_PREFIX}{transfer_id}-{region}".replace("_", "-")  # VM names: no "_"
 
     def _sub(self, group: str) -> str:
         return f"/subscriptions/{self.subscription_id}/resourceGroups/{group}"
@@ -331,7 +337,8 @@ class AzureProvisioner(CloudBoot):
         if self.self_deallocate:
             body["identity"] = {"type": "SystemAssigned"}
         tried: list[str] = []
-        for zone in self.zones or [None]:
+        zones: list[str | None] = list(self.zones) or [None]
+        for zone in zones:
             attempt = {**body, **({"zones": [zone]} if zone else {})}
             try:
                 return self.compute.virtual_machines.begin_create_or_update(
@@ -497,7 +504,9 @@ class AzureProvisioner(CloudBoot):
         errors = [str(r) for r in results if isinstance(r, BaseException)]
         if errors:
             raise ProvisionError("Azure clean-up incomplete: " + "; ".join(errors))
-        return [f"azure:resourceGroups/{g}" for g, r in zip(groups, results) if r is True]
+        return [
+            f"azure:resourceGroups/{g}" for g, r in zip(groups, results, strict=True) if r is True
+        ]
 
     def deprovision(self, fleet: GatewayFleet) -> None:
         self.stop_agents(fleet)

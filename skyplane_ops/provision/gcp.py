@@ -21,6 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
@@ -43,7 +44,7 @@ from skyplane_ops.provision.cloudvm import (
 from skyplane_ops.provision.cloudvm_boot import CloudBoot
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
-from skyplane_ops.provision.ssh import SSHHost, gateway_id
+from skyplane_ops.provision.ssh import gateway_id
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,9 @@ class GCPProvisioner(CloudBoot):
             if codes & CAPACITY_CODES:
                 raise _NoCapacity(str(exc)) from exc
             if codes & QUOTA_CODES or "quota" in str(exc).lower():
-                raise QuotaError(f"gcp {region}: quota exceeded while creating {what}: {exc}")
+                raise QuotaError(
+                    f"gcp {region}: quota exceeded while creating {what}: {exc}"
+                ) from exc
             raise
 
     def _mutate(self, kind: str, method: str, **fields: Any) -> Any:
@@ -162,7 +165,8 @@ class GCPProvisioner(CloudBoot):
     # ------------------------------------------------------------------ provision
 
     def _network(self, tid: str) -> str:
-        return f"{NAME_PREFIX}{tid}".lower()
+        """Compute names allow ``[a-z0-9-]`` only: ``Nightly_42`` -> ``skyplane-ops-nightly-42``."""
+        return f"{NAME_PREFIX}{tid}".lower().replace("_", "-")
 
     def _create_network(self, tid: str, tags: Mapping[str, str], created: dict) -> None:
         net = self._network(tid)
@@ -322,6 +326,13 @@ class GCPProvisioner(CloudBoot):
         check_transfer_id(transfer_id)
         wanted = {r: n for r, n in vms.items() if n > 0}
         by_name = {region_of(r, "gcp"): r for r in wanted}
+        longest = max((f"{r}-{n - 1}" for r, n in zip(by_name, wanted.values(), strict=True)),
+                      key=len, default="")  # fmt: skip
+        if len(f"{self._network(transfer_id)}-{longest}") > 63:
+            raise ProvisionError(
+                f"transfer id {transfer_id!r} is too long for Compute Engine names "
+                f"({self._network(transfer_id)}-{longest} > 63 characters): use a shorter one"
+            )
         self.resolve_client_cidr()
         all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
         created: dict[str, Any] = {}
@@ -450,15 +461,15 @@ class GCPProvisioner(CloudBoot):
             raise_first=False,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
-        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results) if r is True]
+        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results, strict=True) if r]
+        fws = self._client("FirewallsClient")
         for fw in created.get("firewalls", []):
-            fws = self._client("FirewallsClient")
-            if self._delete(lambda fw=fw: fws.delete(project=self.project, firewall=fw), fw, "-"):
+            if self._delete(partial(fws.delete, project=self.project, firewall=fw), fw, "-"):
                 deleted.append(f"gcp:global:firewall/{fw}")
         subs = self._client("SubnetworksClient")
         for s in states:
             if s.subnet and self._delete(
-                lambda s=s: subs.delete(project=self.project, region=s.region, subnetwork=s.subnet),
+                partial(subs.delete, project=self.project, region=s.region, subnetwork=s.subnet),
                 f"subnetwork {s.subnet}",
                 s.region,
             ):
@@ -516,7 +527,8 @@ class GCPProvisioner(CloudBoot):
         nets = [
             n
             for n in self._client("NetworksClient").list(project=self.project)
-            if n.name.startswith(prefix) and _old_enough(n.description, older_than_seconds)
+            if (n.name == prefix if transfer_id else n.name.startswith(prefix))
+            and _old_enough(n.description, older_than_seconds)
         ]
         created: dict[str, Any] = {}
         deleted: list[str] = []

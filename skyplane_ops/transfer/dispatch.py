@@ -32,7 +32,7 @@ from gateway_agent.auth import seal
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
 from skyplane_ops.provision.lease import LINGER_S, keep_alive
 from skyplane_ops.transfer.liveness import DeadPath, HopWatch
 from skyplane_ops.transfer.manifest import Chunk
@@ -141,8 +141,18 @@ class Dispatcher:
         self.routes = plan_routes(plan)
         used = {r for route, _ in self.routes for r in route}
         self.gateways: list[Gateway] = [g for g in fleet.gateways if g.region in used]
+        # Start and submit: a couple of attempts, bounded so a hung gateway cannot hold the
+        # dispatch loop much longer than the hop timeout.
+        bounded = min(30.0, max(5.0, self.options.hop_timeout / 2))
         self.clients = {
-            g.gateway_id: GatewayClient(g.host, g.control_port, secret, gateway_id=g.gateway_id)
+            g.gateway_id: GatewayClient(
+                g.host,
+                g.control_port,
+                secret,
+                timeout=bounded,
+                attempts=2,
+                gateway_id=g.gateway_id,
+            )
             for g in self.gateways
         }
         # Status polls and stops: one attempt, short timeout (liveness decides, not retries).
@@ -205,7 +215,11 @@ class Dispatcher:
             "routes": {str(i): route for i, (route, _) in enumerate(self.routes)},
             "gateways": {
                 region: [
-                    {"id": g.gateway_id, "host": g.host, "data_port": g.data_port}
+                    {
+                        "id": g.gateway_id,
+                        "host": data_host(g, gateway.region),
+                        "data_port": g.data_port,
+                    }
                     for g in self.fleet.in_region(region)
                 ]
                 for region in {r for route, _ in self.routes for r in route}
@@ -298,15 +312,15 @@ class Dispatcher:
                         linger_s=self.options.lease_linger_s,
                     )
                 )
-            pollers = stack.enter_context(
-                ThreadPoolExecutor(
-                    max_workers=max(1, len(self.gateways)), thread_name_prefix="poll"
-                )
+            # Not a ``with`` block: leaving must not wait for a poll stuck on a hung gateway.
+            pollers = ThreadPoolExecutor(
+                max_workers=max(1, 2 * len(self.gateways)), thread_name_prefix="poll"
             )
             try:
                 return self._run(chunks, uploads, on_done, progress, pollers)
             finally:
                 self.stop(pollers)
+                pollers.shutdown(wait=False, cancel_futures=True)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _start_jobs(self) -> None:
@@ -549,11 +563,29 @@ class Dispatcher:
         stats.dead_hops.append(dead.describe())
         if not any(self._alive):
             raise TransferError(f"{dead.describe()}; the plan has no other path to route around it")
+        self._drop_everywhere(dead.path)
+        self._watch.grace(time.monotonic())  # the other paths get a full window for the extra load
         moved = [c for cid, c in pending.items() if self._chunk_path.get(cid) == dead.path]
         log.warning("%s: moving %d chunk(s) to the other paths", dead.describe(), len(moved))
         stats.rerouted += len(moved)
         if moved:
             self._submit(moved, self._uploads)
+
+    def _drop_everywhere(self, path: int) -> None:
+        """Tell every live gateway of the job that ``path`` is dead, so budget held by chunks
+        waiting for it is freed for the other paths (best effort, in parallel, bounded)."""
+        now = time.monotonic()
+        live = [g for g in self._started if not self._watch.gateway_dead(g, now)]
+
+        def drop(gid: str) -> None:
+            try:
+                self._quick[gid].drop_path(self.job_id, str(path))
+            except GatewayError as exc:
+                log.debug("dropping path %s on %s: %s", path, gid, exc)
+
+        if live:
+            with ThreadPoolExecutor(max_workers=len(live)) as pool:
+                list(pool.map(drop, live))
 
     def stop(self, pollers: ThreadPoolExecutor | None = None) -> None:
         """Stop the job on every gateway it was started on (best effort, in parallel, one short
@@ -566,6 +598,10 @@ class Dispatcher:
                 log.debug("stopping job on %s: %s", gid, exc)
 
         started, self._started = self._started, []
+        watch: HopWatch | None = getattr(self, "_watch", None)
+        if watch is not None:  # a gateway that stopped answering will not answer this either
+            now = time.monotonic()
+            started = [g for g in started if not watch.gateway_dead(g, now)]
         if pollers is None:
             for gid in started:
                 stop_one(gid)

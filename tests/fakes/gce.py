@@ -31,6 +31,8 @@ class FakeGCE:
     def __init__(self, project: str = "test-project", ssh_port: int | None = None) -> None:
         self.project = project
         self.ssh_port = ssh_port
+        self.vm_env: dict[str, str] = {}  # the environment the VMs' processes get
+        self.vm_net: Any = None  # a tests.fakes.netvm.CloudNet: VMs that obey the firewall
         self.lock = threading.RLock()
         self.networks: dict[str, dict[str, Any]] = {}
         self.firewalls: dict[str, dict[str, Any]] = {}
@@ -72,6 +74,22 @@ class FakeGCE:
                 "subnetworks": sorted(n for _, n in self.subnetworks),
                 "instances": sorted(n for _, n in self.instances),
             }
+
+    def _enforce(self) -> None:
+        """Give every VM the INGRESS rules whose target tags it carries (VPC firewall)."""
+        for key, inst in self.instances.items():
+            vm_tags = set((inst.get("tags") or {}).get("items", []))
+            allowed: dict[int, list[str]] = {}
+            for fw in self.firewalls.values():
+                if fw.get("direction", "INGRESS") != "INGRESS":
+                    continue
+                if not vm_tags & set(fw.get("targetTags", [])):
+                    continue
+                for rule in fw.get("allowed", []):
+                    for port in rule.get("ports", []):
+                        allowed.setdefault(int(port), []).extend(fw.get("sourceRanges", []))
+            if key in self.vms:
+                self.vms[key].enforce(allowed)
 
     # ------------------------------------------------------------------ operations
 
@@ -139,13 +157,16 @@ class FakeGCE:
             case ("POST", ["global", "firewalls"]):
                 if body["network"].rsplit("/", 1)[-1] not in self.networks:
                     return 404, _err(404, f"network of firewall {body['name']} not found")
-                return self._create(self.firewalls, body["name"], body, "global")
+                created = self._create(self.firewalls, body["name"], body, "global")
+                self._enforce()
+                return created
             case ("GET", ["global", "firewalls"]):
                 return 200, {"items": list(self.firewalls.values())}
             case ("PATCH", ["global", "firewalls", name]):
                 if name not in self.firewalls:
                     return 404, _err(404, f"firewall {name}")
                 self.firewalls[name].update(body)
+                self._enforce()
                 return 200, self.op("global", name)
             case ("DELETE", ["global", "firewalls", name]):
                 return self._delete(self.firewalls, name, "global")
@@ -220,12 +241,16 @@ class FakeGCE:
             return 404, _err(404, f"subnetwork {subnet} not found in {region}")
         if (zone, body["name"]) in self.instances:
             return 409, _err(409, f"instance {body['name']} already exists", "alreadyExists")
-        address = next_address(64)
         user_data = next(i["value"] for i in body["metadata"]["items"] if i["key"] == "user-data")
-        self.vms[(zone, body["name"])] = LoopbackVM.boot(address, self.ssh_port, user_data)
-        body["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = address
+        if self.vm_net is not None:
+            vm = self.vm_net.boot(self.ssh_port, user_data, self.vm_env)
+        else:
+            vm = LoopbackVM.boot(next_address(64), self.ssh_port, user_data, self.vm_env)
+        self.vms[(zone, body["name"])] = vm
+        body["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = vm.address
         body.update(status="RUNNING", zone=zone, _subnet=subnet)
         self.instances[(zone, body["name"])] = body
+        self._enforce()
         self.inserts += 1
         return 200, self.op(f"zones/{zone}", body["name"])
 

@@ -23,7 +23,7 @@ from tests.integration.transfer_helpers import DST, RELAY, SRC
 
 HOP_TIMEOUT = 3.0
 LEASE = 4.0
-SINK_BPS = 1.5e6
+RATE_BPS = 1.5e6
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("target", ["source", "relay", "sink"])
 def test_gateway_killed_mid_copy(tmp_path: Path, target: str, sig: str) -> None:
     case = gateway_kill_case(
-        target, sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, sink_bps=SINK_BPS
+        target, sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, rate_bps=RATE_BPS
     )
     assert case.problems == []
     if case.outcome == "completed":  # the signal landed after the last byte: nothing to check
@@ -46,7 +46,7 @@ def test_gateway_killed_mid_copy(tmp_path: Path, target: str, sig: str) -> None:
 
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP", "SIGTERM"])
 def test_cli_killed_mid_copy(tmp_path: Path, sig: str) -> None:
-    case = cli_kill_case(sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, sink_bps=SINK_BPS)
+    case = cli_kill_case(sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, rate_bps=RATE_BPS)
     assert case.problems == []
     if case.outcome == "completed":
         pytest.skip("the copy finished before the signal landed")
@@ -59,7 +59,7 @@ def test_cli_killed_mid_copy(tmp_path: Path, sig: str) -> None:
 def test_a_stopped_relay_is_routed_around(tmp_path: Path) -> None:
     """With a second path in the plan, the stopped relay's chunks go the other way."""
     case = gateway_kill_case(
-        "relay", "SIGSTOP", tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, sink_bps=SINK_BPS,
+        "relay", "SIGSTOP", tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, rate_bps=RATE_BPS,
         paths=([SRC, RELAY, DST], [SRC, DST]),
     )  # fmt: skip
     assert case.problems == []

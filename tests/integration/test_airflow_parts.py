@@ -479,3 +479,42 @@ def test_progress_lines_are_human() -> None:
     )
     assert text.splitlines()[1] == "  a -> b (75% by plan): 384.0 MiB"
     assert line.update({**sample, "chunks_done": 8}) is None  # nothing moved: no line
+
+
+def test_grid_publish_policy_keeps_emulated_figures_out_of_the_planning_grid() -> None:
+    from skyplane_ops.api import publish_target
+
+    def target(backend: str, options: dict[str, Any], **kw: Any) -> Any:
+        return publish_target(backend, options, grid_store="G", scratch_store="S", **kw)
+
+    assert target("aws", {}).store_uri == "G"
+    assert target("ssh", {"regions": {"r": [{"address": "10.0.0.5"}]}}).store_uri == "G"
+    loop = target("ssh", {"regions": {"r": [{"address": "127.0.0.1"}, {"address": "::1"}]}})
+    assert loop.scratch and loop.store_uri == "S" and "loopback" in loop.reason
+    assert target("local", {}).scratch and target("netns", {}).scratch
+    assert target("mixed", {"regions": {"a": {"backend": "local"}}}).scratch
+    forced = target("local", {}, allow_emulated=True)
+    assert forced.store_uri == "G" and not forced.scratch
+
+
+def test_leftovers_are_cleaned_by_age_and_live_journals_kept(tmp_path: Path) -> None:
+    from skyplane_ops.api import clean_leftovers
+
+    old = time.time() - 10 * 86400
+    (tmp_path / "runs" / "old").mkdir(parents=True)
+    (tmp_path / "runs" / "old" / "driver.log").write_text("x")
+    (tmp_path / "runs" / "new").mkdir()
+    (tmp_path / "journals" / "empty-old").mkdir(parents=True)
+    (tmp_path / "journals" / "full-old").mkdir()
+    (tmp_path / "journals" / "full-old" / "k.jsonl").write_text("{}\n")
+    for path in [
+        tmp_path / "runs" / "old" / "driver.log",
+        tmp_path / "runs" / "old",
+        tmp_path / "journals" / "empty-old",
+        tmp_path / "journals" / "full-old",
+    ]:
+        os.utime(path, (old, old))
+    removed = clean_leftovers(tmp_path, 7 * 86400)
+    assert removed == ["journals/empty-old", "runs/old"]
+    assert (tmp_path / "runs" / "new").exists()
+    assert (tmp_path / "journals" / "full-old" / "k.jsonl").exists()

@@ -166,7 +166,7 @@ def test_cp_cost_ceiling_does_not_buy_a_second_with_26_vms() -> None:
     assert sum(plan.vms.values()) <= 3
     assert plan.details["completion_seconds"] <= 1.05 * fastest["completion_seconds"]
     assert plan.total_cost_usd < fastest["total_cost_usd"] / 5
-    assert TransferPlan.from_json(plan.to_json()).hops[0].source == "model"
+    assert TransferPlan.from_json(plan.to_json()).hops[0].source == "published"
 
 
 def test_completion_tolerance_zero_keeps_the_fastest() -> None:
