@@ -100,6 +100,17 @@ def cp(
     )
 
 
+def userns_available() -> bool:
+    """Whether ``unshare --user`` works here (a container may forbid user namespaces)."""
+    try:
+        return subprocess.run(["unshare", "--user", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+NO_USERNS = "unshare --user is not available: root cannot be denied a read without it"
+
+
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
     return proc.returncode, out, err

@@ -25,10 +25,12 @@ from tests.faults._names import (
     COMMON,
     DOUBLE_SLASH,
     NEWLINE,
+    NO_USERNS,
     NOT_UTF8,
     cp,
     finish,
     tree,
+    userns_available,
     wait_for,
 )
 from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan
@@ -124,6 +126,7 @@ def test_links_flag_copies_the_links_themselves(dirs: tuple[Path, Path, Path]) -
     assert tree(dst) == {b"file.txt": b"file", b"real/inside.txt": b"inside"}
 
 
+@pytest.mark.skipif(not userns_available(), reason=NO_USERNS)
 def test_unreadable_folder_is_a_per_object_error_and_the_next_run_copies_it(
     dirs: tuple[Path, Path, Path],
 ) -> None:
@@ -144,6 +147,7 @@ def test_unreadable_folder_is_a_per_object_error_and_the_next_run_copies_it(
     assert tree(dst) == tree(src)
 
 
+@pytest.mark.skipif(not userns_available(), reason=NO_USERNS)
 def test_folder_made_unreadable_mid_run_fails_only_its_objects(
     dirs: tuple[Path, Path, Path],
 ) -> None:
