@@ -27,6 +27,7 @@ from skyplane_ops.transfer.manifest import (
     fingerprint,
     list_source,
     make_chunks,
+    refused_names,
     same_object,
 )
 from skyplane_ops.transfer.progress import ProgressCallback
@@ -203,6 +204,10 @@ class _Run:
                 o for o in listed if o.key not in existing or not same_object(o, existing[o.key])
             ]
         skipped = len(listed) - len(objects)
+        # Names the destination cannot hold are failed objects before any byte moves.
+        refused = refused_names(dst, objects)
+        objects = [o for o in objects if o.key not in refused]
+        unread.update(refused)
         if not objects:
             deleted, errors = (
                 (0, dict(unread)) if unread else self.mirror_delete(src, dst, to_delete)
