@@ -83,7 +83,9 @@ def _prov(fake: FakeGCE, **kw: Any) -> GCPProvisioner:
 
 def test_labels_rules_exactly_once_and_teardown(gce: FakeGCE) -> None:
     prov = _prov(gce)
+    gce.lose_answer = True  # the first create's answer is lost: retried with its requestId
     fleet = prov.provision(REGIONS, transfer_id="gcp-t1", tags={"team": "data"})
+    assert not gce.lose_answer, "an answer was lost"
     assert gce.inserts == 3 and len(gce.instances) == 3, "each VM created exactly once"
     assert sorted(fleet.regions) == sorted(REGIONS)
     for inst in gce.instances.values():
