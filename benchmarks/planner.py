@@ -6,6 +6,10 @@ for half of it; mode (b) gets a ceiling of 1.2x the cost of that mode-(a) plan; 
 (a) relaxed and rounded (without the MILP comparison in the timing). A solve counts as proven
 optimal when the solver says OPTIMAL with relative gap <= 0.1%.
 
+Then Skyplane's 160 cases (``planner_skyplane.py``): the planner on Skyplane's published
+64-connection grid against the plans made before the link-aware model, which must not move
+except where whole connections per hop force a re-solve.
+
     .venv/bin/python benchmarks/planner.py [--quick] [--solver SCIP|CBC|HIGHS] [--points N]
 """
 
@@ -25,6 +29,9 @@ from skyplane_ops.planner.frontier import pareto_frontier
 from skyplane_ops.planner.problem import build_problem
 from skyplane_ops.planner.solve import max_throughput_gbps, solve_lp_plan, solve_plan
 from skyplane_ops.profiles import load_default_profile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from planner_skyplane import PUBLISHED, compare_with_reference
 
 PAIRS: list[tuple[str, str]] = [
     ("azure:canadacentral", "gcp:asia-northeast1"),
@@ -191,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs = PAIRS[:3] if args.quick else PAIRS
     points = 10 if args.quick else args.points
     result = run(points, pairs, args.solver)
+    if PUBLISHED.exists():
+        result["skyplane_cases"] = compare_with_reference(limit=16 if args.quick else None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     s = result["summary"]
@@ -236,6 +245,28 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"meets targets: wall {s['meets_targets']}, CPU {s['meets_targets_cpu']} "
         f"(load average {os.getloadavg()[0]:.1f})   -> {args.out}"
+    )
+    sky = result.get("skyplane_cases")
+    if sky is None:
+        print(f"Skyplane's cases skipped: {PUBLISHED} not found")
+        return 0
+    print(f"Skyplane's {sky['cases']} cases on the published grid vs the pre-link-aware planner:")
+    print(f"  same plan (paths and VMs)               {sky['same_plan']:>4} / {sky['cases']}")
+    print(f"  same cost and throughput (1e-6)         {sky['same_cost_and_gbps']:>4}")
+    print(f"  re-solved for whole connections         {sky['resolved_for_whole_connections']:>4}")
+    print(f"  all others unchanged                    {sky['unchanged_when_not_resolved']}")
+    print(
+        f"  mode (a) cost change: median {100 * sky['a_cost_change_median']:+.3f} %, "
+        f"max {100 * sky['a_cost_change_max']:+.3f} %"
+    )
+    print(
+        f"  mode (b) throughput change: median {100 * sky['b_gbps_change_median']:+.3f} %, "
+        f"min {100 * sky['b_gbps_change_min']:+.3f} %; "
+        f"cost max {100 * sky['b_cost_change_max']:+.2f} %"
+    )
+    print(
+        f"  solve: median {sky['median_ms']:.1f} ms wall, {sky['median_cpu_ms']:.1f} ms CPU "
+        f"(target {TARGET_MS:.0f} ms)"
     )
     return 0
 

@@ -12,6 +12,12 @@ which plans made with that connection then use.
   measures only what is missing and publishes no duplicate rows.
 * Fleet always torn down: the profiler deprovisions in a ``finally``; the ``sweep`` teardown
   also deletes anything tagged with the run id if the worker died half-way.
+* Safe to unpause: it publishes into the grid store that plans read only when the
+  connection's backend reaches real remote hosts (``aws``, ``ssh`` to non-loopback hosts).
+  On ``local``/``netns`` (or SSH on loopback) it writes to ``<work_dir>/grid-scratch`` and
+  says so in the log and the result (param ``publish_emulated`` overrides, for testbeds).
+* Cleans its own leftovers: ``runs/<id>`` driver folders and empty journal folders under the
+  connection's work dir older than ``cleanup_after_days``.
 
 Regions, probe size and budget are DAG params (defaults from ``SKYPLANE_GRID_REGIONS``, a
 comma-separated list, else three regions).
@@ -19,6 +25,7 @@ comma-separated list, else three regions).
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +37,7 @@ DEFAULT_REGIONS = os.environ.get(
     "SKYPLANE_GRID_REGIONS", "aws:us-east-1,aws:eu-west-1,gcp:europe-west4"
 ).split(",")
 
+log = logging.getLogger(__name__)
 GRID = Asset(name="skyplane_throughput_grid", uri="skyplane://grid/default")
 
 
@@ -57,6 +65,8 @@ with DAG(
         "duration_s": Param(5.0, type="number", exclusiveMinimum=0, maximum=600),
         "budget_usd": Param(25.0, type="number", minimum=0),
         "skyplane_conn_id": Param("skyplane_default", type="string"),
+        "publish_emulated": Param(False, type="boolean"),
+        "cleanup_after_days": Param(7, type="number", minimum=0),
     },
 ):
 
@@ -70,6 +80,11 @@ with DAG(
 
         p = params or {}
         hook = SkyplaneHook(p.get("skyplane_conn_id", "skyplane_default"))
+        target = hook.publish_target(allow_emulated=bool(p.get("publish_emulated", False)))
+        if target.scratch:
+            log.warning("NOT publishing to the planning grid: %s", target.reason)
+        else:
+            log.info("publishing to %s: %s", target.store_uri, target.reason)
         try:
             result = hook.refresh_grid(
                 list(p["regions"]),
@@ -78,12 +93,18 @@ with DAG(
                 duration_s=float(p["duration_s"]),
                 budget_usd=float(p["budget_usd"]),
                 freshness_s=REFRESH_EVERY.total_seconds(),
+                store_uri=target.store_uri,
             )
         except BudgetExceededError as exc:
             raise AirflowFailException(str(exc)) from exc  # retrying cannot make it cheaper
-        summary: dict[str, Any] = result.to_dict()
+        summary: dict[str, Any] = {
+            **result.to_dict(),
+            "scratch": target.scratch,
+            "publish_reason": target.reason,
+        }
         context["outlet_events"][GRID].extra.update(
             {
+                "scratch": target.scratch,
                 "version": summary["version"],
                 "store_uri": summary["store_uri"],
                 "measured": summary["measured"],
@@ -97,11 +118,16 @@ with DAG(
     def sweep(params: dict[str, Any] | None = None, **context: Any) -> dict[str, Any]:
         """Delete whatever a dead worker may have left behind, by the run's tag."""
         from skyplane_ops.airflow.hooks import SkyplaneHook
+        from skyplane_ops.api import clean_leftovers
 
         hook = SkyplaneHook((params or {}).get("skyplane_conn_id", "skyplane_default"))
         run_id = _run_id(context)
         deleted = hook.deprovision(transfer_id=run_id)
-        return {"run_id": run_id, "deleted_count": len(deleted)}
+        days = float((params or {}).get("cleanup_after_days", 7))
+        cleaned = clean_leftovers(hook.settings.work_dir, days * 86400)
+        if cleaned:
+            log.info("removed %d leftovers older than %g days: %s", len(cleaned), days, cleaned)
+        return {"run_id": run_id, "deleted_count": len(deleted), "cleaned": len(cleaned)}
 
     refreshed = refresh()
     swept = sweep()

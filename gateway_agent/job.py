@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import socket
 import threading
@@ -432,6 +433,7 @@ class Job:
             desc = self._source_q.get()
             if desc is None:
                 return
+            self._read_gate_hook()
             segs: list[dict[str, Any]] = desc["segs"]
             total = sum(int(s["length"]) for s in segs)
             lease = None
@@ -450,12 +452,28 @@ class Job:
                 continue
             except Exception as exc:  # any store error is reported with its text
                 lease.release()
-                self._fail(f"reading source chunk {desc['chunk']} failed: {exc}")
+                self._fail(f"source {self._src_uri}: reading chunk {desc['chunk']} failed: {exc}")
                 continue
             if chunk is None or not self._slow_store_hook(total, t0, "source_rate_bps"):
                 lease.release()
                 continue
             self.route(chunk)
+
+    def _read_gate_hook(self) -> None:
+        """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have
+        started, later ones wait until PATH exists (``PATH.paused`` tells they wait), so a test
+        changes the source at a known point of a real copy, without sleeps."""
+        gate = self._hooks.get("read_gate") if self._hooks else None
+        if not gate:
+            return
+        with self._lock:
+            self._hooks["reads_started"] = started = int(self._hooks.get("reads_started", 0)) + 1
+        if started <= int(gate["after"]):
+            return
+        with open(f"{gate['file']}.paused", "a"):
+            pass
+        while not os.path.exists(gate["file"]) and not self._stop.wait(0.02):
+            pass
 
     def _object_failed(self, chunk: int, bad: ObjectFailed) -> None:
         """Report one object of ``chunk`` as changed or failed; the control plane re-sends the
@@ -525,7 +543,10 @@ class Job:
             except ObjectFailed as bad:
                 self._object_failed(chunk.meta["chunk"], bad)
             except Exception as exc:
-                self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
+                self._fail(
+                    f"destination {self._dst_uri}: writing chunk {chunk.meta['chunk']} failed: "
+                    f"{exc!r}"
+                )
             finally:
                 chunk.lease.release()
 

@@ -12,15 +12,19 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# Public types re-exported (``X as X``) for the faces, which import only this module.
 from skyplane_ops.errors import PlanningError as PlanningError
 from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
+from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
+from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
+from skyplane_ops.refresh_policy import publish_target as publish_target
 from skyplane_ops.transfer import TransferResult as TransferResult
-from skyplane_ops.transfer import run_transfer
-
-# Re-exported for the faces (Airflow, Dagster), which import only this module.
+from skyplane_ops.transfer import check_request, run_transfer
+from skyplane_ops.transfer import preview_transfer as preview_transfer
+from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
@@ -29,6 +33,7 @@ from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
     from skyplane_ops.profiles import Profile
+    from skyplane_ops.provision.universe import FleetUniverse
 
 # Gateways per region the local backend starts at most: one machine gains nothing from more
 # processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
@@ -100,13 +105,17 @@ def plan(
     measured_only: bool = False,
     mip_gap: float | None = None,
     completion_tolerance: float | None = None,
+    fleet: FleetUniverse | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
     Measured throughput comes from a grid file (``measured_grid``) or from the latest version
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
-    ``details["grid"]`` then names it. At most one bound may be given; with none, the
-    planner's default applies (the fastest plan that costs no more than the direct path).
+    ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
+    inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
+    their own regions. At most one bound may be given; with none, the planner's default
+    applies (the cheapest plan finishing, provisioning included, within
+    ``completion_tolerance`` of the fastest; a cost ceiling is refined the same way).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
     ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
@@ -137,6 +146,12 @@ def plan(
     extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
     if provisioning_seconds is None:
         provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
+    dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
+    if fleet is not None:
+        fleet.check_ends([src_region, *dst_list])
+        version = (grid_source or {}).get("version")
+        profile = fleet.profile(profile, grid_store, version)
+        extra["regions"] = fleet.ids()
     problem = build_problem(
         profile,
         src_region,
@@ -154,9 +169,18 @@ def plan(
         measured_only=measured_only,
         **extra,
     )
-    tolerance = {} if completion_tolerance is None else {"completion_tolerance": completion_tolerance}
+    if fleet is not None:
+        problem = fleet.constrain(problem)
+    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+
     result = plan_transfer(
-        problem, lp=lp, frontier_points=frontier_points, exact_floor=exact_floor, **tolerance
+        problem,
+        lp=lp,
+        frontier_points=frontier_points,
+        exact_floor=exact_floor,
+        completion_tolerance=DEFAULT_COMPLETION_TOLERANCE
+        if completion_tolerance is None
+        else completion_tolerance,
     )
     if grid_source is not None:
         result.details["grid"] = grid_source
@@ -208,6 +232,9 @@ def provision(
 # with the same ``journal_dir`` resumes (only chunks not yet written are sent); ``part_size``,
 # ``verify`` and ``dispatch`` tune the engine.
 transfer = run_transfer
+# Also from the engine: ``check_request`` (option ranges, source/destination overlap: for faces
+# to call before planning or provisioning), ``preview_transfer`` (the dry run) and
+# ``transfer_lock`` (the journal lock, for faces to take before provisioning).
 
 
 def deprovision(
@@ -282,8 +309,18 @@ def refresh_grid(
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """
     from skyplane_ops import profiler
+    from skyplane_ops.profiler.errors import ProfilerError
     from skyplane_ops.profiler.store import default_store_uri
 
+    # Numbers the profiler would only trip over after starting gateways.
+    if isinstance(probe_port, bool) or not isinstance(probe_port, int):
+        raise ProfilerError(f"probe_port must be a whole number, not {probe_port!r}")
+    if not 0 <= probe_port <= 65535:
+        raise ProfilerError(f"probe_port (--probe-port) must be in 0..65535, got {probe_port}")
+    if budget_usd is not None and not budget_usd >= 0:  # also refuses NaN
+        raise ProfilerError(f"budget_usd (--budget-usd) must not be negative, got {budget_usd}")
+    if not freshness_s >= 0:
+        raise ProfilerError(f"freshness must not be negative, got {freshness_s} s")
     sizing: dict[str, Any] = {}
     if connections is not None:
         sizing["connections"] = connections
@@ -322,29 +359,50 @@ def copy(
     exclude: Sequence[str] = (),
     **transfer_options: Any,
 ) -> TransferResult:
-    """Plan, provision, transfer and always deprovision, in one call."""
-    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
-    volume_gb = source_volume_gb(src_uri, **selection)
-    the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
-    fleet = provision(
-        the_plan,
-        backend=backend,
-        backend_options=backend_options,
-        transfer_id=transfer_id,
-        tags=tags,
+    """Plan, provision, transfer and always deprovision, in one call.
+
+    Option ranges and source/destination overlap are checked before anything is planned.
+    """
+    checked = ("part_size", "verify", "dispatch", "max_delete")
+    check_request(
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        **{k: v for k, v in transfer_options.items() if k in checked},
     )
-    try:
-        return transfer(
+    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
+    # The journal lock before provisioning: a second identical call stops (or waits) first.
+    with transfer_lock(
+        src_uri,
+        dst_uri,
+        journal_dir=transfer_options.get("journal_dir"),
+        include=include,
+        exclude=exclude,
+        wait=bool(transfer_options.get("wait_lock", False)),
+        **{k: v for k, v in transfer_options.items() if k == "part_size"},
+    ):
+        volume_gb = source_volume_gb(src_uri, **selection)
+        the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
+        fleet = provision(
             the_plan,
-            fleet,
-            src_uri,
-            dst_uri,
-            dst_options=dst_options,
-            **selection,
-            **transfer_options,
+            backend=backend,
+            backend_options=backend_options,
+            transfer_id=transfer_id,
+            tags=tags,
         )
-    finally:
-        deprovision(fleet, backend_options=backend_options)
+        try:
+            return transfer(
+                the_plan,
+                fleet,
+                src_uri,
+                dst_uri,
+                dst_options=dst_options,
+                **selection,
+                **transfer_options,
+            )
+        finally:
+            deprovision(fleet, backend_options=backend_options)
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,7 @@ skipped (reading a FIFO would block). A folder or file that cannot be read is re
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -26,15 +27,24 @@ log = logging.getLogger("gateway_agent.stores.local")
 
 LINK_SUFFIX = ".rclonelink"
 LINK_MODES = ("skip", "follow", "store")
+_WARNED: set[tuple[str, str, str]] = set()
+_MAX_WARNED = 100_000
 _SKIP_HINT = (
     "symbolic link not copied (links=skip; links=follow copies its target, links=store the link)"
 )
+
+
+def _why(exc: OSError) -> str:
+    """``permission denied (EACCES)``: the cause in words and its errno name."""
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return f"{(exc.strerror or str(exc)).lower()} ({code})"
 
 
 @dataclass
 class Walk:
     """One listing: its policy, where skipped entries go, and how a stat becomes an info."""
 
+    root: str
     prefix: str
     links: str
     info: Callable[[str, os.stat_result, int | None], ObjectInfo]
@@ -42,9 +52,15 @@ class Walk:
     hidden: Callable[[str, str], bool] = lambda base, name: False
 
     def skip(self, key: str, reason: str, error: bool = False) -> None:
+        """Record an entry left out (once per store, however often it is listed) and warn
+        once per process (the CLI lists a source to size the plan and again to copy it)."""
         entry = SkippedEntry(key, reason, error)
-        self.skipped.append(entry)
-        log.warning("%s %r: %s", "cannot list" if error else "skipped", key, reason)
+        if entry not in self.skipped:
+            self.skipped.append(entry)
+        said = (self.root, key, reason)
+        if said not in _WARNED and len(_WARNED) < _MAX_WARNED:
+            _WARNED.add(said)
+            log.warning("%s %r: %s", "cannot list" if error else "skipped", key, reason)
 
     def wanted(self, key: str) -> bool:
         return key.startswith(self.prefix)
@@ -62,7 +78,7 @@ class Walk:
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:
-            self.skip(base, f"cannot read folder: {exc.strerror or exc}", error=True)
+            self.skip(base, f"cannot read folder: {_why(exc)}", error=True)
             return
         for entry in entries:
             if self.hidden(base, entry.name):
@@ -74,7 +90,7 @@ class Walk:
                 continue  # deleted while listing
             except OSError as exc:
                 if self.wanted(key) or self.descend(key + "/"):
-                    self.skip(key, f"cannot read: {exc.strerror or exc}", error=True)
+                    self.skip(key, f"cannot read: {_why(exc)}", error=True)
 
     def entry(
         self, entry: os.DirEntry[str], key: str, ancestors: frozenset[tuple[int, int]]
@@ -119,7 +135,7 @@ class Walk:
             self.skip(key, "dangling symbolic link (its target does not exist)")
             return
         except OSError as exc:
-            self.skip(key, f"symbolic link not followed: {exc.strerror or exc}")
+            self.skip(key, f"symbolic link not followed: {_why(exc)}")
             return
         if (st.st_dev, st.st_ino) in ancestors:
             self.skip(key, "symbolic link loop (it points to a folder above it)")

@@ -313,6 +313,17 @@ class SkyplaneHook(BaseHook):
         """Where measured grids are published: the connection's grid store or the work dir."""
         return self.settings.grid_store or os.path.join(self.settings.work_dir, "grid")
 
+    def publish_target(self, *, allow_emulated: bool = False) -> api.PublishTarget:
+        """The grid store for a backend that reaches real hosts, else ``<work_dir>/grid-scratch``
+        (loopback figures must not reach the grid plans read)."""
+        return api.publish_target(
+            self.settings.backend,
+            self.settings.backend_options,
+            grid_store=self.grid_store_uri(),
+            scratch_store=os.path.join(self.settings.work_dir, "grid-scratch"),
+            allow_emulated=allow_emulated,
+        )
+
     def refresh_grid(
         self,
         regions: Sequence[str],
@@ -323,11 +334,13 @@ class SkyplaneHook(BaseHook):
         budget_usd: float | None,
         freshness_s: float,
         progress: Callable[[dict[str, Any]], None] | None = None,
+        store_uri: str | None = None,
     ) -> Any:
-        """``api.refresh_grid`` with the connection's backend, publishing to its grid store."""
+        """``api.refresh_grid`` with the connection's backend, publishing to ``store_uri``
+        (default: its grid store; see :meth:`publish_target`)."""
         return api.refresh_grid(
             regions,
-            store_uri=self.grid_store_uri(),
+            store_uri=store_uri or self.grid_store_uri(),
             backend=self.settings.backend,
             backend_options=self.backend_options(),
             connections=connections,

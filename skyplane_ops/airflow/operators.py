@@ -125,9 +125,12 @@ class _SkyplaneBaseOperator(BaseOperator):
     def _emit_asset_events(self, context: Any, summary: Mapping[str, Any]) -> None:
         """Attach transfer metadata to every destination Asset outlet's event."""
         meta = asset_metadata(summary)
+        events = context.get("outlet_events")
+        if events is None:  # run outside a task runner (a test, a script)
+            return
         for outlet in self.outlets or []:
             if isinstance(outlet, Asset):
-                context["outlet_events"][outlet].extra.update(meta)
+                events[outlet].extra.update(meta)
 
 
 def _default_dst_outlets(dst: Any, dst_asset: Asset | bool | None, outlets: Any) -> Any:

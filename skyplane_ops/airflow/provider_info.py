@@ -10,16 +10,22 @@ from typing import Any
 
 INTEGRATION = "Skyplane"
 
+# The provisioner backends (kept in step with skyplane_ops.provision.BACKENDS by a test).
+BACKENDS = ("local", "ssh", "aws", "gcp", "azure", "mixed", "netns")
+# A JSON editor in the connection form (Airflow renders "object" fields as JSON widgets).
+_JSON = {"type": ["object", "null"], "format": "json"}
+
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "backend": {
         "label": "Provisioner backend",
-        "description": "Where gateways run: local, ssh, aws, netns.",
-        "schema": {"type": ["string", "null"], "default": "local"},
+        "description": "Where gateways run: local processes, SSH hosts, cloud VMs, netns testbed.",
+        "schema": {"type": ["string", "null"], "default": "local", "enum": list(BACKENDS)},
     },
     "backend_options": {
-        "label": "Backend options (JSON)",
-        "description": "Options of the backend, e.g. hosts for ssh or subnet for aws.",
-        "schema": {"type": ["string", "null"]},
+        "label": "Backend options",
+        "description": 'Options of the backend, e.g. {"hosts": [...]} for ssh or '
+        '{"subnet_id": "..."} for aws.',
+        "schema": dict(_JSON),
     },
     "secret_option": {
         "label": "Backend option that receives the password",
@@ -28,11 +34,11 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     },
     "max_vms_per_region": {
         "label": "Max gateway VMs per region",
-        "schema": {"type": ["integer", "null"]},
+        "schema": {"type": ["integer", "null"], "minimum": 1},
     },
     "max_connections_per_vm": {
         "label": "Max TCP connections per VM",
-        "schema": {"type": ["integer", "null"]},
+        "schema": {"type": ["integer", "null"], "minimum": 1},
     },
     "max_cost_usd": {
         "label": "Cost ceiling per transfer (USD)",
@@ -40,9 +46,9 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "schema": {"type": ["number", "null"]},
     },
     "tags": {
-        "label": "Tags (JSON)",
-        "description": "Extra tags on every resource a transfer creates.",
-        "schema": {"type": ["string", "null"]},
+        "label": "Tags",
+        "description": 'Extra tags on every resource a transfer creates, e.g. {"team": "data"}.',
+        "schema": dict(_JSON),
     },
     "grid_store": {
         "label": "Measured throughput grid",
@@ -52,10 +58,30 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         ),
         "schema": {"type": ["string", "null"]},
     },
+    "profile_overrides": {
+        "label": "Profile overrides",
+        "description": "A profile overrides file (YAML/JSON path) laid over the default regions, "
+        "prices and grid.",
+        "schema": {"type": ["string", "null"]},
+    },
     "work_dir": {
         "label": "Work directory",
-        "description": "Plans, journals and driver status (shared with the triggerer).",
+        "description": "Plans, journals and driver logs on each worker "
+        "(default ~/.skyplane-ops/airflow).",
         "schema": {"type": ["string", "null"]},
+    },
+    "state_store": {
+        "label": "Transfer state store",
+        "description": "URI every worker and the triggerer reach (s3://, gs://, az://, file:// on "
+        "a shared volume): status, heartbeat, journal snapshot and fleet secret of each transfer. "
+        "Default file://<work_dir>/state (one host only).",
+        "schema": {"type": ["string", "null"]},
+    },
+    "state_store_options": {
+        "label": "State store options",
+        "description": 'Store options such as {"endpoint_url": "..."}; credentials come from the '
+        "SDK's default chain.",
+        "schema": dict(_JSON),
     },
 }
 
@@ -85,6 +111,10 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "hooks": [
             {"integration-name": INTEGRATION, "python-modules": ["skyplane_ops.airflow.hooks"]}
+        ],
+        "extra-links": [
+            "skyplane_ops.airflow.links.SkyplanePlanLink",
+            "skyplane_ops.airflow.links.SkyplaneRouteLink",
         ],
         "triggers": [
             {

@@ -7,15 +7,19 @@ cloud account; ``--backend-options`` for ssh/netns/aws) provisions the plan's re
 (``api.provision``); ``api.transfer`` moves and verifies the data; the fleet is torn down on
 success, failure, Ctrl-C and SIGTERM alike. Progress goes to stderr (a bar on a terminal, JSON
 lines otherwise); the summary to stdout (text, or one JSON object with ``--json``).
+
+Option ranges and a source/destination overlap are checked before anything is listed or
+started (``api.check_request``). ``--dry-run`` lists what would be copied and deleted.
+``sync --delete`` (``--max-delete N``) mirrors like ``rclone sync``. Exit status: 0 done,
+2 error (nothing lost; re-run to resume), 3 partial (some objects failed or changed; the rest is
+verified; re-run to copy them), 130/143 interrupted by SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-from types import FrameType
 from typing import Any
 
 from skyplane_ops import api
@@ -24,7 +28,7 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.sweeper import backend_options_for
-from skyplane_ops.transfer import DispatchOptions
+from skyplane_ops.transfer import EXIT_PARTIAL, DispatchOptions, PartialTransferError
 from skyplane_ops.transfer.manifest import MiB
 from skyplane_ops.transfer.progress import JsonProgress, default_progress
 
@@ -61,8 +65,35 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="AES-GCM per frame on every hop (default when given) or only between providers",
     )
     p.add_argument("--compress", action="store_true", help="zstd on every hop")
+    links = p.add_mutually_exclusive_group()
+    links.add_argument(
+        "-L",
+        "--copy-links",
+        dest="links",
+        action="store_const",
+        const="follow",
+        help="file:// source: follow symbolic links (default: skip them with a warning)",
+    )
+    links.add_argument(
+        "-l",
+        "--links",
+        dest="links",
+        action="store_const",
+        const="store",
+        help="file://: copy symbolic links as NAME.rclonelink objects (and back into links)",
+    )
     p.add_argument("--verify", choices=("full", "size"), default="full")
     p.add_argument("--journal-dir", default=None, help="where resume journals live")
+    p.add_argument(
+        "--wait-lock",
+        action="store_true",
+        help="wait for another run of the same transfer instead of stopping",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list what would be copied (and deleted) without starting anything",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-progress", action="store_true")
     # Tests only: JSON {region-or-gateway-id: hooks}; local gateways then honour them.
@@ -80,22 +111,40 @@ def register(subparsers: Any) -> None:
         "sync", help="copy only objects missing or different at the destination"
     )
     _add_arguments(sync)
+    sync.add_argument(
+        "--delete",
+        action="store_true",
+        help="also remove destination objects absent from the source (only if nothing failed)",
+    )
+    sync.add_argument(
+        "--max-delete",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --delete: refuse every delete when more than N objects would go",
+    )
     sync.set_defaults(func=run_sync)
 
 
-def make_plan(args: argparse.Namespace, volume_gb: float) -> TransferPlan:
-    """``api.plan`` with the command's bound and limits (or the plan JSON of ``--plan``)."""
+def make_plan(
+    args: argparse.Namespace, volume_gb: float, backend_options: dict[str, Any] | None = None
+) -> TransferPlan:
+    """``api.plan`` with the command's bound and limits (or the plan JSON of ``--plan``); on
+    the ssh backend with an inventory (or netns with a grid) the plan stays in that fleet."""
     if args.plan:
         try:
             with open(args.plan) as fh:
                 return TransferPlan.from_json(fh.read())
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise TransferError(f"cannot read plan {args.plan}: {exc}") from exc
+    from skyplane_ops.provision.universe import FleetUniverse
+
     return api.plan(
         args.src_region,
         args.dst_region,
         volume_gb,
         **plan_arguments(args),
+        fleet=FleetUniverse.from_backend(args.backend, backend_options),
     )
 
 
@@ -106,19 +155,107 @@ def _backend_options(args: argparse.Namespace, hooks: dict[str, Any]) -> dict[st
     return options
 
 
+def _dispatch_options(args: argparse.Namespace, hooks: dict[str, Any]) -> DispatchOptions:
+    return DispatchOptions(
+        connections=args.connections,
+        encrypt={"all": True, "none": False}.get(args.encrypt, args.encrypt),
+        compress_level=3 if args.compress else 0,
+        test_hooks=hooks,
+    )
+
+
+def _dry_run(
+    args: argparse.Namespace,
+    sync: bool,
+    delete: bool,
+    max_delete: int | None,
+    options: tuple[dict[str, Any], dict[str, Any]],
+) -> int:
+    preview = api.preview_transfer(
+        args.src,
+        args.dst,
+        src_options=options[0],
+        dst_options=options[1],
+        include=args.include,
+        exclude=args.exclude,
+        sync=sync,
+        delete=delete,
+        max_delete=max_delete,
+    )
+    if args.json:
+        print(json.dumps(preview.to_dict(), indent=2))
+    else:
+        print("\n".join(preview.lines()))
+    return 0
+
+
+def _store_options(uri: str, links: str | None) -> dict[str, Any]:
+    """The local store's ``links`` option, for ``file://`` URIs only (the clouds have none)."""
+    return {"links": links} if links and uri.startswith("file://") else {}
+
+
 def _execute(args: argparse.Namespace, sync: bool) -> int:
+    delete = bool(getattr(args, "delete", False))
+    max_delete = getattr(args, "max_delete", None)
+    if max_delete is not None and not delete:
+        raise TransferError("--max-delete only applies with --delete")
+    if args.local_gateways_per_region < 1:
+        raise TransferError(
+            f"--local-gateways-per-region must be at least 1, got {args.local_gateways_per_region}"
+        )
     hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
+    dispatch = _dispatch_options(args, hooks)
+    src_options = _store_options(args.src, args.links)
+    dst_options = _store_options(args.dst, "store" if args.links == "store" else None)
+    # Bad numbers and overlapping source/destination fail before any listing or planning.
+    api.check_request(
+        args.src,
+        args.dst,
+        src_options=src_options,
+        dst_options=dst_options,
+        part_size=args.chunk_mib * MiB,
+        verify=args.verify,
+        dispatch=dispatch,
+        max_delete=max_delete,
+    )
+    if args.dry_run:
+        return _dry_run(args, sync, delete, max_delete, (src_options, dst_options))
     backend_options = _backend_options(args, hooks)  # bad options fail before any listing
-    volume_gb = api.source_volume_gb(args.src, include=args.include, exclude=args.exclude)
-    plan = make_plan(args, volume_gb)
+    # The journal lock next: a second identical run stops (or waits) before any listing,
+    # planning or gateway; held until the fleet is gone.
+    lock = api.transfer_lock(
+        args.src,
+        args.dst,
+        journal_dir=args.journal_dir,
+        part_size=args.chunk_mib * MiB,
+        include=args.include,
+        exclude=args.exclude,
+        wait=args.wait_lock,
+    )
+    try:
+        return _locked(args, sync, delete, max_delete, dispatch, backend_options)
+    finally:
+        lock.release()
+
+
+def _locked(
+    args: argparse.Namespace,
+    sync: bool,
+    delete: bool,
+    max_delete: int | None,
+    dispatch: DispatchOptions,
+    backend_options: dict[str, Any],
+) -> int:
+    """Plan, provision, transfer and always deprovision, under the journal lock."""
+    src_options = _store_options(args.src, args.links)
+    dst_options = _store_options(args.dst, "store" if args.links == "store" else None)
+    volume_gb = api.source_volume_gb(
+        args.src, src_options=src_options, include=args.include, exclude=args.exclude
+    )
+    plan = make_plan(args, volume_gb, backend_options)
     progress = None
     if not args.no_progress:
         progress = JsonProgress(sys.stderr) if args.json else default_progress(sys.stderr)
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
     fleet: GatewayFleet | None = None
     try:
         fleet = api.provision(
@@ -127,38 +264,42 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
             backend_options=backend_options,
             transfer_id=api.new_transfer_id("cp"),
             tags={"skyplane-ops:command": "cp"},
-            max_per_region=max(1, args.local_gateways_per_region)
-            if args.backend == "local"
-            else None,
+            max_per_region=args.local_gateways_per_region if args.backend == "local" else None,
         )
-        result = api.transfer(
-            plan,
-            fleet,
-            args.src,
-            args.dst,
-            include=args.include,
-            exclude=args.exclude,
-            journal_dir=args.journal_dir,
-            sync=sync,
-            progress=progress,
-            part_size=args.chunk_mib * MiB,
-            verify=args.verify,
-            dispatch=DispatchOptions(
-                connections=args.connections,
-                encrypt={"all": True, "none": False}.get(args.encrypt, args.encrypt),
-                compress_level=3 if args.compress else 0,
-                test_hooks=hooks,
-            ),
-        )
+        status = 0
+        try:
+            result = api.transfer(
+                plan,
+                fleet,
+                args.src,
+                args.dst,
+                src_options=src_options,
+                dst_options=dst_options,
+                include=args.include,
+                exclude=args.exclude,
+                journal_dir=args.journal_dir,
+                sync=sync,
+                delete=delete,
+                max_delete=max_delete,
+                wait_lock=args.wait_lock,
+                progress=progress,
+                part_size=args.chunk_mib * MiB,
+                verify=args.verify,
+                dispatch=dispatch,
+            )
+        except PartialTransferError as exc:
+            result, status = exc.result, EXIT_PARTIAL
+            print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
     finally:
         if fleet is not None:
             api.deprovision(fleet, backend_options=backend_options)
-        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps({**result.to_dict(), "plan_summary": _plan_summary(plan)}, indent=2))
     else:
         print(result.summary())
-    return 0
+        for line in result.first_errors:
+            print(f"not copied: {line}")
+    return status
 
 
 def _plan_summary(plan: TransferPlan) -> dict[str, Any]:

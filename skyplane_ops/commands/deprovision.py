@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import BACKENDS, get_provisioner
+from skyplane_ops.provision import BACKENDS, get_provisioner, records
 from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.provision.mixed import PROVIDERS
 from skyplane_ops.provision.sweeper import load_backend_options, parse_duration, sweep
 
 
@@ -53,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         aws["sweep_regions"] = [r.strip() for r in args.aws_regions.split(",") if r.strip()]
         if args.aws_endpoint_url:
             aws["endpoint_url"] = args.aws_endpoint_url
+    clouds = {k: v for k, v in options.items() if k in PROVIDERS}
+    if clouds:  # mixed fleets are deprovisioned part by part with the providers' options
+        options.setdefault("mixed", clouds)
     backends = args.backend or _default_backends(options)
     for backend in backends:
         if backend == "ssh" and "inventory" not in options.get("ssh", {}):
@@ -83,6 +87,8 @@ def _default_backends(options: dict[str, dict[str, object]]) -> list[str]:
     if "sweep_regions" in options.get("aws", {}):
         backends.append("aws")
     backends += [b for b in ("azure", "gcp") if b in options]  # configured clouds
+    if records.load_fleets(backend="mixed"):
+        backends.insert(0, "mixed")  # first: its record names the parts in every cloud
     return backends
 
 
@@ -93,6 +99,8 @@ def _deprovision_fleet(path: str, options: dict[str, dict[str, object]]) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ProvisionError(f"cannot read fleet {path}: {exc}") from exc
     backend_options = dict(options.get(fleet.backend, {}))
+    if fleet.backend == "mixed":
+        backend_options = {k: v for k, v in options.items() if k in PROVIDERS}
     if fleet.backend == "ssh":
         backend_options.setdefault("inventory", {})  # the fleet itself says where the hosts are
     get_provisioner(fleet.backend, **backend_options).deprovision(fleet)

@@ -3,13 +3,16 @@
 ``show`` prints the latest measurement per pair with its age and a STALE flag; ``diff`` lists
 the pairs whose rate moved by more than ``--threshold`` percent between two versions;
 ``versions`` lists the versions; ``export`` writes a measured-grid file for
-``skyplane-ops plan --measured-grid``.
+``skyplane-ops plan --measured-grid``; ``import`` reads a Skyplane-format throughput CSV as it
+is (bit/s columns, GCP zones, duplicate rows: see profiles.skyplane_csv) into the store or
+into a measured-grid file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 
@@ -49,6 +52,26 @@ def register(subparsers: Any) -> None:
     export.add_argument("output", help="file to write (.parquet or .csv)")
     export.add_argument("--version", default=None)
     export.set_defaults(func=run_export)
+
+    imp = sub.add_parser(
+        "import",
+        help="read a Skyplane-format throughput CSV into the store (or --output a grid file)",
+    )
+    common(imp)
+    imp.add_argument("file", help="Skyplane throughput CSV (bit/s or gbit_s columns)")
+    imp.add_argument(
+        "--output", default=None, metavar="PATH", help="write a .csv/.parquet grid, not the store"
+    )
+    imp.add_argument("--column", default="received", choices=("received", "sent"))
+    imp.add_argument("--tier", default="premium", choices=("premium", "standard"))
+    imp.add_argument(
+        "--measured-at",
+        default=None,
+        metavar="ISO8601",
+        help="when the file was measured (default: the file's modification time)",
+    )
+    imp.add_argument("--no-publish", action="store_true", help="leave the rows in the journal")
+    imp.set_defaults(func=run_import)
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -188,3 +211,103 @@ def run_export(args: argparse.Namespace) -> int:
     rows = store.export(args.output, args.version)
     print(f"wrote {rows} pair(s) to {args.output}")
     return 0
+
+
+def _measured_at(args: argparse.Namespace) -> Any:
+    import os
+    from datetime import UTC, datetime
+
+    from skyplane_ops.errors import ProfileError
+
+    if args.measured_at is None:
+        return datetime.fromtimestamp(os.path.getmtime(args.file), UTC)
+    try:
+        stamp = datetime.fromisoformat(args.measured_at)
+    except ValueError:
+        raise ProfileError(f"--measured-at {args.measured_at!r} is not ISO 8601") from None
+    return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Aggregate the CSV per region pair, keep catalog regions, write a grid or the store."""
+    from skyplane_ops.profiles import load_default_profile
+    from skyplane_ops.profiles.skyplane_csv import read_skyplane_csv
+
+    rates = [r for r in read_skyplane_csv(args.file, tier=args.tier) if r.src != r.dst]
+    catalog = load_default_profile().catalog
+    known = [r for r in rates if r.src in catalog and r.dst in catalog]
+    unknown = sorted({x for r in rates for x in (r.src, r.dst) if x not in catalog})
+    when = _measured_at(args)
+    if not known:
+        print(f"error: no pair of {args.file} names two catalog regions", file=sys.stderr)
+        return 2
+    gbps = {r: r.gbps_received if args.column == "received" else r.gbps_sent for r in known}
+    if args.output:
+        _write_grid_file(args.output, known, gbps, when)
+        where = args.output
+    else:
+        where = _import_into_store(args, known, gbps, when)
+    print(
+        f"imported {len(known)} pair(s) ({args.column} rate, {args.tier} tier, measured "
+        f"{when.isoformat()}) from {args.file} into {where}"
+    )
+    if unknown:
+        print(f"skipped pairs with regions outside the catalog: {', '.join(unknown)}")
+    return 0
+
+
+def _write_grid_file(path: str, rates: list[Any], gbps: dict[Any, float], when: Any) -> None:
+    """A measured-grid file (the columns ``load_measured_grid`` reads), source published."""
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "src": [r.src for r in rates],
+            "dst": [r.dst for r in rates],
+            "gbps": pa.array([gbps[r] for r in rates], pa.float64()),
+            "connections": pa.array([r.connections for r in rates], pa.int32()),
+            "measured_at": pa.array([when] * len(rates), pa.timestamp("us", tz="UTC")),
+            "source": ["published"] * len(rates),
+            "sent_gbps": [r.gbps_sent for r in rates],
+            "received_gbps": [r.gbps_received for r in rates],
+            "samples": [r.samples for r in rates],
+        }
+    )
+    if path.lower().endswith(".csv"):
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table, path)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+
+
+def _import_into_store(
+    args: argparse.Namespace, rates: list[Any], gbps: dict[Any, float], when: Any
+) -> str:
+    from skyplane_ops.profiler.records import Measurement
+
+    store = _store(args)
+    run_id = "import-" + when.strftime("%Y%m%dT%H%M%SZ")
+    rows = [
+        Measurement(
+            src=r.src,
+            dst=r.dst,
+            gbps=gbps[r],
+            sent_gbps=r.gbps_sent,
+            received_gbps=r.gbps_received,
+            rtt_ms=0.0,
+            connections=r.connections,
+            duration_s=0.0,
+            measured_at=when,
+            run_id=run_id,
+            tier=args.tier,
+            backend="skyplane-csv",
+            source="published",
+        )
+        for r in rates
+    ]
+    store.append_many(rows, run_id)
+    version = None if args.no_publish else store.publish()
+    return f"{store.location}" + (f" (version {version})" if version else " (journal)")

@@ -32,11 +32,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--volume-gb", type=float, required=True, help="data volume in GB")
     add_plan_arguments(p)
     p.add_argument(
-        "--backend", help="plan for this provisioning backend's start-up time (ssh, netns, aws)"
+        "--backend",
+        help="plan for this provisioning backend: its start-up time (ssh, netns, aws) and, for "
+        "ssh with an inventory or netns with a grid, its fleet (regions, hosts, relays)",
     )
     p.add_argument("--gcp-tier", choices=("premium", "standard"), default="premium")
     p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
     p.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
+    p.add_argument(
+        "--backend-options",
+        metavar="JSON_OR_FILE",
+        help="backend options (the ssh inventory, the netns grid)",
+    )
     p.add_argument(
         "--exact-floor",
         action="store_true",
@@ -48,6 +55,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--mermaid", action="store_true", help="also print a Mermaid graph")
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG of the Pareto frontier")
     p.set_defaults(func=run)
+
+
+def _fleet(args: argparse.Namespace) -> Any:
+    """The fleet universe of ``--backend`` (None: plan on the cloud catalog)."""
+    if not args.backend:
+        return None
+    from skyplane_ops.provision.sweeper import backend_options_for
+    from skyplane_ops.provision.universe import FleetUniverse
+
+    options = backend_options_for(args.backend_options, args.backend)
+    return FleetUniverse.from_backend(args.backend, options)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         lp=args.lp,
         exact_floor=args.exact_floor,
         frontier_points=args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0),
+        fleet=_fleet(args),
     )
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")

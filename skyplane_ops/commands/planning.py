@@ -34,9 +34,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATTERNS",
         help="only these relay regions (comma-separated ids or patterns, e.g. 'aws:*')",
     )
-    p.add_argument(
-        "--no-relays-in", metavar="PATTERNS", help="never relay through these regions"
-    )
+    p.add_argument("--no-relays-in", metavar="PATTERNS", help="never relay through these regions")
     p.add_argument(
         "--measured-only", action="store_true", help="use only measured edges (no model values)"
     )

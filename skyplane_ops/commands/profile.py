@@ -22,7 +22,12 @@ def register(subparsers: Any) -> None:
         help="measure the throughput grid between regions with gateway probes",
         description=__doc__,
     )
-    p.add_argument("--regions", required=True, help="comma-separated region ids (two or more)")
+    p.add_argument(
+        "--regions",
+        default=None,
+        help="comma-separated region ids (two or more); default with --backend ssh or netns: "
+        "every region of the inventory / testbed grid",
+    )
     p.add_argument(
         "--backend", default="local", help="provisioning backend: local, ssh, netns, aws"
     )
@@ -124,10 +129,22 @@ def run(args: argparse.Namespace) -> int:
     from skyplane_ops.profiler.store import default_store_uri
     from skyplane_ops.provision.sweeper import backend_options_for
 
-    regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    options = backend_options_for(args.backend_options, args.backend)
+    if args.regions:
+        regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    else:
+        from skyplane_ops.provision.universe import FleetUniverse
+
+        fleet = FleetUniverse.from_backend(args.backend, options)
+        if fleet is None:
+            raise SkyplaneOpsError(
+                "--regions is needed unless --backend ssh (with an inventory) or netns (with "
+                "a grid) names the regions"
+            )
+        regions = fleet.ids()
     kwargs: dict[str, Any] = {
         "backend": args.backend,
-        "backend_options": backend_options_for(args.backend_options, args.backend),
+        "backend_options": options,
         "connections": _counts(args.connections),
         "duration_s": args.duration,
         "budget_usd": args.budget_usd,
@@ -194,7 +211,8 @@ def _summary(result: Any) -> str:
     d = result.to_dict()
     table.append("")
     table.append(
-        f"run {d['run_id']}: measured {d['measured']}/{d['pairs_total']} pair(s), "
+        f"run {d['run_id']}: measured {len({m.pair for m in result.measurements})}/"
+        f"{d['pairs_total']} pair(s) ({d['measured']} probes at {d['connections']} conns), "
         f"{d['skipped_fresh']} fresh skipped, {d['failed']} failed, {d['rounds']} round(s) "
         f"in {d['seconds']:.1f}s; estimated egress ${d['estimate_usd']:.4f}"
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import BACKENDS, get_provisioner
+from skyplane_ops.provision.mixed import PROVIDERS, describe, format_dry_run
 from skyplane_ops.provision.sweeper import load_backend_options
 
 
@@ -30,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--inventory", help="SSH inventory (JSON/TOML) for --backend ssh")
     p.add_argument("--transfer-id", help="id tagged on every resource (default: generated)")
     p.add_argument("--output", metavar="FILE", help="write the fleet JSON here too")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list every resource the backend(s) would create with its $/hour; create nothing",
+    )
     p.set_defaults(func=run)
 
 
@@ -49,10 +55,16 @@ def _vms(args: argparse.Namespace) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    options = load_backend_options(args.options).get(args.backend, {})
+    tables = load_backend_options(args.options)
+    options = tables.get(args.backend, {})
+    if args.backend == "mixed":  # one option table per provider: aws, azure, gcp
+        options = {**{k: v for k, v in tables.items() if k in PROVIDERS}, **options}
     if args.inventory:
         options["inventory"] = args.inventory
     transfer_id = args.transfer_id or f"tx-{uuid.uuid4().hex[:12]}"
+    if args.dry_run:
+        print(format_dry_run(describe(args.backend, options, _vms(args), transfer_id)))
+        return 0
     fleet = get_provisioner(args.backend, **options).provision(_vms(args), transfer_id=transfer_id)
     text = fleet.to_json()
     if args.output:

@@ -6,8 +6,15 @@ to the grid store the resource's plans read (``SkyplaneResource.grid_store``). P
 within ``freshness`` are skipped, so a re-run after a failure measures only what is missing. A
 time-window freshness policy marks the grid stale in the UI when no refresh succeeded for
 longer than the schedule's period plus slack.
+
+Safe to turn on: the grid store plans read is written only with a backend that reaches real
+remote hosts (:func:`skyplane_ops.api.publish_target`); on ``local``/``netns`` or SSH on
+loopback the figures go to ``<home>/grid-scratch`` and the materialisation says so
+(``publish_emulated=True`` overrides, for testbeds). Old journal folders left empty are
+removed by age after each refresh.
 """
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 
+from skyplane_ops import api
 from skyplane_ops.dagster.metadata import clean_uri
 from skyplane_ops.dagster.resource import SkyplaneResource
 
@@ -44,6 +52,8 @@ def build_grid_refresh(
     execution_timezone: str = "UTC",
     group_name: str | None = "skyplane",
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    publish_emulated: bool = False,
+    cleanup_after: timedelta = timedelta(days=7),
 ) -> GridRefresh:
     """Define the grid asset for ``regions`` and a schedule that refreshes it.
 
@@ -67,11 +77,21 @@ def build_grid_refresh(
     def _grid(
         context: dg.AssetExecutionContext, skyplane: SkyplaneResource
     ) -> dg.MaterializeResult:
-        target = store_uri or skyplane.grid_store
-        if not target:
+        planning = store_uri or skyplane.grid_store
+        if not planning:
             raise dg.Failure(
                 description="no grid store: set store_uri or SkyplaneResource.grid_store"
             )
+        where = api.publish_target(
+            skyplane.backend,
+            skyplane.backend_options,
+            grid_store=planning,
+            scratch_store=os.path.join(skyplane.home(), "grid-scratch"),
+            allow_emulated=publish_emulated,
+        )
+        target = where.store_uri
+        if where.scratch:
+            context.log.warning(f"NOT publishing to the planning grid: {where.reason}")
         try:
             result = skyplane.refresh_grid(
                 order,
@@ -97,6 +117,11 @@ def build_grid_refresh(
             if k not in ("store_uri", "regions", "failed_pairs") and v is not None
         }
         meta["store_uri"] = clean_uri(str(summary["store_uri"]))
+        meta["scratch"] = where.scratch
+        meta["publish_reason"] = where.reason
+        cleaned = api.clean_leftovers(skyplane.home(), cleanup_after.total_seconds())
+        if cleaned:
+            context.log.info(f"removed {len(cleaned)} old leftovers: {cleaned}")
         if summary["failed_pairs"]:
             meta["failed_pairs"] = ", ".join(map(str, summary["failed_pairs"]))
         if summary["failed"] and not summary["measured"]:

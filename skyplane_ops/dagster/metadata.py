@@ -1,7 +1,7 @@
 """Small, secret-free Dagster metadata for plans, fleets and finished transfers.
 
 Metadata is stored in the event log forever and shown in the UI, so it holds numbers, a route
-(Markdown table + Mermaid diagram, one row per hop) and URIs of anything large, never key
+(a table, one row per hop, and a rendered SVG image) and URIs of anything large, never key
 lists, credentials or the fleet's secret reference.
 """
 
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import dagster as dg
 
 from skyplane_ops.api import GatewayFleet, TransferPlan
-from skyplane_ops.dagster.render import mermaid_markdown, route_markdown
+from skyplane_ops.dagster.render import paths_table, route_image_markdown, route_table
 
 MAX_TEXT = 8000
 
@@ -55,8 +55,9 @@ def plan_metadata(plan: TransferPlan, plan_uri: str) -> dict[str, Any]:
         "predicted_vm_usd": dg.MetadataValue.float(round(plan.vm_cost_usd, 6)),
         "vms": dg.MetadataValue.int(sum(plan.vms.values())),
         "solver_status": dg.MetadataValue.text(plan.solver_status),
-        "route": dg.MetadataValue.md(_text(route_markdown(plan))),
-        "route_diagram": dg.MetadataValue.md(_text(mermaid_markdown(plan))),
+        "route": route_table(plan),
+        "paths": paths_table(plan),
+        "route_diagram": dg.MetadataValue.md(route_image_markdown(plan)),
         "plan_uri": dg.MetadataValue.url(clean_uri(plan_uri)),
     }
 
@@ -101,8 +102,9 @@ def transfer_metadata(
                 6,
             )
         ),
-        "route": dg.MetadataValue.md(_text(route_markdown(plan))),
-        "route_diagram": dg.MetadataValue.md(_text(mermaid_markdown(plan))),
+        "route": route_table(plan),
+        "paths": paths_table(plan),
+        "route_diagram": dg.MetadataValue.md(route_image_markdown(plan)),
         "plan_uri": dg.MetadataValue.url(clean_uri(plan_uri)),
         "replica_uri": dg.MetadataValue.text(clean_uri(replica_uri)),
         "transfer_id": dg.MetadataValue.text(transfer_id),

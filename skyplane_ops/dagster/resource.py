@@ -13,7 +13,7 @@ a Dagster deployment sets as environment variables.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -195,6 +195,14 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             backend_options=self._backend_options(),
             transfer_id=transfer_id,
         )
+
+    def replicate(self, context: Any) -> Iterator[Any]:
+        """Plan, provision and transfer the replicas of the running ``@skyplane_assets`` op
+        (one ``MaterializeResult`` per replica); the fleet is always deleted."""
+        from skyplane_ops.dagster.decorator import spec_for
+        from skyplane_ops.dagster.steps import replicate
+
+        yield from replicate(context, self, spec_for(context))
 
     def refresh_grid(
         self, regions: Sequence[str], *, store_uri: str | None = None, **options: Any

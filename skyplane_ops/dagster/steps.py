@@ -1,10 +1,11 @@
-"""The bodies of the three steps of a replica materialisation: plan, provision, transfer.
+"""The body of a replica materialisation: plan, provision, transfer, in one step.
 
-They are plain functions over a Dagster context, the ``SkyplaneResource`` and a
-:class:`ReplicationSpec`, so the Dagster wiring in :mod:`.factory` stays declarative. The
-transfer step owns the fleet from the moment it starts: it deprovisions in ``finally``, so a
-failing or interrupted transfer still tears every gateway down; a run that dies between the
-provision and transfer steps is cleaned up by the leftover sweeper sensor (:mod:`.sensors`).
+One step, not three: the phases hand each other a plan and a fleet in memory, so nothing goes
+through an IO manager or a filesystem shared by steps, and a one-second copy takes seconds,
+not the start-up of three step processes. Dagster's own retry policy re-runs the step (the
+journal makes the transfer resume) and run termination interrupts it: the fleet is deleted in
+``finally`` either way; a run whose process dies is cleaned up by the leftover sweeper sensor
+(:mod:`.sensors`). The phases still log as phases and their figures land in the metadata.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from skyplane_ops.dagster.locations import (
     join_uri,
     prefix_for,
 )
-from skyplane_ops.dagster.metadata import fleet_metadata, plan_metadata, transfer_metadata
+from skyplane_ops.dagster.metadata import fleet_metadata, transfer_metadata
 from skyplane_ops.dagster.resource import SkyplaneResource
 
 GB = 1e9
@@ -76,7 +77,16 @@ def _fail(skyplane: SkyplaneResource, context: Any, what: str, exc: BaseExceptio
     return dg.Failure(description=skyplane.redact(f"{what}: {type(exc).__name__}: {exc}"))
 
 
-def plan_step(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> Iterator[Any]:
+def replicate(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> Iterator[Any]:
+    """Plan, provision and transfer every replica of ``spec`` for the run's partitions."""
+    started = time.monotonic()
+    planned = plan_units(context, skyplane, spec)
+    context.log.info(f"planned in {time.monotonic() - started:.2f} s")
+    fleet = provision_fleet(context, skyplane, spec, planned)
+    yield from transfer_step(context, skyplane, spec, planned, fleet.to_dict())
+
+
+def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> dict[str, Any]:
     """List the source (per partition), plan one route per destination, store the plans."""
     run_id: str = context.run_id
     tid = transfer_id_for(run_id, spec.name)
@@ -106,12 +116,6 @@ def plan_step(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -
         )
     plans: dict[str, dict[str, Any]] = {}
     vms: dict[str, int] = {}
-    meta: dict[str, Any] = {
-        "transfer_id": tid,
-        "source_objects": total_objects,
-        "source_bytes": total_bytes,
-        "partitions": len(units),
-    }
     for dest in spec.destinations:
         try:
             plan = skyplane.plan(spec.source.region, dest.region, max(total_bytes / GB, 1e-9))
@@ -123,21 +127,16 @@ def plan_step(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -
         plans[dest.output_name] = {"plan": plan.to_dict(), "plan_uri": plan_uri}
         for region, count in api.vms_for(plan).items():
             vms[region] = max(vms.get(region, 0), count)
-        for k, v in plan_metadata(plan, plan_uri).items():
-            meta[k if len(spec.destinations) == 1 else f"{dest.output_name}/{k}"] = v
         context.log.info(
-            f"planned {spec.source.region} -> {dest.region}: {plan.predicted_gbps:.2f} Gbit/s "
-            f"predicted, ${plan.total_cost_usd:.4f}, VMs {plan.vms}"
+            f"planned {spec.source.region} -> {dest.region} for {total_objects} objects, "
+            f"{total_bytes} bytes (plan at {plan_uri}):\n{plan.to_text()}"
         )
-    yield dg.Output(
-        {"transfer_id": tid, "units": units, "plans": plans, "vms": vms},
-        metadata=meta,
-    )
+    return {"transfer_id": tid, "units": units, "plans": plans, "vms": vms}
 
 
-def provision_step(
+def provision_fleet(
     context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec, planned: Mapping[str, Any]
-) -> Iterator[Any]:
+) -> GatewayFleet:
     """Start the gateways every destination's plan needs: one fleet shared by the whole run."""
     tid = planned["transfer_id"]
     tags = {
@@ -153,7 +152,7 @@ def provision_step(
         f"provisioned {len(fleet.gateways)} gateway(s) in {', '.join(fleet.regions)} "
         f"on backend {fleet.backend} (transfer {tid})"
     )
-    yield dg.Output(fleet.to_dict(), metadata=fleet_metadata(fleet))
+    return fleet
 
 
 class _Progress:
@@ -248,14 +247,17 @@ def transfer_step(
         plan = TransferPlan.from_dict(entry["plan"])
         yield dg.MaterializeResult(
             asset_key=dest.asset_key,
-            metadata=transfer_metadata(
-                outcomes[dest.output_name],
-                plan,
-                entry["plan_uri"],
-                transfer_id=planned["transfer_id"],
-                replica_uri=dest.uri,
-                partitions=len(planned["units"]),
-            ),
+            metadata={
+                **fleet_metadata(fleet),
+                **transfer_metadata(
+                    outcomes[dest.output_name],
+                    plan,
+                    entry["plan_uri"],
+                    transfer_id=planned["transfer_id"],
+                    replica_uri=dest.uri,
+                    partitions=len(planned["units"]),
+                ),
+            },
         )
 
 

@@ -6,8 +6,9 @@ connections ``a_r = c / grid[s,r]``, destination connections ``b_r = c / grid[r,
 one unit of source egress and destination ingress, the same for every relay), and by its VMs:
 Gbps per VM ``kappa_r = min(I_r, E_r, M grid[s,r] / c, M grid[r,d] / c)``, price ``k_r`` and
 limit ``L_r``. (Connection figures are per edge: ``a_r = 1 / r[s, r]``, and a VM pair's rate
-is capped by saturation, see ``formulation``.) Say ``r'`` *dominates* ``r`` when ``pi' <= pi, a' <= a, b' <= b,
-kappa' >= kappa, k' <= k`` (ties broken by a fixed order so the relation is a strict order).
+is capped by saturation, see ``formulation``.) Say ``r'`` *dominates* ``r`` when
+``pi' <= pi, a' <= a, b' <= b, kappa' >= kappa, k' <= k`` (ties broken by a fixed order so
+the relation is a strict order).
 
 Exchange argument. Moving ``j`` VMs and up to ``j * kappa_r`` Gbps from ``r`` to a dominator
 ``r'`` with ``j`` free VM slots keeps every constraint (it uses no more source/destination

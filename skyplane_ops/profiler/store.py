@@ -240,6 +240,13 @@ class GridStore:
         self._call("append a measurement", self._blobs.write, key, _to_parquet([row]))
         return key
 
+    def append_many(self, rows: list[Measurement], run_id: str) -> str:
+        """Persist many measurements as ONE journal file (a bulk import); returns its key."""
+        seq = utcnow().strftime("%Y%m%dT%H%M%S%fZ")
+        key = f"{JOURNAL_PREFIX}{run_id}/{seq}-{uuid.uuid4().hex}.parquet"
+        self._call("append measurements", self._blobs.write, key, _to_parquet(rows))
+        return key
+
     def _journal_keys(self) -> list[str]:
         keys: list[str] = self._call("list the journal", self._blobs.list, JOURNAL_PREFIX)
         return [k for k in keys if k.endswith(".parquet")]

@@ -35,10 +35,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {len(grid)} pairs to {args.path}")
             return 0
         src, dst = profile.catalog.get(args.src).id, profile.catalog.get(args.dst).id
-        stamp = grid.measured_at(src, dst)
+        link = grid.link(src, dst)
+        stamp = f" {link.measured_at}" if link.measured_at else ""
         print(
-            f"{src} -> {dst}: {grid.gbps(src, dst):.2f} Gbps ({grid.source(src, dst)}"
-            f"{', ' + stamp.isoformat() if stamp else ''}; {grid.connections} connections), "
+            f"{src} -> {dst}: {grid.gbps(src, dst):.2f} Gbps ({link.source}{stamp}; "
+            f"{grid.connections} connections), "
             f"${profile.prices.egress_usd_per_gb(src, dst):.4f}/GB egress"
         )
         return 0

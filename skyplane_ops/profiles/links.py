@@ -64,10 +64,10 @@ def combine_counts(
     1. Keep the newest sample per connection count, and of those only the ones taken within
        ``window`` of the newest sample overall (one session; older counts are stale).
     2. ``gbps``/``connections``/``measured_at``: the sample at the largest count.
-    3. With two or more counts: ``per_conn_gbps`` = max over counts of gbps / count (usually
-       the smallest count's), ``sat_gbps`` = the largest measured rate. Then
-       min(per_conn * c, sat) is at or above every measured point, and equals the largest
-       rate at the largest count. With one count both stay None (unknown).
+    3. With two or more counts: ``per_conn_gbps`` = the rate at the smallest count divided by
+       that count (where flows are fewest they are most likely the bottleneck), ``sat_gbps`` =
+       the largest rate measured at any count. With one count both stay None (unknown).
+       The profiler's store (``profiler.links``) applies the same rule per profiler run.
     4. ``region_cap_gbps``: the smallest cap any kept sample gives, else None.
     """
     newest: dict[int, CountSample] = {}
@@ -88,7 +88,7 @@ def combine_counts(
     caps = [s.region_cap_gbps for s in kept if s.region_cap_gbps is not None]
     per_conn = sat = None
     if len(kept) >= 2:
-        per_conn = max(s.gbps / s.connections for s in kept)
+        per_conn = kept[0].gbps / kept[0].connections
         sat = max(s.gbps for s in kept)
     return LinkEstimate(
         gbps=top.gbps,

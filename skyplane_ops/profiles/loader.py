@@ -1,8 +1,10 @@
 """Assemble a Profile (catalog + prices + throughput) from the shipped defaults, user
 overrides and an optional measured grid.
 
-The default throughput grid is computed from the model at load time (not stored: it is a pure
-function of the catalog, the model parameters and the VM caps) and cached per set of caps.
+The default throughput grid is the published Skyplane measurements (published.py) where they
+exist, laid over the calibrated model (model.py) for every other pair. The model part is
+computed at load time (a pure function of the catalog, the fitted parameters and the VM caps);
+both are cached per set of caps.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from skyplane_ops.profiles.measured import load_measured_grid
 from skyplane_ops.profiles.model import ModelParams, modelled_gbps
 from skyplane_ops.profiles.overrides import apply_overrides
 from skyplane_ops.profiles.prices import PriceGrid
+from skyplane_ops.profiles.published import COLUMNS, published_grid
 from skyplane_ops.profiles.throughput import ThroughputGrid
 
 
@@ -92,12 +95,31 @@ def _modelled_grid(caps: tuple[tuple[str, float, float], ...]) -> ThroughputGrid
     return ThroughputGrid(catalog, values, connections=params.connections, provenance=provenance)
 
 
-def modelled_grid(prices: PriceGrid) -> ThroughputGrid:
-    """The model's grid for the VM caps in ``prices`` (cached per set of caps)."""
-    caps = tuple(
+def _caps(prices: PriceGrid) -> tuple[tuple[str, float, float], ...]:
+    return tuple(
         (p, prices.vm(p).egress_cap_gbps, prices.vm(p).ingress_cap_gbps) for p in PROVIDERS
     )
-    return _modelled_grid(caps)
+
+
+def modelled_grid(prices: PriceGrid) -> ThroughputGrid:
+    """The model's grid alone for the VM caps in ``prices`` (cached per set of caps)."""
+    return _modelled_grid(_caps(prices))
+
+
+@functools.cache
+def _default_grid(caps: tuple[tuple[str, float, float], ...], column: str) -> ThroughputGrid:
+    model = _modelled_grid(caps)
+    if column == "none":
+        return model
+    return model.merge(published_grid(default_catalog(), column))
+
+
+def default_grid(prices: PriceGrid, published: str = "received") -> ThroughputGrid:
+    """Published measurements (``received`` or ``sent`` column; ``none`` = model only) over
+    the model for the VM caps in ``prices`` (cached)."""
+    if published not in (*COLUMNS, "none"):
+        raise ProfileError(f"published must be one of {', '.join((*COLUMNS, 'none'))}")
+    return _default_grid(_caps(prices), published)
 
 
 def _describe_source(file: str | Path | None, kwargs: dict[str, Any]) -> str:
@@ -114,13 +136,15 @@ def load_profile(
     gcp_tier: str = "premium",
     measured_only: bool = False,
     custom_regions: Iterable[CustomRegion | Mapping[str, Any]] = (),
+    published: str = "received",
     **price_overrides: Any,
 ) -> Profile:
     """Load the default profile with user overrides (a JSON file, then keyword arguments,
     both partial prices.json documents) and an optional measured grid merged over the model
     (or, with ``measured_only=True``, used in its place: pairs it lacks are then unknown).
     ``custom_regions`` are added first (see Profile.with_regions), so the measured grid may
-    name them.
+    name them. ``published`` picks the shipped measurements' column (``received``, ``sent``)
+    or turns them off (``none``: the model everywhere).
     """
     catalog = default_catalog()
     document, applied = apply_overrides(
@@ -133,7 +157,7 @@ def load_profile(
         source=_describe_source(overrides, price_overrides),
         applied_overrides=applied,
     )
-    throughput = modelled_grid(prices)
+    throughput = default_grid(prices, published)
     regions = as_custom_regions(custom_regions)
     if regions:
         catalog = catalog.with_regions(r.region() for r in regions)

@@ -1,21 +1,21 @@
-"""The default throughput model: great-circle distance -> RTT -> TCP -> connections -> caps.
+"""The default throughput model for pairs with no published measurement.
 
-For a VM pair (one gateway VM at each end) with ``connections`` parallel TCP flows:
+Calibrated on the published Skyplane grid (published.py), per ordered provider pair and by
+great-circle distance:
 
-    rtt_ms      = base_rtt_ms + 2 * distance_km * detour_factor / fibre_km_per_ms
-    per_conn    = min(window_bytes * 8 / rtt,  mss_bytes * 8 * mathis_c / (rtt * sqrt(loss)))
-    gbps        = min(connections * per_conn, src egress cap, dst ingress cap)
+    ln gbps = a[src provider -> dst provider] + b[...] * distance_km / 1000
+    gbps    = min(exp(ln gbps), src VM egress cap, dst VM ingress cap)
 
-``loss`` is ``loss_intra_cloud`` inside one provider (window-limited in practice) and
-``loss_inter_cloud_by_dst_provider[dst provider]`` between providers: that is the inter-cloud
-penalty (peering/transit paths lose more, so Mathis bounds each flow lower). Parameters and
-their provenance live in ``throughput_model.json``; see profiles/README.md for calibration.
+Within one region only the NICs bind: ``min(ingress caps)``. ``fit_model`` is the one fit
+(ordinary least squares on ln gbps, per provider pair); ``scripts/calibrate_throughput.py``
+runs it on the published data and writes the result to ``throughput_model.json``;
+``benchmarks/grid_fidelity.py`` cross-validates it by holding out whole regions.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,57 +25,63 @@ from skyplane_ops.profiles.catalog import PROVIDERS, Region
 EARTH_RADIUS_KM = 6371.0
 
 
+def pair_key(src_provider: str, dst_provider: str) -> str:
+    return f"{src_provider}->{dst_provider}"
+
+
+@dataclass(frozen=True)
+class PairFit:
+    """ln gbps = intercept + slope * distance_km / 1000 for one provider pair."""
+
+    intercept: float
+    slope_per_1000km: float
+    pairs: int = 0
+    rmse_ln: float = 0.0
+
+    def gbps(self, distance_km: float) -> float:
+        return math.exp(self.intercept + self.slope_per_1000km * distance_km / 1000.0)
+
+
 @dataclass(frozen=True)
 class ModelParams:
-    """Numeric parameters of the model (see throughput_model.json for provenance)."""
+    """The fitted coefficients per provider pair (see throughput_model.json)."""
 
     connections: int
-    fibre_km_per_ms: float
-    detour_factor: float
-    base_rtt_ms: float
-    window_bytes: float
-    mss_bytes: float
-    mathis_c: float
-    loss_intra_cloud: float
-    loss_inter_cloud_by_dst_provider: Mapping[str, float]
+    by_pair: Mapping[str, PairFit]
 
     @classmethod
     def from_document(cls, doc: Mapping[str, Any], source: str) -> ModelParams:
-        """Read and check the ``parameters`` object of throughput_model.json."""
+        """Read and check ``connections`` and ``parameters.by_provider_pair``."""
         params = doc.get("parameters")
-        if not isinstance(params, Mapping):
-            raise ProfileError(f"{source}: missing object 'parameters'")
-
-        def num(name: str, value: Any = None, *, positive: bool = True) -> float:
-            raw = params.get(name) if value is None else value
-            if isinstance(raw, bool) or not isinstance(raw, int | float):
-                raise ProfileError(f"{source}: field 'parameters.{name}': {raw!r} is not a number")
-            if raw < 0 or (positive and raw == 0):
-                raise ProfileError(f"{source}: field 'parameters.{name}': {raw} must be > 0")
-            return float(raw)
-
-        inter = params.get("loss_inter_cloud_by_dst_provider")
-        if not isinstance(inter, Mapping) or set(inter) != set(PROVIDERS):
-            raise ProfileError(
-                f"{source}: field 'parameters.loss_inter_cloud_by_dst_provider' needs "
-                + ", ".join(PROVIDERS)
-            )
+        table = params.get("by_provider_pair") if isinstance(params, Mapping) else None
+        if not isinstance(table, Mapping):
+            raise ProfileError(f"{source}: missing object 'parameters.by_provider_pair'")
+        by_pair: dict[str, PairFit] = {}
+        for s in PROVIDERS:
+            for d in PROVIDERS:
+                key = pair_key(s, d)
+                entry = table.get(key)
+                where = f"{source}: field 'parameters.by_provider_pair.{key}'"
+                if not isinstance(entry, Mapping):
+                    raise ProfileError(f"{where} is missing")
+                values = []
+                for name in ("intercept", "slope_per_1000km"):
+                    raw = entry.get(name)
+                    if isinstance(raw, bool) or not isinstance(raw, int | float):
+                        raise ProfileError(f"{where}.{name}: {raw!r} is not a number")
+                    if not math.isfinite(raw):
+                        raise ProfileError(f"{where}.{name}: {raw} is not finite")
+                    values.append(float(raw))
+                by_pair[key] = PairFit(
+                    values[0],
+                    values[1],
+                    int(entry.get("pairs", 0)),
+                    float(entry.get("rmse_ln", 0.0)),
+                )
         connections = doc.get("connections")
         if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
             raise ProfileError(f"{source}: field 'connections' must be an int >= 1")
-        return cls(
-            connections=connections,
-            fibre_km_per_ms=num("fibre_km_per_ms"),
-            detour_factor=num("detour_factor"),
-            base_rtt_ms=num("base_rtt_ms"),
-            window_bytes=num("window_bytes"),
-            mss_bytes=num("mss_bytes"),
-            mathis_c=num("mathis_c"),
-            loss_intra_cloud=num("loss_intra_cloud"),
-            loss_inter_cloud_by_dst_provider={
-                p: num(f"loss_inter_cloud_by_dst_provider.{p}", inter[p]) for p in PROVIDERS
-            },
-        )
+        return cls(connections=connections, by_pair=by_pair)
 
 
 def great_circle_km(a: Region, b: Region) -> float:
@@ -88,27 +94,9 @@ def great_circle_km(a: Region, b: Region) -> float:
     return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(h)))
 
 
-def rtt_ms(p: ModelParams, distance_km: float) -> float:
-    """Round-trip time over fibre that detours ``detour_factor`` times the great circle."""
-    return p.base_rtt_ms + 2.0 * distance_km * p.detour_factor / p.fibre_km_per_ms
-
-
-def per_connection_gbps(p: ModelParams, rtt: float, loss: float) -> float:
-    """One TCP flow: the lower of the window bound and the Mathis loss bound."""
-    rtt_s = rtt / 1000.0
-    window = p.window_bytes * 8 / rtt_s
-    mathis = p.mss_bytes * 8 * p.mathis_c / (rtt_s * math.sqrt(loss))
-    return min(window, mathis) / 1e9
-
-
 def uncapped_gbps(p: ModelParams, src: Region, dst: Region) -> float:
-    """``connections`` flows between one VM at each end, before per-VM caps."""
-    loss = (
-        p.loss_intra_cloud
-        if src.provider == dst.provider
-        else p.loss_inter_cloud_by_dst_provider[dst.provider]
-    )
-    return p.connections * per_connection_gbps(p, rtt_ms(p, great_circle_km(src, dst)), loss)
+    """The fitted curve of the pair's providers at the pair's distance, before VM caps."""
+    return p.by_pair[pair_key(src.provider, dst.provider)].gbps(great_circle_km(src, dst))
 
 
 def modelled_gbps(
@@ -122,3 +110,35 @@ def modelled_gbps(
     if src.id == dst.id:
         return min(ingress_cap[src.provider], ingress_cap[dst.provider])
     return min(uncapped_gbps(p, src, dst), egress_cap[src.provider], ingress_cap[dst.provider])
+
+
+def fit_model(
+    samples: Iterable[tuple[Region, Region, float]], connections: int = 64
+) -> ModelParams:
+    """Least squares of ln gbps on distance, per ordered provider pair.
+
+    Every provider pair needs two or more samples at different distances; a fitted slope
+    above 0 (faster with distance) is clamped to 0, since that is noise, not physics.
+    """
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for src, dst, gbps in samples:
+        if src.id == dst.id or gbps <= 0:
+            continue
+        key = pair_key(src.provider, dst.provider)
+        groups.setdefault(key, []).append((great_circle_km(src, dst) / 1000.0, math.log(gbps)))
+    fits: dict[str, PairFit] = {}
+    for key, points in groups.items():
+        n = len(points)
+        mx = sum(x for x, _ in points) / n
+        my = sum(y for _, y in points) / n
+        sxx = sum((x - mx) ** 2 for x, _ in points)
+        if n < 2 or sxx == 0:
+            raise ProfileError(f"cannot fit {key}: need samples at two or more distances")
+        slope = min(0.0, sum((x - mx) * (y - my) for x, y in points) / sxx)
+        intercept = my - slope * mx
+        rmse = math.sqrt(sum((y - intercept - slope * x) ** 2 for x, y in points) / n)
+        fits[key] = PairFit(intercept, slope, n, rmse)
+    missing = [pair_key(s, d) for s in PROVIDERS for d in PROVIDERS if pair_key(s, d) not in fits]
+    if missing:
+        raise ProfileError(f"cannot fit {', '.join(missing)}: no samples")
+    return ModelParams(connections=connections, by_pair=fits)

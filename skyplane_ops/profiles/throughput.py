@@ -40,7 +40,7 @@ class ThroughputGrid:
         self._catalog = catalog
         self._values: dict[Pair, float] = dict(values)
         self._measured_at: dict[Pair, datetime] = dict(measured_at or {})
-        self._links: dict[Pair, LinkEstimate] = {
+        self._link_records: dict[Pair, LinkEstimate] = {
             k: v for k, v in (links or {}).items() if k in self._values
         }
         self.connections = connections
@@ -76,7 +76,7 @@ class ThroughputGrid:
     def link(self, src: str, dst: str) -> LinkEstimate:
         """The pair's link record (explicit if one was given, else derived from the figure)."""
         key = self._key(src, dst)
-        return self._links.get(key) or self._derived_link(key)
+        return self._link_records.get(key) or self._derived_link(key)
 
     def _derived_link(self, key: Pair) -> LinkEstimate:
         stamp = self._measured_at.get(key)
@@ -94,19 +94,22 @@ class ThroughputGrid:
         """A LinkEstimate for every ordered pair of DISTINCT regions (same keys as as_dict)."""
         if self._all_links is None:
             self._all_links = {
-                k: self._links.get(k) or self._derived_link(k) for k in self._values if k[0] != k[1]
+                k: self._link_records.get(k) or self._derived_link(k)
+                for k in self._values
+                if k[0] != k[1]
             }
         return dict(self._all_links)
 
     def with_catalog(self, catalog: RegionCatalog) -> ThroughputGrid:
-        """The same figures over a larger catalog (e.g. with custom regions added)."""
+        """The same figures and link records (as ``links()`` gives them, so a subclass's
+        records survive) over a larger catalog, e.g. with custom regions added."""
         return ThroughputGrid(
             catalog,
             self._values,
             connections=self.connections,
             provenance=self.provenance,
             measured_at=self._measured_at,
-            links=self._links,
+            links=self.links(),
         )
 
     def __len__(self) -> int:
@@ -135,7 +138,8 @@ class ThroughputGrid:
         scale = self.connections / measured.connections
         values = dict(self._values)
         when = dict(self._measured_at)
-        links = dict(self._links)
+        links = dict(self._link_records)
+        their_links = measured.links()  # public: a subclass may keep its records elsewhere
         for pair, value in measured._values.items():
             if pair[0] not in self._catalog or pair[1] not in self._catalog:
                 raise ProfileError(f"merged grid has a pair outside the catalog: {pair}")
@@ -147,8 +151,8 @@ class ThroughputGrid:
                 continue  # an older measurement never replaces a newer one
             values[pair] = value * scale
             links.pop(pair, None)
-            if pair in measured._links:
-                links[pair] = measured._links[pair]
+            if pair in their_links:
+                links[pair] = their_links[pair]
             if theirs is not None:
                 when[pair] = theirs
         provenance = copy.deepcopy(self.provenance)

@@ -32,7 +32,7 @@ from gateway_agent.auth import seal
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
 from skyplane_ops.provision.lease import LINGER_S, keep_alive
 from skyplane_ops.transfer.liveness import DeadPath, HopWatch
 from skyplane_ops.transfer.manifest import Chunk
@@ -215,7 +215,11 @@ class Dispatcher:
             "routes": {str(i): route for i, (route, _) in enumerate(self.routes)},
             "gateways": {
                 region: [
-                    {"id": g.gateway_id, "host": g.host, "data_port": g.data_port}
+                    {
+                        "id": g.gateway_id,
+                        "host": data_host(g, gateway.region),
+                        "data_port": g.data_port,
+                    }
                     for g in self.fleet.in_region(region)
                 ]
                 for region in {r for route, _ in self.routes for r in route}

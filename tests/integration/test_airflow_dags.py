@@ -459,13 +459,36 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
         "duration_s": 0.3,
         "budget_usd": 1.0,
     }
+    # Unpaused as shipped on the local backend: loopback figures go to the scratch store only.
+    # A leftover driver folder and an empty journal folder, both old, are cleaned up.
+    old = time.time() - 30 * 86400
+    for leftover in (af / "work" / "runs" / "old-run", af / "work" / "journals" / "old-journal"):
+        leftover.mkdir(parents=True, exist_ok=True)
+        os.utime(leftover, (old, old))
+    kept = af / "work" / "journals" / "old-but-resumable"
+    kept.mkdir(parents=True, exist_ok=True)
+    (kept / "j.jsonl").write_text("{}\n")
+    os.utime(kept, (old, old))
+    scratch_run = dag.test(logical_date=datetime(2025, 12, 1, tzinfo=UTC), run_conf=conf)
+    assert set(_states(scratch_run).values()) == {"success"}, _states(scratch_run)
+    scratch = _xcom(scratch_run, "refresh")
+    assert scratch["scratch"] is True and "scratch store" in scratch["publish_reason"], scratch
+    assert GridStore(str(af / "work" / "grid-scratch")).latest_version() == scratch["version"]
+    store = GridStore(str(af / "work" / "grid"))
+    assert store.latest_version() is None
+    assert SkyplaneHook().plan(SRC_REGION, DST_REGION, 1.0).details["grid"]["version"] is None
+    assert not (af / "work" / "runs" / "old-run").exists()
+    assert not (af / "work" / "journals" / "old-journal").exists()
+    assert (kept / "j.jsonl").exists()
+    # A testbed that wants its figures planned with says so explicitly.
+    conf["publish_emulated"] = True
     first = dag.test(logical_date=when, run_conf=conf)
     assert set(_states(first).values()) == {"success"}, _states(first)
     summary = _xcom(first, "refresh")
     assert summary["measured"] == 6 and summary["version"], summary
+    assert summary["scratch"] is False
     run_id = summary["run_id"]
     assert not _processes_mentioning(run_id)
-    store = GridStore(str(af / "work" / "grid"))
     assert store.latest_version() == summary["version"]
     # Plans made with the connection now use that version (its default grid store).
     plan = SkyplaneHook().plan(SRC_REGION, DST_REGION, 1.0)

@@ -213,6 +213,38 @@ def test_provider_info_matches_airflows_schema() -> None:
 
 
 @pytest.mark.slow
+def test_connection_form_has_a_widget_for_every_extra_key() -> None:
+    from skyplane_ops.airflow.provider_info import BACKENDS, CONN_FIELDS
+    from skyplane_ops.airflow.settings import KNOWN_EXTRA
+    from skyplane_ops.provision import BACKENDS as CORE_BACKENDS
+
+    assert set(CONN_FIELDS) == set(KNOWN_EXTRA)
+    assert CONN_FIELDS["backend"]["schema"]["enum"] == list(BACKENDS)
+    assert set(BACKENDS) == set(CORE_BACKENDS)
+    for name in ("backend_options", "tags", "state_store_options"):
+        assert "object" in CONN_FIELDS[name]["schema"]["type"], name
+    # What the JSON widget stores (a JSON object, not text) is what the extra accepts.
+    from skyplane_ops.airflow.settings import parse_extra
+
+    settings = parse_extra({"extra__skyplane__tags": {"team": "data"}, "backend": "ssh"})
+    assert settings.tags == {"team": "data"} and settings.backend == "ssh"
+
+
+def test_lineage_datasets_follow_the_openlineage_naming_spec() -> None:
+    import socket
+
+    from skyplane_ops.airflow.lineage import dataset_name, operator_lineage
+
+    assert dataset_name("s3://bkt/a/b/") == ("s3://bkt", "a/b")
+    assert dataset_name("gs://bkt/x.parquet") == ("gs://bkt", "x.parquet")
+    assert dataset_name("az://acct/cont/p/q/") == ("abfss://cont@acct.dfs.core.windows.net", "p/q")
+    assert dataset_name("file:///data/in/") == (f"file://{socket.gethostname()}", "/data/in")
+    assert dataset_name("s3://bkt/") == ("s3://bkt", "/")
+    lineage = operator_lineage("s3://a/in/", "gs://b/out/")
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("s3://a", "in")]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [("gs://b", "out")]
+
+
 def test_airflow_providers_list_shows_the_installed_provider() -> None:
     airflow_bin = Path(sys.executable).with_name("airflow")
     out = subprocess.run(
@@ -447,3 +479,42 @@ def test_progress_lines_are_human() -> None:
     )
     assert text.splitlines()[1] == "  a -> b (75% by plan): 384.0 MiB"
     assert line.update({**sample, "chunks_done": 8}) is None  # nothing moved: no line
+
+
+def test_grid_publish_policy_keeps_emulated_figures_out_of_the_planning_grid() -> None:
+    from skyplane_ops.api import publish_target
+
+    def target(backend: str, options: dict[str, Any], **kw: Any) -> Any:
+        return publish_target(backend, options, grid_store="G", scratch_store="S", **kw)
+
+    assert target("aws", {}).store_uri == "G"
+    assert target("ssh", {"regions": {"r": [{"address": "10.0.0.5"}]}}).store_uri == "G"
+    loop = target("ssh", {"regions": {"r": [{"address": "127.0.0.1"}, {"address": "::1"}]}})
+    assert loop.scratch and loop.store_uri == "S" and "loopback" in loop.reason
+    assert target("local", {}).scratch and target("netns", {}).scratch
+    assert target("mixed", {"regions": {"a": {"backend": "local"}}}).scratch
+    forced = target("local", {}, allow_emulated=True)
+    assert forced.store_uri == "G" and not forced.scratch
+
+
+def test_leftovers_are_cleaned_by_age_and_live_journals_kept(tmp_path: Path) -> None:
+    from skyplane_ops.api import clean_leftovers
+
+    old = time.time() - 10 * 86400
+    (tmp_path / "runs" / "old").mkdir(parents=True)
+    (tmp_path / "runs" / "old" / "driver.log").write_text("x")
+    (tmp_path / "runs" / "new").mkdir()
+    (tmp_path / "journals" / "empty-old").mkdir(parents=True)
+    (tmp_path / "journals" / "full-old").mkdir()
+    (tmp_path / "journals" / "full-old" / "k.jsonl").write_text("{}\n")
+    for path in [
+        tmp_path / "runs" / "old" / "driver.log",
+        tmp_path / "runs" / "old",
+        tmp_path / "journals" / "empty-old",
+        tmp_path / "journals" / "full-old",
+    ]:
+        os.utime(path, (old, old))
+    removed = clean_leftovers(tmp_path, 7 * 86400)
+    assert removed == ["journals/empty-old", "runs/old"]
+    assert (tmp_path / "runs" / "new").exists()
+    assert (tmp_path / "journals" / "full-old" / "k.jsonl").exists()

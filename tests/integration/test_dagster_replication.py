@@ -158,13 +158,14 @@ def test_example_replicates_real_parquet_and_check_passes(
     summary = result.asset_materializations_for_node("events_eu_summary")[0].metadata
     assert summary["rows"].value == 4 * 20000
 
-    # plan, provision and transfer ran as their own steps, on one fleet, which is gone now.
+    # plan, provision and transfer ran in one step (no step IO), on one fleet, gone now.
     steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
-    assert {
-        "events_replication.events_replication__plan",
-        "events_replication.events_replication__provision",
-        "events_replication.events_replication__transfer",
-    } <= steps
+    assert "events_replication" in steps
+    assert not any(
+        "io_manager" in (e.message or "").lower() or e.event_type_value == "HANDLED_OUTPUT"
+        for e in result.all_events
+        if e.step_key == "events_replication"
+    )
     assert len(spy.fleets) == 1 and spy.fleets[0].gateways
     assert spy.alive_at_start[0]  # the process probe sees the gateways while they run
     assert _wait_gone(spy.fleets[0].transfer_id) == []
@@ -188,8 +189,11 @@ def test_example_replicates_real_parquet_and_check_passes(
     assert meta["objects"] == 4
     assert meta["bytes"] == sum(len(b) for b in src.values())
     assert meta["verified"] is True
-    assert "| hop |" in meta["route"] or "|" in meta["route"]
-    assert "```mermaid" in meta["route_diagram"]
+    route = mat.metadata["route"]
+    assert isinstance(route, dg.TableMetadataValue)
+    assert route.records and route.records[0].data["from"] == "aws:us-east-1"
+    assert meta["route_diagram"].startswith("![route](data:image/svg+xml;base64,")
+    assert "```mermaid" not in meta["route_diagram"]
     plan_path = meta["plan_uri"].removeprefix("file://")
     assert json.loads(Path(plan_path).read_text())["src"] == "aws:us-east-1"
     assert len(serialize_value(mat)) < 16_000
@@ -225,6 +229,10 @@ def test_check_fails_after_tampering_with_the_replica(example: ModuleType) -> No
     )
     (check,) = _check_evaluations(result)
     assert not check.passed
+    # Partition-aware: the failure belongs to this day, not to the whole replica.
+    assert check.partition == DAY
+    assert check.metadata["partitions_differing"].value == DAY
+    assert ds.checks[0].partitions_def is ds.assets_def.partitions_def
     assert check.severity == dg.AssetCheckSeverity.ERROR
     assert check.metadata["checksum_count"].value == 1
     assert check.metadata["checksum_examples"].value == victim.name
@@ -245,6 +253,7 @@ def test_failed_check_blocks_the_downstream_asset(example: ModuleType, spy: Flee
     assert _materialized(result) == {"events", "events_eu"}
     (check,) = _check_evaluations(result)
     assert not check.passed and check.metadata["extra_count"].value == 1
+    assert check.partition == day
     skipped = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"}
     assert "events_eu_summary" in skipped or "events_eu_summary" not in {
         e.step_key for e in result.all_events if e.event_type_value == "STEP_START"
@@ -283,7 +292,7 @@ def test_failing_transfer_still_tears_the_fleet_down(example: ModuleType, spy: F
     result = _run(example, instance, partition_key=day)
     assert not result.success
     failed = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert [e.step_key for e in failed] == ["events_replication.events_replication__transfer"]
+    assert [e.step_key for e in failed] == ["events_replication"]
     assert "events_eu" not in _materialized(result)
     (fleet,) = spy.fleets
     assert fleet.gateways and spy.alive_at_start[0]

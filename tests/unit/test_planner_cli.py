@@ -37,9 +37,10 @@ def test_plan_text_mermaid_and_default_bound(capsys: pytest.CaptureFixture[str])
     assert main([*argv, "--max-vms", "2"]) == 0
     out = capsys.readouterr().out
     assert "Objective: fastest completion (provisioning + transfer), then the cheapest" in out
+    assert "within 5% of the fastest" in out
     assert "direct (2 VM/region)" in out
-    # Every hop says where its figures came from (the default profile's grid is a model).
-    assert "source" in out and "measured" in out and " model " in out
+    # Every hop says where its figures came from (these pairs are in the published grid).
+    assert "source" in out and "measured" in out and "published" in out and "2022-01-29" in out
     assert "```mermaid\ngraph LR" in out
 
 
@@ -160,9 +161,15 @@ def test_plan_controls_reach_the_planner(capsys: pytest.CaptureFixture[str]) -> 
     assert "12 Gbps is infeasible" in capsys.readouterr().err
     assert main([*base[:-2], "--min-throughput-gbps", "6", "--relays", "aws:*,azure:eastus"]) == 0
     plan = TransferPlan.from_json(capsys.readouterr().out)
-    assert all(r.startswith("aws:") or r == "azure:eastus" for p in plan.paths for r in p.regions[1:-1])
+    relays = {r for p in plan.paths for r in p.regions[1:-1]}
+    assert all(r.startswith("aws:") or r == "azure:eastus" for r in relays)
     assert main([*base, "--backend", "ssh"]) == 0
     assert TransferPlan.from_json(capsys.readouterr().out).details["provisioning_seconds"] == 2.2
-    # Measured-only on the model grid: no edge is measured, so nothing can be planned.
-    assert main([*base, "--measured-only"]) != 0
+    # Measured-only: these regions are in the published grid, so every hop is a measurement;
+    assert main([*base, "--measured-only"]) == 0
+    out = capsys.readouterr().out
+    assert '"source": "published"' in out and '"source": "model"' not in out
+    # a region only the model covers has no measured edge, so nothing can be planned.
+    argv = ["plan", "--src", "azure:swedencentral", *base[3:], "--measured-only"]
+    assert main(argv) != 0
     assert "no path with measured throughput" in capsys.readouterr().err

@@ -107,8 +107,9 @@ def test_modelled_values_never_override_measurements(tmp_path: Path) -> None:
     grid = planner_grid(store, profile.throughput)
     assert grid.gbps(A, B) == pytest.approx(0.123)
     assert grid.source(A, B) == "measured"
-    # Pairs with no measurement keep the modelled default.
-    assert grid.source(B, A) == "modelled"
+    # Pairs with no measurement keep the default (published 2022 figure or model).
+    assert grid.source(B, A) == profile.throughput.source(B, A)
+    assert grid.links()[(B, A)].source == "published"
     assert grid.gbps(B, A) == pytest.approx(profile.throughput.gbps(B, A))
     # Laying the model over the measured grid again does not undo the measurement.
     again = grid.merge(profile.throughput)

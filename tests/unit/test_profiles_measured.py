@@ -101,37 +101,37 @@ def test_parquet_load_with_typed_and_string_timestamps(
 def test_merge_measured_wins_newest_wins_model_never_overrides(tmp_path: Path) -> None:
     base = load_default_profile().throughput
     old = write(
-        tmp_path, HEADER + "aws:us-east-1,gcp:us-central1,1.0,64,2024-01-01T00:00:00Z\n", "o.csv"
+        tmp_path, HEADER + "aws:us-east-1,gcp:us-south1,1.0,64,2024-01-01T00:00:00Z\n", "o.csv"
     )
     new = write(
-        tmp_path, HEADER + "aws:us-east-1,gcp:us-central1,2.0,64,2024-02-01T00:00:00Z\n", "n.csv"
+        tmp_path, HEADER + "aws:us-east-1,gcp:us-south1,2.0,64,2024-02-01T00:00:00Z\n", "n.csv"
     )
     catalog = base.catalog
     merged = base.merge(load_measured_grid(old, catalog))
-    assert merged.gbps("aws:us-east-1", "gcp:us-central1") == 1.0  # measured beats modelled
-    assert merged.source("aws:us-east-1", "gcp:us-central1") == "measured"
-    assert merged.source("aws:us-east-1", "gcp:us-east1") == "modelled"
-    assert merged.gbps("aws:us-east-1", "gcp:us-east1") == base.gbps(
-        "aws:us-east-1", "gcp:us-east1"
+    assert merged.gbps("aws:us-east-1", "gcp:us-south1") == 1.0  # measured beats modelled
+    assert merged.source("aws:us-east-1", "gcp:us-south1") == "measured"
+    assert merged.source("aws:us-east-1", "gcp:us-east5") == "modelled"
+    assert merged.gbps("aws:us-east-1", "gcp:us-east5") == base.gbps(
+        "aws:us-east-1", "gcp:us-east5"
     )
     newer = merged.merge(load_measured_grid(new, catalog))
-    assert newer.gbps("aws:us-east-1", "gcp:us-central1") == 2.0  # newer wins
+    assert newer.gbps("aws:us-east-1", "gcp:us-south1") == 2.0  # newer wins
     back = newer.merge(load_measured_grid(old, catalog))
-    assert back.gbps("aws:us-east-1", "gcp:us-central1") == 2.0  # older does not
+    assert back.gbps("aws:us-east-1", "gcp:us-south1") == 2.0  # older does not
     remodelled = newer.merge(base)
-    assert remodelled.gbps("aws:us-east-1", "gcp:us-central1") == 2.0  # model never overrides
-    assert remodelled.source("aws:us-east-1", "gcp:us-central1") == "measured"
+    assert remodelled.gbps("aws:us-east-1", "gcp:us-south1") == 2.0  # model never overrides
+    assert remodelled.source("aws:us-east-1", "gcp:us-south1") == "measured"
     # inputs are untouched
-    assert base.source("aws:us-east-1", "gcp:us-central1") == "modelled"
-    assert len(merged.provenance["merged"]) == 1
+    assert base.source("aws:us-east-1", "gcp:us-south1") == "modelled"
+    assert len(merged.provenance["merged"]) == len(base.provenance["merged"]) + 1  # + published
 
 
 def test_merge_scales_other_connection_counts(tmp_path: Path) -> None:
     base = load_default_profile().throughput
-    path = write(tmp_path, HEADER + "aws:us-east-1,gcp:us-central1,1.0,32,2024-01-01T00:00:00Z\n")
+    path = write(tmp_path, HEADER + "aws:us-east-1,gcp:us-south1,1.0,32,2024-01-01T00:00:00Z\n")
     grid32 = load_measured_grid(path, base.catalog, connections=32)
-    assert grid32.gbps("aws:us-east-1", "gcp:us-central1") == 1.0
-    assert base.merge(grid32).gbps("aws:us-east-1", "gcp:us-central1") == 2.0
+    assert grid32.gbps("aws:us-east-1", "gcp:us-south1") == 1.0
+    assert base.merge(grid32).gbps("aws:us-east-1", "gcp:us-south1") == 2.0
 
 
 def test_load_profile_with_measured_grid(tmp_path: Path) -> None:
@@ -146,16 +146,16 @@ def test_load_profile_with_measured_grid(tmp_path: Path) -> None:
 def test_export_round_trips(tmp_path: Path, name: str) -> None:
     base = load_default_profile().throughput
     measured = write(
-        tmp_path, HEADER + "aws:us-east-1,gcp:us-central1,1.25,64,2024-01-01T00:00:00Z\n", "m.csv"
+        tmp_path, HEADER + "aws:us-east-1,gcp:us-south1,1.25,64,2024-01-01T00:00:00Z\n", "m.csv"
     )
     grid = base.merge(load_measured_grid(measured, base.catalog))
     out = tmp_path / name
     grid.write(str(out))
     again = load_measured_grid(out, base.catalog)
     assert again.as_dict() == grid.as_dict()
-    assert again.source("aws:us-east-1", "gcp:us-central1") == "measured"
-    assert again.measured_at("aws:us-east-1", "gcp:us-central1") == datetime(2024, 1, 1, tzinfo=UTC)
-    assert again.source("aws:us-east-1", "gcp:us-east1") == "modelled"
+    assert again.source("aws:us-east-1", "gcp:us-south1") == "measured"
+    assert again.measured_at("aws:us-east-1", "gcp:us-south1") == datetime(2024, 1, 1, tzinfo=UTC)
+    assert again.source("aws:us-east-1", "gcp:us-east5") == "modelled"
     assert isinstance(again, ThroughputGrid)
 
 
@@ -240,7 +240,10 @@ def test_module_cli_exports_and_shows(tmp_path: Path, capsys: pytest.CaptureFixt
     catalog = load_default_profile().catalog
     assert len(load_measured_grid(out, catalog)) == len(catalog) ** 2
     assert main(["show", "canadacentral", "asia-northeast1"]) == 0
-    assert "6.20 Gbps (modelled; 64 connections), $0.0875/GB" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "4.18 Gbps (published 2022-01-29T00:00:00+00:00; 64 connections), $0.0875/GB" in shown
+    assert main(["show", "canadacentral", "us-east5"]) == 0
+    assert "Gbps (model; 64 connections)" in capsys.readouterr().out
     assert main(["show", "us-east-l", "us-west-2"]) == 2
     assert "did you mean" in capsys.readouterr().err
 
