@@ -113,8 +113,9 @@ def plan(
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
     ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
     inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
-    their own regions. At most one bound may be given; with none, the
-    planner's default applies (the fastest plan that costs no more than the direct path).
+    their own regions. At most one bound may be given; with none, the planner's default
+    applies (the cheapest plan finishing, provisioning included, within
+    ``completion_tolerance`` of the fastest; a cost ceiling is refined the same way).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
     ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
