@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale import REGIONS, REPO, RESULTS, timed
+from scale import REGIONS, RESULTS, bench_env, cli_command, timed
 
 MiB = 1024 * 1024
 
@@ -48,17 +48,15 @@ def main() -> int:
     parser.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
     parser.add_argument("--out", default=str(RESULTS / "bigfile.json"))
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
-    env["PATH"] = f"{REPO / '.venv/bin'}:{env.get('PATH', '')}"
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="skyplane-big-"))
-    env["SKYPLANE_OPS_HOME"] = str(work / "home")
+    env = bench_env(work)
     src, ours, theirs = work / "src", work / "dst-ours", work / "dst-rclone"
     row: dict[str, Any] = {"gib": args.gib, "buffer_mib": args.buffer_mib}
     try:
         nbytes = generate(src / "big.bin", args.gib)
         ours.mkdir(parents=True, exist_ok=True)
         theirs.mkdir(parents=True, exist_ok=True)
-        cli = [str(REPO / ".venv/bin/skyplane-ops"), "cp", f"file://{src}", f"file://{ours}"]
+        cli = [*cli_command(), "cp", f"file://{src}", f"file://{ours}"]
         cli += [*REGIONS, "--journal-dir", str(work / "state"), "--no-progress", "--json"]
         cli += ["--backend-options", json.dumps({"buffer_mib": args.buffer_mib})]
         row["ours"] = timed(cli, env, work / "state")

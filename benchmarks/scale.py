@@ -150,6 +150,20 @@ def timed(cmd: list[str], env: dict[str, str], state_dir: Path | None = None) ->
     }
 
 
+def cli_command() -> list[str]:
+    """The CLI of this checkout (``PYTHONPATH`` is set to it by ``bench_env``)."""
+    return [sys.executable, "-m", "skyplane_ops.cli"]
+
+
+def bench_env(work: Path) -> dict[str, str]:
+    """The environment both tools run in: this checkout first on the path, no CA bundle
+    override (rclone fails with one), state under ``work``."""
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["SKYPLANE_OPS_HOME"] = str(work / "home")
+    return env
+
+
 def count_files(root: Path) -> int:
     return sum(len(files) for _b, _d, files in os.walk(root))
 
@@ -162,9 +176,7 @@ def run_count(work: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
     generate(src, count)
     ours.mkdir()
     theirs.mkdir()
-    cli = [str(REPO / ".venv/bin/skyplane-ops")]
-    if not Path(cli[0]).exists():
-        cli = [sys.executable, "-m", "skyplane_ops.cli"]
+    cli = cli_command()
     common = [*REGIONS, "--journal-dir", str(state), "--no-progress", "--json"]
     rclone = [
         "rclone",
@@ -227,11 +239,9 @@ def main() -> int:
     counts = [int(c) for c in args.counts.split(",") if c]
     if args.full and 1_000_000 not in counts:
         counts.append(1_000_000)
-    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
-    env["PATH"] = f"{REPO / '.venv/bin'}:{env.get('PATH', '')}"
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="skyplane-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    env["SKYPLANE_OPS_HOME"] = str(work / "home")
+    env = bench_env(work)
     rows = []
     try:
         for count in counts:
