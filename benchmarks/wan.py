@@ -139,12 +139,16 @@ def rclone_direct(grid: dict[str, float], src: Path, dst: Path, env: dict[str, s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=int, default=512, help="data to copy, MiB (512)")
+    parser.add_argument("--file-mib", type=int, default=8, help="size of each file, MiB (8)")
+    parser.add_argument("--chunk-mib", type=int, default=8, help="cp --chunk-mib (8)")
     parser.add_argument("--direct", type=float, default=60.0, help="direct link, Mbit/s (60)")
     parser.add_argument("--relay", type=float, default=100.0, help="relay links, Mbit/s (100)")
     parser.add_argument("--cross", type=float, default=20.0, help="relay-relay, Mbit/s (20)")
     parser.add_argument("--probe-seconds", type=float, default=3.0)
     parser.add_argument("--no-rclone", action="store_true")
     args = parser.parse_args()
+    if args.file_mib < 4 or args.file_mib % 4:
+        parser.error("--file-mib must be a multiple of 4")
     if os.geteuid() != 0:
         print("the netns testbed needs root", file=sys.stderr)
         return 2
@@ -157,7 +161,7 @@ def main() -> int:
     # pandas/pyarrow from source: seconds of the whole copy that no user pays).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
-        nbytes = generate(work / "src", args.mib)
+        nbytes = generate(work / "src", args.mib, args.file_mib)
         store = str(work / "grid")
         backend = ["--backend", "netns", "--backend-options", options]
         profile_s, profile = cli(
@@ -187,7 +191,7 @@ def main() -> int:
                 "--grid-store",
                 store,
                 "--chunk-mib",
-                "8",
+                str(args.chunk_mib),
                 "--no-progress",
             ],
             env,
@@ -219,6 +223,8 @@ def main() -> int:
         "sites": SITES,
         "links_mbit": {k: round(v * 1000, 3) for k, v in grid.items()},
         "bytes": nbytes,
+        "file_mib": args.file_mib,
+        "chunk_mib": args.chunk_mib,
         "max_flow_mbit": flow,
         "profile_seconds": round(profile_s, 2),
         "profile": {k: profile.get(k) for k in ("measured", "failed", "connections", "seconds")},
@@ -237,7 +243,10 @@ def main() -> int:
         "speedup_vs_rclone": None if rclone_s is None else round(rclone_s / cp_s, 2),
     }
     print(f"4-site WAN: {', '.join(f'{k} {v:g}' for k, v in result['links_mbit'].items())}")
-    print(f"max-flow {flow:.1f} Mbit/s; data {nbytes / 1e6:.0f} MB; profile {profile_s:.1f} s")
+    print(
+        f"max-flow {flow:.1f} Mbit/s; data {nbytes / 1e6:.0f} MB in {args.file_mib} MiB files, "
+        f"{args.chunk_mib} MiB chunks; profile {profile_s:.1f} s"
+    )
     print(f"{'path':42} {'share':>6} {'predicted':>10} {'achieved':>9} {'ratio':>6}")
     for row in rows:
         print(

@@ -179,7 +179,7 @@ class ControlServer:
             if action == "stop" and method == "POST":
                 return agent.stop_job(job_id)
             if action == "drop" and method == "POST":
-                return agent.job(job_id).drop_path(str(data.get("path", "")))
+                return agent.drop_path(job_id, str(data.get("path", "")))
         return None
 
     def stats(self) -> dict[str, int]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zstandard
-from tenacity import retry, stop_after_attempt, wait_exponential
+from tenacity import retry, retry_if_not_exception_type, stop_after_attempt, wait_exponential
 
 from gateway_agent import wire
 from gateway_agent.flow import Lease
@@ -64,6 +64,7 @@ class Conn:
         self.session: wire.Session | None = None
         self.compressor: Any = None
         self.last_used = time.monotonic()
+        self.connecting: socket.socket | None = None  # mid-handshake (abort cuts it too)
 
     def stale(self, idle_s: float) -> bool:
         """Unused for so long that the receiver may have timed it out."""
@@ -152,11 +153,12 @@ class OutboundPool:
         self.aborted = True
         self.drop(lambda meta: True)
         for c in self._conns:
-            if c.sock is not None:
-                try:
-                    c.sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            for sock in (c.sock, c.connecting):
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
 
     def drain(self) -> None:
         """Release the budget of chunks still queued, and close connections (after a stop)."""
@@ -178,12 +180,14 @@ class OutboundPool:
         @retry(
             stop=stop_after_attempt(6),
             wait=wait_exponential(multiplier=0.1, max=2.0),
+            retry=retry_if_not_exception_type(InterruptedError),
             reraise=True,
         )
         def attempt() -> tuple[socket.socket, wire.Session]:
-            if self._cb.stopped():
-                raise InterruptedError("job stopped")
+            if self._cb.stopped() or self.aborted:
+                raise InterruptedError("job stopped or next hop aborted")
             sock = socket.create_connection((peer.host, peer.port), timeout=5.0)
+            conn.connecting = sock
             try:
                 wire.tune_socket(sock)
                 session = wire.client_handshake(sock, self._secret, self.encrypt)
@@ -191,6 +195,8 @@ class OutboundPool:
             except BaseException:
                 sock.close()
                 raise
+            finally:
+                conn.connecting = None
             return sock, session
 
         conn.sock, conn.session = attempt()

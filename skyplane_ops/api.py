@@ -113,8 +113,9 @@ def plan(
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
     ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
     inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
-    their own regions. At most one bound may be given; with none, the
-    planner's default applies (the fastest plan that costs no more than the direct path).
+    their own regions. At most one bound may be given; with none, the planner's default
+    applies (the cheapest plan finishing, provisioning included, within
+    ``completion_tolerance`` of the fastest; a cost ceiling is refined the same way).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
     ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
@@ -382,7 +383,12 @@ def copy(
         **{k: v for k, v in transfer_options.items() if k == "part_size"},
     ):
         volume_gb = source_volume_gb(src_uri, **selection)
-        the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
+        options = dict(plan_options or {})
+        if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe
+            from skyplane_ops.provision.universe import FleetUniverse
+
+            options["fleet"] = FleetUniverse.from_backend(backend, backend_options)
+        the_plan = plan(src_region, dst_region, volume_gb, **options)
         fleet = provision(
             the_plan,
             backend=backend,

@@ -18,8 +18,10 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 from skyplane_ops import __version__
 from skyplane_ops.errors import SkyplaneOpsError
@@ -56,8 +58,14 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def install_signal_handlers() -> None:
-    """SIGINT/SIGTERM raise ``Interrupted`` once; later ones wait for cleanup, then force."""
+def install_signal_handlers() -> dict[int, Any]:
+    """SIGINT/SIGTERM raise ``Interrupted`` once; later ones wait for cleanup, then force.
+
+    Returns the previous handlers (for ``restore_signal_handlers``); does nothing outside the
+    main thread, where Python cannot set handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
     seen: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -69,14 +77,25 @@ def install_signal_handlers() -> None:
             return
         os._exit(128 + signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
         signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    install_signal_handlers()
+    previous = install_signal_handlers()
+    try:
+        return _run(args)
+    finally:
+        restore_signal_handlers(previous)  # in-process callers (tests) get theirs back
+
+
+def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

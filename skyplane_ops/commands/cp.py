@@ -221,15 +221,8 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
     if args.dry_run:
         return _dry_run(args, sync, delete, max_delete, (src_options, dst_options))
     backend_options = _backend_options(args, hooks)  # bad options fail before any listing
-    volume_gb = api.source_volume_gb(
-        args.src, src_options=src_options, include=args.include, exclude=args.exclude
-    )
-    plan = make_plan(args, volume_gb, backend_options)
-    progress = None
-    if not args.no_progress:
-        progress = JsonProgress(sys.stderr) if args.json else default_progress(sys.stderr)
-    fleet: GatewayFleet | None = None
-    # The journal lock first: a second identical run stops (or waits) before starting gateways.
+    # The journal lock next: a second identical run stops (or waits) before any listing,
+    # planning or gateway; held until the fleet is gone.
     lock = api.transfer_lock(
         args.src,
         args.dst,
@@ -239,6 +232,31 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
         exclude=args.exclude,
         wait=args.wait_lock,
     )
+    try:
+        return _locked(args, sync, delete, max_delete, dispatch, backend_options)
+    finally:
+        lock.release()
+
+
+def _locked(
+    args: argparse.Namespace,
+    sync: bool,
+    delete: bool,
+    max_delete: int | None,
+    dispatch: DispatchOptions,
+    backend_options: dict[str, Any],
+) -> int:
+    """Plan, provision, transfer and always deprovision, under the journal lock."""
+    src_options = _store_options(args.src, args.links)
+    dst_options = _store_options(args.dst, "store" if args.links == "store" else None)
+    volume_gb = api.source_volume_gb(
+        args.src, src_options=src_options, include=args.include, exclude=args.exclude
+    )
+    plan = make_plan(args, volume_gb, backend_options)
+    progress = None
+    if not args.no_progress:
+        progress = JsonProgress(sys.stderr) if args.json else default_progress(sys.stderr)
+    fleet: GatewayFleet | None = None
     try:
         fleet = api.provision(
             plan,
@@ -273,11 +291,8 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
             result, status = exc.result, EXIT_PARTIAL
             print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
     finally:
-        try:
-            if fleet is not None:
-                api.deprovision(fleet, backend_options=backend_options)
-        finally:
-            lock.release()
+        if fleet is not None:
+            api.deprovision(fleet, backend_options=backend_options)
     if args.json:
         print(json.dumps({**result.to_dict(), "plan_summary": _plan_summary(plan)}, indent=2))
     else:

@@ -22,7 +22,7 @@ def _duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "never"
     if seconds < 120:
-        return f"{seconds:.0f} s"
+        return f"{seconds:.1f} s"
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
@@ -50,7 +50,7 @@ def _describe_mode(plan: TransferPlan) -> str:
         text = "fastest completion (provisioning + transfer)"
     tolerance = plan.details.get("completion_tolerance")
     if plan.mode == "max_throughput" and tolerance:
-        text += f", then the cheapest plan finishing within {100 * tolerance:g}% of it"
+        text += f", then the cheapest plan finishing within {100 * tolerance:g}% of the fastest"
     if plan.details.get("exact_floor"):
         text += " (exactly the floor)"
     if plan.details.get("deadline_seconds"):
@@ -58,9 +58,11 @@ def _describe_mode(plan: TransferPlan) -> str:
     return text
 
 
-def _summary_row(name: str, data: Mapping[str, Any], volume_gb: float) -> list[str]:
+def _summary_row(
+    name: str, data: Mapping[str, Any], volume_gb: float, t0: float = 0.0
+) -> list[str]:
     gbps = float(data["predicted_gbps"])
-    seconds = 8 * volume_gb / gbps if gbps > 0 else math.inf
+    seconds = t0 + 8 * volume_gb / gbps if gbps > 0 else math.inf
     vms = data["vms"]
     return [
         name,
@@ -113,7 +115,8 @@ def render_text(plan: TransferPlan) -> str:
     rows = [["region", "VMs"]] + [[u, str(n)] for u, n in plan.vms.items()]
     lines += _table(rows, {1})
     lines += ["", "Compared with:"]
-    rows = [["plan", "Gbps", "time", "egress", "VM", "total", "VMs"]]
+    t0 = float(plan.details.get("provisioning_seconds", 0.0))
+    rows = [["plan", "Gbps", "done in", "egress", "VM", "total", "VMs"]]
     own = {
         "predicted_gbps": plan.predicted_gbps,
         "egress_cost_usd": plan.egress_cost_usd,
@@ -121,15 +124,18 @@ def render_text(plan: TransferPlan) -> str:
         "total_cost_usd": plan.total_cost_usd,
         "vms": plan.vms,
     }
-    rows.append(_summary_row("this plan", own, plan.volume_gb))
+    rows.append(_summary_row("this plan", own, plan.volume_gb, t0))
+    fastest = plan.details.get("fastest")
+    if fastest and abs(fastest["predicted_gbps"] - plan.predicted_gbps) > 1e-9:
+        rows.append(_summary_row("fastest", fastest, plan.volume_gb, t0))
     if plan.baseline:
         n = max(plan.baseline["vms"].values(), default=0)
-        rows.append(_summary_row(f"direct ({n} VM/region)", plan.baseline, plan.volume_gb))
+        rows.append(_summary_row(f"direct ({n} VM/region)", plan.baseline, plan.volume_gb, t0))
     ron = plan.details.get("ron")
     if ron:
         via = [r for path in ron["paths"] for r in path[1:-1]]
         label = "RON (" + (", ".join(via) if via else "direct") + ")"
-        rows.append(_summary_row(label, ron, plan.volume_gb))
+        rows.append(_summary_row(label, ron, plan.volume_gb, t0))
     lines += _table(rows, {1, 2, 3, 4, 5, 6})
     if plan.baseline and plan.baseline["predicted_gbps"] > 0:
         speed = plan.predicted_gbps / plan.baseline["predicted_gbps"]

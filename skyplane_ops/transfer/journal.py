@@ -165,8 +165,14 @@ class Journal:
 
     def _forget(self, key: str) -> None:
         self.uploads.pop(key, None)
+        self.committed.pop(key, None)
         for seg_id in [s for s in self.done if s.split(":", 1)[1] == key]:
             del self.done[seg_id]
+
+    def forget(self, key: str) -> None:
+        """Everything recorded for ``key`` is void (it failed verification): a re-run copies it
+        afresh."""
+        self.drop_upload(key)
 
     def drop_upload(self, key: str) -> None:
         """The upload of ``key`` was aborted: forget it and the parts sent to it, so a re-run

@@ -27,6 +27,7 @@ from skyplane_ops.transfer.manifest import (
     fingerprint,
     list_source,
     make_chunks,
+    refused_names,
     same_object,
 )
 from skyplane_ops.transfer.progress import ProgressCallback
@@ -203,6 +204,10 @@ class _Run:
                 o for o in listed if o.key not in existing or not same_object(o, existing[o.key])
             ]
         skipped = len(listed) - len(objects)
+        # Names the destination cannot hold are failed objects before any byte moves.
+        refused = refused_names(dst, objects)
+        objects = [o for o in objects if o.key not in refused]
+        unread.update(refused)
         if not objects:
             deleted, errors = (
                 (0, dict(unread)) if unread else self.mirror_delete(src, dst, to_delete)
@@ -322,10 +327,15 @@ class _Run:
                     f"journal {journal.path} and copy it again"
                 )
         if verification.status != "passed":
+            # Objects the journal said were done but do not verify (changed at the destination
+            # since) are forgotten, so the next run copies them again instead of failing again.
+            for key in expected:
+                if any(f.startswith(f"{key}: ") for f in verification.failures):
+                    journal.forget(key)
             raise TransferError(
                 f"verification failed for {len(verification.failures)} object(s): "
                 + "; ".join(verification.failures[:3])
-                + " (nothing was deleted)"
+                + " (nothing was deleted; re-run the same command to copy them again)"
             )
         deleted = 0
         if not changed and not failed:

@@ -3,9 +3,10 @@
 Real HTTP on loopback, real JSON shapes (camelCase as the API sends them), operations that are
 RUNNING when returned and DONE when polled, ``requestId`` de-duplication, and the API's refusal
 to delete a network or subnetwork that is still in use. Faults are injected by the tests:
-``fail_request(n)`` makes the n-th mutating call fail with HTTP 500, ``exhausted_zones`` answer
-ZONE_RESOURCE_POOL_EXHAUSTED and ``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is
-a ``LoopbackVM`` (sshd on its own loopback address) when ``ssh_port`` is set.
+``fail_request(n)`` makes the n-th mutating call fail (HTTP 400, not retried), ``lose_answer``
+answers 503 after doing the work, ``exhausted_zones`` answer ZONE_RESOURCE_POOL_EXHAUSTED and
+``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is a ``LoopbackVM`` (sshd on its own
+loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying the firewall.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class FakeGCE:
         self.by_request_id: dict[str, dict[str, Any]] = {}
         self.mutations: list[str] = []  # "POST /global/networks" ... in order
         self.fail_at: int | None = None
+        self.lose_answer = False  # the next successful POST answers 503 after doing its work
         self.exhausted_zones: set[str] = set()
         self.cpu_quota: int | None = None
         self.inserts = 0  # instance inserts that created something
@@ -124,8 +126,13 @@ class FakeGCE:
                     return 200, self.by_request_id[rid[1]]  # an idempotent retry
                 self.mutations.append(f"{method} {rest}")
                 if self.fail_at is not None and len(self.mutations) == self.fail_at:
-                    return 500, _err(500, f"injected failure of {method} {rest}")
+                    return 400, _err(400, f"injected failure of {method} {rest}", "invalid")
             status, result = self._route(method, rest, body)
+            if self.lose_answer and method == "POST" and status == 200:
+                self.lose_answer = False  # done, remembered under its requestId, answer lost
+                if rid:
+                    self.by_request_id[rid[1]] = result
+                return 503, _err(503, "backend error (injected: the answer was lost)")
             if rid and method != "GET" and status == 200:
                 self.by_request_id[rid[1]] = result
             return status, result

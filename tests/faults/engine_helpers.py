@@ -56,3 +56,17 @@ def assert_nothing_lost(
         if key in dst_old:
             assert got is not None, f"{key} was deleted from the destination"
         assert got is None or any(got == v for v in allowed), f"{key} is neither old nor new"
+
+
+def agents_of(home: Path) -> list[int]:
+    """Pids of gateway agents whose files live under ``home``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"gateway_agent" in cmd and str(home).encode() in cmd:
+                pids.append(int(d.name))
+    return pids

@@ -290,3 +290,31 @@ def test_sync_delete_keeps_everything_when_a_source_folder_is_unreadable(tmp_pat
     finally:
         (src / "locked").chmod(0o755)
     assert read_tree(src) == data
+
+
+def test_journal_kept_after_a_partial_run_never_hides_a_missing_replica(
+    dirs: tuple[Path, Path, Path],
+) -> None:
+    """After a partial run the journal says 'done' for what was copied; if a replica vanishes
+    from the destination before the next run, that run fails verification naming it, forgets
+    it, and the run after copies it again."""
+    src, dst, _journal = dirs
+    data = write_dataset(src, {"keep.txt": 700, "moving.txt": 900})
+    plan = make_plan([SRC, DST])
+    touched: list[bool] = []
+
+    def rewrite(p: Progress) -> None:
+        if p.chunks_total and p.chunks_done == p.chunks_total and not touched:
+            (src / "moving.txt").write_bytes(b"new version")
+            touched.append(True)
+
+    with local_fleet(plan, hooks=False) as (_, fleet):
+        with pytest.raises(SourceChangedError):
+            copy_dirs(plan, fleet, dirs, progress=rewrite)
+        (dst / "keep.txt").unlink()  # someone removes a replica between runs
+        with pytest.raises(TransferError) as err:
+            copy_dirs(plan, fleet, dirs)
+        assert "keep.txt" in str(err.value) and "re-run" in str(err.value)
+        result = copy_dirs(plan, fleet, dirs)
+    assert result.verified
+    assert read_tree(dst) == {**data, "moving.txt": b"new version"} == read_tree(src)

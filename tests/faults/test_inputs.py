@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from skyplane_ops import api
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer import DispatchOptions
-from tests.faults.engine_helpers import REGIONS, REPO, one_line_error, run_cli
+from tests.faults.engine_helpers import REGIONS, REPO, agents_of, one_line_error, run_cli
 from tests.integration.transfer_helpers import DST, SRC, read_tree, write_dataset
 
 MiB = 1024 * 1024
@@ -101,7 +102,7 @@ def test_profile_numbers_fail_before_gateways_start(tmp_path: Path) -> None:
 
 
 def _start(home: Path, src: Path, dst: Path, *extra: str) -> subprocess.Popen[str]:
-    hooks = json.dumps({"gcp:asia-northeast1": {"sink_rate_bps": 4e5}})  # a slow destination
+    hooks = json.dumps({"gcp:asia-northeast1": {"sink_rate_bps": 2e5}})  # a slow destination
     env = {**os.environ, "SKYPLANE_OPS_HOME": str(home), "PYTHONPATH": str(REPO)}
     uris = (f"file://{src}", f"file://{dst}")
     flags = ("--chunk-mib", "1", "--no-progress", "--gateway-test-hooks", hooks)
@@ -127,6 +128,7 @@ def test_second_run_on_one_journal_names_the_holder_or_waits(
 ) -> None:
     src, dst, home, data = dataset
     first = _start(home, src, dst)
+    waiter: subprocess.Popen[str] | None = None
     try:
         deadline = time.monotonic() + 120
         while _lock_holder(home) != str(first.pid) and time.monotonic() < deadline:
@@ -138,13 +140,16 @@ def test_second_run_on_one_journal_names_the_holder_or_waits(
         assert second.returncode == 2
         line = one_line_error(second)
         assert f"pid {first.pid}" in line and "--wait-lock" in line
+        assert first.poll() is None, "the first run ended before the second was refused"
+        assert waiter.poll() is None  # blocked on the lock while the first runs
         _out, err = first.communicate(timeout=180)
         assert first.returncode == 0, err
         _out, err = waiter.communicate(timeout=180)
         assert waiter.returncode == 0, err  # waited for the first, then ran (and resumed nothing)
     finally:
-        if first.poll() is None:
-            first.kill()
+        for proc in (first, waiter):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
     assert read_tree(dst) == data and read_tree(src) == data
     assert list((home / "journal").glob("*.jsonl")) == []  # both runs ended clean
 
@@ -181,3 +186,45 @@ def test_a_killed_holder_releases_the_journal_lock(tmp_path: Path) -> None:
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+# ---- signals wherever the tool is started ------------------------------------------------------
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a background shell job gets
+
+
+@pytest.mark.parametrize(("sig", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_cli_started_with_sigint_ignored_still_stops_cleanly(
+    dataset: tuple[Path, Path, Path, dict[str, bytes]], sig: str, status: int
+) -> None:
+    src, dst, home, data = dataset
+    hooks = json.dumps({"gcp:asia-northeast1": {"sink_rate_bps": 2e5}})
+    flags = ("--chunk-mib", "1", "--no-progress", "--gateway-test-hooks", hooks)
+    uris = (f"file://{src}", f"file://{dst}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skyplane_ops.cli", "cp", *uris, *REGIONS, *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SKYPLANE_OPS_HOME": str(home), "PYTHONPATH": str(REPO)},
+        preexec_fn=_ignore_sigint,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        # The journal appears once the copy is under way (fleet up, uploads created).
+        while not list((home / "journal").glob("*.jsonl")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        assert agents_of(home), "the fleet never started"
+        proc.send_signal(getattr(signal, sig))
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == status, err
+    assert f"interrupted ({sig})" in err and "Traceback" not in err
+    assert agents_of(home) == []  # the fleet was torn down
+    assert "big.bin" not in read_tree(dst)  # nothing partial is visible
+    assert read_tree(src) == data
