@@ -250,6 +250,8 @@ class Job:
                 "error": self.error,
                 "stopped": self._stop.is_set(),
                 "queued": {r: p.queue.qsize() for r, p in self._pools.items()},
+                # Chunk descriptors submitted here and not yet picked up by a reader.
+                "backlog": self._source_q.qsize(),
             }
 
     def stop(self) -> None:
@@ -458,6 +460,9 @@ class Job:
                 lease.release()
                 continue
             self.route(chunk)
+            # Once routed, the chunk belongs to the pool (and its lease): holding it here while
+            # waiting for the next descriptor would keep its payload alive past the budget.
+            del chunk
 
     def _read_gate_hook(self) -> None:
         """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have
@@ -549,6 +554,7 @@ class Job:
                 )
             finally:
                 chunk.lease.release()
+                del chunk  # its payload is not pinned while this writer waits for the next
 
     def _slow_store_hook(self, nbytes: int, t0: float, hook: str = "sink_rate_bps") -> bool:
         """Test hooks ``sink_rate_bps`` / ``source_rate_bps``: a store that writes / reads at
