@@ -34,7 +34,6 @@ SRC = os.environ.get("SKYPLANE_EXAMPLE_SRC", f"file://{BASE}/source/events/")
 DST = os.environ.get("SKYPLANE_EXAMPLE_DST", f"file://{BASE}/replica/events/")
 SRC_REGION = os.environ.get("SKYPLANE_EXAMPLE_SRC_REGION", "aws:us-east-1")
 DST_REGION = os.environ.get("SKYPLANE_EXAMPLE_DST_REGION", "gcp:europe-west4")
-DEFERRABLE = os.environ.get("SKYPLANE_EXAMPLE_DEFERRABLE", "0") == "1"
 
 REPLICA = Asset(name="events_replica", uri=DST)
 
@@ -101,7 +100,8 @@ def skyplane_etl_example() -> None:
         volume_gb="{{ ti.xcom_pull(task_ids='produce_dataset')['bytes'] / 1e9 }}",
         include=["*.parquet"],
         dst_asset=REPLICA,
-        deferrable=DEFERRABLE,
+        # Defers when the deployment sets [operators] default_deferrable = True (the usual
+        # Airflow switch); pass deferrable=True/False to decide here instead.
         timeout=timedelta(minutes=30),
         poll_interval=1.0,
         transfer_kwargs={"retries": 2, "retry_delay": timedelta(seconds=2)},

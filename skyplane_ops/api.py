@@ -383,7 +383,12 @@ def copy(
         **{k: v for k, v in transfer_options.items() if k == "part_size"},
     ):
         volume_gb = source_volume_gb(src_uri, **selection)
-        the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
+        options = dict(plan_options or {})
+        if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe
+            from skyplane_ops.provision.universe import FleetUniverse
+
+            options["fleet"] = FleetUniverse.from_backend(backend, backend_options)
+        the_plan = plan(src_region, dst_region, volume_gb, **options)
         fleet = provision(
             the_plan,
             backend=backend,

@@ -288,6 +288,11 @@ def run(spec: Mapping[str, Any]) -> int:
     teardown_error = _teardown(spec, fleet)
     if teardown_error is not None:
         outcome[1]["teardown_error"] = teardown_error
+    elif spec.get("teardown"):
+        try:
+            state.forget_secret()
+        except Exception as exc:
+            print(f"deleting the stored secret failed: {exc}", file=sys.stderr, flush=True)
     state.write_status(outcome[0], **base, **outcome[1])
     return code
 

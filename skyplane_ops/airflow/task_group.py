@@ -45,7 +45,7 @@ def skyplane_transfer_group(
     plan_uri: str | None = None,
     plan_conn_id: str | None = None,
     transfer_id: str | None = None,
-    deferrable: bool = False,
+    deferrable: bool | None = None,
     timeout: timedelta | float | None = None,
     poll_interval: float = 5.0,
     dst_asset: Asset | bool | None = True,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skyplane_ops.planner.plan import TransferPlan
+if TYPE_CHECKING:  # plan.py imports this module for to_text/to_mermaid
+    from skyplane_ops.planner.plan import TransferPlan
 
 _MODES = {
     "min_cost": "min cost s.t. throughput >= {bound:.4g} Gbps",

@@ -227,29 +227,25 @@ def solve_plan(
     full = usable_paths(problem)
     result = solve_milp(problem, full, solver=solver, exact_floor=exact_floor)
     plan = _milp_plan(problem, result, solver, exact_floor, start, len(full))
-    if overflows(plan, result.solution.vms):
-        fixed = _whole_connections_on_fleet(problem, result)
-        if fixed is not None:
-            repaired = _milp_plan(problem, fixed, solver, exact_floor, start, len(full))
-            if not overflows(repaired, fixed.solution.vms):
-                repaired.details["whole_connections"] = "same fleet"
+    if not overflows(plan, result.solution.vms):
+        return plan
+    candidates: list[TransferPlan] = []
+    fixed = _whole_connections_on_fleet(problem, result)
+    if fixed is not None:
+        repaired = _milp_plan(problem, fixed, solver, exact_floor, start, len(full))
+        if not overflows(repaired, fixed.solution.vms):
+            repaired.details["whole_connections"] = "same fleet"
+            fleet = {u: float(round(n)) for u, n in result.solution.vms.items()}
+            if _close(problem, result, fixed.solution, fleet):
                 return repaired
-        try:
-            whole = solve_milp(
-                problem, full, solver=solver, exact_floor=exact_floor, integer_conns=True
-            )
-        except InfeasibleError:
-            over_ceiling = problem.objective == "max_throughput" and plan.total_cost_usd > (
-                (problem.bound or math.inf) * (1 + 1e-9)
-            )
-            if over_ceiling or any(n > problem.regions[u].max_vms for u, n in plan.vms.items()):
-                raise InfeasibleError(
-                    f"no plan reaches {plan.predicted_gbps:.4g} Gbps with whole TCP connections "
-                    f"(at most {problem.max_conns_per_vm} per VM) within the VM limits; "
-                    "lower the floor or raise --max-conns / --max-vms"
-                ) from None
-            plan.details["whole_connections"] = "extra VMs"  # rounding cost a VM
-            return plan
+            candidates.append(repaired)
+    try:
+        whole = solve_milp(
+            problem, full, solver=solver, exact_floor=exact_floor, integer_conns=True
+        )
+    except InfeasibleError:
+        pass
+    else:
         whole = MilpResult(
             whole.solution,
             whole.paths,
@@ -257,8 +253,23 @@ def solve_plan(
             whole.solver_seconds + result.solver_seconds,
             whole.iterations + result.iterations,
         )
-        plan = _milp_plan(problem, whole, solver, exact_floor, start, len(full))
-        plan.details["whole_connections"] = "re-solved"
+        resolved = _milp_plan(problem, whole, solver, exact_floor, start, len(full))
+        resolved.details["whole_connections"] = "re-solved"
+        candidates.append(resolved)
+    if candidates:
+        if problem.objective == "max_throughput":
+            return max(candidates, key=lambda c: (c.predicted_gbps, -c.total_cost_usd))
+        return min(candidates, key=lambda c: c.total_cost_usd)
+    over_ceiling = problem.objective == "max_throughput" and plan.total_cost_usd > (
+        (problem.bound or math.inf) * (1 + 1e-9)
+    )
+    if over_ceiling or any(n > problem.regions[u].max_vms for u, n in plan.vms.items()):
+        raise InfeasibleError(
+            f"no plan reaches {plan.predicted_gbps:.4g} Gbps with whole TCP connections "
+            f"(at most {problem.max_conns_per_vm} per VM) within the VM limits; "
+            "lower the floor or raise --max-conns / --max-vms"
+        )
+    plan.details["whole_connections"] = "extra VMs"  # rounding cost a VM
     return plan
 
 

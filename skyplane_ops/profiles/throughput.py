@@ -19,6 +19,7 @@ from typing import Any
 
 from skyplane_ops.errors import ProfileError
 from skyplane_ops.profiles.catalog import RegionCatalog
+from skyplane_ops.profiles.grid_files import write_grid
 from skyplane_ops.profiles.links import LinkEstimate
 
 Pair = tuple[str, str]
@@ -169,6 +170,4 @@ class ThroughputGrid:
     def write(self, path: str) -> None:
         """Export as CSV or Parquet (by extension) in the measured-grid format, with a
         ``source`` column; loading it back with load_measured_grid round-trips."""
-        from skyplane_ops.profiles.measured import write_grid
-
         write_grid(self, path)

@@ -179,6 +179,10 @@ class TransferState:
         write_private(path, secret)
         return str(path)
 
+    def forget_secret(self) -> None:
+        """Delete the stored secret once the fleet is gone (idempotent)."""
+        self._delete(SECRET)
+
     # -- cleanup ----------------------------------------------------------------------------
 
     def _delete(self, key: str) -> None:

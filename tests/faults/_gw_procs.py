@@ -295,13 +295,14 @@ def gateway_kill_case(
     rate_bps: float,
     paths: tuple[list[str], ...] = ([SRC, RELAY, DST],),
     big: int = 3,
+    big_mib: int = 8,
 ) -> KillCase:
     """Kill one gateway of ``paths`` (src -> relay -> sink) mid-copy; check, resume, check."""
     case = KillCase(target, sig)
     src, dst, journal = root / "src", root / "dst", root / "journal"
     src.mkdir(parents=True)
     dst.mkdir()
-    old, new = dataset(src, dst, big=big)
+    old, new = dataset(src, dst, big=big, big_mib=big_mib)
     total = sum(len(v) for v in new.values())
     plan = make_plan(*paths)
     prov, fleet = _fleet(plan, lease_s)
@@ -379,14 +380,21 @@ def _agents_of(home: Path) -> list[int]:
 
 
 def cli_kill_case(
-    sig: str, root: Path, *, hop_timeout: float, lease_s: float, rate_bps: float, big: int = 3
+    sig: str,
+    root: Path,
+    *,
+    hop_timeout: float,
+    lease_s: float,
+    rate_bps: float,
+    big: int = 3,
+    big_mib: int = 8,
 ) -> KillCase:
     """Signal the ``skyplane-ops cp`` process mid-copy; its gateways must not outlive it."""
     case = KillCase("cli", sig)
     src, dst, journal, home = root / "src", root / "dst", root / "journal", root / "home"
     src.mkdir(parents=True)
     dst.mkdir()
-    old, new = dataset(src, dst, big=big)
+    old, new = dataset(src, dst, big=big, big_mib=big_mib)
     total = sum(len(v) for v in new.values())
     plan = make_plan([SRC, RELAY, DST])
     plan_file = root / "plan.json"

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -297,3 +298,18 @@ def test_nsg_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger() -> 
     finally:
         fake.close()
         net.close()
+
+
+def test_regions_are_provisioned_in_parallel(arm: FakeARM) -> None:
+    """Every region's provisioning is running at the same moment (a barrier all must reach)."""
+    barrier = threading.Barrier(len(REGIONS), timeout=60)
+
+    class Gate(AzureProvisioner):
+        def _provision_region(self, *args: Any) -> None:
+            barrier.wait()  # raises BrokenBarrierError unless all regions get here together
+            super()._provision_region(*args)
+
+    prov = _prov(arm)
+    prov.__class__ = Gate
+    fleet = prov.provision(REGIONS, transfer_id="azure-par")
+    prov.deprovision(fleet)

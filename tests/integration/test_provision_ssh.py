@@ -200,7 +200,9 @@ def test_host_python_without_agent_dependencies_is_explained(
 
 
 def test_unknown_backend_is_a_clear_error() -> None:
-    with pytest.raises(ProvisionError, match=r"unknown provisioning backend 'gce'.*aws.*local.*ssh"):
+    with pytest.raises(
+        ProvisionError, match=r"unknown provisioning backend 'gce'.*aws.*local.*ssh"
+    ):
         get_provisioner("gce")
 
 

@@ -105,7 +105,7 @@ def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
     b_problem = problem.with_objective("max_throughput", a.total_cost_usd * (1 + 1e-6))
     b = solve_plan(b_problem)
     assert plan_violations(b_problem, b) == []
-    assert b.total_cost_usd <= a.total_cost_usd * (1 + 2e-6)
+    assert b.total_cost_usd <= a.total_cost_usd * (1 + 1e-5)  # GLOP's row tolerance
     assert b.predicted_gbps >= a.predicted_gbps * (1 - 2e-3)
     assert b.predicted_gbps <= tmax * (1 + 1e-6)
 
