@@ -1,5 +1,6 @@
-"""What the CLI pays before any byte moves: planning on a measured grid store must not import
-pandas or pyarrow.dataset (about a second on a loaded machine, counted in every ``cp``)."""
+"""What every ``cp`` pays outside data movement: planning on a measured grid store and recording
+the transfer's passive measurements must not import pandas or pyarrow.dataset (about a second
+each on a loaded machine)."""
 
 from __future__ import annotations
 
@@ -34,23 +35,27 @@ def _row(src: str, dst: str, gbps: float) -> Measurement:
     )
 
 
-def test_planning_on_a_grid_store_imports_neither_pandas_nor_pyarrow_dataset(
+def test_planning_and_recording_on_a_grid_store_import_neither_pandas_nor_pyarrow_dataset(
     tmp_path: Path,
 ) -> None:
     store = GridStore(str(tmp_path / "grid"))
     store.append(_row(A, B, 4.0))
-    store.append(_row(B, A, 3.0))
     assert store.publish()
     code = textwrap.dedent(
         f"""
-        import json, sys
+        import dataclasses, json, sys
         from skyplane_ops import api
         from skyplane_ops.profiler import GridStore
-        rows = GridStore({str(tmp_path / "grid")!r}).read_version()
+        store = GridStore({str(tmp_path / "grid")!r})
+        first = store.read_version()[0]
+        store.append(dataclasses.replace(first, src={B!r}, dst={A!r}, gbps=3.0, measurement_id="2"))
+        store.publish()
+        rows = store.read_version()
         plan = api.plan({A!r}, {B!r}, 1.0, grid_store={str(tmp_path / "grid")!r})
         print(json.dumps({{
             "heavy": sorted(m for m in ("pandas", "pyarrow.dataset") if m in sys.modules),
             "at": sorted(r.measured_at.isoformat() for r in rows),
+            "rows": sorted((r.src, r.dst, r.gbps, r.connections) for r in rows),
             "gbps": plan.predicted_gbps,
         }}))
         """
@@ -62,4 +67,5 @@ def test_planning_on_a_grid_store_imports_neither_pandas_nor_pyarrow_dataset(
     assert seen["heavy"] == []
     # The timestamps still read back aware and exact (they are converted without pandas).
     assert seen["at"] == [AT.isoformat()] * 2
+    assert seen["rows"] == [[A, B, 4.0, 64], [B, A, 3.0, 64]]
     assert seen["gbps"] > 0
