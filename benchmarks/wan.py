@@ -265,6 +265,7 @@ def main() -> int:
                 "share": round(path["share"], 3),
                 "predicted_mbit": round(path["predicted_gbps"] * 1000, 1),
                 "achieved_mbit": round(path["achieved_gbps"] * 1000, 1),
+                "seconds": path.get("seconds"),
                 "ratio": path["ratio"],
             }
         )
@@ -299,11 +300,14 @@ def main() -> int:
         f"max-flow {flow:.1f} Mbit/s; data {nbytes / 1e6:.0f} MB in {args.file_mib} MiB files, "
         f"{args.chunk_mib} MiB chunks; profile {profile_s:.1f} s"
     )
-    print(f"{'path':42} {'share':>6} {'predicted':>10} {'achieved':>9} {'ratio':>6}")
+    print(
+        f"{'path':42} {'share':>6} {'predicted':>10} {'achieved':>9} {'ratio':>6} {'last chunk':>10}"
+    )
     for row in rows:
         print(
             f"{row['path']:42} {row['share']:>6.2f} {row['predicted_mbit']:>10.1f} "
             f"{row['achieved_mbit']:>9.1f} {row['ratio'] if row['ratio'] is not None else '-':>6}"
+            f" {row['seconds'] or 0:>9.1f}s"
         )
     print(
         f"whole copy (cp, listing to teardown): {cp_s:.1f} s = {result['whole_copy_mbit']} Mbit/s"
