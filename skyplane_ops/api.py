@@ -24,6 +24,8 @@ from skyplane_ops.refresh_policy import publish_target as publish_target
 from skyplane_ops.transfer import TransferResult as TransferResult
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.progress import Progress as Progress
+from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
+from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
