@@ -33,21 +33,29 @@ TARGETS = ("source", "relay", "sink", "cli")
 SIGNALS = ("SIGKILL", "SIGSTOP", "SIGTERM")
 
 
-def run_case(target: str, sig: str, hop_timeout: float, lease_s: float) -> KillCase:
+def run_case(target: str, sig: str, hop_timeout: float, lease_s: float, big: int) -> KillCase:
     with tempfile.TemporaryDirectory() as tmp:
         if target == "cli":
             return cli_kill_case(
-                sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, sink_bps=1.5e6
+                sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, rate_bps=1.5e6, big=big
             )
         return gateway_kill_case(
-            target, sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, sink_bps=1.5e6
-        )
+            target, sig, Path(tmp), hop_timeout=hop_timeout, lease_s=lease_s, rate_bps=1.5e6,
+            big=big,
+        )  # fmt: skip
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="hop timeout 3 s, lease 4 s")
     ap.add_argument("--only", nargs="*", default=[], help="cases as target:SIGNAL")
+    ap.add_argument(
+        "--big",
+        type=int,
+        default=6,
+        help="8 MiB objects to copy: more than the kernel socket buffers and byte budgets of "
+        "the three gateways hold, so a stopped process still has work when the hop times out",
+    )
     args = ap.parse_args()
     home = tempfile.mkdtemp(prefix="kill-matrix-home-")
     os.environ["SKYPLANE_OPS_HOME"] = home  # fleets, secrets, journals: never the user's
@@ -61,7 +69,7 @@ def main() -> int:
     print(f"{'case':<16} {'outcome':<17} {'s to error':>10} {'gw gone s':>9} "
           f"{'resent B':>9}  nothing lost")  # fmt: skip
     for target, sig in cases:
-        case = run_case(target, sig, hop_timeout, lease_s)
+        case = run_case(target, sig, hop_timeout, lease_s, args.big)
         row = case.row()
         rows.append(row)
         print(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import faulthandler
 import json
 import logging
 import os
@@ -88,6 +89,7 @@ def serve(args: argparse.Namespace) -> int:
         format=f"%(asctime)s {args.gateway_id} %(levelname)s %(name)s: %(message)s",
     )
     _tame_malloc()
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID: every thread's stack to the log
     agent = Agent(
         gateway_id=args.gateway_id,
         region=args.region,

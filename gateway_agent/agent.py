@@ -70,6 +70,8 @@ class Agent:
         self._shutdown_lock = threading.Lock()
         self._lock = threading.Lock()
         self._data_socks: set[socket.socket] = set()
+        # (job, path) of the clear frame each inbound connection is reading (see drop_path)
+        self._frame_path: dict[socket.socket, tuple[str, str]] = {}
         self._listener = socket.create_server((host, data_port), backlog=128, reuse_port=False)
         self.data_port: int = self._listener.getsockname()[1]
 
@@ -173,6 +175,17 @@ class Agent:
         except KeyError:
             raise JobError(f"unknown job {job_id!r}") from None
 
+    def drop_path(self, job_id: str, path: str) -> dict[str, Any]:
+        """A path of a job was declared dead: the job drops what waits for it, and inbound
+        connections caught mid-frame on it (a stopped upstream) are cut, so the budget their
+        half-read frames hold goes back to the paths still alive."""
+        result = self.job(job_id).drop_path(path)
+        with self._lock:
+            cut = [s for s, key in self._frame_path.items() if key == (job_id, path)]
+        for sock in cut:
+            _shut(sock)
+        return {**result, "connections_cut": len(cut)}
+
     def stop_job(self, job_id: str) -> dict[str, Any]:
         job = self.job(job_id)
         job.stop()
@@ -233,6 +246,7 @@ class Agent:
         finally:
             with self._lock:
                 self._data_socks.discard(sock)
+                self._frame_path.pop(sock, None)
 
     def _serve_authenticated(self, sock: socket.socket, addr: Any) -> None:
         with sock:
@@ -273,6 +287,9 @@ class Agent:
             if not flags & wire.FRAME_SEALED:
                 try:
                     meta_b = bytes(wire.recv_exact(sock, meta_len))
+                    meta = json.loads(meta_b)
+                    with self._lock:
+                        self._frame_path[sock] = (str(meta.get("job")), str(meta.get("path")))
                     if self._try_splice(sock, header, meta_b, pipes):
                         continue
                 except (wire.ConnectionClosed, wire.UpstreamError, OSError, ValueError):

@@ -154,6 +154,11 @@ class GatewayClient:
         result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}/status?cursor={cursor}")
         return result
 
+    def drop_path(self, job_id: str, path: str) -> dict[str, Any]:
+        """Tell the gateway that ``path`` of the job is dead (see ``Job.drop_path``)."""
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/drop", {"path": path})
+        return result
+
     def stop_job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/stop", {})
         return result

@@ -2,7 +2,8 @@
 
 Endpoints (all under /v1): GET hello (unsigned: the gateway id a client signs for), GET
 health, POST shutdown, POST lease, POST jobs (start), POST jobs/ID/chunks (submit source
-descriptors), GET jobs/ID/status?cursor=N (incremental), POST jobs/ID/stop, POST probe.
+descriptors), GET jobs/ID/status?cursor=N (incremental), POST jobs/ID/stop, POST
+jobs/ID/drop (a path declared dead), POST probe.
 
 What a stranger can make this server do is bounded: the request head is at most
 ``MAX_HEAD_BYTES`` and must arrive within ``HEAD_TIMEOUT_S``; the signature (which covers the
@@ -177,6 +178,8 @@ class ControlServer:
                 return {"accepted": agent.job(job_id).submit(list(data.get("chunks", [])))}
             if action == "stop" and method == "POST":
                 return agent.stop_job(job_id)
+            if action == "drop" and method == "POST":
+                return agent.drop_path(job_id, str(data.get("path", "")))
         return None
 
     def stats(self) -> dict[str, int]:

@@ -123,6 +123,7 @@ class Job:
         self._source_q: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._sink_q: queue.Queue[InChunk | None] = queue.Queue()
         self._pools: dict[str, OutboundPool] = {}
+        self._dropped: set[str] = set()  # paths the control plane declared dead
         self._threads: list[threading.Thread] = []
         options: dict[str, Any] = {}
         if spec.get("sealed_options"):
@@ -249,6 +250,8 @@ class Job:
                 "error": self.error,
                 "stopped": self._stop.is_set(),
                 "queued": {r: p.queue.qsize() for r, p in self._pools.items()},
+                # Chunk descriptors submitted here and not yet picked up by a reader.
+                "backlog": self._source_q.qsize(),
             }
 
     def stop(self) -> None:
@@ -302,10 +305,33 @@ class Job:
         if i == len(route) - 1:
             self._sink_q.put(chunk)
             return
+        if str(chunk.meta["path"]) in self._dropped:
+            chunk.lease.release()
+            self._event(t="lost", chunk=chunk.meta.get("chunk"), path=chunk.meta["path"],
+                        why="its path was declared dead")  # fmt: skip
+            return
         chunk = self._apply_relay_hooks(chunk, first=i == 0)
         self._pools[route[i + 1]].put(
             OutChunk(chunk.meta, chunk.payload, chunk.crc32c, chunk.lease)
         )
+
+    def drop_path(self, path: str) -> dict[str, Any]:
+        """The control plane declared ``path`` dead (it re-sends its chunks on other paths):
+        release what waits to go along it, and abort a next hop no live path still uses."""
+        with self._lock:
+            self._dropped.add(str(path))
+            dropped = set(self._dropped)
+        for nxt, pool in self._pools.items():
+            users = {
+                p
+                for p, r in self.routes.items()
+                if self.region in r and r[r.index(self.region) + 1 :][:1] == [nxt]
+            }
+            if users <= dropped:
+                pool.abort()
+            else:
+                pool.drop(lambda meta: str(meta.get("path")) in dropped)
+        return {"dropped": sorted(dropped)}
 
     def on_frame(
         self,
@@ -419,6 +445,7 @@ class Job:
                     if lease is not None:
                         lease.release()
                     return
+            t0 = time.monotonic()
             try:
                 chunk = self._read_chunk(desc, total, lease)
             except ObjectFailed as bad:
@@ -427,12 +454,15 @@ class Job:
                 continue
             except Exception as exc:  # any store error is reported with its text
                 lease.release()
-                self._fail(f"reading source chunk {desc['chunk']} failed: {exc}")
+                self._fail(f"source {self._src_uri}: reading chunk {desc['chunk']} failed: {exc}")
                 continue
-            if chunk is None:
+            if chunk is None or not self._slow_store_hook(total, t0, "source_rate_bps"):
                 lease.release()
                 continue
             self.route(chunk)
+            # Once routed, the chunk belongs to the pool (and its lease): holding it here while
+            # waiting for the next descriptor would keep its payload alive past the budget.
+            del chunk
 
     def _read_gate_hook(self) -> None:
         """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have
@@ -518,13 +548,18 @@ class Job:
             except ObjectFailed as bad:
                 self._object_failed(chunk.meta["chunk"], bad)
             except Exception as exc:
-                self._fail(f"writing chunk {chunk.meta['chunk']} failed: {exc!r}")
+                self._fail(
+                    f"destination {self._dst_uri}: writing chunk {chunk.meta['chunk']} failed: "
+                    f"{exc!r}"
+                )
             finally:
                 chunk.lease.release()
+                del chunk  # its payload is not pinned while this writer waits for the next
 
-    def _slow_store_hook(self, nbytes: int, t0: float) -> bool:
-        """Test hook ``sink_rate_bps``: a store that writes at that rate; False if stopped."""
-        rate = float(self._hooks.get("sink_rate_bps", 0)) if self._hooks else 0.0
+    def _slow_store_hook(self, nbytes: int, t0: float, hook: str = "sink_rate_bps") -> bool:
+        """Test hooks ``sink_rate_bps`` / ``source_rate_bps``: a store that writes / reads at
+        that rate per thread; False if the job stopped meanwhile."""
+        rate = float(self._hooks.get(hook, 0)) if self._hooks else 0.0
         if rate:
             self._stop.wait(max(0.0, nbytes / rate - (time.monotonic() - t0)))
         return not self._stop.is_set()

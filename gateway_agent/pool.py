@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zstandard
-from tenacity import retry, stop_after_attempt, wait_exponential
+from tenacity import retry, retry_if_not_exception_type, stop_after_attempt, wait_exponential
 
 from gateway_agent import wire
 from gateway_agent.flow import Lease
@@ -64,6 +64,7 @@ class Conn:
         self.session: wire.Session | None = None
         self.compressor: Any = None
         self.last_used = time.monotonic()
+        self.connecting: socket.socket | None = None  # mid-handshake (abort cuts it too)
 
     def stale(self, idle_s: float) -> bool:
         """Unused for so long that the receiver may have timed it out."""
@@ -111,6 +112,7 @@ class OutboundPool:
         self._conns = [Conn(p) for p in peers for _ in range(max(1, connections_per_peer))]
         for c in self._conns:
             self._free.put(c)
+        self.aborted = False
         self._threads = [
             threading.Thread(target=self._run, name=f"out-{region}-{i}", daemon=True)
             for i in range(len(self._conns))
@@ -133,6 +135,31 @@ class OutboundPool:
         for _ in self._threads:
             self.queue.put(None)
 
+    def drop(self, unwanted: Callable[[dict[str, Any]], bool]) -> int:
+        """Release queued chunks whose metadata is ``unwanted`` (their path was declared dead);
+        returns how many were dropped."""
+        with self.queue.mutex:
+            keep = [c for c in self.queue.queue if c is None or not unwanted(c.meta)]
+            gone = [c for c in self.queue.queue if c is not None and unwanted(c.meta)]
+            self.queue.queue.clear()
+            self.queue.queue.extend(keep)
+        for c in gone:
+            c.lease.release()
+        return len(gone)
+
+    def abort(self) -> None:
+        """The next hop is dead: fail sends in progress at once (their chunks are reported lost
+        and their budget released), drop what is queued, and send nothing more."""
+        self.aborted = True
+        self.drop(lambda meta: True)
+        for c in self._conns:
+            for sock in (c.sock, c.connecting):
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
     def drain(self) -> None:
         """Release the budget of chunks still queued, and close connections (after a stop)."""
         while True:
@@ -153,12 +180,14 @@ class OutboundPool:
         @retry(
             stop=stop_after_attempt(6),
             wait=wait_exponential(multiplier=0.1, max=2.0),
+            retry=retry_if_not_exception_type(InterruptedError),
             reraise=True,
         )
         def attempt() -> tuple[socket.socket, wire.Session]:
-            if self._cb.stopped():
-                raise InterruptedError("job stopped")
+            if self._cb.stopped() or self.aborted:
+                raise InterruptedError("job stopped or next hop aborted")
             sock = socket.create_connection((peer.host, peer.port), timeout=5.0)
+            conn.connecting = sock
             try:
                 wire.tune_socket(sock)
                 session = wire.client_handshake(sock, self._secret, self.encrypt)
@@ -166,6 +195,8 @@ class OutboundPool:
             except BaseException:
                 sock.close()
                 raise
+            finally:
+                conn.connecting = None
             return sock, session
 
         conn.sock, conn.session = attempt()
@@ -174,7 +205,7 @@ class OutboundPool:
 
     def borrow(self) -> Conn | None:
         """The next free, connected connection; None if the job stopped or the peer is gone."""
-        while not self._cb.stopped():
+        while not self._cb.stopped() and not self.aborted:
             try:
                 conn = self._free.get(timeout=0.5)
             except queue.Empty:
@@ -216,6 +247,7 @@ class OutboundPool:
             conn = self.borrow()
             if conn is None:
                 item.lease.release()
+                del item
                 continue
             assert conn.sock is not None and conn.session is not None
             try:
@@ -226,9 +258,13 @@ class OutboundPool:
                 log.warning("send to %s failed: %s", conn.peer.gateway_id, exc)
                 self._cb.lost(item, f"send to {conn.peer.gateway_id} failed: {exc}")
                 item.lease.release()
+                del item
                 self.give_back(conn, broken=True)
                 time.sleep(0.05)
                 continue
             self.give_back(conn)
             item.lease.release()
             self._cb.sent(item, n)
+            # Drop the payload now: a sender waiting for its next item must not pin a chunk
+            # whose budget is already released (N connections x 64 MiB outside the budget).
+            del item

@@ -11,6 +11,7 @@ command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 command -v rclone >/dev/null 2>&1 || need+=(rclone)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v tc >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)  # fake clouds enforce firewalls
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "install-test-tools: apt-get install ${need[*]}"

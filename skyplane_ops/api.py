@@ -22,7 +22,9 @@ from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
 from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
 from skyplane_ops.refresh_policy import publish_target as publish_target
 from skyplane_ops.transfer import TransferResult as TransferResult
-from skyplane_ops.transfer import run_transfer
+from skyplane_ops.transfer import check_request, run_transfer
+from skyplane_ops.transfer import preview_transfer as preview_transfer
+from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
@@ -33,6 +35,7 @@ from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
     from skyplane_ops.profiles import Profile
+    from skyplane_ops.provision.universe import FleetUniverse
 
 # Gateways per region the local backend starts at most: one machine gains nothing from more
 # processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
@@ -104,13 +107,17 @@ def plan(
     measured_only: bool = False,
     mip_gap: float | None = None,
     completion_tolerance: float | None = None,
+    fleet: FleetUniverse | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
     Measured throughput comes from a grid file (``measured_grid``) or from the latest version
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
-    ``details["grid"]`` then names it. At most one bound may be given; with none, the
-    planner's default applies (the fastest plan that costs no more than the direct path).
+    ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
+    inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
+    their own regions. At most one bound may be given; with none, the planner's default
+    applies (the cheapest plan finishing, provisioning included, within
+    ``completion_tolerance`` of the fastest; a cost ceiling is refined the same way).
     Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
     ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
@@ -141,6 +148,12 @@ def plan(
     extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
     if provisioning_seconds is None:
         provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
+    dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
+    if fleet is not None:
+        fleet.check_ends([src_region, *dst_list])
+        version = (grid_source or {}).get("version")
+        profile = fleet.profile(profile, grid_store, version)
+        extra["regions"] = fleet.ids()
     problem = build_problem(
         profile,
         src_region,
@@ -158,6 +171,8 @@ def plan(
         measured_only=measured_only,
         **extra,
     )
+    if fleet is not None:
+        problem = fleet.constrain(problem)
     from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
 
     result = plan_transfer(
@@ -219,6 +234,9 @@ def provision(
 # with the same ``journal_dir`` resumes (only chunks not yet written are sent); ``part_size``,
 # ``verify`` and ``dispatch`` tune the engine.
 transfer = run_transfer
+# Also from the engine: ``check_request`` (option ranges, source/destination overlap: for faces
+# to call before planning or provisioning), ``preview_transfer`` (the dry run) and
+# ``transfer_lock`` (the journal lock, for faces to take before provisioning).
 
 
 def deprovision(
@@ -293,8 +311,18 @@ def refresh_grid(
     before provisioning anything when the egress estimate is above ``budget_usd``.
     """
     from skyplane_ops import profiler
+    from skyplane_ops.profiler.errors import ProfilerError
     from skyplane_ops.profiler.store import default_store_uri
 
+    # Numbers the profiler would only trip over after starting gateways.
+    if isinstance(probe_port, bool) or not isinstance(probe_port, int):
+        raise ProfilerError(f"probe_port must be a whole number, not {probe_port!r}")
+    if not 0 <= probe_port <= 65535:
+        raise ProfilerError(f"probe_port (--probe-port) must be in 0..65535, got {probe_port}")
+    if budget_usd is not None and not budget_usd >= 0:  # also refuses NaN
+        raise ProfilerError(f"budget_usd (--budget-usd) must not be negative, got {budget_usd}")
+    if not freshness_s >= 0:
+        raise ProfilerError(f"freshness must not be negative, got {freshness_s} s")
     sizing: dict[str, Any] = {}
     if connections is not None:
         sizing["connections"] = connections
@@ -333,35 +361,138 @@ def copy(
     exclude: Sequence[str] = (),
     **transfer_options: Any,
 ) -> TransferResult:
-    """Plan, provision, transfer and always deprovision, in one call."""
-    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
-    volume_gb = source_volume_gb(src_uri, **selection)
-    the_plan = plan(src_region, dst_region, volume_gb, **dict(plan_options or {}))
-    fleet = provision(
-        the_plan,
-        backend=backend,
-        backend_options=backend_options,
-        transfer_id=transfer_id,
-        tags=tags,
+    """Plan, provision, transfer and always deprovision, in one call.
+
+    Option ranges and source/destination overlap are checked before anything is planned.
+    """
+    checked = ("part_size", "verify", "dispatch", "max_delete")
+    check_request(
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        **{k: v for k, v in transfer_options.items() if k in checked},
     )
-    try:
-        return transfer(
+    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
+    # The journal lock before provisioning: a second identical call stops (or waits) first.
+    with transfer_lock(
+        src_uri,
+        dst_uri,
+        journal_dir=transfer_options.get("journal_dir"),
+        include=include,
+        exclude=exclude,
+        wait=bool(transfer_options.get("wait_lock", False)),
+        **{k: v for k, v in transfer_options.items() if k == "part_size"},
+    ):
+        volume_gb = source_volume_gb(src_uri, **selection)
+        options = dict(plan_options or {})
+        if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe
+            from skyplane_ops.provision.universe import FleetUniverse
+
+            options["fleet"] = FleetUniverse.from_backend(backend, backend_options)
+        the_plan = plan(src_region, dst_region, volume_gb, **options)
+        fleet = provision(
             the_plan,
-            fleet,
-            src_uri,
-            dst_uri,
-            dst_options=dst_options,
-            **selection,
-            **transfer_options,
+            backend=backend,
+            backend_options=backend_options,
+            transfer_id=transfer_id,
+            tags=tags,
         )
-    finally:
-        deprovision(fleet, backend_options=backend_options)
+        try:
+            return transfer(
+                the_plan,
+                fleet,
+                src_uri,
+                dst_uri,
+                dst_options=dst_options,
+                **selection,
+                **transfer_options,
+            )
+        finally:
+            deprovision(fleet, backend_options=backend_options)
+
+
+# ---- the faces' one door: lazy re-exports (costly modules load on first use) ----------------
+# The CLI commands and the Airflow/Dagster faces import these from here, never from the
+# modules below, so that moving code inside the core does not ripple into the faces.
+_LAZY: dict[str, str] = {
+    "BudgetExceededError": "skyplane_ops.profiler.errors",
+    "ProfileError": "skyplane_ops.errors",
+    "ProvisionError": "skyplane_ops.errors",
+    "InvalidProblemError": "skyplane_ops.planner.problem",
+    "render_text": "skyplane_ops.planner.render",
+    "render_mermaid": "skyplane_ops.planner.render",
+    "plot_frontier": "skyplane_ops.planner.render",
+    "route_svg": "skyplane_ops.planner.route",
+    "write_route": "skyplane_ops.planner.route",
+    "FleetUniverse": "skyplane_ops.provision.universe",
+    "BACKENDS": "skyplane_ops.provision",
+    "get_provisioner": "skyplane_ops.provision",
+    "PROVIDERS": "skyplane_ops.provision.mixed",
+    "describe_resources": "skyplane_ops.provision.mixed:describe",
+    "format_dry_run": "skyplane_ops.provision.mixed",
+    "load_fleets": "skyplane_ops.provision.records",
+    "backend_options_for": "skyplane_ops.provision.sweeper",
+    "load_backend_options": "skyplane_ops.provision.sweeper",
+    "sweep": "skyplane_ops.provision.sweeper",
+    "parse_duration": "skyplane_ops.profiler.durations",
+    "format_age": "skyplane_ops.profiler.durations",
+    "GridStore": "skyplane_ops.profiler.store",
+    "default_store_uri": "skyplane_ops.profiler.store",
+    "Measurement": "skyplane_ops.profiler.records",
+    "plan_profile_run": "skyplane_ops.profiler.run:plan_run",
+    "load_default_profile": "skyplane_ops.profiles",
+    "read_skyplane_csv": "skyplane_ops.profiles.skyplane_csv",
+    "DispatchOptions": "skyplane_ops.transfer.dispatch",
+    "PartialTransferError": "skyplane_ops.transfer.result",
+    "EXIT_PARTIAL": "skyplane_ops.transfer.result",
+    "MiB": "skyplane_ops.transfer.manifest",
+    "JsonProgress": "skyplane_ops.transfer.progress",
+}
+
+if TYPE_CHECKING:
+    from skyplane_ops.errors import ProfileError as ProfileError
+    from skyplane_ops.errors import ProvisionError as ProvisionError
+    from skyplane_ops.planner.problem import InvalidProblemError as InvalidProblemError
+    from skyplane_ops.planner.render import plot_frontier as plot_frontier
+    from skyplane_ops.planner.render import render_mermaid as render_mermaid
+    from skyplane_ops.planner.render import render_text as render_text
+    from skyplane_ops.planner.route import route_svg as route_svg
+    from skyplane_ops.planner.route import write_route as write_route
+    from skyplane_ops.profiler.durations import format_age as format_age
+    from skyplane_ops.profiler.durations import parse_duration as parse_duration
+    from skyplane_ops.profiler.errors import BudgetExceededError as BudgetExceededError
+    from skyplane_ops.profiler.records import Measurement as Measurement
+    from skyplane_ops.profiler.run import plan_run as _plan_run
+    from skyplane_ops.profiler.store import GridStore as GridStore
+    from skyplane_ops.profiler.store import default_store_uri as default_store_uri
+    from skyplane_ops.profiles import load_default_profile as load_default_profile
+    from skyplane_ops.profiles.skyplane_csv import read_skyplane_csv as read_skyplane_csv
+    from skyplane_ops.provision import BACKENDS as BACKENDS
+    from skyplane_ops.provision import get_provisioner as get_provisioner
+    from skyplane_ops.provision.mixed import PROVIDERS as PROVIDERS
+    from skyplane_ops.provision.mixed import describe as _describe
+    from skyplane_ops.provision.mixed import format_dry_run as format_dry_run
+    from skyplane_ops.provision.records import load_fleets as load_fleets
+    from skyplane_ops.provision.sweeper import backend_options_for as backend_options_for
+    from skyplane_ops.provision.sweeper import load_backend_options as load_backend_options
+    from skyplane_ops.provision.sweeper import sweep as sweep
+    from skyplane_ops.transfer.dispatch import DispatchOptions as DispatchOptions
+    from skyplane_ops.transfer.manifest import MiB as MiB
+    from skyplane_ops.transfer.progress import JsonProgress as JsonProgress
+    from skyplane_ops.transfer.result import EXIT_PARTIAL as EXIT_PARTIAL
+    from skyplane_ops.transfer.result import PartialTransferError as PartialTransferError
+
+    plan_profile_run = _plan_run
+    describe_resources = _describe
 
 
 def __getattr__(name: str) -> Any:
     """Lazy re-exports whose modules are costly to import (the profiler loads the grid code)."""
-    if name == "BudgetExceededError":
-        from skyplane_ops.profiler.errors import BudgetExceededError
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return BudgetExceededError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    return getattr(importlib.import_module(module), attr or name)

@@ -63,10 +63,13 @@ def check_key(key: str) -> str:
     return key
 
 
-def check_cloud_name(key: str, full: str, uri: str, *, line_breaks: bool = True) -> str:
+def check_cloud_name(
+    key: str, full: str, uri: str, *, line_breaks: bool = True, limit_in_chars: bool = False
+) -> str:
     """The full object name of ``key`` (``full``) as a cloud can hold it: valid UTF-8 (a local
-    file name with other bytes arrives as surrogate escapes), at most 1024 bytes, and, where
-    the cloud refuses them (``line_breaks=False``: GCS), without CR or LF."""
+    file name with other bytes arrives as surrogate escapes), at most 1024 bytes (S3, GCS) or
+    characters (``limit_in_chars``: Azure), and, where the cloud refuses them
+    (``line_breaks=False``: GCS), without CR or LF."""
     check_key(key)
     try:
         size = len(full.encode("utf-8"))
@@ -74,9 +77,12 @@ def check_cloud_name(key: str, full: str, uri: str, *, line_breaks: bool = True)
         raise KeyNotSupportedError(
             f"{uri} cannot hold key {key!r}: the name is not valid UTF-8", code="InvalidUTF8"
         ) from None
+    if limit_in_chars:
+        size = len(full)
     if size > 1024:
+        unit = "characters" if limit_in_chars else "bytes"
         raise KeyNotSupportedError(
-            f"{uri} cannot hold key {key!r}: the object name is {size} bytes (limit 1024)",
+            f"{uri} cannot hold key {key!r}: the object name is {size} {unit} (limit 1024)",
             code="KeyTooLong",
         )
     if not line_breaks and ("\n" in full or "\r" in full):
@@ -156,6 +162,7 @@ class CloudStore:
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
     LINE_BREAKS: ClassVar[bool] = True  # whether object names may contain CR/LF
+    LIMIT_IN_CHARS: ClassVar[bool] = False  # name limit of 1024 characters, not bytes (Azure)
 
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
         self.uri = str(parsed)
@@ -167,7 +174,17 @@ class CloudStore:
         """The full object name of ``key``, refused (:class:`KeyNotSupportedError`) when this
         cloud cannot hold it."""
         full = self._parsed.key(key) if isinstance(key, str) else key
-        return check_cloud_name(key, full, self.uri, line_breaks=self.LINE_BREAKS)
+        return check_cloud_name(
+            key,
+            full,
+            self.uri,
+            line_breaks=self.LINE_BREAKS,
+            limit_in_chars=self.LIMIT_IN_CHARS,
+        )
+
+    def check_name(self, key: str) -> None:
+        """Raise :class:`KeyNotSupportedError` if this store cannot hold ``key``."""
+        self._name(key)
 
     def _changed(
         self, key: str, version: str, found: str | None, why: str = "it changed"

@@ -72,6 +72,7 @@ class AzureBlobStore(CloudStore):
     """An ObjectStore over one Azure Blob container (and optional prefix)."""
 
     OPTIONS = _OPTIONS
+    LIMIT_IN_CHARS = True  # Azure counts a blob name's 1024 in characters
     capabilities = Capabilities(
         native_checksums=frozenset({"md5"}),
         server_side_copy=False,

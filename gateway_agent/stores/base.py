@@ -102,6 +102,14 @@ class ReportsSkips(Protocol):
 
 
 @runtime_checkable
+class SupportsNameCheck(Protocol):
+    """Optional (every real backend has it): refuse a key this store cannot hold before any
+    byte is sent, with :class:`~gateway_agent.stores.errors.KeyNotSupportedError`."""
+
+    def check_name(self, key: str) -> None: ...
+
+
+@runtime_checkable
 class SupportsCopy(Protocol):
     """Optional: server-side copy within the store (declared by ``server_side_copy``)."""
 

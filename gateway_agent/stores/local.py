@@ -37,30 +37,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from gateway_agent.stores._atomic import (
-    TMP_PREFIX,
-    create_file,
-    rename_into,
-    tmp_name,
-    write_all,
+from gateway_agent.stores._atomic import TMP_PREFIX, create_file, rename_into, tmp_name, write_all
+from gateway_agent.stores._common import check_key, check_options, check_range
+from gateway_agent.stores._localfiles import (
+    STAGING,
+    copy_into,
+    file_info,
+    file_version,
+    pread_all,
+    segment_problem,
+    written_info,
 )
-from gateway_agent.stores._common import (
-    check_key,
-    check_options,
-    check_part_number,
-    check_range,
-    check_upload_id,
-    require_parts,
-)
+from gateway_agent.stores._localparts import StagedUploads
 from gateway_agent.stores._localwalk import LINK_MODES, LINK_SUFFIX, Walk
 from gateway_agent.stores.base import Capabilities, ObjectInfo, SkippedEntry
 from gateway_agent.stores.errors import (
@@ -70,86 +63,10 @@ from gateway_agent.stores.errors import (
     ObjectNotFoundError,
     SourceChangedError,
     StoreError,
-    UploadNotFoundError,
 )
 from gateway_agent.stores.uri import StoreURI
 
-T = TypeVar("T")
-STAGING = ".%staging"
-_STAGING_ATTEMPTS = 16
-_COPY_BUFFER = 8 * 1024 * 1024
-
-
-NAME_MAX = 255
-
-
-def segment_problem(segment: str, top: bool) -> str | None:
-    """Why a local folder cannot hold this key segment as a file name, or None."""
-    if segment in ("", ".", ".."):
-        return f"a local path cannot have an empty, '.' or '..' segment ({segment!r})"
-    if len(os.fsencode(segment)) > NAME_MAX:
-        return f"a file name is at most {NAME_MAX} bytes"
-    if segment.startswith(TMP_PREFIX) or (top and segment == STAGING):
-        return f"{segment!r} is a name this store reserves for itself"
-    return None
-
-
-def _copy_into(src_fd: int, out_fd: int) -> None:
-    """Copy all of ``src_fd`` at ``out_fd``'s offset in the kernel (no trip through Python).
-
-    ``out_fd`` must not be O_APPEND (copy_file_range refuses that); both offsets advance, so the
-    buffered fallback (other filesystems, old kernels) continues exactly where it stopped.
-    """
-    remaining = os.fstat(src_fd).st_size
-    while remaining > 0:
-        try:
-            sent = os.copy_file_range(src_fd, out_fd, min(remaining, 1 << 30))
-        except OSError:
-            chunk = os.read(src_fd, min(remaining, _COPY_BUFFER))
-            write_all(out_fd, chunk)
-            sent = len(chunk)
-        if sent == 0:
-            return
-        remaining -= sent
-
-
-def _append(part: Path, out_fd: int) -> None:
-    """Append a whole part file at ``out_fd``'s offset."""
-    with open(part, "rb", buffering=0) as src:
-        _copy_into(src.fileno(), out_fd)
-
-
-def file_version(st: os.stat_result) -> str:
-    """What identifies one content of a file: a rewrite that keeps size and mtime still moves
-    the ctime, a replacement by rename changes the inode."""
-    return f"{st.st_size}-{st.st_mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}"
-
-
-def _info(key: str, st: os.stat_result, size: int | None = None) -> ObjectInfo:
-    modified = datetime.fromtimestamp(st.st_mtime, UTC)
-    etag = f"{st.st_mtime_ns:x}-{st.st_size:x}"
-    version = file_version(st)
-    return ObjectInfo(key, st.st_size if size is None else size, etag, {}, modified, version)
-
-
-def _written(key: str, st: os.stat_result) -> ObjectInfo:
-    """What a write returns: its stat predates linking the file into place (which moves the
-    ctime), so the version is left for ``head``/``list`` to tell."""
-    return replace(_info(key, st), version=None)
-
-
-def _pread_all(fd: int, start: int, length: int) -> bytes:
-    """``length`` bytes from ``start`` (fewer at the end of the file)."""
-    first = os.pread(fd, length, start)
-    if len(first) in (0, length):
-        return first
-    out = bytearray(first)
-    while len(out) < length:
-        more = os.pread(fd, length - len(out), start + len(out))
-        if not more:
-            break
-        out += more
-    return bytes(out)
+__all__ = ["STAGING", "LocalStore", "file_version", "segment_problem"]
 
 
 class LocalStore:
@@ -170,7 +87,14 @@ class LocalStore:
         self.skipped: list[SkippedEntry] = []
         self.root = Path(parsed.bucket)
         self._root = os.fspath(self.root).rstrip("/")
-        self._staging = self.root / STAGING
+        self._parts = StagedUploads(
+            self.root,
+            self.uri,
+            fsync=self._fsync,
+            path=self._path,
+            error=self._error,
+            max_parts=self.capabilities.max_parts,
+        )
 
     # -- paths and errors ---------------------------------------------------------------------
     def _path(self, key: str) -> str:
@@ -183,6 +107,10 @@ class LocalStore:
                     f"{self.uri} cannot hold key {key!r}: {why}", code="BadFileName"
                 )
         return self._root + "/" + key
+
+    def check_name(self, key: str) -> None:
+        """Raise :class:`KeyNotSupportedError` if a folder cannot hold ``key`` as a file."""
+        self._path(key)
 
     def _link_path(self, key: str) -> str | None:
         """With ``links=store``, the symbolic link a ``NAME.rclonelink`` key stands for."""
@@ -203,35 +131,6 @@ class LocalStore:
             return ObjectNotFoundError(f"{where}: no such key", code=code)
         return StoreError(f"{where}: {exc.strerror or code} ({code})", code=code)
 
-    # -- staging (multipart only) --------------------------------------------------------------
-    def _in_staging(self, make: Callable[[Path], T]) -> T:
-        """Run ``make(staging)`` (it creates one entry there), creating ``.%staging`` first.
-
-        Another process may remove the empty ``.%staging`` between our ``mkdir`` and ``make``
-        (see :meth:`_drop_staging`), so a vanished folder is recreated and ``make`` retried.
-        """
-        for _ in range(_STAGING_ATTEMPTS):
-            try:
-                os.mkdir(self._staging)  # not mkdir(exist_ok=True): its is_dir() check races
-            except FileExistsError:
-                pass
-            except FileNotFoundError:
-                self.root.mkdir(parents=True, exist_ok=True)
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                return make(self._staging)
-        raise StoreError(f"{self.uri}: staging folder keeps vanishing", code="ENOENT")
-
-    def _drop_staging(self, folder: Path) -> None:
-        """Remove an upload's folder, then ``.%staging`` if nothing else is in it.
-
-        Best effort and race-safe: ``rmdir`` refuses a non-empty folder (ENOTEMPTY: another
-        upload is in flight) and a folder someone else already removed (ENOENT).
-        """
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.rmdir(self._staging)
-
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every file under the root whose key starts with ``prefix``; entries left out are
@@ -240,7 +139,7 @@ class LocalStore:
         if folder and any(segment_problem(s, False) for s in folder.split("/")):
             return  # no file can have a key under such a folder
         start = self._root + "/" + folder if folder else self._root
-        walk = Walk(self.uri, prefix, self.links, _info, self.skipped, self._hidden)
+        walk = Walk(self.uri, prefix, self.links, file_info, self.skipped, self._hidden)
         try:
             st = os.stat(start)
         except (FileNotFoundError, NotADirectoryError):
@@ -261,11 +160,11 @@ class LocalStore:
         link = self._link_path(key)
         try:
             if link is not None and os.path.islink(link):
-                return _info(key, os.lstat(link), len(os.fsencode(os.readlink(link))))
+                return file_info(key, os.lstat(link), len(os.fsencode(os.readlink(link))))
             st = os.stat(self._path(key))
             if not stat.S_ISREG(st.st_mode):
                 raise FileNotFoundError(errno.ENOENT, "not a file")
-            return _info(key, st)
+            return file_info(key, st)
         except OSError as exc:
             raise self._error(exc, "head", key) from None
 
@@ -300,12 +199,12 @@ class LocalStore:
             if version is not None and file_version(before) != version:
                 raise self._changed(key, version, file_version(before))
             n = max(0, before.st_size - start) if length is None else length
-            data = _pread_all(fd, start, n) if n else b""
+            data = pread_all(fd, start, n) if n else b""
             if length is None and len(data) == n:  # the file may have grown: read to the end
-                more = _pread_all(fd, start + n, 1 << 20)
+                more = pread_all(fd, start + n, 1 << 20)
                 while more:
                     data += more
-                    more = _pread_all(fd, start + len(data), 1 << 20)
+                    more = pread_all(fd, start + len(data), 1 << 20)
             if version is not None:
                 after = file_version(os.fstat(fd))
                 if after != version:
@@ -338,7 +237,7 @@ class LocalStore:
             st = create_file(dest, lambda fd: write_all(fd, data), fsync=self._fsync)
         except OSError as exc:
             raise self._error(exc, "write", key) from None
-        return _written(key, st)
+        return written_info(key, st)
 
     def _write_link(self, key: str, link: str, target: bytes) -> ObjectInfo:
         """``links=store``: a ``NAME.rclonelink`` object becomes the symbolic link NAME."""
@@ -358,7 +257,7 @@ class LocalStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise self._error(exc, "write", key) from None
-        return _info(key, st, len(target))
+        return file_info(key, st, len(target))
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Copy within the root (in the kernel; the destination appears atomically)."""
@@ -367,79 +266,26 @@ class LocalStore:
             with open(self._path(src_key), "rb", buffering=0) as src:
 
                 def fill(fd: int) -> None:
-                    _copy_into(src.fileno(), fd)
+                    copy_into(src.fileno(), fd)
 
                 st = create_file(dest, fill, fsync=self._fsync)
         except OSError as exc:
             raise self._error(exc, "copy", src_key) from None
-        return _written(dst_key, st)
-
-    def _upload_dir(self, key: str, upload_id: str) -> Path:
-        folder = self._staging / check_upload_id(upload_id)
-        try:
-            owner = (folder / "key").read_text("utf-8")
-        except FileNotFoundError:
-            owner = None
-        except OSError as exc:
-            raise self._error(exc, "multipart", key) from None
-        if owner != key:
-            raise UploadNotFoundError(f"{self.uri}: no upload {upload_id} for key {key!r}")
-        return folder
+        return written_info(dst_key, st)
 
     def create_multipart(self, key: str) -> str:
-        self._path(key)  # a name this folder cannot hold is refused before anything is staged
-        upload_id = uuid.uuid4().hex
-
-        def create(staging: Path) -> None:
-            (staging / upload_id).mkdir()
-
-        try:
-            self._in_staging(create)
-            (self._staging / upload_id / "key").write_text(key, "utf-8")
-        except OSError as exc:
-            raise self._error(exc, "create_multipart", key) from None
-        return upload_id
+        return self._parts.create(key)
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
-        check_part_number(part_number, self.capabilities.max_parts)
-        part = os.path.join(self._upload_dir(key, upload_id), f"{part_number:05d}")
-        try:  # an aborted upload's folder must not come back: no parent folders are created
-            create_file(part, lambda fd: write_all(fd, data), fsync=self._fsync, make_parents=False)
-        except OSError as exc:
-            raise self._error(exc, "upload_part", key) from None
+        self._parts.upload_part(key, upload_id, part_number, data)
 
     def complete_multipart(
         self, key: str, upload_id: str, part_numbers: Sequence[int]
     ) -> ObjectInfo:
-        folder = self._upload_dir(key, upload_id)
-        present = {n for n in part_numbers if (folder / f"{n:05d}").is_file()}
-        wanted = require_parts(f"{self.uri}: upload {upload_id}", part_numbers, present)
-        parts = [folder / f"{n:05d}" for n in wanted]
-        assembled = folder / f"assembled-{uuid.uuid4().hex}"
-        first_size = parts[0].stat().st_size
-        try:
-            os.replace(parts[0], assembled)  # the first part becomes the file: one copy less
-            out_fd = os.open(assembled, os.O_WRONLY)
-            try:
-                os.lseek(out_fd, 0, os.SEEK_END)
-                for part in parts[1:]:
-                    _append(part, out_fd)
-                if self._fsync:
-                    os.fsync(out_fd)
-                st = os.fstat(out_fd)
-            finally:
-                os.close(out_fd)
-            rename_into(os.fspath(assembled), self._path(key))
-        except OSError as exc:
-            with contextlib.suppress(OSError):  # put part 1 back so completion can be retried
-                os.truncate(assembled, first_size)
-                os.replace(assembled, parts[0])
-            raise self._error(exc, "complete_multipart", key) from None
-        self._drop_staging(folder)
-        return _written(key, st)
+        return self._parts.complete(key, upload_id, part_numbers)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
-        self._drop_staging(self._staging / check_upload_id(upload_id))
+        self._parts.abort(key, upload_id)
 
     def delete(self, key: str) -> None:
         link = self._link_path(key)

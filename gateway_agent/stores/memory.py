@@ -79,6 +79,10 @@ class MemoryStore:
         self._failures_left = int(opts.get("inject_transient_failures", 0))
         self._retry = retry_policy({"backoff_seconds": 0.01, **opts})
 
+    def check_name(self, key: str) -> None:
+        """Raise :class:`KeyNotSupportedError` if this (cloud-like) store cannot hold ``key``."""
+        check_cloud_name(key, self._parsed.key(key), self.uri)
+
     def _bucket(self) -> _Bucket:
         with _REGISTRY_LOCK:
             bucket = _REGISTRY.get(self._parsed.bucket)

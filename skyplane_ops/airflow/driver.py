@@ -231,6 +231,7 @@ def run(spec: Mapping[str, Any]) -> int:
         raise _Cancelled()
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)  # its own: a background start leaves SIGINT ignored
     os.environ.update(spec.get("env") or {})
     state = TransferState(spec["state_uri"], spec["transfer_id"], spec.get("state_options"))
     base = {"pid": os.getpid(), "host": socket.gethostname()}
@@ -279,6 +280,7 @@ def run(spec: Mapping[str, Any]) -> int:
     beat.stop()
     # The final status and the teardown must not be cut short (stop_driver escalates to KILL).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         state.save_journal(journal_dir)
     except Exception as exc:

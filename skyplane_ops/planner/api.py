@@ -108,6 +108,8 @@ def plan_transfer(
         plan.details["fastest"] = {
             "predicted_gbps": fastest.predicted_gbps,
             "total_cost_usd": fastest.total_cost_usd,
+            "egress_cost_usd": fastest.egress_cost_usd,
+            "vm_cost_usd": fastest.vm_cost_usd,
             "completion_seconds": completion_seconds(problem, fastest.predicted_gbps),
             "vms": dict(fastest.vms),
         }

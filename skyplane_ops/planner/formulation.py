@@ -33,7 +33,8 @@ and per edge where saturation binds (``s_e < M r_e``) or a region cap is given::
 **Whole connections.** Connections are counts. Rounding each hop's ``F_e / r_e`` up can
 exceed ``M * N_u`` by up to one per hop, so ``integer_conns`` adds the paper's integer
 ``C_e >= F_e / r_e`` per edge with ``sum_out C_e <= M N_u`` and ``sum_in C_e <= M N_v`` in
-place of the two connection rows; ``solve`` re-solves with it only when rounding overflows.
+place of the two connection rows, and ``fixed_conns`` caps each edge at connections chosen
+beforehand; ``solve`` uses them only when rounding overflows (see ``solve.solve_plan``).
 
 Conservation at relays holds by construction of path flows. Cost for volume ``V`` (GB) at
 ``T`` Gbps with VM price ``k_u`` ($/s) and provisioning time ``t0``::
@@ -150,12 +151,16 @@ class PathModel:
         solver: str | None = None,
         time_limit_s: float = 30.0,
         integer_conns: bool = False,
+        fixed_conns: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         self.problem = problem
         self.paths = list(paths)
         self.mode = problem.objective
         self.continuous = relax or fixed_vms is not None
         self.integer_conns = integer_conns and not relax
+        #: Whole connections per edge chosen beforehand (``solve.round_connections``): each
+        #: edge carries at most ``C_e * r_e`` and the per-region connection rows go.
+        self.fixed_conns = fixed_conns
         self.integral = not self.continuous or self.integer_conns
         name = solver or (DEFAULT_MILP_SOLVER if self.integral else DEFAULT_LP_SOLVER)
         created = pywraplp.Solver.CreateSolver(name)
@@ -191,10 +196,10 @@ class PathModel:
         for u, rows in loads.items():
             spec, n = p.regions[u], self.vms[u]
             groups = [(rows.egress, spec.egress_cap_gbps), (rows.ingress, spec.ingress_cap_gbps)]
-            if not self.integer_conns:
+            if not self.integer_conns and self.fixed_conns is None:
                 groups += [(rows.conn_out, m), (rows.conn_in, m)]
             for terms, cap in groups:
-                if not terms:
+                if not terms or math.isinf(cap):
                     continue
                 row = s.Constraint(-inf, 0.0)
                 for i, coef in terms:
@@ -242,6 +247,11 @@ class PathModel:
                 row = s.Constraint(-inf, rates.region_cap_gbps)
                 for i in members:
                     row.SetCoefficient(self.flows[i], 1.0)
+            if self.fixed_conns is not None:
+                row = s.Constraint(-inf, float(self.fixed_conns.get((u, v), 0)))
+                for i in members:
+                    row.SetCoefficient(self.flows[i], rates.conns_per_gbps)
+                continue
             if not self.integer_conns:
                 continue
             top = m * max(p.regions[u].max_vms, p.regions[v].max_vms)

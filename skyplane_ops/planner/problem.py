@@ -56,11 +56,13 @@ class LinkSpec:
     ``per_conn_gbps``: one TCP connection's rate where connections are the bottleneck;
     ``sat_gbps``: the most one VM pair carries with any number of connections;
     ``region_cap_gbps``: the most the region pair carries whatever the VM count (own networks).
-    ``connections``: the count ``Problem.throughput`` was measured at (None: the problem's
-    ``conns_measured``). None for the rates means unknown; ``Problem`` then falls back to the
-    paper's model: per connection ``gbps / connections``, per VM pair ``gbps``, no region cap.
+    ``gbps`` / ``connections``: the measured figure and the count it was measured at (None:
+    ``Problem.throughput`` and the problem's ``conns_measured``). None for the rates means
+    unknown; ``Problem`` then falls back to the paper's model: per connection
+    ``gbps / connections``, per VM pair ``gbps``, no region cap.
     """
 
+    gbps: float | None = None
     per_conn_gbps: float | None = None
     sat_gbps: float | None = None
     region_cap_gbps: float | None = None
@@ -130,10 +132,11 @@ class Problem:
                 out[edge] = LinkRates(self.conns_measured / gbps, gbps, math.inf)
                 continue
             count = spec.connections or self.conns_measured
+            figure = gbps if spec.gbps is None else spec.gbps
             per_conn = spec.per_conn_gbps
             out[edge] = LinkRates(
-                count / gbps if per_conn is None else 1.0 / per_conn,
-                gbps if spec.sat_gbps is None else spec.sat_gbps,
+                count / figure if per_conn is None else 1.0 / per_conn,
+                figure if spec.sat_gbps is None else spec.sat_gbps,
                 math.inf if spec.region_cap_gbps is None else spec.region_cap_gbps,
             )
         return out
@@ -196,8 +199,13 @@ class Problem:
         if self.max_relays not in (0, 1, 2):
             raise InvalidProblemError(f"max_relays must be 0, 1 or 2, not {self.max_relays}")
         for spec in self.regions.values():
-            numbers = (spec.vm_usd_per_hour, spec.egress_cap_gbps, spec.ingress_cap_gbps)
-            if spec.max_vms < 0 or any(x < 0 or not math.isfinite(x) for x in numbers):
+            caps = (spec.egress_cap_gbps, spec.ingress_cap_gbps)  # inf: no cap (own hosts)
+            price = spec.vm_usd_per_hour
+            if (
+                spec.max_vms < 0
+                or any(x < 0 or math.isnan(x) for x in caps)
+                or not (price >= 0 and math.isfinite(price))
+            ):
                 raise InvalidProblemError(
                     f"region {spec.id}: caps, price and VM limit must be >= 0"
                 )
@@ -206,7 +214,10 @@ class Problem:
                 if not (value >= 0 and math.isfinite(value)):
                     raise InvalidProblemError(f"{name} {u} -> {v} must be >= 0, not {value}")
         for (u, v), link in self.links.items():
+            if self.throughput.get((u, v), 0.0) <= 0:
+                continue  # "no link": never used, whatever its record says
             for what, rate in (
+                ("measured rate", link.gbps),
                 ("per-connection rate", link.per_conn_gbps),
                 ("saturation", link.sat_gbps),
                 ("region cap", link.region_cap_gbps),
@@ -240,6 +251,8 @@ class _Catalog(Protocol):
 
 
 class _Prices(Protocol):
+    """Also read when present: ``vm_for_region(region_id)`` (custom regions' own hosts)."""
+
     def egress_usd_per_gb(self, src: str, dst: str) -> float: ...
 
     def vm(self, provider: str) -> Any: ...
@@ -322,11 +335,15 @@ def build_problem(
             ids.append(region)
     specs: dict[str, RegionSpec] = {}
     vm_classes: dict[str, Any] = {}
+    per_region = getattr(profile.prices, "vm_for_region", None)  # custom regions' own hosts
     for region_id in ids:
         region = profile.catalog.get(region_id)
-        if region.provider not in vm_classes:
-            vm_classes[region.provider] = profile.prices.vm(region.provider)
-        vm = vm_classes[region.provider]
+        if callable(per_region):
+            vm = per_region(region_id)
+        else:
+            if region.provider not in vm_classes:
+                vm_classes[region.provider] = profile.prices.vm(region.provider)
+            vm = vm_classes[region.provider]
         limit = int(vm.max_per_region) if max_vms is None else min(int(vm.max_per_region), max_vms)
         specs[region_id] = RegionSpec(
             id=region_id,
@@ -423,6 +440,7 @@ def read_links(grid: Any, edges: Mapping[Edge, float]) -> dict[Edge, LinkSpec]:
                 continue
             source = str(getattr(est, "source", "model") or "model")
             out[edge] = LinkSpec(
+                gbps=_positive(getattr(est, "gbps", None)),
                 per_conn_gbps=_positive(getattr(est, "per_conn_gbps", None)),
                 sat_gbps=_positive(getattr(est, "sat_gbps", None)),
                 region_cap_gbps=_positive(getattr(est, "region_cap_gbps", None)),

@@ -9,6 +9,11 @@ every VM is billed for ``t0`` plus the transfer. The figures are medians measure
 - ``netns``: 2.8 s to build a 5-region testbed and start its agents (README, profiler table;
   1.5-5.8 s for 3-5 regions).
 
+``t0`` is one figure per plan, not per VM: the backends start gateways in parallel. That is
+an approximation: on this 2-core machine under load, ssh bootstrap took 3.1-3.8 s for one
+host, 3.6-3.9 s for three and 6.1-6.6 s for six (uploads compete for CPU), so pass a larger
+``provisioning_seconds`` for big own-host fleets.
+
 Everything else (``aws`` and the other clouds, and ``local``, whose gateway processes stand in
 for the cloud VMs the plan describes) uses ``CLOUD_FALLBACK_SECONDS`` = 60 s, a typical cloud
 VM start-up to a running agent. Callers with their own measurements pass them as ``measured``.

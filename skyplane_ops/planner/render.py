@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skyplane_ops.planner.plan import TransferPlan
+if TYPE_CHECKING:  # plan.py imports this module for to_text/to_mermaid
+    from skyplane_ops.planner.plan import TransferPlan
 
 _MODES = {
     "min_cost": "min cost s.t. throughput >= {bound:.4g} Gbps",
@@ -21,7 +22,7 @@ def _duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "never"
     if seconds < 120:
-        return f"{seconds:.0f} s"
+        return f"{seconds:.1f} s"
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
@@ -49,7 +50,7 @@ def _describe_mode(plan: TransferPlan) -> str:
         text = "fastest completion (provisioning + transfer)"
     tolerance = plan.details.get("completion_tolerance")
     if plan.mode == "max_throughput" and tolerance:
-        text += f", then the cheapest plan finishing within {100 * tolerance:g}% of it"
+        text += f", then the cheapest plan finishing within {100 * tolerance:g}% of the fastest"
     if plan.details.get("exact_floor"):
         text += " (exactly the floor)"
     if plan.details.get("deadline_seconds"):
@@ -57,9 +58,11 @@ def _describe_mode(plan: TransferPlan) -> str:
     return text
 
 
-def _summary_row(name: str, data: Mapping[str, Any], volume_gb: float) -> list[str]:
+def _summary_row(
+    name: str, data: Mapping[str, Any], volume_gb: float, t0: float = 0.0
+) -> list[str]:
     gbps = float(data["predicted_gbps"])
-    seconds = 8 * volume_gb / gbps if gbps > 0 else math.inf
+    seconds = t0 + 8 * volume_gb / gbps if gbps > 0 else math.inf
     vms = data["vms"]
     return [
         name,
@@ -112,7 +115,8 @@ def render_text(plan: TransferPlan) -> str:
     rows = [["region", "VMs"]] + [[u, str(n)] for u, n in plan.vms.items()]
     lines += _table(rows, {1})
     lines += ["", "Compared with:"]
-    rows = [["plan", "Gbps", "time", "egress", "VM", "total", "VMs"]]
+    t0 = float(plan.details.get("provisioning_seconds", 0.0))
+    rows = [["plan", "Gbps", "done in", "egress", "VM", "total", "VMs"]]
     own = {
         "predicted_gbps": plan.predicted_gbps,
         "egress_cost_usd": plan.egress_cost_usd,
@@ -120,15 +124,18 @@ def render_text(plan: TransferPlan) -> str:
         "total_cost_usd": plan.total_cost_usd,
         "vms": plan.vms,
     }
-    rows.append(_summary_row("this plan", own, plan.volume_gb))
+    rows.append(_summary_row("this plan", own, plan.volume_gb, t0))
+    fastest = plan.details.get("fastest")
+    if fastest and abs(fastest["predicted_gbps"] - plan.predicted_gbps) > 1e-9:
+        rows.append(_summary_row("fastest", fastest, plan.volume_gb, t0))
     if plan.baseline:
         n = max(plan.baseline["vms"].values(), default=0)
-        rows.append(_summary_row(f"direct ({n} VM/region)", plan.baseline, plan.volume_gb))
+        rows.append(_summary_row(f"direct ({n} VM/region)", plan.baseline, plan.volume_gb, t0))
     ron = plan.details.get("ron")
     if ron:
         via = [r for path in ron["paths"] for r in path[1:-1]]
         label = "RON (" + (", ".join(via) if via else "direct") + ")"
-        rows.append(_summary_row(label, ron, plan.volume_gb))
+        rows.append(_summary_row(label, ron, plan.volume_gb, t0))
     lines += _table(rows, {1, 2, 3, 4, 5, 6})
     if plan.baseline and plan.baseline["predicted_gbps"] > 0:
         speed = plan.predicted_gbps / plan.baseline["predicted_gbps"]
@@ -189,8 +196,49 @@ def render_mermaid(plan: TransferPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_frontier(plan: TransferPlan, path: str | Path) -> Path:
-    """Write a PNG of the plan's Pareto frontier (``details["frontier"]``), plan marked."""
+def _bound_line(ax: Any, plan: TransferPlan) -> None:
+    """Draw the user's bound: a throughput floor (or a deadline's floor) or a cost ceiling."""
+    bound = plan.details.get("bound")
+    deadline = plan.details.get("deadline_seconds")
+    if plan.details.get("default_bound"):
+        return
+    if deadline:
+        t0 = float(plan.details.get("provisioning_seconds") or 0.0)
+        if deadline > t0:
+            floor = plan.volume_gb * 8 / (deadline - t0)
+            ax.axvline(
+                floor,
+                ls="--",
+                color="tab:orange",
+                lw=1.2,
+                label=f"deadline {deadline:g} s = floor {floor:.2f} Gbit/s",
+            )
+    elif bound is not None and plan.mode == "max_throughput":
+        ax.axhline(bound, ls="--", color="tab:orange", lw=1.2, label=f"cost ceiling ${bound:g}")
+    elif bound is not None:
+        ax.axvline(
+            bound, ls="--", color="tab:orange", lw=1.2, label=f"throughput floor {bound:g} Gbit/s"
+        )
+
+
+def _point(ax: Any, gbps: float, usd: float, style: str, color: str, name: str, size: int) -> None:
+    ax.plot([gbps], [usd], style, color=color, ms=size, label=name, zorder=5)
+    ax.annotate(
+        f"{name}: {gbps:.2f} Gbit/s, ${usd:.2f}",
+        (gbps, usd),
+        textcoords="offset points",
+        xytext=(6, 6),
+        fontsize=7,
+        color=color,
+    )
+
+
+def plot_frontier(
+    plan: TransferPlan, path: str | Path, *, max_vms_per_region: int | None = None
+) -> Path:
+    """Write the plan's Pareto frontier (``details["frontier"]``) as PNG or SVG (by suffix):
+    the user's bound drawn, the chosen plan and the baselines labelled with Gbit/s and $, and
+    the VM limit in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -201,7 +249,7 @@ def plot_frontier(plan: TransferPlan, path: str | Path) -> Path:
         raise ValueError("the plan has no frontier; plan with frontier_points > 0")
     good = [p for p in frontier if p["pareto"]]
     bad = [p for p in frontier if not p["pareto"]]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     ax.plot(
         [p["gbps"] for p in good],
         [p["cost_usd"] for p in good],
@@ -218,28 +266,24 @@ def plot_frontier(plan: TransferPlan, path: str | Path) -> Path:
             ms=4,
             label="dominated",
         )
-    ax.plot(
-        [plan.predicted_gbps], [plan.total_cost_usd], "*", color="red", ms=14, label="chosen plan"
-    )
+    _bound_line(ax, plan)
+    _point(ax, plan.predicted_gbps, plan.total_cost_usd, "*", "red", "chosen plan", 14)
     if plan.baseline:
-        ax.plot(
-            [plan.baseline["predicted_gbps"]],
-            [plan.baseline["total_cost_usd"]],
-            "s",
-            color="black",
-            ms=7,
-            label="direct",
-        )
+        b = plan.baseline
+        _point(ax, b["predicted_gbps"], b["total_cost_usd"], "s", "black", "direct", 7)
     ron = plan.details.get("ron")
     if ron:
-        ax.plot(
-            [ron["predicted_gbps"]], [ron["total_cost_usd"]], "^", color="green", ms=7, label="RON"
-        )
-    ax.set_xlabel("throughput (Gbps)")
-    ax.set_ylabel(f"total cost for {plan.volume_gb:g} GB (USD)")
-    ax.set_title(f"{plan.src} -> {', '.join(plan.dsts)}", fontsize=9)
+        _point(ax, ron["predicted_gbps"], ron["total_cost_usd"], "^", "green", "RON", 7)
+    ax.set_xlabel("throughput (Gbit/s)")
+    ax.set_ylabel(f"total cost for {plan.volume_gb:g} GB (US$, egress + VMs, modelled)")
+    limit = (
+        f"at most {max_vms_per_region} VM(s) per region"
+        if max_vms_per_region is not None
+        else "VMs per region: provider limit"
+    )
+    ax.set_title(f"{plan.src} -> {', '.join(plan.dsts)}  ({limit})", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out)

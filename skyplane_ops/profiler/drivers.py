@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from gateway_agent.client import GatewayClient
 from gateway_agent.probe import ProbeResult
 from skyplane_ops.profiler.errors import ProfilerError
-from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
 
 SERVER_START_TIMEOUT_S = 30.0
 
@@ -247,7 +247,7 @@ class AgentProbeDriver:
         try:
             # Sent once (never retried): a retried probe would pay its bytes twice.
             return self._client(src).probe(
-                dst.host,
+                data_host(dst, src.region),
                 self._ports[dst.gateway_id],
                 connections=connections,
                 seconds=seconds,

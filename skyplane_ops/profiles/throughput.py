@@ -19,6 +19,7 @@ from typing import Any
 
 from skyplane_ops.errors import ProfileError
 from skyplane_ops.profiles.catalog import RegionCatalog
+from skyplane_ops.profiles.grid_files import write_grid
 from skyplane_ops.profiles.links import LinkEstimate
 
 Pair = tuple[str, str]
@@ -101,14 +102,15 @@ class ThroughputGrid:
         return dict(self._all_links)
 
     def with_catalog(self, catalog: RegionCatalog) -> ThroughputGrid:
-        """The same figures over a larger catalog (e.g. with custom regions added)."""
+        """The same figures and link records (as ``links()`` gives them, so a subclass's
+        records survive) over a larger catalog, e.g. with custom regions added."""
         return ThroughputGrid(
             catalog,
             self._values,
             connections=self.connections,
             provenance=self.provenance,
             measured_at=self._measured_at,
-            links=self._link_records,
+            links=self.links(),
         )
 
     def __len__(self) -> int:
@@ -138,6 +140,7 @@ class ThroughputGrid:
         values = dict(self._values)
         when = dict(self._measured_at)
         links = dict(self._link_records)
+        their_links = measured.links()  # public: a subclass may keep its records elsewhere
         for pair, value in measured._values.items():
             if pair[0] not in self._catalog or pair[1] not in self._catalog:
                 raise ProfileError(f"merged grid has a pair outside the catalog: {pair}")
@@ -149,8 +152,8 @@ class ThroughputGrid:
                 continue  # an older measurement never replaces a newer one
             values[pair] = value * scale
             links.pop(pair, None)
-            if pair in measured._link_records:
-                links[pair] = measured._link_records[pair]
+            if pair in their_links:
+                links[pair] = their_links[pair]
             if theirs is not None:
                 when[pair] = theirs
         provenance = copy.deepcopy(self.provenance)
@@ -167,6 +170,4 @@ class ThroughputGrid:
     def write(self, path: str) -> None:
         """Export as CSV or Parquet (by extension) in the measured-grid format, with a
         ``source`` column; loading it back with load_measured_grid round-trips."""
-        from skyplane_ops.profiles.measured import write_grid
-
         write_grid(self, path)

@@ -325,6 +325,22 @@ class AWSProvisioner:
                 ],
             )
 
+    def admit(self, fleet: GatewayFleet, addresses: Sequence[str]) -> None:
+        """Mixed fleets: open the gateway ports to gateways in other clouds too."""
+        ranges = [
+            {"CidrIp": f"{ip}/32", "Description": "skyplane-ops peer gateway"}
+            for ip in sorted(set(addresses))
+        ]
+        for region, info in fleet.resources.get("regions", {}).items():
+            if ranges and info.get("group_id"):
+                self._ec2(region).authorize_security_group_ingress(
+                    GroupId=info["group_id"],
+                    IpPermissions=[
+                        {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, "IpRanges": ranges}
+                        for p in self._gateway_ports()
+                    ],
+                )
+
     def provision(
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
     ) -> GatewayFleet:

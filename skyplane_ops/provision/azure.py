@@ -26,8 +26,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import azure_arm as arm
 from skyplane_ops.provision import records
 from skyplane_ops.provision.aws import InstanceHost, _run_all
+from skyplane_ops.provision.azure_arm import (
+    API,
+    CAPACITY_CODES,
+    UBUNTU,
+    VM_CONTRIBUTOR,
+    StaticToken,
+)
 from skyplane_ops.provision.cloudvm import (
     NAME_PREFIX,
     TAG_CREATED,
@@ -46,50 +54,6 @@ from skyplane_ops.provision.secrets import check_transfer_id, create_secret, del
 from skyplane_ops.provision.ssh import gateway_id
 
 log = logging.getLogger(__name__)
-
-UBUNTU = {
-    "publisher": "Canonical",
-    "offer": "0001-com-ubuntu-server-jammy",
-    "sku": "22_04-lts-gen2",
-    "version": "latest",
-}
-VM_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"  # built-in role definition id
-CAPACITY_CODES = {
-    "ZonalAllocationFailed",
-    "AllocationFailed",
-    "OverconstrainedZonalAllocationRequest",
-    "SkuNotAvailable",
-}
-RELEASE_SCRIPT = """#!/bin/sh
-# skyplane-ops: on shutdown, deallocate this VM with its managed identity (ends compute billing).
-md=http://169.254.169.254/metadata
-tok=$(curl -sf -H Metadata:true "$md/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
-id=$(curl -sf -H Metadata:true "$md/instance/compute/resourceId?api-version=2021-02-01&format=text")
-curl -sf -X POST -H "Authorization: Bearer $tok" -H "Content-Length: 0" "https://management.azure.com$id/deallocate?api-version=2024-07-01"
-"""
-RELEASE_UNIT = """[Unit]
-Description=skyplane-ops: deallocate this VM when it shuts down
-Wants=network-online.target
-After=network-online.target
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/bin/true
-ExecStop=/usr/local/sbin/skyplane-ops-release
-TimeoutStopSec=60
-[Install]
-WantedBy=multi-user.target
-"""
-API = {"network": "2024-05-01", "compute": "2024-07-01", "authorization": "2022-04-01"}
-
-
-class _StaticToken:
-    """A credential for emulators and fakes only (``credential="fake"``)."""
-
-    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
-        from azure.core.credentials import AccessToken
-
-        return AccessToken("fake-token", 4102444800)
 
 
 @dataclass
@@ -138,16 +102,17 @@ class AzureProvisioner(CloudBoot):
 
             credential = DefaultAzureCredential()
         elif credential == "fake":
-            credential = _StaticToken()
+            credential = StaticToken()
         kw: dict[str, Any] = {}
         if base_url:
             kw["base_url"] = base_url
         if ca_bundle:
             kw["connection_verify"] = ca_bundle
         self.subscription_id = subscription_id
-        self.resources = ResourceManagementClient(credential, subscription_id, **kw)
-        self.network = NetworkManagementClient(credential, subscription_id, **kw)
-        self.compute = ComputeManagementClient(credential, subscription_id, **kw)
+        # Bodies are ARM's REST JSON (what the SDKs send as-is), so the clients are used untyped.
+        self.resources: Any = ResourceManagementClient(credential, subscription_id, **kw)
+        self.network: Any = NetworkManagementClient(credential, subscription_id, **kw)
+        self.compute: Any = ComputeManagementClient(credential, subscription_id, **kw)
         self.vm_size = vm_size
         self.image = dict(image)
         self.zones = list(zones)
@@ -159,7 +124,7 @@ class AzureProvisioner(CloudBoot):
     # ------------------------------------------------------------------ provision
 
     def _group(self, transfer_id: str, region: str) -> str:
-        return f"{NAME_PREFIX}{transfer_id}-{region}"
+        return f"{NAME_PREFIX}{transfer_id}-{region}".replace("_", "-")  # VM names: no "_"
 
     def _sub(self, group: str) -> str:
         return f"/subscriptions/{self.subscription_id}/resourceGroups/{group}"
@@ -174,23 +139,7 @@ class AzureProvisioner(CloudBoot):
             group, f"{group}-nsg", {**base, "properties": {"securityRules": self._rules([])}}
         ).result()
         vnet = self.network.virtual_networks.begin_create_or_update(
-            group,
-            f"{group}-vnet",
-            {
-                **base,
-                "properties": {
-                    "addressSpace": {"addressPrefixes": [f"{prefix}/16"]},
-                    "subnets": [
-                        {
-                            "name": "gateways",
-                            "properties": {
-                                "addressPrefix": f"{prefix}/24",
-                                "networkSecurityGroup": {"id": nsg["id"]},
-                            },
-                        }
-                    ],
-                },
-            },
+            group, f"{group}-vnet", arm.vnet(base, prefix, nsg["id"])
         ).result()
         subnet_id = vnet["properties"]["subnets"][0]["id"]
         client_key = KeyPair.generate()
@@ -198,31 +147,10 @@ class AzureProvisioner(CloudBoot):
         for i in range(count):
             name = f"{group}-{i}"
             pip = self.network.public_ip_addresses.begin_create_or_update(
-                group,
-                f"{name}-ip",
-                {
-                    **base,
-                    "sku": {"name": "Standard"},
-                    "properties": {"publicIPAllocationMethod": "Static"},
-                },
+                group, f"{name}-ip", arm.public_ip(base)
             ).result()
             nic = self.network.network_interfaces.begin_create_or_update(
-                group,
-                f"{name}-nic",
-                {
-                    **base,
-                    "properties": {
-                        "ipConfigurations": [
-                            {
-                                "name": "ipconfig",
-                                "properties": {
-                                    "subnet": {"id": subnet_id},
-                                    "publicIPAddress": {"id": pip["id"]},
-                                },
-                            }
-                        ]
-                    },
-                },
+                group, f"{name}-nic", arm.nic(base, subnet_id, pip["id"])
             ).result()
             host_key = KeyPair.generate()
             vm = self._create_vm(group, name, region, base, nic["id"], client_key, host_key)
@@ -234,49 +162,10 @@ class AzureProvisioner(CloudBoot):
             state.public_ips[name] = got["properties"]["ipAddress"]
 
     def _rules(self, peers: Sequence[str]) -> list[dict[str, Any]]:
-        def rule(name: str, priority: int, ports: list[str], sources: list[str]) -> dict:
-            return {
-                "name": name,
-                "properties": {
-                    "protocol": "Tcp",
-                    "direction": "Inbound",
-                    "access": "Allow",
-                    "priority": priority,
-                    "sourceAddressPrefixes": sources,
-                    "sourcePortRange": "*",
-                    "destinationAddressPrefix": "*",
-                    "destinationPortRanges": ports,
-                },
-            }
-
-        client = [self.client_cidr or ""]
-        return [
-            rule("ssh-from-control-plane", 100, ["22"], client),
-            rule(
-                "gateways-from-fleet",
-                110,
-                [str(p) for p in self.gateway_ports()],
-                sorted({*client, *(f"{a}/32" for a in peers)}),
-            ),
-        ]
+        return arm.nsg_rules(self.client_cidr or "", self.gateway_ports(), peers)
 
     def _user_data(self, client_key: KeyPair, host_key: KeyPair) -> str:
-        extra: dict[str, Any] = {}
-        if self.self_deallocate:
-            extra = {
-                "write_files": [
-                    {
-                        "path": "/usr/local/sbin/skyplane-ops-release",
-                        "permissions": "0755",
-                        "content": RELEASE_SCRIPT,
-                    },
-                    {
-                        "path": "/etc/systemd/system/skyplane-ops-release.service",
-                        "content": RELEASE_UNIT,
-                    },
-                ],
-                "runcmd": [["systemctl", "enable", "--now", "skyplane-ops-release.service"]],
-            }
+        extra = arm.release_on_shutdown() if self.self_deallocate else {}
         return cloud_init(
             user=self.ssh_user, authorized_key=client_key.public, host_key=host_key, extra=extra
         )
@@ -295,43 +184,17 @@ class AzureProvisioner(CloudBoot):
         from azure.core.exceptions import HttpResponseError
 
         custom = base64.b64encode(self._user_data(client_key, host_key).encode()).decode()
-        props: dict[str, Any] = {
-            "hardwareProfile": {"vmSize": self.vm_size},
-            "storageProfile": {
-                "imageReference": self.image,
-                "osDisk": {
-                    "createOption": "FromImage",
-                    "deleteOption": "Delete",
-                    "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
-                },
-            },
-            "osProfile": {
-                "computerName": name[-63:],
-                "adminUsername": self.ssh_user,
-                "customData": custom,
-                "linuxConfiguration": {
-                    "disablePasswordAuthentication": True,
-                    "ssh": {
-                        "publicKeys": [
-                            {
-                                "path": f"/home/{self.ssh_user}/.ssh/authorized_keys",
-                                "keyData": client_key.public,
-                            }
-                        ]
-                    },
-                },
-            },
-            "networkProfile": {
-                "networkInterfaces": [{"id": nic_id, "properties": {"deleteOption": "Delete"}}]
-            },
-        }
+        props = arm.vm_properties(
+            self.vm_size, self.image, name, self.ssh_user, client_key.public, custom, nic_id
+        )
         if self.spot:
             props.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
         body: dict[str, Any] = {**base, "properties": props}
         if self.self_deallocate:
             body["identity"] = {"type": "SystemAssigned"}
         tried: list[str] = []
-        for zone in self.zones or [None]:
+        zones: list[str | None] = list(self.zones) or [None]
+        for zone in zones:
             attempt = {**body, **({"zones": [zone]} if zone else {})}
             try:
                 return self.compute.virtual_machines.begin_create_or_update(
@@ -497,7 +360,9 @@ class AzureProvisioner(CloudBoot):
         errors = [str(r) for r in results if isinstance(r, BaseException)]
         if errors:
             raise ProvisionError("Azure clean-up incomplete: " + "; ".join(errors))
-        return [f"azure:resourceGroups/{g}" for g, r in zip(groups, results) if r is True]
+        return [
+            f"azure:resourceGroups/{g}" for g, r in zip(groups, results, strict=True) if r is True
+        ]
 
     def deprovision(self, fleet: GatewayFleet) -> None:
         self.stop_agents(fleet)

@@ -27,6 +27,13 @@ class Gateway:
     resources: dict[str, Any] = field(default_factory=dict)
 
 
+def data_host(gateway: Gateway, peer_region: str) -> str:
+    """The address a gateway in ``peer_region`` dials to send data to ``gateway``: a host on
+    several networks lists one per peer region (or ``*``) in ``resources["data_addresses"]``."""
+    addresses = gateway.resources.get("data_addresses") or {}
+    return str(addresses.get(peer_region) or addresses.get("*") or gateway.host)
+
+
 @dataclass
 class GatewayFleet:
     """The gateways of one transfer, with the tags every created resource carries."""

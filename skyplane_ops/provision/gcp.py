@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
@@ -41,17 +40,14 @@ from skyplane_ops.provision.cloudvm import (
     save_client_key,
 )
 from skyplane_ops.provision.cloudvm_boot import CloudBoot
-from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.provision.gcp_api import ComputeAPI, NoCapacity
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
-from skyplane_ops.provision.ssh import SSHHost, gateway_id
+from skyplane_ops.provision.ssh import gateway_id
 
 log = logging.getLogger(__name__)
 
 UBUNTU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
-CAPACITY_CODES = {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"}
-QUOTA_CODES = {"QUOTA_EXCEEDED", "quotaExceeded"}
-
-Bootstrap = Callable[[Sequence[InstanceHost], str, str], list[Gateway]]
 
 
 @dataclass
@@ -92,82 +88,25 @@ class GCPProvisioner(CloudBoot):
         **boot: Any,
     ) -> None:
         super().__init__(**boot)
-        from google.cloud import compute_v1  # lazily: only this backend needs it
-
-        self.compute = compute_v1
         self.project = project
         self.machine_type = machine_type
         self.image = image
         self.disk_gb = disk_gb
         self.spot = spot
-        if credentials == "anonymous":  # emulators and fakes only
-            from google.auth.credentials import AnonymousCredentials
-
-            credentials = AnonymousCredentials()
-        if credentials is None and credentials_file:
-            from google.oauth2 import service_account
-
-            credentials = service_account.Credentials.from_service_account_file(
-                credentials_file, scopes=["https://www.googleapis.com/auth/compute"]
-            )
-        kw: dict[str, Any] = {"credentials": credentials, "transport": "rest"}
-        if endpoint:
-            kw["client_options"] = {"api_endpoint": endpoint}
-        self._kw = kw
-        self._clients: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self.api = ComputeAPI(credentials, credentials_file, endpoint, op_timeout)
+        self.compute = self.api.compute
         self.sweep_regions = [region_of(r, "gcp") if ":" in r else r for r in sweep_regions]
-        self.op_timeout = op_timeout
-
-    def _client(self, kind: str) -> Any:
-        with self._lock:
-            if kind not in self._clients:
-                client = getattr(self.compute, kind)(**self._kw)
-                if "client_options" in self._kw and not kind.endswith("OperationsClient"):
-                    self._route_operations(client)
-                self._clients[kind] = client
-            return self._clients[kind]
-
-    def _route_operations(self, client: Any) -> None:
-        """The SDK polls operations with clients it builds WITHOUT our ``api_endpoint``
-        (google-cloud-compute's transports pass only the credentials): hand it ours."""
-        services = getattr(client._transport, "_extended_operations_services", None)
-        if isinstance(services, dict):
-            for key, kind in (
-                ("global_operations", "GlobalOperationsClient"),
-                ("region_operations", "RegionOperationsClient"),
-                ("zone_operations", "ZoneOperationsClient"),
-            ):
-                services[key] = getattr(self.compute, kind)(**self._kw)
-
-    def _wait(self, op: Any, what: str, region: str) -> None:
-        """Block on a Compute operation; quota and capacity errors say where and which."""
-        from google.api_core.exceptions import GoogleAPICallError
-
-        try:
-            op.result(timeout=self.op_timeout)
-        except GoogleAPICallError as exc:
-            codes = {e.code for e in getattr(getattr(op, "error", None), "errors", []) or []}
-            if codes & CAPACITY_CODES:
-                raise _NoCapacity(str(exc)) from exc
-            if codes & QUOTA_CODES or "quota" in str(exc).lower():
-                raise QuotaError(f"gcp {region}: quota exceeded while creating {what}: {exc}")
-            raise
-
-    def _mutate(self, kind: str, method: str, **fields: Any) -> Any:
-        """Call a mutating method with a fresh ``request_id``: Compute de-duplicates retries."""
-        request = {**fields, "request_id": str(uuid.uuid4())}
-        return getattr(self._client(kind), method)(request=request)
 
     # ------------------------------------------------------------------ provision
 
     def _network(self, tid: str) -> str:
-        return f"{NAME_PREFIX}{tid}".lower()
+        """Compute names allow ``[a-z0-9-]`` only: ``Nightly_42`` -> ``skyplane-ops-nightly-42``."""
+        return f"{NAME_PREFIX}{tid}".lower().replace("_", "-")
 
     def _create_network(self, tid: str, tags: Mapping[str, str], created: dict) -> None:
         net = self._network(tid)
-        self._wait(
-            self._mutate(
+        self.api.wait(
+            self.api.mutate(
                 "NetworksClient",
                 "insert",
                 project=self.project,
@@ -185,8 +124,8 @@ class GCPProvisioner(CloudBoot):
             ("gw", ports, [self.client_cidr]),
         ):
             name = f"{net}-{suffix}"
-            self._wait(
-                self._mutate(
+            self.api.wait(
+                self.api.mutate(
                     "FirewallsClient",
                     "insert",
                     project=self.project,
@@ -206,7 +145,7 @@ class GCPProvisioner(CloudBoot):
             created.setdefault("firewalls", []).append(name)
 
     def _zones(self, region: str) -> list[str]:
-        got = self._client("RegionsClient").get(project=self.project, region=region)
+        got = self.api.client("RegionsClient").get(project=self.project, region=region)
         zones = sorted(z.rsplit("/", 1)[-1] for z in got.zones)
         if not zones:
             raise ProvisionError(f"gcp region {region} lists no zones")
@@ -216,8 +155,8 @@ class GCPProvisioner(CloudBoot):
         region, net = state.region, self._network(tid)
         labels = gcp_labels(tags)
         subnet = f"{net}-{region}"
-        self._wait(
-            self._mutate(
+        self.api.wait(
+            self.api.mutate(
                 "SubnetworksClient",
                 "insert",
                 project=self.project,
@@ -247,7 +186,7 @@ class GCPProvisioner(CloudBoot):
             )
             state.host_keys[name] = host_key.public
         for name, zone in state.instances.items():
-            inst = self._client("InstancesClient").get(
+            inst = self.api.client("InstancesClient").get(
                 project=self.project, zone=zone, instance=name
             )
             state.public_ips[name] = inst.network_interfaces[0].access_configs[0].nat_i_p
@@ -297,8 +236,8 @@ class GCPProvisioner(CloudBoot):
                 scheduling=scheduling,
             )
             try:
-                self._wait(
-                    self._mutate(
+                self.api.wait(
+                    self.api.mutate(
                         "InstancesClient",
                         "insert",
                         project=self.project,
@@ -309,7 +248,7 @@ class GCPProvisioner(CloudBoot):
                     region,
                 )
                 return zone
-            except _NoCapacity as exc:
+            except NoCapacity as exc:
                 log.info("gcp zone %s has no capacity for %s: %s", zone, self.machine_type, exc)
                 tried.append(zone)
         raise QuotaError(
@@ -322,6 +261,13 @@ class GCPProvisioner(CloudBoot):
         check_transfer_id(transfer_id)
         wanted = {r: n for r, n in vms.items() if n > 0}
         by_name = {region_of(r, "gcp"): r for r in wanted}
+        longest = max((f"{r}-{n - 1}" for r, n in zip(by_name, wanted.values(), strict=True)),
+                      key=len, default="")  # fmt: skip
+        if len(f"{self._network(transfer_id)}-{longest}") > 63:
+            raise ProvisionError(
+                f"transfer id {transfer_id!r} is too long for Compute Engine names "
+                f"({self._network(transfer_id)}-{longest} > 63 characters): use a shorter one"
+            )
         self.resolve_client_cidr()
         all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
         created: dict[str, Any] = {}
@@ -389,8 +335,8 @@ class GCPProvisioner(CloudBoot):
         """Open the gateway ports to exactly the control plane and these gateway addresses."""
         net = self._network(transfer_id)
         ranges = sorted({self.client_cidr or "", *(f"{a}/32" for a in addresses)} - {""})
-        self._wait(
-            self._mutate(
+        self.api.wait(
+            self.api.mutate(
                 "FirewallsClient",
                 "patch",
                 project=self.project,
@@ -426,22 +372,13 @@ class GCPProvisioner(CloudBoot):
 
     # ------------------------------------------------------------------ tear-down
 
-    def _delete(self, op_factory: Callable[[], Any], what: str, region: str) -> bool:
-        from google.api_core.exceptions import NotFound
-
-        try:
-            self._wait(op_factory(), what, region)
-            return True
-        except NotFound:
-            return False
-
     def _cleanup(self, created: Mapping[str, Any], states: Sequence[_Region]) -> list[str]:
         """Delete instances, then firewalls, subnets and the network; returns what was deleted."""
         deleted: list[str] = []
-        inst = self._client("InstancesClient")
+        inst = self.api.client("InstancesClient")
         pairs = [(s.region, n, z) for s in states for n, z in s.instances.items()]
         results = _run_all(
-            lambda p: self._delete(
+            lambda p: self.api.delete(
                 lambda: inst.delete(project=self.project, zone=p[2], instance=p[1]),
                 f"instance {p[1]}",
                 p[0],
@@ -450,22 +387,22 @@ class GCPProvisioner(CloudBoot):
             raise_first=False,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
-        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results) if r is True]
+        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results, strict=True) if r]
+        fws = self.api.client("FirewallsClient")
         for fw in created.get("firewalls", []):
-            fws = self._client("FirewallsClient")
-            if self._delete(lambda fw=fw: fws.delete(project=self.project, firewall=fw), fw, "-"):
+            if self.api.delete(partial(fws.delete, project=self.project, firewall=fw), fw, "-"):
                 deleted.append(f"gcp:global:firewall/{fw}")
-        subs = self._client("SubnetworksClient")
+        subs = self.api.client("SubnetworksClient")
         for s in states:
-            if s.subnet and self._delete(
-                lambda s=s: subs.delete(project=self.project, region=s.region, subnetwork=s.subnet),
+            if s.subnet and self.api.delete(
+                partial(subs.delete, project=self.project, region=s.region, subnetwork=s.subnet),
                 f"subnetwork {s.subnet}",
                 s.region,
             ):
                 deleted.append(f"gcp:{s.region}:subnetwork/{s.subnet}")
         if created.get("network"):
-            nets = self._client("NetworksClient")
-            if self._delete(
+            nets = self.api.client("NetworksClient")
+            if self.api.delete(
                 lambda: nets.delete(project=self.project, network=created["network"]),
                 created["network"],
                 "global",
@@ -501,7 +438,9 @@ class GCPProvisioner(CloudBoot):
         prefix = self._network(transfer_id) if transfer_id else NAME_PREFIX
         states: dict[str, _Region] = {}
         want_label = transfer_id.lower() if transfer_id else None
-        for zone, scoped in self._client("InstancesClient").aggregated_list(project=self.project):
+        for zone, scoped in self.api.client("InstancesClient").aggregated_list(
+            project=self.project
+        ):
             for inst in scoped.instances:
                 labels = dict(inst.labels)
                 if GCP_LABEL_TRANSFER not in labels:
@@ -515,18 +454,19 @@ class GCPProvisioner(CloudBoot):
                 states.setdefault(region, _Region(region=region, index=0)).instances[inst.name] = z
         nets = [
             n
-            for n in self._client("NetworksClient").list(project=self.project)
-            if n.name.startswith(prefix) and _old_enough(n.description, older_than_seconds)
+            for n in self.api.client("NetworksClient").list(project=self.project)
+            if (n.name == prefix if transfer_id else n.name.startswith(prefix))
+            and _old_enough(n.description, older_than_seconds)
         ]
         created: dict[str, Any] = {}
         deleted: list[str] = []
         names = {n.name for n in nets}
         created["firewalls"] = [
             f.name
-            for f in self._client("FirewallsClient").list(project=self.project)
+            for f in self.api.client("FirewallsClient").list(project=self.project)
             if f.network.rsplit("/", 1)[-1] in names
         ]
-        for region, scoped in self._client("SubnetworksClient").aggregated_list(
+        for region, scoped in self.api.client("SubnetworksClient").aggregated_list(
             project=self.project
         ):
             for sub in scoped.subnetworks:
@@ -541,10 +481,6 @@ class GCPProvisioner(CloudBoot):
         for net in names:
             deleted += self._cleanup({"network": net}, [])
         return deleted
-
-
-class _NoCapacity(ProvisionError):
-    """This zone has no capacity for the machine type: the next zone is tried."""
 
 
 def _old_enough(description: str, older_than_seconds: float | None) -> bool:

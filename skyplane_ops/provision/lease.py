@@ -91,11 +91,16 @@ class LeaseKeeper:
         self.renew(self.lease_s)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 3.0) -> None:
+        """Stop renewing and leave the linger lease, waiting at most ``wait_s`` for it (a hung
+        gateway must not hold the caller; an unrenewed one stops by itself anyway)."""
         self._stop.set()
-        self._thread.join(timeout=30)
         if self.linger_s > 0:
-            self.renew(self.linger_s)
+            final = threading.Thread(
+                target=self.renew, args=(self.linger_s,), name="lease-linger", daemon=True
+            )
+            final.start()
+            final.join(timeout=wait_s)
 
 
 @contextmanager

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -77,6 +78,18 @@ def _sh(*argv: str, ns: str | None = None, check: bool = True) -> str:
     if check and proc.returncode != 0:
         raise ProvisionError(f"'{' '.join(cmd)}' failed: {proc.stderr.strip()}")
     return proc.stdout
+
+
+def _batch(tool: str, lines: Sequence[str], ns: str | None = None) -> None:
+    """Run ``ip``/``tc`` commands from stdin in one process (in namespace ``ns``)."""
+    if not lines:
+        return
+    cmd = [tool, *(["-n", ns] if ns else []), "-batch", "-"]
+    proc = subprocess.run(
+        cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise ProvisionError(f"'{' '.join(cmd)}' failed: {proc.stderr.strip()}")
 
 
 def _normalise_grid(grid: Grid) -> dict[tuple[str, str], float]:
@@ -240,33 +253,54 @@ class Testbed:
                 raise
 
     def _build(self) -> None:
+        """Create it in a few ``ip -batch`` / ``tc -batch`` runs (one per step and namespace
+        instead of one process per command: ~20 processes for 4 regions, not ~100)."""
+        mgmt = f"10.77.{248 + self.slot}"
+        root: list[str] = []
+        inside: dict[str, list[str]] = {self.namespace(r): [] for r in self.regions}
+        routes: list[str] = []
         for i, region in enumerate(self.regions):
             ns = self.namespace(region)
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "link", "set", "lo", "up", ns=ns)
-            _sh("ip", "addr", "add", f"{self.address(region)}/32", "dev", "lo", ns=ns)
             # Management link to the root namespace (unshaped): the control plane's path.
-            root_end, ns_end = self._root_veth(i), "smgmt"
-            _sh("ip", "link", "add", root_end, "type", "veth", "peer", "name", ns_end, "netns", ns)
-            mgmt = f"10.77.{248 + self.slot}"
-            _sh("ip", "addr", "add", f"{mgmt}.{4 * i + 1}/30", "dev", root_end)
-            _sh("ip", "link", "set", root_end, "up")
-            _sh("ip", "addr", "add", f"{mgmt}.{4 * i + 2}/30", "dev", ns_end, ns=ns)
-            _sh("ip", "link", "set", ns_end, "up", ns=ns)
-            _sh("ip", "route", "add", f"{self.address(region)}/32", "via", f"{mgmt}.{4 * i + 2}")
+            root_end = self._root_veth(i)
+            root += [
+                f"netns add {ns}",
+                f"link add {root_end} type veth peer name smgmt netns {ns}",
+                f"addr add {mgmt}.{4 * i + 1}/30 dev {root_end}",
+                f"link set {root_end} up",
+            ]
+            inside[ns] += [
+                "link set lo up",
+                f"addr add {self.address(region)}/32 dev lo",
+                f"addr add {mgmt}.{4 * i + 2}/30 dev smgmt",
+                "link set smgmt up",
+            ]
+            routes.append(f"route add {self.address(region)}/32 via {mgmt}.{4 * i + 2}")
+        _batch("ip", root)
+        _batch("ip", routes)
+        veths: dict[str, list[str]] = {ns: [] for ns in inside}
+        ends: dict[str, list[str]] = {ns: [] for ns in inside}
+        shaping: dict[str, list[str]] = {ns: [] for ns in inside}
         for link in self.links:
             ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)
             va, vb = self._veth(link, "a"), self._veth(link, "b")
             addr_a, addr_b = link.addresses(self.slot)
-            _sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb, "netns", ns_b, ns=ns_a)
+            veths[ns_a].append(f"link add {va} type veth peer name {vb} netns {ns_b}")
             for ns, dev, addr, peer_region, via, mbit in (
                 (ns_a, va, addr_a, link.b, addr_b, link.mbit_ab),
                 (ns_b, vb, addr_b, link.a, addr_a, link.mbit_ba),
             ):
-                _sh("ip", "addr", "add", f"{addr}/30", "dev", dev, ns=ns)
-                _sh("ip", "link", "set", dev, "up", ns=ns)
-                _sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", *tbf_args(mbit), ns=ns)
-                _sh("ip", "route", "add", f"{self.address(peer_region)}/32", "via", via, ns=ns)
+                ends[ns] += [
+                    f"addr add {addr}/30 dev {dev}",
+                    f"link set {dev} up",
+                    f"route add {self.address(peer_region)}/32 via {via}",
+                ]
+                shaping[ns].append(f"qdisc add dev {dev} root tbf {' '.join(tbf_args(mbit))}")
+        for step in (inside, veths, ends):
+            for ns, lines in step.items():
+                _batch("ip", lines, ns)
+        for ns, lines in shaping.items():
+            _batch("tc", lines, ns)
 
     def add_delay(self, src: str, dst: str, port: int, delay_ms: float) -> None:
         """Add ``delay_ms`` of round-trip time to TCP connections from ``src`` to ``dst:port``.
@@ -332,6 +366,24 @@ class Testbed:
         }
 
 
+def wan_grid(
+    sites: Sequence[str], direct_mbit: float, relay_mbit: float, cross_mbit: float
+) -> dict[str, float]:
+    """A WAN grid (Gbps; with ``scale=1`` the testbed shapes Gbps * 1000 Mbit/s) over
+    ``sites`` = (source, destination, relay, ...): the direct link is ``direct_mbit`` each
+    way, every relay has its own links of ``relay_mbit`` to both ends (independent of the
+    other relays'), and links between relays carry ``cross_mbit``. tbf links fill with one
+    or two connections."""
+    src, dst, *relays = sites
+    grid = {f"{src}->{dst}": direct_mbit / 1000, f"{dst}->{src}": direct_mbit / 1000}
+    for relay in relays:
+        for a, b in ((src, relay), (relay, dst)):
+            grid[f"{a}->{b}"] = grid[f"{b}->{a}"] = relay_mbit / 1000
+    for a, b in combinations(relays, 2):
+        grid[f"{a}->{b}"] = grid[f"{b}->{a}"] = cross_mbit / 1000
+    return grid
+
+
 _LOCK_FILE = "/run/skyplane-ops-netns.lock"
 SLOTS = 8
 
@@ -352,19 +404,26 @@ def list_namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _kill_namespace_processes(ns: str) -> None:
+def _kill_namespace_processes(namespaces: Sequence[str]) -> None:
+    """TERM every process of every namespace at once, wait for them all, KILL what is left."""
+
+    def pids() -> list[int]:
+        return [
+            int(p) for ns in namespaces for p in _sh("ip", "netns", "pids", ns, check=False).split()
+        ]
+
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-        pids = [int(p) for p in _sh("ip", "netns", "pids", ns, check=False).split()]
-        if not pids:
+        alive = pids()
+        if not alive:
             return
-        for pid in pids:
+        for pid in alive:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if not _sh("ip", "netns", "pids", ns, check=False).split():
+            if not pids():
                 return
             time.sleep(0.05)
 
@@ -372,12 +431,12 @@ def _kill_namespace_processes(ns: str) -> None:
 def teardown_namespaces(namespaces: Sequence[str], root_veths: Sequence[str]) -> list[str]:
     """Delete namespaces (after killing their processes) and root veths; idempotent."""
     existing = set(list_namespaces())
+    ours = [ns for ns in namespaces if ns in existing]
+    _kill_namespace_processes(ours)
     removed = []
-    for ns in namespaces:
-        if ns in existing:
-            _kill_namespace_processes(ns)
-            _sh("ip", "netns", "del", ns)
-            removed.append(f"netns:{ns}")
+    for ns in ours:
+        _sh("ip", "netns", "del", ns)
+        removed.append(f"netns:{ns}")
     links = _sh("ip", "-o", "link", "show", check=False)
     for veth in root_veths:
         if re.search(rf"^\d+: {re.escape(veth)}[@:]", links, re.M):
@@ -419,7 +478,11 @@ class NetnsProvisioner:
         python: str = sys.executable,
         idle_timeout: float = 900.0,
         ready_timeout: float = 30.0,
+        hosts_per_region: int = 1,
     ) -> None:
+        if hosts_per_region < 1:
+            raise ProvisionError(f"hosts_per_region must be at least 1, got {hosts_per_region}")
+        self.hosts_per_region = hosts_per_region
         self.grid: Grid = grid or {}
         self.scale = scale
         self.default_gbps = default_gbps
@@ -432,6 +495,12 @@ class NetnsProvisioner:
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
     ) -> GatewayFleet:
         require_root()
+        crowded = {r: n for r, n in vms.items() if n > self.hosts_per_region}
+        if crowded:
+            raise ProvisionError(
+                f"the netns testbed has {self.hosts_per_region} host(s) per region; the plan "
+                f"asks for {crowded} (set hosts_per_region)"
+            )
         testbed = Testbed.plan(
             transfer_id,
             [r for r, n in vms.items() if n > 0],
@@ -445,11 +514,17 @@ class NetnsProvisioner:
         try:
             testbed.build()
             bundle = build_bundle()
-            gateways = [
-                self._start_agent(testbed, region, i, workdir, bundle.path, secret_ref)
-                for region in testbed.regions
-                for i in range(vms[region])
-            ]
+            # Agents start in parallel: each waits for its ready file and health check.
+            slots = [(region, i) for region in testbed.regions for i in range(vms[region])]
+            with ThreadPoolExecutor(max_workers=min(16, len(slots))) as pool:
+                gateways = list(
+                    pool.map(
+                        lambda slot: self._start_agent(
+                            testbed, slot[0], slot[1], workdir, bundle.path, secret_ref
+                        ),
+                        slots,
+                    )
+                )
             if any(link.delay_ms > 0 for link in testbed.links):
                 gateways = [_open_probe_server(g, secret_ref) for g in gateways]
             for link in testbed.links:

@@ -16,7 +16,6 @@ import os
 import posixpath
 import shlex
 import time
-import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -35,6 +34,7 @@ from skyplane_ops.provision.bundle import (
     unpack_wheels_command,
 )
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.inventory import RegionAttrs, load_document, parse_regions
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
     create_secret,
@@ -81,10 +81,36 @@ class SSHHost:
     control_port: int = 0
     data_port: int = 0
     remote_root: str = DEFAULT_REMOTE_ROOT
+    # Several networks: SSH uses ``address``, the control plane ``control_address``, peers
+    # ``data_address``, and a peer region listed in ``peer_addresses`` the address given there.
+    control_address: str | None = None
+    data_address: str | None = None
+    peer_addresses: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.address, str) or not self.address:
+            raise ProvisionError(f"host in region {self.region!r} has no 'address'")
+        peers = self.peer_addresses
+        if not isinstance(peers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in peers.items()
+        ):
+            raise ProvisionError(
+                f"host {self.address}: 'peer_addresses' must map peer region ids to addresses"
+            )
+        object.__setattr__(self, "peer_addresses", dict(peers))
 
     @property
     def label(self) -> str:
         return f"{self.user}@{self.address}:{self.port}"
+
+    @property
+    def control_host(self) -> str:
+        """Where the control plane reaches the agent."""
+        return self.control_address or self.address
+
+    def data_addresses(self) -> dict[str, str]:
+        """Peer region (or ``*`` for any other) -> the address a peer there dials."""
+        return {"*": self.data_address or self.control_host, **self.peer_addresses}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,33 +118,25 @@ class SSHHost:
 
 @dataclass
 class SSHInventory:
-    """Hosts per region. Loaded from JSON or TOML: ``{"regions": {"REGION": [{host}, ...]}}``."""
+    """Hosts per region, and each region's attributes (see ``provision.inventory``)."""
 
     hosts: dict[str, list[SSHHost]] = field(default_factory=dict)
+    regions: dict[str, RegionAttrs] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SSHInventory:
-        regions = data.get("regions", data)
+        entries, attrs = parse_regions(data)
         hosts: dict[str, list[SSHHost]] = {}
-        for region, entries in regions.items():
+        for region, listed in entries.items():
             try:
-                hosts[region] = [SSHHost(**{**entry, "region": region}) for entry in entries]
+                hosts[region] = [SSHHost(**{**entry, "region": region}) for entry in listed]
             except TypeError as exc:
                 raise ProvisionError(f"bad inventory entry for region {region!r}: {exc}") from exc
-        return cls(hosts)
+        return cls(hosts, attrs)
 
     @classmethod
     def load(cls, path: str | Path) -> SSHInventory:
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ProvisionError(f"cannot read SSH inventory {path}: {exc}") from exc
-        try:
-            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-        except (ValueError, tomllib.TOMLDecodeError) as exc:
-            raise ProvisionError(f"SSH inventory {path} is not valid: {exc}") from exc
-        return cls.from_dict(data)
+        return cls.from_dict(load_document(path))
 
     def all_hosts(self) -> list[SSHHost]:
         return [h for hosts in self.hosts.values() for h in hosts]
@@ -403,10 +421,15 @@ def bootstrap_gateway(
         gateway = Gateway(
             gateway_id=gw_id,
             region=host.region,
-            host=host.address,
+            host=host.control_host,
             control_port=int(ready["control_port"]),
             data_port=int(ready["data_port"]),
-            resources={"ssh": host.to_dict(), "remote_dir": remote_dir, "pid": pid},
+            resources={
+                "ssh": host.to_dict(),
+                "remote_dir": remote_dir,
+                "pid": pid,
+                "data_addresses": host.data_addresses(),
+            },
         )
         wait_healthy(gateway.host, gateway.control_port, secret_bytes(secret_ref))
         return gateway

@@ -84,6 +84,8 @@ def backend_options_for(value: str | None, backend: str) -> dict[str, Any]:
             raise ProvisionError(
                 f"{where} mixes per-backend tables ({', '.join(sorted(tables))}) with options"
             )
+        if backend == "mixed" and "mixed" not in tables:  # mixed takes the clouds' tables
+            return {k: v for k, v in tables.items() if k in ("aws", "azure", "gcp")}
         return dict(tables.get(backend, {}))
     if backend == "ssh" and "inventory" not in data and isinstance(data.get("regions"), dict):
         return {"inventory": data}

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -32,7 +33,7 @@ from gateway_agent.auth import seal
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
 from skyplane_ops.provision.lease import LINGER_S, keep_alive
 from skyplane_ops.transfer.liveness import DeadPath, HopWatch
 from skyplane_ops.transfer.manifest import Chunk
@@ -53,7 +54,10 @@ def _status_of(client: GatewayClient, *, job_id: str, cursor: int) -> dict[str, 
     return client.status(job_id, cursor)
 
 
+# Chunk descriptors per submit request, and segments per request: a batch of small objects is
+# one chunk of up to 256 segments, so the request body stays a few hundred KiB.
 SUBMIT_BATCH = 500
+SUBMIT_SEGMENTS = 4096
 
 
 @dataclass
@@ -77,6 +81,10 @@ class DispatchOptions:
     lease_linger_s: float = LINGER_S
     reader_threads: int = 8
     writer_threads: int = 8
+    # Chunks submitted and not yet finished, per source gateway: the rest waits in the control
+    # plane, so a gateway holds a bounded batch of work at any object count (and a dead path
+    # has few chunks to move).
+    window_chunks: int = 64
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -141,8 +149,18 @@ class Dispatcher:
         self.routes = plan_routes(plan)
         used = {r for route, _ in self.routes for r in route}
         self.gateways: list[Gateway] = [g for g in fleet.gateways if g.region in used]
+        # Start and submit: a couple of attempts, bounded so a hung gateway cannot hold the
+        # dispatch loop much longer than the hop timeout.
+        bounded = min(30.0, max(5.0, self.options.hop_timeout / 2))
         self.clients = {
-            g.gateway_id: GatewayClient(g.host, g.control_port, secret, gateway_id=g.gateway_id)
+            g.gateway_id: GatewayClient(
+                g.host,
+                g.control_port,
+                secret,
+                timeout=bounded,
+                attempts=2,
+                gateway_id=g.gateway_id,
+            )
             for g in self.gateways
         }
         # Status polls and stops: one attempt, short timeout (liveness decides, not retries).
@@ -205,7 +223,11 @@ class Dispatcher:
             "routes": {str(i): route for i, (route, _) in enumerate(self.routes)},
             "gateways": {
                 region: [
-                    {"id": g.gateway_id, "host": g.host, "data_port": g.data_port}
+                    {
+                        "id": g.gateway_id,
+                        "host": data_host(g, gateway.region),
+                        "data_port": g.data_port,
+                    }
                     for g in self.fleet.in_region(region)
                 ]
                 for region in {r for route, _ in self.routes for r in route}
@@ -274,8 +296,15 @@ class Dispatcher:
             gid = self._pick_source(path, c.nbytes)
             per_gateway.setdefault(gid, []).append(self._descriptor(c, path, uploads))
         for gid, descs in per_gateway.items():
-            for i in range(0, len(descs), SUBMIT_BATCH):
-                batch = descs[i : i + SUBMIT_BATCH]
+            batch: list[dict[str, Any]] = []
+            segments = 0
+            for d in descs:
+                if batch and (len(batch) >= SUBMIT_BATCH or segments >= SUBMIT_SEGMENTS):
+                    self._call(gid, partial(_submit_to, job_id=self.job_id, batch=batch))
+                    batch, segments = [], 0
+                batch.append(d)
+                segments += len(d["segs"])
+            if batch:
                 self._call(gid, partial(_submit_to, job_id=self.job_id, batch=batch))
 
     # ---- run -------------------------------------------------------------------------------------
@@ -298,15 +327,15 @@ class Dispatcher:
                         linger_s=self.options.lease_linger_s,
                     )
                 )
-            pollers = stack.enter_context(
-                ThreadPoolExecutor(
-                    max_workers=max(1, len(self.gateways)), thread_name_prefix="poll"
-                )
+            # Not a ``with`` block: leaving must not wait for a poll stuck on a hung gateway.
+            pollers = ThreadPoolExecutor(
+                max_workers=max(1, 2 * len(self.gateways)), thread_name_prefix="poll"
             )
             try:
                 return self._run(chunks, uploads, on_done, progress, pollers)
             finally:
                 self.stop(pollers)
+                pollers.shutdown(wait=False, cancel_futures=True)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _start_jobs(self) -> None:
@@ -332,12 +361,25 @@ class Dispatcher:
         pollers: ThreadPoolExecutor,
     ) -> DispatchStats:
         stats = DispatchStats(chunks=len(chunks))
-        pending = {c.chunk_id: c for c in chunks}
+        # ``queued``: not yet sent to any gateway; ``pending``: submitted and not finished.
+        queued = deque(chunks)
+        pending: dict[int, Chunk] = {}
         total_bytes = sum(c.nbytes for c in chunks)
-        next_id = max(pending, default=-1) + 1
+        next_id = max((c.chunk_id for c in chunks), default=-1) + 1
+        window = max(1, self.options.window_chunks) * max(
+            1, len({g.gateway_id for r, _ in self.routes for g in self.fleet.in_region(r[0])})
+        )
+
+        def top_up() -> None:
+            batch = [queued.popleft() for _ in range(min(len(queued), window - len(pending)))]
+            for c in batch:
+                pending[c.chunk_id] = c
+            if batch:
+                self._submit(batch, uploads)
+
         t0 = time.monotonic()
         self._start_jobs()
-        self._submit(chunks, uploads)
+        top_up()
         watch = HopWatch(
             [r for r, _ in self.routes],
             {
@@ -352,7 +394,7 @@ class Dispatcher:
         cursors = dict.fromkeys(self.clients, 0)
         polls: dict[str, Future[dict[str, Any]]] = {}
         last_progress = time.monotonic()
-        while pending:
+        while pending or queued:
             finished: list[tuple[Chunk, list[int]]] = []
             retry: list[Chunk] = []
             failure: TransferError | None = None
@@ -421,13 +463,14 @@ class Dispatcher:
             if retry:
                 self._submit(retry, uploads)
             self._check_paths(watch, pending, stats)
+            top_up()
             if progress is not None:
                 elapsed = time.monotonic() - t0
                 progress(
                     Progress(
                         bytes_done=stats.bytes_done,
                         bytes_total=total_bytes,
-                        chunks_done=stats.chunks - len(pending),
+                        chunks_done=stats.chunks - len(pending) - len(queued),
                         chunks_total=stats.chunks,
                         elapsed_s=round(elapsed, 3),
                         gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
@@ -437,9 +480,9 @@ class Dispatcher:
             if time.monotonic() - last_progress > self.options.stall_timeout:
                 raise TransferError(
                     f"no chunk finished for {self.options.stall_timeout:.0f} s "
-                    f"({len(pending)} chunks outstanding)"
+                    f"({len(pending) + len(queued)} chunks outstanding)"
                 )
-            if pending:
+            if pending or queued:
                 time.sleep(self.options.poll_interval)
         return stats
 
@@ -549,11 +592,29 @@ class Dispatcher:
         stats.dead_hops.append(dead.describe())
         if not any(self._alive):
             raise TransferError(f"{dead.describe()}; the plan has no other path to route around it")
+        self._drop_everywhere(dead.path)
+        self._watch.grace(time.monotonic())  # the other paths get a full window for the extra load
         moved = [c for cid, c in pending.items() if self._chunk_path.get(cid) == dead.path]
         log.warning("%s: moving %d chunk(s) to the other paths", dead.describe(), len(moved))
         stats.rerouted += len(moved)
         if moved:
             self._submit(moved, self._uploads)
+
+    def _drop_everywhere(self, path: int) -> None:
+        """Tell every live gateway of the job that ``path`` is dead, so budget held by chunks
+        waiting for it is freed for the other paths (best effort, in parallel, bounded)."""
+        now = time.monotonic()
+        live = [g for g in self._started if not self._watch.gateway_dead(g, now)]
+
+        def drop(gid: str) -> None:
+            try:
+                self._quick[gid].drop_path(self.job_id, str(path))
+            except GatewayError as exc:
+                log.debug("dropping path %s on %s: %s", path, gid, exc)
+
+        if live:
+            with ThreadPoolExecutor(max_workers=len(live)) as pool:
+                list(pool.map(drop, live))
 
     def stop(self, pollers: ThreadPoolExecutor | None = None) -> None:
         """Stop the job on every gateway it was started on (best effort, in parallel, one short
@@ -566,6 +627,10 @@ class Dispatcher:
                 log.debug("stopping job on %s: %s", gid, exc)
 
         started, self._started = self._started, []
+        watch: HopWatch | None = getattr(self, "_watch", None)
+        if watch is not None:  # a gateway that stopped answering will not answer this either
+            now = time.monotonic()
+            started = [g for g in started if not watch.gateway_dead(g, now)]
         if pollers is None:
             for gid in started:
                 stop_one(gid)

@@ -10,6 +10,7 @@ after a verified success.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -17,6 +18,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from skyplane_ops.errors import TransferError
 
 
 def default_journal_dir() -> Path:
@@ -29,6 +32,81 @@ def transfer_key(
 ) -> str:
     raw = json.dumps([src_uri, dst_uri, part_size, list(include), list(exclude)])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+class JournalLockedError(TransferError):
+    """Another run holds the journal of the same transfer."""
+
+
+class JournalLock:
+    """An exclusive ``flock`` on ``<key>.lock`` next to the journal, held for a whole run.
+
+    Two runs of the same command would append to one journal and complete the same uploads
+    twice; the second one stops (naming the pid that holds the lock) or, with ``wait``, waits.
+    The kernel drops the lock when its holder dies, so a crashed run never blocks the next.
+    The lock file stays (removing it would race with a waiter that has it open).
+    """
+
+    # Locks this process holds (path -> [fd, holders]): a face may take the lock before it
+    # provisions anything and the engine takes it again inside; flock would not nest.
+    _held: dict[Path, list[int]] = {}
+    _held_lock = threading.Lock()
+
+    def __init__(self, directory: Path, key: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = (directory / f"{key}.lock").resolve()
+        self._mine = False
+
+    def __enter__(self) -> JournalLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def acquire(self, wait: bool = False) -> None:
+        with self._held_lock:
+            held = self._held.get(self.path)
+            if held is not None:
+                held[1] += 1
+                self._mine = True
+                return
+        fd = self._lock(wait)
+        with self._held_lock:
+            self._held[self.path] = [fd, 1]
+        self._mine = True
+
+    def release(self) -> None:
+        if not self._mine:
+            return
+        self._mine = False
+        with self._held_lock:
+            held = self._held[self.path]
+            held[1] -= 1
+            if held[1] == 0:
+                del self._held[self.path]
+                os.close(held[0])  # closing the descriptor drops the flock
+
+    def _lock(self, wait: bool) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                    raise JournalLockedError(
+                        f"another run (pid {holder}) is using the journal of this transfer "
+                        f"({self.path}); wait for it to finish or pass --wait-lock "
+                        "(wait_lock=True)"
+                    ) from None
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
 
 class Journal:
@@ -87,8 +165,14 @@ class Journal:
 
     def _forget(self, key: str) -> None:
         self.uploads.pop(key, None)
+        self.committed.pop(key, None)
         for seg_id in [s for s in self.done if s.split(":", 1)[1] == key]:
             del self.done[seg_id]
+
+    def forget(self, key: str) -> None:
+        """Everything recorded for ``key`` is void (it failed verification): a re-run copies it
+        afresh."""
+        self.drop_upload(key)
 
     def drop_upload(self, key: str) -> None:
         """The upload of ``key`` was aborted: forget it and the parts sent to it, so a re-run

@@ -74,6 +74,12 @@ class HopWatch:
     def chunk_finished(self, path: int, now: float) -> None:
         self.finished[path] = now
 
+    def grace(self, now: float) -> None:
+        """Restart the no-progress clocks (after rerouting, the paths left take on more work;
+        gateways that stopped answering stay dead)."""
+        self.finished = [now] * len(self.routes)
+        self.moved = dict.fromkeys(self.moved, now)
+
     # ---- verdicts --------------------------------------------------------------------------------
 
     def gateway_dead(self, gid: str, now: float) -> bool:

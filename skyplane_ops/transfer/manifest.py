@@ -21,7 +21,7 @@ from gateway_agent.stores.base import (
     ReportsSkips,
     SkippedEntry,
 )
-from gateway_agent.stores.errors import StoreError
+from gateway_agent.stores.errors import KeyNotSupportedError, StoreError
 from skyplane_ops.errors import TransferError
 
 MiB = 1024 * 1024
@@ -30,7 +30,7 @@ DEFAULT_BATCH_BYTES = 8 * MiB
 DEFAULT_BATCH_COUNT = 256
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     key: str
     offset: int
@@ -44,7 +44,7 @@ class Segment:
         return f"{self.part}:{self.key}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     chunk_id: int
     segments: list[Segment]
@@ -145,6 +145,21 @@ def list_source(
         )
         raise TransferError(f"no objects{filt} under source {src_uri}")
     return sorted(objects, key=lambda o: o.key)
+
+
+def refused_names(dst: ObjectStore, objects: Iterable[ObjectInfo]) -> dict[str, str]:
+    """Keys the destination cannot hold (``check_name`` raises KeyNotSupportedError: a
+    non-UTF-8 local name bound for a cloud, ``a//b`` bound for a disk), mapped to why."""
+    check = getattr(dst, "check_name", None)
+    if check is None:
+        return {}
+    refused: dict[str, str] = {}
+    for o in objects:
+        try:
+            check(o.key)
+        except KeyNotSupportedError as exc:
+            refused[o.key] = f"destination: {exc}"
+    return refused
 
 
 def build_manifest(

@@ -1,9 +1,15 @@
-"""``TransferResult``: the small summary that goes to XCom, Dagster metadata and the CLI."""
+"""``TransferResult``: the small summary that goes to XCom, Dagster metadata and the CLI, and
+``PartialTransferError``: some objects were copied and verified, others failed or changed."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from skyplane_ops.errors import TransferError
+
+# Exit status of ``skyplane-ops cp``/``sync`` when the run was partial (see README).
+EXIT_PARTIAL = 3
 
 
 @dataclass
@@ -28,6 +34,11 @@ class TransferResult:
     actual_cost_usd: float = 0.0
     verification: dict[str, Any] = field(default_factory=dict)
     uris: dict[str, str] = field(default_factory=dict)
+    status: str = "ok"  # ok | partial (some objects failed or changed; the rest is verified)
+    objects_failed: int = 0
+    objects_changed: int = 0
+    objects_deleted: int = 0  # by sync --delete
+    first_errors: list[str] = field(default_factory=list)  # at most 5, one line each
     # Per path: predicted vs achieved Gbit/s ("under": below 0.7 of the prediction).
     paths: list[dict[str, Any]] = field(default_factory=list)
 
@@ -57,6 +68,13 @@ class TransferResult:
             extra.append(f"{self.chunks_resumed} segments resumed from the journal")
         if self.chunks_resent:
             extra.append(f"{self.chunks_resent} chunks re-sent")
+        if self.objects_deleted:
+            extra.append(f"{self.objects_deleted} deleted (absent from the source)")
+        if self.status != "ok":
+            extra.append(
+                f"PARTIAL: {self.objects_failed} failed, {self.objects_changed} changed during "
+                "the run (re-run to copy them)"
+            )
         if extra:
             lines.append("; ".join(extra))
         for p in self.paths:
@@ -67,6 +85,53 @@ class TransferResult:
                     f"({p['ratio']:.0%}); recorded for the next plan"
                 )
         return "\n".join(lines)
+
+
+class PartialTransferError(TransferError):
+    """Some objects failed (``failed``: key -> why) or changed during the run (``changed``).
+
+    Everything else was copied and verified (``result``, with ``status="partial"``); the
+    destination keeps its existing version of every object that was not copied, and the
+    journal is kept, so re-running the same call copies only the rest.
+    """
+
+    def __init__(self, result: TransferResult, failed: dict[str, str], changed: list[str]) -> None:
+        self.result = result
+        self.failed = dict(sorted(failed.items()))
+        self.keys = sorted(changed)
+        self.failures, self.changed = self.failed, self.keys  # the names ObjectsFailedError used
+        parts = []
+        if self.failed:
+            shown = "; ".join(f"{k!r}: {why}" for k, why in list(self.failed.items())[:3])
+            more = f" (and {len(self.failed) - 3} more)" if len(self.failed) > 3 else ""
+            parts.append(f"{len(self.failed)} object(s) could not be copied: {shown}{more}")
+        if self.keys:
+            shown = ", ".join(self.keys[:3]) + (" ..." if len(self.keys) > 3 else "")
+            parts.append(
+                f"{len(self.keys)} source object(s) changed during the transfer and were not "
+                f"committed: {shown}"
+            )
+        super().__init__(
+            "partial: "
+            + "; ".join(parts)
+            + f"; {result.objects} other object(s) were copied and verified, the rest keep "
+            "their previous copies: re-run the same command to copy them"
+        )
+
+
+# The name the stores branch gave it; one class, so callers may catch either.
+ObjectsFailedError = PartialTransferError
+
+
+class SourceChangedError(PartialTransferError):
+    """Partial, and only because source objects changed while they were copied."""
+
+
+def partial_error(
+    result: TransferResult, failed: dict[str, str], changed: list[str]
+) -> PartialTransferError:
+    cls = PartialTransferError if failed else SourceChangedError
+    return cls(result, failed, changed)
 
 
 def _size(n: int) -> str:

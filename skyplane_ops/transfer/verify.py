@@ -38,10 +38,21 @@ class Verification:
         }
 
 
-def changed_objects(src: ObjectStore, objects: Iterable[ObjectInfo]) -> set[str]:
-    """Keys whose size/etag/mtime differ now from the listing the manifest was built from."""
-    now = {o.key: o for o in src.list()}
-    return {o.key for o in objects if o.key not in now or fingerprint(now[o.key]) != fingerprint(o)}
+def changed_objects(
+    src: ObjectStore, objects: Iterable[ObjectInfo], now: dict[str, ObjectInfo] | None = None
+) -> set[str]:
+    """Keys whose size/etag/mtime differ now from the listing the manifest was built from.
+
+    ``now``, when given, is filled with the fresh source listing (``sync --delete`` uses it).
+    """
+    listing = {o.key: o for o in src.list()}
+    if now is not None:
+        now.update(listing)
+    return {
+        o.key
+        for o in objects
+        if o.key not in listing or fingerprint(listing[o.key]) != fingerprint(o)
+    }
 
 
 def read_back_crc(store: ObjectStore, key: str, size: int) -> int:

@@ -76,6 +76,9 @@ class FakeARM:
     ) -> None:
         self.subscription = subscription
         self.ssh_port = ssh_port
+        self.vm_env: dict[str, str] = {}  # the environment the VMs' processes get
+        self.vm_net: Any = None  # a tests.fakes.netvm.CloudNet: VMs that obey the NSG
+        self._netns: dict[str, str] = {}  # public address -> the VM's namespace
         self.lock = threading.RLock()
         self.store: dict[str, dict[str, Any]] = {}  # lower-cased resource id -> resource
         self.vms: dict[str, LoopbackVM] = {}
@@ -178,12 +181,18 @@ class FakeARM:
             "type": kind,
             "properties": props,
         }
+        if existing and "principalId" in existing.get("identity", {}):  # ARM keeps the identity
+            res["identity"] = {**res.get("identity", {}), **existing["identity"]}
         low = kind.lower()
         if low.endswith("virtualnetworks"):
             for sub in props.get("subnets", []):
                 sub["id"] = f"{path}/subnets/{sub['name']}"
         elif low.endswith("publicipaddresses") and "ipAddress" not in props:
-            props["ipAddress"] = next_address(65)
+            if self.vm_net is not None:  # the VM will be this namespace on the fake network
+                ns, props["ipAddress"] = self.vm_net.attach()
+                self._netns[props["ipAddress"]] = ns
+            else:
+                props["ipAddress"] = next_address(65)
         elif low.endswith("securityrules"):
             nsg = self.store["/".join(key.split("/")[:-2])]
             rules = [r for r in nsg["properties"]["securityRules"] if r["name"] != parts[-1]]
@@ -202,7 +211,34 @@ class FakeARM:
                 self.store[key] = res
                 return 500, _err("InternalServerError", "the answer was lost (injected)")
         self.store[key] = res
+        if low.endswith(("securityrules", "networksecuritygroups", "virtualmachines")):
+            self._enforce()
         return (201 if existing is None else 200), res
+
+    def _enforce(self) -> None:
+        """Give every VM the inbound Allow rules of the NSG on its subnet (default: deny)."""
+        for key, vm in self.vms.items():
+            res = self.store.get(key)
+            if res is None:
+                continue
+            nic = self.store[
+                res["properties"]["networkProfile"]["networkInterfaces"][0]["id"].lower()
+            ]
+            subnet_id = nic["properties"]["ipConfigurations"][0]["properties"]["subnet"]["id"]
+            vnet = self.store[subnet_id.lower().rsplit("/subnets/", 1)[0]]
+            subnet = next(
+                s for s in vnet["properties"]["subnets"] if s["id"].lower() == subnet_id.lower()
+            )
+            nsg_id = subnet["properties"].get("networkSecurityGroup", {}).get("id", "")
+            nsg = self.store.get(nsg_id.lower(), {"properties": {"securityRules": []}})
+            allowed: dict[int, list[str]] = {}
+            for rule in nsg["properties"]["securityRules"]:
+                r = rule["properties"]
+                if r["access"] != "Allow" or r["direction"] != "Inbound":
+                    continue
+                for port in r.get("destinationPortRanges", []):
+                    allowed.setdefault(int(port), []).extend(r.get("sourceAddressPrefixes", []))
+            vm.enforce(allowed)
 
     def _create_vm(self, key: str, res: dict[str, Any]) -> tuple[int, Any] | None:
         props = res["properties"]
@@ -231,7 +267,9 @@ class FakeARM:
         pip_id = nic["properties"]["ipConfigurations"][0]["properties"]["publicIPAddress"]["id"]
         address = self.store[pip_id.lower()]["properties"]["ipAddress"]
         user_data = base64.b64decode(props["osProfile"]["customData"]).decode()
-        self.vms[key] = LoopbackVM.boot(address, self.ssh_port, user_data)
+        self.vms[key] = LoopbackVM.boot(
+            address, self.ssh_port, user_data, self.vm_env, netns=self._netns.get(address)
+        )
         if res.get("identity", {}).get("type") == "SystemAssigned":
             res["identity"]["principalId"] = str(uuid.uuid4())
         self.vm_creations += 1

@@ -3,9 +3,10 @@
 Real HTTP on loopback, real JSON shapes (camelCase as the API sends them), operations that are
 RUNNING when returned and DONE when polled, ``requestId`` de-duplication, and the API's refusal
 to delete a network or subnetwork that is still in use. Faults are injected by the tests:
-``fail_request(n)`` makes the n-th mutating call fail with HTTP 500, ``exhausted_zones`` answer
-ZONE_RESOURCE_POOL_EXHAUSTED and ``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is
-a ``LoopbackVM`` (sshd on its own loopback address) when ``ssh_port`` is set.
+``fail_request(n)`` makes the n-th mutating call fail (HTTP 400, not retried), ``lose_answer``
+answers 503 after doing the work, ``exhausted_zones`` answer ZONE_RESOURCE_POOL_EXHAUSTED and
+``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is a ``LoopbackVM`` (sshd on its own
+loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying the firewall.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class FakeGCE:
     def __init__(self, project: str = "test-project", ssh_port: int | None = None) -> None:
         self.project = project
         self.ssh_port = ssh_port
+        self.vm_env: dict[str, str] = {}  # the environment the VMs' processes get
+        self.vm_net: Any = None  # a tests.fakes.netvm.CloudNet: VMs that obey the firewall
         self.lock = threading.RLock()
         self.networks: dict[str, dict[str, Any]] = {}
         self.firewalls: dict[str, dict[str, Any]] = {}
@@ -41,6 +44,7 @@ class FakeGCE:
         self.by_request_id: dict[str, dict[str, Any]] = {}
         self.mutations: list[str] = []  # "POST /global/networks" ... in order
         self.fail_at: int | None = None
+        self.lose_answer = False  # the next successful POST answers 503 after doing its work
         self.exhausted_zones: set[str] = set()
         self.cpu_quota: int | None = None
         self.inserts = 0  # instance inserts that created something
@@ -72,6 +76,22 @@ class FakeGCE:
                 "subnetworks": sorted(n for _, n in self.subnetworks),
                 "instances": sorted(n for _, n in self.instances),
             }
+
+    def _enforce(self) -> None:
+        """Give every VM the INGRESS rules whose target tags it carries (VPC firewall)."""
+        for key, inst in self.instances.items():
+            vm_tags = set((inst.get("tags") or {}).get("items", []))
+            allowed: dict[int, list[str]] = {}
+            for fw in self.firewalls.values():
+                if fw.get("direction", "INGRESS") != "INGRESS":
+                    continue
+                if not vm_tags & set(fw.get("targetTags", [])):
+                    continue
+                for rule in fw.get("allowed", []):
+                    for port in rule.get("ports", []):
+                        allowed.setdefault(int(port), []).extend(fw.get("sourceRanges", []))
+            if key in self.vms:
+                self.vms[key].enforce(allowed)
 
     # ------------------------------------------------------------------ operations
 
@@ -106,8 +126,13 @@ class FakeGCE:
                     return 200, self.by_request_id[rid[1]]  # an idempotent retry
                 self.mutations.append(f"{method} {rest}")
                 if self.fail_at is not None and len(self.mutations) == self.fail_at:
-                    return 500, _err(500, f"injected failure of {method} {rest}")
+                    return 400, _err(400, f"injected failure of {method} {rest}", "invalid")
             status, result = self._route(method, rest, body)
+            if self.lose_answer and method == "POST" and status == 200:
+                self.lose_answer = False  # done, remembered under its requestId, answer lost
+                if rid:
+                    self.by_request_id[rid[1]] = result
+                return 503, _err(503, "backend error (injected: the answer was lost)")
             if rid and method != "GET" and status == 200:
                 self.by_request_id[rid[1]] = result
             return status, result
@@ -139,13 +164,16 @@ class FakeGCE:
             case ("POST", ["global", "firewalls"]):
                 if body["network"].rsplit("/", 1)[-1] not in self.networks:
                     return 404, _err(404, f"network of firewall {body['name']} not found")
-                return self._create(self.firewalls, body["name"], body, "global")
+                created = self._create(self.firewalls, body["name"], body, "global")
+                self._enforce()
+                return created
             case ("GET", ["global", "firewalls"]):
                 return 200, {"items": list(self.firewalls.values())}
             case ("PATCH", ["global", "firewalls", name]):
                 if name not in self.firewalls:
                     return 404, _err(404, f"firewall {name}")
                 self.firewalls[name].update(body)
+                self._enforce()
                 return 200, self.op("global", name)
             case ("DELETE", ["global", "firewalls", name]):
                 return self._delete(self.firewalls, name, "global")
@@ -220,12 +248,16 @@ class FakeGCE:
             return 404, _err(404, f"subnetwork {subnet} not found in {region}")
         if (zone, body["name"]) in self.instances:
             return 409, _err(409, f"instance {body['name']} already exists", "alreadyExists")
-        address = next_address(64)
         user_data = next(i["value"] for i in body["metadata"]["items"] if i["key"] == "user-data")
-        self.vms[(zone, body["name"])] = LoopbackVM.boot(address, self.ssh_port, user_data)
-        body["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = address
+        if self.vm_net is not None:
+            vm = self.vm_net.boot(self.ssh_port, user_data, self.vm_env)
+        else:
+            vm = LoopbackVM.boot(next_address(64), self.ssh_port, user_data, self.vm_env)
+        self.vms[(zone, body["name"])] = vm
+        body["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = vm.address
         body.update(status="RUNNING", zone=zone, _subnet=subnet)
         self.instances[(zone, body["name"])] = body
+        self._enforce()
         self.inserts += 1
         return 200, self.op(f"zones/{zone}", body["name"])
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,10 +38,21 @@ class LoopbackVM:
     address: str
     proc: subprocess.Popen[bytes] | None
     workdir: Path
+    netns: str | None = None  # set when the VM is a namespace on a ``CloudNet``
 
     @classmethod
-    def boot(cls, address: str, ssh_port: int | None, user_data: str) -> LoopbackVM:
-        """Apply the user-data like cloud-init would; start sshd unless ``ssh_port`` is None."""
+    def boot(
+        cls,
+        address: str,
+        ssh_port: int | None,
+        user_data: str,
+        env: Mapping[str, str] | None = None,
+        netns: str | None = None,
+    ) -> LoopbackVM:
+        """Apply the user-data like cloud-init would; start sshd unless ``ssh_port`` is None.
+
+        ``env`` is what the VM's environment gives its processes (on a real VM: an instance
+        role or a metadata server; here: the emulators' endpoints and test credentials)."""
         workdir = Path(tempfile.mkdtemp(prefix="fakevm-"))
         config = parse_cloud_init(user_data)
         keys = config["ssh_keys"]
@@ -52,7 +64,7 @@ class LoopbackVM:
         ]
         (workdir / "authorized_keys").write_text("\n".join(authorized) + "\n")
         if ssh_port is None:
-            return cls(address, None, workdir)
+            return cls(address, None, workdir, netns)
         (workdir / "sshd_config").write_text(
             "\n".join(
                 [
@@ -68,18 +80,29 @@ class LoopbackVM:
                     "PermitRootLogin yes",
                     "Subsystem sftp internal-sftp",
                     "LogLevel ERROR",
+                    # one line: sshd uses only the first SetEnv it reads
+                    *(["SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())] if env else []),
                     "",
                 ]
             )
         )
         os.makedirs("/run/sshd", exist_ok=True)
+        prefix = ["ip", "netns", "exec", netns] if netns else []
         proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(workdir / "sshd_config")],
+            [*prefix, SSHD, "-D", "-e", "-f", str(workdir / "sshd_config")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         wait_for_port(ssh_port, host=address, timeout=10)
-        return cls(address, proc, workdir)
+        return cls(address, proc, workdir, netns)
+
+    def enforce(self, allowed: Mapping[int, Sequence[str]]) -> None:
+        """Apply firewall rules the cloud was given: TCP port -> admitted source CIDRs, all
+        other inbound TCP refused (nftables in the VM's namespace; loopback VMs cannot)."""
+        if self.netns:
+            from tests.fakes.netvm import apply_rules
+
+            apply_rules(self.netns, allowed)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -243,10 +243,11 @@ class KillCase:
 REGION_OF = {"source": SRC, "relay": RELAY, "sink": DST}
 
 
-def slow_hooks(sink_bps: float) -> dict[str, dict[str, float]]:
-    """A relay that waits a little per chunk and a sink that writes at ``sink_bps``, so every
-    process still holds work when it is signalled (test hooks of the agent)."""
-    return {RELAY: {"relay_delay_s": 0.15}, DST: {"sink_rate_bps": sink_bps}}
+def slow_hooks(rate_bps: float) -> dict[str, dict[str, float]]:
+    """A source that reads at ``rate_bps`` per reader thread (test hook of the agent): the
+    source is the bottleneck, so when a process is signalled most bytes are still unread and
+    kernel socket buffers cannot carry the copy past a stopped gateway."""
+    return {SRC: {"source_rate_bps": rate_bps}}
 
 
 def _fleet(
@@ -291,15 +292,17 @@ def gateway_kill_case(
     *,
     hop_timeout: float,
     lease_s: float,
-    sink_bps: float,
+    rate_bps: float,
     paths: tuple[list[str], ...] = ([SRC, RELAY, DST],),
+    big: int = 3,
+    big_mib: int = 8,
 ) -> KillCase:
     """Kill one gateway of ``paths`` (src -> relay -> sink) mid-copy; check, resume, check."""
     case = KillCase(target, sig)
     src, dst, journal = root / "src", root / "dst", root / "journal"
     src.mkdir(parents=True)
     dst.mkdir()
-    old, new = dataset(src, dst)
+    old, new = dataset(src, dst, big=big, big_mib=big_mib)
     total = sum(len(v) for v in new.values())
     plan = make_plan(*paths)
     prov, fleet = _fleet(plan, lease_s)
@@ -321,7 +324,7 @@ def gateway_kill_case(
                 part_size=2 * MiB, progress=on_progress,
                 dispatch=DispatchOptions(
                     hop_timeout=hop_timeout, lease_linger_s=0,
-                    test_hooks=slow_hooks(sink_bps),
+                    test_hooks=slow_hooks(rate_bps),
                 ),
             )  # fmt: skip
         except TransferError as exc:
@@ -377,14 +380,21 @@ def _agents_of(home: Path) -> list[int]:
 
 
 def cli_kill_case(
-    sig: str, root: Path, *, hop_timeout: float, lease_s: float, sink_bps: float
+    sig: str,
+    root: Path,
+    *,
+    hop_timeout: float,
+    lease_s: float,
+    rate_bps: float,
+    big: int = 3,
+    big_mib: int = 8,
 ) -> KillCase:
     """Signal the ``skyplane-ops cp`` process mid-copy; its gateways must not outlive it."""
     case = KillCase("cli", sig)
     src, dst, journal, home = root / "src", root / "dst", root / "journal", root / "home"
     src.mkdir(parents=True)
     dst.mkdir()
-    old, new = dataset(src, dst)
+    old, new = dataset(src, dst, big=big, big_mib=big_mib)
     total = sum(len(v) for v in new.values())
     plan = make_plan([SRC, RELAY, DST])
     plan_file = root / "plan.json"
@@ -395,7 +405,7 @@ def cli_kill_case(
         "--src-region", SRC, "--dst-region", DST, "--plan", str(plan_file),
         "--journal-dir", str(journal), "--chunk-mib", "2", "--json",
         "--backend-options", json.dumps({"lease_s": lease_s, "idle_timeout": 300}),
-        "--gateway-test-hooks", json.dumps(slow_hooks(sink_bps)),
+        "--gateway-test-hooks", json.dumps(slow_hooks(rate_bps)),
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO, text=True,

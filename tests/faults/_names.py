@@ -39,20 +39,23 @@ NEWLINE = "new\nline.txt"
 DOUBLE_SLASH = "double//slash//key"
 NOT_UTF8 = os.fsdecode(b"latin1-\xe9t\xe9.txt")  # a local file name that is not UTF-8
 
+# 1016 characters but 2032 bytes: within Azure's limit (characters), over S3's and GCS's (bytes).
+WIDE_KEY = "é" * (1024 - PREFIX_BYTES)
+
 HOLDS: dict[str, list[str]] = {
     "memory": [*COMMON, NEWLINE, DOUBLE_SLASH],
     "local": [*COMMON, NEWLINE, NOT_UTF8],
     # moto_server answers 404 to a key with a line break (real S3 holds it): not tested here.
     "s3": [*COMMON, DOUBLE_SLASH],
-    "azure": [*COMMON, NEWLINE, DOUBLE_SLASH],
+    "azure": [*COMMON, NEWLINE, DOUBLE_SLASH, WIDE_KEY],
     "gcs": [*COMMON, DOUBLE_SLASH],
 }
 REFUSES: dict[str, list[str]] = {
     "memory": [NOT_UTF8, LONG_KEY + "x"],
     "local": [DOUBLE_SLASH, "trailing/", "a/./b", "a/../b", "s" * 256],
-    "s3": [NOT_UTF8, LONG_KEY + "x"],
+    "s3": [NOT_UTF8, LONG_KEY + "x", WIDE_KEY],
     "azure": [NOT_UTF8, LONG_KEY + "x"],
-    "gcs": [NOT_UTF8, LONG_KEY + "x", NEWLINE],
+    "gcs": [NOT_UTF8, LONG_KEY + "x", NEWLINE, WIDE_KEY],
 }
 
 
@@ -98,6 +101,17 @@ def cp(
     return subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
+
+
+def userns_available() -> bool:
+    """Whether ``unshare --user`` works here (a container may forbid user namespaces)."""
+    try:
+        return subprocess.run(["unshare", "--user", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+NO_USERNS = "unshare --user is not available: root cannot be denied a read without it"
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:

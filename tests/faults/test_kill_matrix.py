@@ -23,7 +23,9 @@ from tests.integration.transfer_helpers import DST, RELAY, SRC
 
 HOP_TIMEOUT = 3.0
 LEASE = 4.0
-SINK_BPS = 1.5e6
+RATE_BPS = 1.0e6
+# Two 5 MiB objects and forty small ones: enough for every process to hold work when signalled.
+SIZE: dict[str, int] = {"big": 2, "big_mib": 5}
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +34,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("target", ["source", "relay", "sink"])
 def test_gateway_killed_mid_copy(tmp_path: Path, target: str, sig: str) -> None:
     case = gateway_kill_case(
-        target, sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, sink_bps=SINK_BPS
+        target, sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, rate_bps=RATE_BPS, **SIZE
     )
     assert case.problems == []
     if case.outcome == "completed":  # the signal landed after the last byte: nothing to check
@@ -46,7 +48,9 @@ def test_gateway_killed_mid_copy(tmp_path: Path, target: str, sig: str) -> None:
 
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP", "SIGTERM"])
 def test_cli_killed_mid_copy(tmp_path: Path, sig: str) -> None:
-    case = cli_kill_case(sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, sink_bps=SINK_BPS)
+    case = cli_kill_case(
+        sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, rate_bps=RATE_BPS, **SIZE
+    )
     assert case.problems == []
     if case.outcome == "completed":
         pytest.skip("the copy finished before the signal landed")
@@ -58,8 +62,10 @@ def test_cli_killed_mid_copy(tmp_path: Path, sig: str) -> None:
 
 def test_a_stopped_relay_is_routed_around(tmp_path: Path) -> None:
     """With a second path in the plan, the stopped relay's chunks go the other way."""
+    # A wider window than the matrix: the path left must not look stalled while it takes on
+    # the rerouted chunks (each 2 MiB chunk takes ~1.4 s to read at the hooked source rate).
     case = gateway_kill_case(
-        "relay", "SIGSTOP", tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, sink_bps=SINK_BPS,
+        "relay", "SIGSTOP", tmp_path, hop_timeout=6.0, lease_s=8.0, rate_bps=1.5e6,
         paths=([SRC, RELAY, DST], [SRC, DST]),
     )  # fmt: skip
     assert case.problems == []

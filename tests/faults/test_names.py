@@ -12,12 +12,28 @@ from __future__ import annotations
 import json
 import os
 import stat
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.faults._names import COMMON, NEWLINE, NOT_UTF8, cp, finish, tree, wait_for
+from gateway_agent.stores import open_store
+from skyplane_ops.transfer import ObjectsFailedError, run_transfer
+from tests.faults._names import (
+    COMMON,
+    DOUBLE_SLASH,
+    NEWLINE,
+    NO_USERNS,
+    NOT_UTF8,
+    cp,
+    finish,
+    tree,
+    userns_available,
+    wait_for,
+)
+from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan
 
 MiB = 1024 * 1024
 
@@ -41,8 +57,9 @@ def _write(root: Path, key: str, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def _odd_tree(src: Path) -> dict[bytes, bytes]:
-    for i, key in enumerate([*COMMON, NEWLINE, NOT_UTF8, "big %41 file.bin"]):
+def _odd_tree(src: Path, newline: bool = True) -> dict[bytes, bytes]:
+    names = [*COMMON, NOT_UTF8, "big %41 file.bin", *([NEWLINE] if newline else [])]
+    for i, key in enumerate(names):
         _write(src, key, os.urandom(3 * MiB if key.startswith("big") else 100 + i))
     return tree(src)
 
@@ -109,6 +126,7 @@ def test_links_flag_copies_the_links_themselves(dirs: tuple[Path, Path, Path]) -
     assert tree(dst) == {b"file.txt": b"file", b"real/inside.txt": b"inside"}
 
 
+@pytest.mark.skipif(not userns_available(), reason=NO_USERNS)
 def test_unreadable_folder_is_a_per_object_error_and_the_next_run_copies_it(
     dirs: tuple[Path, Path, Path],
 ) -> None:
@@ -129,6 +147,7 @@ def test_unreadable_folder_is_a_per_object_error_and_the_next_run_copies_it(
     assert tree(dst) == tree(src)
 
 
+@pytest.mark.skipif(not userns_available(), reason=NO_USERNS)
 def test_folder_made_unreadable_mid_run_fails_only_its_objects(
     dirs: tuple[Path, Path, Path],
 ) -> None:
@@ -158,3 +177,46 @@ def test_folder_made_unreadable_mid_run_fails_only_its_objects(
     rc, _, err = finish(cp(home, src, dst, unprivileged=True))
     assert rc == 0, err
     assert tree(dst) == expected
+
+
+@pytest.mark.emulator
+def test_names_cross_to_s3_and_back_and_what_cannot_cross_is_named(
+    tmp_path: Path, moto_s3: Any
+) -> None:
+    """local -> S3 (moto_server) -> local through real gateways: every name S3 can hold
+    crosses verbatim both ways; a non-UTF-8 file name (S3 cannot hold it) and an ``a//b`` key
+    (a disk cannot) are per-object errors that blame the destination, nothing else fails."""
+    src, back, journal = tmp_path / "src", tmp_path / "back", tmp_path / "journal"
+    expected = _odd_tree(src, newline=False)  # moto_server cannot hold a line break in a key
+    bucket = moto_s3.make_bucket(f"names-{uuid.uuid4().hex[:8]}")
+    plan = make_plan([SRC, DST])
+    with local_fleet(plan, hooks=False) as (_, fleet):
+        with pytest.raises(ObjectsFailedError) as err:
+            run_transfer(
+                plan,
+                fleet,
+                f"file://{src}",
+                bucket,
+                dst_options=moto_s3.options,
+                journal_dir=journal,
+                part_size=MiB * 5,
+            )
+        assert list(err.value.failures) == [NOT_UTF8]
+        assert err.value.failures[NOT_UTF8].startswith("destination: ")
+        s3 = open_store(bucket, moto_s3.options)
+        crossed = {os.fsencode(o.key): s3.read(o.key) for o in s3.list()}
+        assert crossed == {k: v for k, v in expected.items() if k != os.fsencode(NOT_UTF8)}
+        s3.write(DOUBLE_SLASH, b"two slashes")
+        with pytest.raises(ObjectsFailedError) as err:
+            run_transfer(
+                plan,
+                fleet,
+                bucket,
+                f"file://{back}",
+                src_options=moto_s3.options,
+                journal_dir=journal,
+                part_size=MiB * 5,
+            )
+        assert list(err.value.failures) == [DOUBLE_SLASH]
+        assert "destination: " in err.value.failures[DOUBLE_SLASH]
+    assert tree(back) == crossed

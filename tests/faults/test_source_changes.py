@@ -113,3 +113,35 @@ def test_object_deleted_mid_copy_is_reported_and_the_rest_lands(
 
     assert rc != 0 and "big.bin" in err, (rc, out, err)
     assert tree(dst) == tree(src)  # the small files, whole; no trace of big.bin
+
+
+# -- the gateway's read path on its own (no end-of-run re-listing behind it) ---------------------
+def test_gateway_read_pinned_to_the_listing_refuses_a_same_size_rewrite(tmp_path: Path) -> None:
+    """What a source gateway does with one segment: the listed version is checked on the open
+    file before the first and after the last byte, so the rewrite with the old mtime put back
+    is a ``changed`` object, not bytes to send; an unreadable file is a ``failed`` object
+    blamed on the source."""
+    from gateway_agent.job import Job, ObjectFailed
+    from gateway_agent.stores import open_store
+
+    (tmp_path / "f.bin").write_bytes(b"a" * 4096)
+    store = open_store(f"file://{tmp_path}")
+    (info,) = list(store.list())
+    seg = {"key": "f.bin", "offset": 1024, "length": 1024, "version": info.version}
+    assert Job._read_segment(store, seg) == b"a" * 1024
+    _rewrite_in_place_keeping_mtime(tmp_path / "f.bin", 2048, b"b" * 10)
+    with pytest.raises(ObjectFailed) as err:
+        Job._read_segment(store, seg)
+    assert (err.value.kind, err.value.key, err.value.side) == ("changed", "f.bin", "source")
+    assert "changed after it was listed" in err.value.why
+
+    (tmp_path / "f.bin").unlink()
+    with pytest.raises(ObjectFailed) as err:
+        Job._read_segment(store, seg)
+    assert err.value.kind == "changed"  # deleted since the listing
+
+    (tmp_path / "g.bin").write_bytes(b"g")
+    with pytest.raises(ObjectFailed) as err:
+        Job._read_segment(store, {"key": "g.bin/x", "offset": 0, "length": 1})
+    assert (err.value.kind, err.value.side) == ("failed", "source")
+    assert "reading the source failed" in err.value.why

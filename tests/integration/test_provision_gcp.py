@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ def _prov(fake: FakeGCE, **kw: Any) -> GCPProvisioner:
 
 def test_labels_rules_exactly_once_and_teardown(gce: FakeGCE) -> None:
     prov = _prov(gce)
+    gce.lose_answer = True  # the first create's answer is lost: retried with its requestId
     fleet = prov.provision(REGIONS, transfer_id="gcp-t1", tags={"team": "data"})
+    assert not gce.lose_answer, "an answer was lost"
     assert gce.inserts == 3 and len(gce.instances) == 3, "each VM created exactly once"
     assert sorted(fleet.regions) == sorted(REGIONS)
     for inst in gce.instances.values():
@@ -240,13 +243,13 @@ def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.Monk
         # A VM whose host key is not the one we generated is refused, and nothing is left.
         original = LoopbackVM.boot
 
-        def impostor(address: str, port: int | None, user_data: str) -> Any:
+        def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
             other = cloud_init(
                 user="x",
                 authorized_key=parse_cloud_init(user_data)["users"][1]["ssh_authorized_keys"][0],
                 host_key=KeyPair.generate(),
             )
-            return original(address, port, other)
+            return original(address, port, other, *a, **kw)
 
         monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
         with pytest.raises(HostKeyError, match="everything created was deleted"):
@@ -254,3 +257,65 @@ def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.Monk
         assert fake.leftovers() == NOTHING
     finally:
         fake.close()
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_firewall_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger() -> None:
+    """VMs as network namespaces on a bridge, with the fake's firewall rules enforced by
+    nftables in each VM: the SSH bootstrap (control plane) gets in, gateways reach each other's
+    ports, a host on the same network that is not in the fleet is refused on every port."""
+    from tests.fakes.netvm import CloudNet, available
+
+    why = available()
+    if why:
+        pytest.skip(f"CloudNet {why}")
+    net = CloudNet()
+    fake = FakeGCE(ssh_port=22).start()
+    fake.vm_net = net
+    try:
+        prov = GCPProvisioner(
+            project=fake.project,
+            endpoint=fake.url,
+            credentials="anonymous",
+            client_cidr=f"{net.gateway}/32",  # this process, as the VMs see it
+            ssh_user=os.environ.get("USER") or "root",
+            remote_python=sys.executable,
+            poweroff_on_idle=False,  # these "VMs" share the test machine's kernel
+            idle_timeout=120,
+        )
+        fleet = prov.provision({"gcp:us-central1": 1, "gcp:europe-west1": 1}, transfer_id="gcp-fw")
+        try:
+            a, b = fleet.gateways
+            ns = {vm.address: vm.netns for vm in fake.vms.values()}
+            assert a.control_port == 8701 and a.host in ns and b.host in ns
+            for port in (8701, 8702):
+                assert net.can_connect(ns[a.host], b.host, port), "fleet -> fleet admitted"
+                assert net.can_connect(ns[b.host], a.host, port)
+            stranger, _ = net.attach()
+            for port in (22, 8701, 8702, 8703):
+                assert not net.can_connect(stranger, a.host, port), f"stranger got in on {port}"
+            assert not net.can_connect(ns[a.host], b.host, 22), "SSH only from the control plane"
+            client = GatewayClient(a.host, a.control_port, secret_bytes(fleet.secret_ref))
+            assert client.health()
+        finally:
+            prov.deprovision(fleet)
+        assert fake.leftovers() == NOTHING
+    finally:
+        fake.close()
+        net.close()
+
+
+def test_regions_are_provisioned_in_parallel(gce: FakeGCE) -> None:
+    """Every region's provisioning is running at the same moment (a barrier all must reach)."""
+    barrier = threading.Barrier(len(REGIONS), timeout=60)
+
+    class Gate(GCPProvisioner):
+        def _provision_region(self, *args: Any) -> None:
+            barrier.wait()  # raises BrokenBarrierError unless all regions get here together
+            super()._provision_region(*args)
+
+    prov = _prov(gce)
+    prov.__class__ = Gate
+    fleet = prov.provision(REGIONS, transfer_id="gcp-par")
+    prov.deprovision(fleet)

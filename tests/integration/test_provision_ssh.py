@@ -21,6 +21,7 @@ import pytest
 from gateway_agent.client import GatewayClient
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
+from skyplane_ops.profiler import GridStore
 from skyplane_ops.provision import get_provisioner, records
 from skyplane_ops.provision.bundle import build_wheelhouse
 from skyplane_ops.provision.fleet import GatewayFleet
@@ -199,7 +200,9 @@ def test_host_python_without_agent_dependencies_is_explained(
 
 
 def test_unknown_backend_is_a_clear_error() -> None:
-    with pytest.raises(ProvisionError, match=r"unknown provisioning backend 'gce'.*aws, local"):
+    with pytest.raises(
+        ProvisionError, match=r"unknown provisioning backend 'gce'.*aws.*local.*ssh"
+    ):
         get_provisioner("gce")
 
 
@@ -319,4 +322,58 @@ def test_gateway_that_loses_its_control_plane_stops_itself(
         assert not _alive(pid), "the agent kept running without its control plane"
     finally:
         prov.deprovision(fleet)  # still removes the uploaded files
+    assert _remaining_files(root) == []
+
+
+@pytest.mark.slow
+def test_own_sites_through_the_cli_with_control_and_per_peer_data_addresses(
+    sshd_factory: Factory, tmp_path: Path, capsys
+) -> None:
+    """``profile`` then ``cp`` on the ssh backend, with the inventory as the only universe.
+
+    Site b's agent listens only on 127.0.0.2: SSH reaches it at 127.0.0.1 (sshd), the control
+    plane at its ``control_address``, and its peers at their ``peer_addresses`` entry; its
+    default ``data_address`` 127.0.0.3 has no listener, so the profile and the copy work only
+    if every address is chosen per purpose and per peer.
+    """
+    servers = sshd_factory(3)
+    root = tmp_path / "remote"
+    b_host = _entry(
+        servers[2],
+        root,
+        bind_host="127.0.0.2",
+        control_address="127.0.0.2",
+        data_address="127.0.0.3",
+        peer_addresses={"site:a": "127.0.0.2", "site:relay": "127.0.0.2"},
+    )
+    inventory = {
+        "regions": {
+            "site:a": [_entry(servers[0], root)],
+            "site:relay": {"hosts": [_entry(servers[1], root)], "egress_usd_per_gb": 0.02},
+            "site:b": {"hosts": [b_host], "vm_usd_per_hour": 0.1},
+            "site:empty": {"hosts": []},
+        }
+    }
+    inv = tmp_path / "inventory.json"
+    inv.write_text(json.dumps(inventory))
+    options = json.dumps({"inventory": str(inv)})
+    store = str(tmp_path / "grid")
+    common = ["--backend", "ssh", "--backend-options", options]
+    profile = ["profile", *common, "--store", store, "--connections", "2,8", "--duration", "0.6"]
+    assert cli.main(profile) == 0
+    measured = GridStore(store).measurements()
+    pairs = {m.pair for m in measured if not m.no_link}
+    sites = ["site:a", "site:relay", "site:b"]
+    assert pairs == {(s, d) for s in sites for d in sites if s != d}
+    assert {m.connections for m in measured} == {2, 8}
+    capsys.readouterr()
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    data = write_dataset(src, {"big.bin": 3 * 1024 * 1024 + 5, "small.txt": 999})
+    cp = ["cp", f"file://{src}", f"file://{dst}", "--src-region", "site:a"]
+    assert cli.main([*cp, "--dst-region", "site:b", *common, "--grid-store", store, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert read_tree(dst) == data
+    used = {r for p in out["plan_summary"]["paths"] for r in p["regions"]}
+    assert used <= set(sites) and all(n <= 1 for n in out["plan_summary"]["vms"].values())
     assert _remaining_files(root) == []

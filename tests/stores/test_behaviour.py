@@ -246,3 +246,32 @@ def test_local_completion_without_copy_file_range(tmp_path: Path) -> None:
     with mock.patch("os.copy_file_range", side_effect=OSError(errno.EXDEV, "cross-device")):
         store.complete_multipart("k", upload, [1, 2, 3])
     assert store.read("k") == parts[1] + parts[2] + parts[3]
+
+
+def test_local_pinned_read_catches_a_rewrite_during_the_read(tmp_path: Path) -> None:
+    """The file is rewritten in place (same size, old mtime put back) after the version check
+    before the first byte and while bytes are read: the check after the last byte refuses the
+    mix. The rewrite is injected at that exact point by wrapping the store's read helper."""
+    from gateway_agent.stores import SourceChangedError
+    from gateway_agent.stores import local as local_backend
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"a" * 8192)
+    store = open_store(f"file://{tmp_path}")
+    (info,) = list(store.list())
+    real = local_backend.pread_all
+
+    def rewrite_then_read(fd: int, start: int, length: int) -> bytes:
+        st = os.stat(path)
+        with open(path, "r+b") as fh:
+            fh.write(b"b" * 100)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return real(fd, start, length)
+
+    with mock.patch.object(local_backend, "pread_all", rewrite_then_read):
+        with pytest.raises(SourceChangedError) as err:
+            store.read("f.bin", 0, 8192, version=info.version)
+    assert err.value.key == "f.bin" and err.value.expected == info.version
+    assert err.value.found != info.version
+    # unpinned reads stay plain reads
+    assert store.read("f.bin", 0, 100) == b"b" * 100

@@ -37,6 +37,7 @@ def test_plan_text_mermaid_and_default_bound(capsys: pytest.CaptureFixture[str])
     assert main([*argv, "--max-vms", "2"]) == 0
     out = capsys.readouterr().out
     assert "Objective: fastest completion (provisioning + transfer), then the cheapest" in out
+    assert "within 5% of the fastest" in out
     assert "direct (2 VM/region)" in out
     # Every hop says where its figures came from (these pairs are in the published grid).
     assert "source" in out and "measured" in out and "published" in out and "2022-01-29" in out

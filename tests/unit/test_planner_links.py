@@ -4,6 +4,7 @@ default, on hand-built problems and on the shipped profile (through ``api.plan``
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ from skyplane_ops.planner import (
 )
 from skyplane_ops.planner.check import plan_violations
 from skyplane_ops.planner.problem import LinkSpec
-from skyplane_ops.profiles import load_default_profile
+from skyplane_ops.profiles import load_default_profile, load_profile
 
 MBIT = 1e-3  # Gbps
 
@@ -166,7 +167,9 @@ def test_cp_cost_ceiling_does_not_buy_a_second_with_26_vms() -> None:
     assert sum(plan.vms.values()) <= 3
     assert plan.details["completion_seconds"] <= 1.05 * fastest["completion_seconds"]
     assert plan.total_cost_usd < fastest["total_cost_usd"] / 5
-    assert TransferPlan.from_json(plan.to_json()).hops[0].source == "model"
+    hop = TransferPlan.from_json(plan.to_json()).hops[0]  # provenance survives the JSON
+    assert hop.source in ("published", "model")
+    assert (hop.measured_at is not None) == (hop.source == "published")
 
 
 def test_completion_tolerance_zero_keeps_the_fastest() -> None:
@@ -186,4 +189,41 @@ def test_whole_connections_stay_within_the_limit_after_rounding() -> None:
     assert conns[("a", "c")] + conns[("a", "b")] <= 64
     assert plan.predicted_gbps == pytest.approx(2.1)
     assert plan.details["whole_connections"] == "same fleet"
+    assert plan_violations(problem, plan) == []
+
+
+def test_own_sites_through_the_profile_contract(tmp_path: Path) -> None:
+    """Custom regions (``Profile.with_regions``) and a measured grid at two connection counts
+    (``load_profile(measured_grid=...)``): the planner reads both through ``links()`` and
+    ``vm_for_region``, relays only through sites, and spreads over every path."""
+    grid = tmp_path / "grid.csv"
+    rows = ["src,dst,gbps,connections,measured_at"]
+    when = "2026-11-24T05:00:00+00:00"
+    for (u, v), mbit in {
+        ("site:a", "site:b"): 60,
+        ("site:a", "site:r1"): 100,
+        ("site:r1", "site:b"): 100,
+        ("site:a", "site:r2"): 80,
+        ("site:r2", "site:b"): 80,
+    }.items():
+        rows += [f"{u},{v},{mbit / 1000},4,{when}", f"{u},{v},{mbit / 1000},64,{when}"]
+    grid.write_text("\n".join(rows) + "\n")
+    sites = [{"id": s, "hosts": 1} for s in ("site:a", "site:b", "site:r1", "site:r2")]
+    profile = load_profile(custom_regions=sites, measured_grid=str(grid))
+    problem = build_problem(
+        profile,
+        "site:a",
+        "site:b",
+        1.0,
+        relays_allow=["site:*"],
+        measured_only=True,
+        provisioning_seconds=2.2,
+    )
+    assert {s.max_vms for s in problem.regions.values()} == {1}
+    assert {s.vm_usd_per_hour for s in problem.regions.values()} == {0.0}
+    plan = plan_transfer(problem)
+    assert len(plan.paths) == 3
+    assert MAX_FLOW * 0.99 <= plan.predicted_gbps <= MAX_FLOW * (1 + 1e-9)
+    assert {h.source for h in plan.hops} == {"profile"}
+    assert all(h.measured_at and h.measured_at.startswith("2026-11-24") for h in plan.hops)
     assert plan_violations(problem, plan) == []

@@ -12,7 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from skyplane_ops.errors import InfeasibleError
-from skyplane_ops.planner import Problem, RegionSpec, max_throughput_gbps, solve_plan
+from skyplane_ops.planner import (
+    Problem,
+    RegionSpec,
+    max_throughput_gbps,
+    plan_transfer,
+    solve_plan,
+)
 from skyplane_ops.planner.check import plan_violations
 from skyplane_ops.planner.formulation import PathModel
 from skyplane_ops.planner.problem import LinkSpec
@@ -81,7 +87,13 @@ def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
         return  # a destination without any path: nothing to plan
     assert tmax > 0
     a_problem = problem.with_objective("min_cost", tmax * fraction)
-    a = solve_plan(a_problem)
+    try:
+        a = solve_plan(a_problem)
+    except InfeasibleError as exc:
+        # Tmax is the fractional-connection maximum; rounding to whole connections loses
+        # under one connection per hop (at most 4 hops of >= 32 connections per VM here).
+        assert "whole TCP connections" in str(exc) and fraction > 0.8
+        return
     assert plan_violations(a_problem, a) == []
     # The floor holds up to the MILP solver's feasibility tolerance (SCIP's default is 1e-6).
     assert a.predicted_gbps >= tmax * fraction * (1 - 1e-6)
@@ -93,7 +105,7 @@ def test_plans_obey_the_model_and_mode_b_dominates_mode_a(
     b_problem = problem.with_objective("max_throughput", a.total_cost_usd * (1 + 1e-6))
     b = solve_plan(b_problem)
     assert plan_violations(b_problem, b) == []
-    assert b.total_cost_usd <= a.total_cost_usd * (1 + 2e-6)
+    assert b.total_cost_usd <= a.total_cost_usd * (1 + 1e-5)  # GLOP's row tolerance
     assert b.predicted_gbps >= a.predicted_gbps * (1 - 2e-3)
     assert b.predicted_gbps <= tmax * (1 + 1e-6)
 
@@ -139,3 +151,23 @@ def test_pruning_dominated_relays_keeps_the_optimum(
     assert b_exact is not None
     b_pruned = solve_milp(problem.with_objective("max_throughput", ceiling))
     assert b_pruned.solution.gbps == pytest.approx(b_exact.gbps, rel=2e-3)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems(), tolerance=st.sampled_from([0.0, 0.05, 0.2]))
+def test_default_is_the_cheapest_plan_close_to_the_fastest_completion(
+    problem: Problem, tolerance: float
+) -> None:
+    try:
+        usable_paths(problem)
+    except InfeasibleError:
+        return
+    plan = plan_transfer(problem, completion_tolerance=tolerance)
+    fastest = plan.details["fastest"]
+    assert plan_violations(problem, plan) == []
+    assert plan.details["completion_seconds"] <= (1 + tolerance) * fastest["completion_seconds"] * (
+        1 + 1e-6
+    )
+    assert plan.total_cost_usd <= fastest["total_cost_usd"] * (1 + 1e-9)
+    if tolerance == 0.0:
+        assert plan.predicted_gbps == pytest.approx(fastest["predicted_gbps"])

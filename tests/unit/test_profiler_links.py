@@ -48,7 +48,7 @@ def test_two_counts_give_per_connection_and_saturation_rates() -> None:
     assert link.per_conn_gbps == 0.1 and link.sat_gbps == 1.0
     assert (link.gbps, link.connections, link.source) == (1.0, 64, "profile")
     # A link full with a few connections: 8 connections reach 0.8, 64 never more than 1.0.
-    assert link.predict(8) == 0.8 and link.predict(64) == 1.0
+    assert link.scaled_gbps(8) == 0.8 and link.scaled_gbps(64) == 1.0
 
 
 def test_one_count_falls_back_to_linear_and_newer_run_replaces_older_as_a_whole() -> None:
@@ -59,7 +59,7 @@ def test_one_count_falls_back_to_linear_and_newer_run_replaces_older_as_a_whole(
     ]
     link = link_estimates(rows)[(A, B)]
     assert link is not None and link.per_conn_gbps is None and link.sat_gbps is None
-    assert link.predict(32) == 1.0  # linear from 2.0 at 64: counts of two runs never mix
+    assert link.scaled_gbps(32) == 1.0  # linear from 2.0 at 64: counts of two runs never mix
 
 
 def test_no_link_row_and_a_passive_row_bringing_it_back() -> None:
@@ -75,11 +75,11 @@ def test_a_passive_shortfall_lowers_the_estimate_and_small_ones_do_not_count() -
     slow = _row(0.3, 64, timedelta(hours=1), source="passive", nbytes=10 * MIN_PASSIVE_BYTES)
     link = link_estimates([*profile, slow])[(A, B)]
     assert link is not None and link.source == "passive"
-    assert abs(link.predict(64) - 0.3) < 1e-9 and abs(link.predict(4) - 0.12) < 1e-9
+    assert abs(link.scaled_gbps(64) - 0.3) < 1e-9 and abs(link.scaled_gbps(4) - 0.12) < 1e-9
     tiny = _row(0.01, 64, timedelta(hours=1), source="passive", nbytes=1024)
     assert link_estimates([*profile, tiny])[(A, B)] == link_estimates(profile)[(A, B)]
     near = _row(0.8, 64, timedelta(hours=1), source="passive", nbytes=10 * MIN_PASSIVE_BYTES)
-    assert link_estimates([*profile, near])[(A, B)].predict(64) == 1.0  # type: ignore[union-attr]
+    assert link_estimates([*profile, near])[(A, B)].scaled_gbps(64) == 1.0  # type: ignore[union-attr]
     older = _row(0.1, 64, timedelta(hours=-1), source="passive", nbytes=10 * MIN_PASSIVE_BYTES)
     assert link_estimates([*profile, older])[(A, B)] == link_estimates(profile)[(A, B)]
 
@@ -99,9 +99,9 @@ def test_planner_grid_exposes_links_and_never_predicts_above_saturation(tmp_path
     assert len(links) == len(grid.as_dict())
 
 
-def test_a_no_link_pair_is_left_out_of_the_planner_links(tmp_path: Path) -> None:
+def test_a_no_link_pair_carries_nothing_in_the_planner_grid(tmp_path: Path) -> None:
     store = GridStore(str(tmp_path))
     store.append(_row(0.0, 4, timedelta(0), error="unreachable"))
     store.publish()
     grid = planner_grid(store, load_default_profile().throughput)
-    assert (A, B) not in grid.links() and grid.gbps(A, B) == 0.0
+    assert grid.gbps(A, B) == 0.0 and grid.links()[(A, B)].gbps == 0.0

@@ -102,3 +102,20 @@ def test_max_vms_and_inf_caps_from_an_inventory_file() -> None:
     )
     assert region.hosts == 2 and math.isinf(region.ingress_cap_gbps)
     assert region.vm_usd_per_hour == 0.0
+
+
+def test_adding_regions_keeps_link_records_of_a_measured_profile(tmp_path: Path) -> None:
+    path = tmp_path / "cloud.csv"
+    path.write_text(
+        "src,dst,gbps,connections,measured_at\n"
+        "aws:us-east-1,aws:us-west-2,0.5,4,2026-11-01T00:00:00Z\n"
+        "aws:us-east-1,aws:us-west-2,2.0,64,2026-11-01T00:00:03Z\n"
+    )
+    measured = load_default_profile().with_measured(path)
+    profile = measured.with_regions([LAB_A])
+    link = profile.throughput.link("aws:us-east-1", "aws:us-west-2")
+    assert (link.per_conn_gbps, link.sat_gbps, link.source) == (0.125, 2.0, "profile")
+    assert profile.throughput.links() == {
+        **measured.throughput.links(),
+        **{k: v for k, v in profile.throughput.links().items() if "site:lab-a" in k},
+    }

@@ -4,6 +4,7 @@ elsewhere; caps, monotonicity, provenance, determinism and load time."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from importlib.resources import files
@@ -15,7 +16,7 @@ import pytest
 from skyplane_ops.errors import ProfileError
 from skyplane_ops.profiles import Profile, load_default_profile, load_profile, model_params
 from skyplane_ops.profiles.loader import modelled_grid
-from skyplane_ops.profiles.model import great_circle_km
+from skyplane_ops.profiles.model import fit_model, great_circle_km
 from skyplane_ops.profiles.published import published_document, published_rates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,3 +180,22 @@ def test_default_profile_load_time_sanity() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout) < 2.0
+
+
+def test_fit_model_recovers_a_known_line_and_clamps_rising_slopes(profile: Profile) -> None:
+    regions = list(profile.catalog)[::3]
+    samples = []
+    for src in regions:
+        for dst in regions:
+            if src == dst:
+                continue
+            km = great_circle_km(src, dst)
+            slope = 0.05 if (src.provider, dst.provider) == ("aws", "gcp") else -0.07
+            samples.append((src, dst, math.exp(1.5 + slope * km / 1000)))
+    params = fit_model(samples)
+    fit = params.by_pair["azure->gcp"]
+    assert fit.intercept == pytest.approx(1.5) and fit.slope_per_1000km == pytest.approx(-0.07)
+    assert params.by_pair["aws->gcp"].slope_per_1000km == 0.0  # faster with distance: noise
+    with pytest.raises(ProfileError, match="no samples"):
+        fit_model([s for s in samples if s[0].provider != "azure"])
+    assert fit.rmse_ln == pytest.approx(0.0, abs=1e-9)

@@ -39,7 +39,9 @@ def test_bad_duration_is_explained() -> None:
 
 
 def test_unknown_backend_lists_the_known_ones() -> None:
-    with pytest.raises(UnknownBackendError, match="choose one of aws, local, netns, ssh"):
+    with pytest.raises(
+        UnknownBackendError, match="choose one of aws, azure, gcp, local, mixed, netns, ssh"
+    ):
         get_provisioner("azure-vm")
 
 

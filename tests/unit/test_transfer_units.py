@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import google_crc32c
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,3 +148,80 @@ def test_encrypt_per_hop_modes() -> None:
         assert {h: v["encrypt"] for h, v in spec["hops"].items()} == want
         # The plan's 2 connections on the first hop, 8 (default) where the plan is silent.
         assert spec["hops"][f"{path[0]}>{path[1]}"]["connections"] == 2
+
+
+# ---- safety checks (issue 12) ------------------------------------------------------------------
+
+
+def test_overlap_of_object_store_places() -> None:
+    from skyplane_ops.errors import TransferError
+    from skyplane_ops.transfer.overlap import check_disjoint
+
+    refused = [
+        ("s3://bkt/data", "s3://bkt/data/"),
+        ("s3://bkt/", "s3://bkt/x/"),
+        ("az://acct/cont/p/", "az://acct/cont/p/q/"),
+        ("https://acct.blob.core.windows.net/cont/p/", "az://acct/cont/p/"),
+        ("gs://bkt/a/b/", "gs://bkt/a/"),
+    ]
+    for src, dst in refused:
+        with pytest.raises(TransferError, match=r"same place|overlap"):
+            check_disjoint(src, dst)
+    allowed = [
+        ("s3://bkt/data/", "s3://bkt/data2/"),
+        ("s3://bkt/data/", "gs://bkt/data/"),
+        ("az://acct/cont/p/", "az://other/cont/p/"),
+        ("synthetic://x?size=1", "null://y"),
+    ]
+    for src, dst in allowed:
+        check_disjoint(src, dst)
+    check_disjoint("s3://bkt/d/", "s3://bkt/d/", {"endpoint_url": "http://a:1"}, {})
+
+
+def test_mirror_candidates_follow_filters_and_spare_skipped_entries() -> None:
+    from skyplane_ops.transfer.mirror import extra_keys
+
+    existing = {k: ObjectInfo(k, 1) for k in ("a", "b", "logs/x", "locked/y", "link")}
+    got = extra_keys(existing, {"a"}, (), ("logs/*",), keep=("locked/", "link"))
+    assert got == ["b"]
+
+
+def test_option_ranges() -> None:
+    from skyplane_ops.errors import TransferError
+    from skyplane_ops.transfer.checks import check_transfer_options
+    from skyplane_ops.transfer.dispatch import DispatchOptions
+
+    check_transfer_options(part_size=MiB, verify="full", dispatch=DispatchOptions(), max_delete=0)
+    for kwargs in (
+        {"part_size": 0},
+        {"part_size": True},
+        {"part_size": 6 * 1024**3},
+        {"max_delete": -1},
+        {"dispatch": DispatchOptions(connections=-3)},
+        {"dispatch": DispatchOptions(writer_threads=1000)},
+    ):
+        args = {"part_size": MiB, "verify": "full", **kwargs}
+        with pytest.raises(TransferError):
+            check_transfer_options(**args)
+
+
+def test_journal_lock_is_reentrant_in_one_process_and_exclusive_across(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from skyplane_ops.transfer.journal import JournalLock
+
+    with JournalLock(tmp_path, "k"), JournalLock(tmp_path, "k"):
+        probe = subprocess.run(
+            [sys.executable, "-c",
+             "import fcntl, sys; fd = open(sys.argv[1], 'a');"
+             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path / "k.lock")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert probe.returncode != 0 and "BlockingIOError" in probe.stderr
+    free = subprocess.run(
+        [sys.executable, "-c",
+         "import fcntl, sys; fd = open(sys.argv[1], 'a');"
+         "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path / "k.lock")],
+    )  # fmt: skip
+    assert free.returncode == 0

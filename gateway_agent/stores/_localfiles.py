@@ -1,0 +1,85 @@
+"""File-level helpers of the local store: which names a folder can hold, what identifies one
+content of a file (its version), whole reads, and in-kernel copies."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gateway_agent.stores._atomic import TMP_PREFIX, write_all
+from gateway_agent.stores.base import ObjectInfo
+
+STAGING = ".%staging"
+_COPY_BUFFER = 8 * 1024 * 1024
+NAME_MAX = 255
+
+
+def segment_problem(segment: str, top: bool) -> str | None:
+    """Why a local folder cannot hold this key segment as a file name, or None."""
+    if segment in ("", ".", ".."):
+        return f"a local path cannot have an empty, '.' or '..' segment ({segment!r})"
+    if len(os.fsencode(segment)) > NAME_MAX:
+        return f"a file name is at most {NAME_MAX} bytes"
+    if segment.startswith(TMP_PREFIX) or (top and segment == STAGING):
+        return f"{segment!r} is a name this store reserves for itself"
+    return None
+
+
+def copy_into(src_fd: int, out_fd: int) -> None:
+    """Copy all of ``src_fd`` at ``out_fd``'s offset in the kernel (no trip through Python).
+
+    ``out_fd`` must not be O_APPEND (copy_file_range refuses that); both offsets advance, so the
+    buffered fallback (other filesystems, old kernels) continues exactly where it stopped.
+    """
+    remaining = os.fstat(src_fd).st_size
+    while remaining > 0:
+        try:
+            sent = os.copy_file_range(src_fd, out_fd, min(remaining, 1 << 30))
+        except OSError:
+            chunk = os.read(src_fd, min(remaining, _COPY_BUFFER))
+            write_all(out_fd, chunk)
+            sent = len(chunk)
+        if sent == 0:
+            return
+        remaining -= sent
+
+
+def append_file(part: Path, out_fd: int) -> None:
+    """Append a whole part file at ``out_fd``'s offset."""
+    with open(part, "rb", buffering=0) as src:
+        copy_into(src.fileno(), out_fd)
+
+
+def file_version(st: os.stat_result) -> str:
+    """What identifies one content of a file: a rewrite that keeps size and mtime still moves
+    the ctime, a replacement by rename changes the inode."""
+    return f"{st.st_size}-{st.st_mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}"
+
+
+def file_info(key: str, st: os.stat_result, size: int | None = None) -> ObjectInfo:
+    modified = datetime.fromtimestamp(st.st_mtime, UTC)
+    etag = f"{st.st_mtime_ns:x}-{st.st_size:x}"
+    version = file_version(st)
+    return ObjectInfo(key, st.st_size if size is None else size, etag, {}, modified, version)
+
+
+def written_info(key: str, st: os.stat_result) -> ObjectInfo:
+    """What a write returns: its stat predates linking the file into place (which moves the
+    ctime), so the version is left for ``head``/``list`` to tell."""
+    return replace(file_info(key, st), version=None)
+
+
+def pread_all(fd: int, start: int, length: int) -> bytes:
+    """``length`` bytes from ``start`` (fewer at the end of the file)."""
+    first = os.pread(fd, length, start)
+    if len(first) in (0, length):
+        return first
+    out = bytearray(first)
+    while len(out) < length:
+        more = os.pread(fd, length - len(out), start + len(out))
+        if not more:
+            break
+        out += more
+    return bytes(out)

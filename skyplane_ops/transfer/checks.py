@@ -1,0 +1,67 @@
+"""Range checks of the transfer options, done in the core so every face (API, CLI, Airflow,
+Dagster) refuses bad input the same way, with one line, before any work starts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from skyplane_ops.errors import TransferError
+
+KiB = 1024
+MIN_PART_SIZE = 64 * KiB
+MAX_PART_SIZE = 5 * 1024**3  # the largest part S3 accepts; larger parts help no store
+MAX_CONNECTIONS = 1024
+MAX_THREADS = 256
+MAX_COMPRESS_LEVEL = 22  # zstd's highest level
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]``, else ``TransferError`` naming the option."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TransferError(f"{name} must be a whole number, not {value!r}")
+    if value < low or (high is not None and value > high):
+        span = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise TransferError(f"{name} must be {span}, got {value}")
+    return value
+
+
+def check_positive(name: str, value: Any) -> float:
+    """A finite number above zero (seconds, intervals)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TransferError(f"{name} must be a number, not {value!r}")
+    if value <= 0:
+        raise TransferError(f"{name} must be greater than 0, got {value}")
+    return float(value)
+
+
+def check_transfer_options(
+    *,
+    part_size: Any,
+    verify: Any,
+    dispatch: Any = None,
+    max_delete: Any = None,
+) -> None:
+    """Every numeric knob of ``run_transfer`` (and its ``DispatchOptions``) in range."""
+    if isinstance(part_size, bool) or not isinstance(part_size, int):
+        raise TransferError(f"part_size must be a whole number of bytes, not {part_size!r}")
+    if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
+        raise TransferError(
+            f"part size must be between 64 KiB and 5 GiB (--chunk-mib 1 to 5120), got "
+            f"{part_size} bytes"
+        )
+    if verify not in ("full", "size"):
+        raise TransferError(f"verify must be 'full' or 'size', not {verify!r}")
+    if max_delete is not None:
+        check_int("max_delete (--max-delete)", max_delete, 0)
+    if dispatch is None:
+        return
+    if dispatch.connections is not None:
+        check_int("connections (--connections)", dispatch.connections, 1, MAX_CONNECTIONS)
+    check_int("compress_level", dispatch.compress_level, 0, MAX_COMPRESS_LEVEL)
+    check_int("max_attempts", dispatch.max_attempts, 1)
+    check_int("reader_threads", dispatch.reader_threads, 1, MAX_THREADS)
+    check_int("writer_threads", dispatch.writer_threads, 1, MAX_THREADS)
+    check_int("window_chunks", dispatch.window_chunks, 1)
+    check_positive("poll_interval", dispatch.poll_interval)
+    check_positive("stall_timeout", dispatch.stall_timeout)

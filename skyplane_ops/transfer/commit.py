@@ -1,0 +1,114 @@
+"""The commit step: multipart uploads are created, completed (or aborted) here, never deleted.
+
+Safety rule: this module never deletes a destination object. An object whose source changed
+during the run keeps whatever the destination had (its multipart upload is aborted, so
+nothing staged becomes visible; a small object that was already written whole holds the
+version that was read, which the store's read checks guarantee is one consistent version).
+It is reported and copied again by the next run. Only ``mirror.delete_extra`` (``sync
+--delete``) removes destination objects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gateway_agent.stores.base import ObjectStore
+from gateway_agent.stores.errors import StoreError, UploadNotFoundError
+from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.manifest import Manifest, fingerprint
+
+log = logging.getLogger(__name__)
+
+
+def prepare_uploads(
+    dst: ObjectStore,
+    dst_uri: str,
+    manifest: Manifest,
+    journal: Journal,
+    skip: Collection[str] = (),
+) -> dict[str, str]:
+    """A multipart upload per multi-part object (but ``skip``), reused from the journal."""
+    uploads: dict[str, str] = {}
+    for o in manifest.objects:
+        if not manifest.is_multipart(o.key) or o.key in skip:
+            continue
+        fp = fingerprint(o)
+        upload_id = journal.upload_for(o.key, fp)
+        if upload_id is None:
+            try:
+                upload_id = dst.create_multipart(o.key)
+            except StoreError as exc:
+                raise TransferError(f"destination {dst_uri} is not writable: {exc}") from exc
+            journal.record_upload(o.key, upload_id, fp)
+        uploads[o.key] = upload_id
+    return uploads
+
+
+def complete_uploads(
+    dst: ObjectStore,
+    dst_uri: str,
+    manifest: Manifest,
+    uploads: Mapping[str, str],
+    keys: Sequence[str],
+    expected: Mapping[str, tuple[int, int]],
+    journal: Journal,
+    fps: Mapping[str, list[Any]],
+    verify: str,
+) -> dict[str, str]:
+    """Complete each upload and journal it at once, so a re-run never completes it twice.
+
+    Every completion is attempted; if any fails, ``TransferError`` names it (the journal keeps
+    the completed ones). An upload the store no longer knows may have been completed by an
+    earlier run that stopped before journaling it: with ``verify="full"`` it is left to the
+    CRC32C check; the returned dict maps such keys to the store's message.
+    """
+    unconfirmed: dict[str, str] = {}
+    failures: list[tuple[str, StoreError]] = []
+
+    def complete(key: str) -> None:
+        parts = [s.part for s in manifest.segments[key]]
+        try:
+            dst.complete_multipart(key, uploads[key], parts)
+        except UploadNotFoundError as exc:
+            if verify != "full":
+                failures.append((key, exc))
+            else:
+                log.warning("upload of %s not found (completed before?): %s", key, exc)
+                unconfirmed[key] = str(exc)
+            return
+        except StoreError as exc:
+            failures.append((key, exc))
+            return
+        size, crc = expected[key]
+        journal.record_commit(key, size, crc, fps[key])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(complete, keys))
+    if failures:
+        key, exc = sorted(failures, key=lambda f: f[0])[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise TransferError(
+            f"completing the upload of {key} at {dst_uri} failed{more}: {exc}; completed "
+            f"uploads are journaled in {journal.path}: fix the cause and re-run the same "
+            "command to resume"
+        )
+    return unconfirmed
+
+
+def abort_changed(
+    dst: ObjectStore, uploads: Mapping[str, str], keys: Iterable[str], journal: Journal
+) -> None:
+    """Abort the staged uploads of changed or failed objects (nothing visible is touched) and
+    forget them in the journal, so a re-run starts those objects afresh."""
+    for key in keys:
+        if key not in uploads:
+            continue  # a whole object: the destination keeps the version it has
+        try:
+            dst.abort_multipart(key, uploads[key])
+        except StoreError as exc:
+            log.warning("aborting the upload of %s: %s", key, exc)
+        journal.drop_upload(key)

@@ -1,0 +1,114 @@
+"""The checks and views of a transfer request that need no fleet: option ranges and overlap
+(``check_request``), the journal lock (``transfer_lock``) and the dry run (``preview_transfer``).
+Faces call them before planning or provisioning anything."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
+from gateway_agent.stores.errors import BucketNotFoundError, StoreError
+from gateway_agent.synthetic import open_any_store
+from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer.checks import check_transfer_options
+from skyplane_ops.transfer.dispatch import DispatchOptions
+from skyplane_ops.transfer.journal import JournalLock, default_journal_dir, transfer_key
+from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE, list_source
+from skyplane_ops.transfer.overlap import check_disjoint
+
+
+def open_side(uri: str, options: Mapping[str, Any] | None, side: str) -> ObjectStore:
+    try:
+        return open_any_store(uri, dict(options or {}))
+    except (StoreError, ValueError) as exc:
+        raise TransferError(f"cannot open {side} {uri}: {exc}") from exc
+
+
+def check_destination(dst: ObjectStore, dst_uri: str, full: bool) -> dict[str, ObjectInfo]:
+    """Fail early when the destination does not exist; with ``full`` return its listing."""
+    try:
+        if not full:
+            next(iter(dst.list()), None)
+            return {}
+        return {o.key: o for o in dst.list()}
+    except BucketNotFoundError as exc:
+        raise TransferError(f"destination {dst_uri} does not exist: {exc}") from exc
+    except StoreError as exc:
+        raise TransferError(f"cannot access destination {dst_uri}: {exc}") from exc
+
+
+def check_request(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+    verify: str = "full",
+    dispatch: DispatchOptions | None = None,
+    max_delete: int | None = None,
+) -> None:
+    """Every check that needs no listing: option ranges and source/destination overlap.
+
+    Faces call it before planning or provisioning anything; ``run_transfer`` calls it again.
+    """
+    check_transfer_options(
+        part_size=part_size, verify=verify, dispatch=dispatch, max_delete=max_delete
+    )
+    check_disjoint(src_uri, dst_uri, src_options, dst_options)
+
+
+def transfer_lock(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    journal_dir: str | Path | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    wait: bool = False,
+) -> JournalLock:
+    """The journal lock of this transfer, acquired; use it as a context manager.
+
+    Faces take it before provisioning, so a second identical run stops (or waits) before it
+    starts any gateway; ``run_transfer`` in the same process takes it again without blocking.
+    """
+    directory = Path(journal_dir) if journal_dir else default_journal_dir()
+    lock = JournalLock(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude))
+    lock.acquire(wait=wait)
+    return lock
+
+
+def preview_transfer(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    sync: bool = False,
+    delete: bool = False,
+    max_delete: int | None = None,
+) -> mirror.Preview:
+    """The dry run: what ``run_transfer`` would copy and (with ``delete``) delete; no fleet."""
+    check_request(
+        src_uri, dst_uri, src_options=src_options, dst_options=dst_options, max_delete=max_delete
+    )
+    src = open_side(src_uri, src_options, "source")
+    dst = open_side(dst_uri, dst_options, "destination")
+    problems: list[SkippedEntry] = []
+    objects = list_source(src, src_uri, include, exclude, problems)
+    existing = check_destination(dst, dst_uri, full=sync or delete)
+    return mirror.preview(
+        objects,
+        existing if (sync or delete) else None,
+        include=include,
+        exclude=exclude,
+        delete=delete,
+        max_delete=max_delete,
+        keep=[p.key for p in problems],
+    )

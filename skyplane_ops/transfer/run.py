@@ -1,0 +1,408 @@
+"""``run_transfer``: the engine's steps in order (see the package docstring)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway_agent.auth import load_secret
+from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
+from gateway_agent.stores.errors import StoreError
+from skyplane_ops.errors import TransferError
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer.checksum import crc32c_combine
+from skyplane_ops.transfer.commit import abort_changed, complete_uploads, prepare_uploads
+from skyplane_ops.transfer.dispatch import Dispatcher, DispatchOptions, check_fleet, plan_routes
+from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
+from skyplane_ops.transfer.manifest import (
+    DEFAULT_PART_SIZE,
+    Chunk,
+    build_manifest,
+    fingerprint,
+    list_source,
+    make_chunks,
+    refused_names,
+    same_object,
+)
+from skyplane_ops.transfer.progress import ProgressCallback
+from skyplane_ops.transfer.request import (
+    check_destination,
+    check_request,
+    open_side,
+    transfer_lock,
+)
+from skyplane_ops.transfer.result import TransferResult, partial_error
+from skyplane_ops.transfer.verify import changed_objects, verify_objects
+
+log = logging.getLogger(__name__)
+
+
+def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, float]:
+    """(predicted, actual) $ for the bytes moved.
+
+    Egress scales with bytes. The plan's VM $ covers ``volume/throughput + provisioning``
+    seconds; its per-second rate is recovered from that and applied to the predicted and
+    to the measured transfer time (provisioning time counted the same on both sides).
+    """
+    gb = nbytes / 1e9
+    scale = gb / plan.volume_gb if plan.volume_gb > 0 else 0.0
+    egress = plan.egress_cost_usd * scale
+    prov_s = float(plan.details.get("provisioning_seconds", 60.0))
+    plan_s = plan.volume_gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
+    rate = plan.vm_cost_usd / (plan_s + prov_s) if plan_s + prov_s > 0 else 0.0
+    predicted_s = gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
+    predicted = egress + rate * (predicted_s + prov_s)
+    actual = egress + rate * (seconds + prov_s)
+    return round(predicted, 6), round(actual, 6)
+
+
+def run_transfer(
+    plan: TransferPlan,
+    fleet: GatewayFleet,
+    src_uri: str,
+    dst_uri: str,
+    *,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    journal_dir: str | Path | None = None,
+    sync: bool = False,
+    delete: bool = False,
+    max_delete: int | None = None,
+    wait_lock: bool = False,
+    progress: ProgressCallback | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+    verify: str = "full",
+    dispatch: DispatchOptions | None = None,
+) -> TransferResult:
+    """Copy ``src_uri`` to ``dst_uri`` through ``fleet`` along ``plan``; see module docstring.
+
+    ``verify``: ``"full"`` (size + CRC32C, reading back when the destination reports no
+    CRC32C) or ``"size"``. ``delete`` (implies ``sync``): remove destination objects absent
+    from the source once everything else succeeded, refusing when more than ``max_delete``
+    would go. ``wait_lock``: wait for another run of the same transfer instead of failing.
+    Raises ``TransferError`` with a message naming what failed (the journal then lets the same
+    call resume), or ``PartialTransferError`` (``SourceChangedError`` when only changes) when
+    some objects could not be copied and everything else was.
+    """
+    check_request(
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        part_size=part_size,
+        verify=verify,
+        dispatch=dispatch,
+        max_delete=max_delete,
+    )
+    if len(plan.dsts) != 1:
+        raise TransferError(
+            f"run_transfer copies to one destination; the plan has {len(plan.dsts)} "
+            f"({', '.join(plan.dsts)}): run one transfer per destination"
+        )
+    check_fleet(plan, fleet)
+    directory = Path(journal_dir) if journal_dir else default_journal_dir()
+    key = transfer_key(src_uri, dst_uri, part_size, include, exclude)
+    with transfer_lock(
+        src_uri,
+        dst_uri,
+        journal_dir=directory,
+        part_size=part_size,
+        include=include,
+        exclude=exclude,
+        wait=wait_lock,
+    ):
+        return _Run(plan, fleet, src_uri, dst_uri, src_options, dst_options, include, exclude).run(
+            Journal(directory, key),
+            sync=sync or delete,
+            delete=delete,
+            max_delete=max_delete,
+            progress=progress,
+            part_size=part_size,
+            verify=verify,
+            dispatch=dispatch,
+        )
+
+
+class _Run:
+    """One run's state, so the steps can be small methods."""
+
+    def __init__(
+        self,
+        plan: TransferPlan,
+        fleet: GatewayFleet,
+        src_uri: str,
+        dst_uri: str,
+        src_options: Mapping[str, Any] | None,
+        dst_options: Mapping[str, Any] | None,
+        include: Sequence[str],
+        exclude: Sequence[str],
+    ) -> None:
+        self.plan, self.fleet = plan, fleet
+        self.src_uri, self.dst_uri = src_uri, dst_uri
+        self.src_options, self.dst_options = src_options, dst_options
+        self.include, self.exclude = include, exclude
+        self.t0 = time.monotonic()
+        self.job_id = f"job-{uuid.uuid4().hex[:12]}"
+        self.route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
+
+    def result(self, **fields: Any) -> TransferResult:
+        return TransferResult(
+            transfer_id=self.fleet.transfer_id,
+            job_id=self.job_id,
+            src_uri=self.src_uri,
+            dst_uri=self.dst_uri,
+            route=self.route,
+            **fields,
+        )
+
+    def run(
+        self,
+        journal: Journal,
+        *,
+        sync: bool,
+        delete: bool,
+        max_delete: int | None,
+        progress: ProgressCallback | None,
+        part_size: int,
+        verify: str,
+        dispatch: DispatchOptions | None,
+    ) -> TransferResult:
+        try:
+            secret = load_secret(self.fleet.secret_ref)
+        except OSError as exc:
+            raise TransferError(
+                f"cannot read the fleet secret {self.fleet.secret_ref}: {exc}"
+            ) from exc
+        src = open_side(self.src_uri, self.src_options, "source")
+        dst = open_side(self.dst_uri, self.dst_options, "destination")
+        problems: list[SkippedEntry] = []  # left out by the listing (links, unreadable folders)
+        listed = list_source(src, self.src_uri, self.include, self.exclude, problems)
+        # An unreadable entry is a failed object: reported, and it stops the mirror delete.
+        unread = {p.key: f"source: {p.reason}" for p in problems if p.error}
+        existing = check_destination(dst, self.dst_uri, full=sync)
+        to_delete: list[str] = []
+        if delete:
+            to_delete = mirror.extra_keys(
+                existing,
+                {o.key for o in listed},
+                self.include,
+                self.exclude,
+                keep=[p.key for p in problems],
+            )
+            mirror.check_max_delete(to_delete, max_delete, self.dst_uri)
+        objects = listed
+        if sync:
+            objects = [
+                o for o in listed if o.key not in existing or not same_object(o, existing[o.key])
+            ]
+        skipped = len(listed) - len(objects)
+        # Names the destination cannot hold are failed objects before any byte moves.
+        refused = refused_names(dst, objects)
+        objects = [o for o in objects if o.key not in refused]
+        unread.update(refused)
+        if not objects:
+            deleted, errors = (
+                (0, dict(unread)) if unread else self.mirror_delete(src, dst, to_delete)
+            )
+            result = self.result(
+                objects=0,
+                bytes=0,
+                seconds=round(time.monotonic() - self.t0, 3),
+                gbps=0.0,
+                objects_skipped=skipped,
+                objects_deleted=deleted,
+                verification={"status": "passed", "objects": 0, "method": "sync: up to date"},
+                status="partial" if errors else "ok",
+                objects_failed=len(errors),
+                first_errors=[f"{k!r}: {why}" for k, why in sorted(errors.items())][:5],
+            )
+            if errors:
+                raise partial_error(result, errors, [])
+            journal.remove()
+            return result
+        manifest = build_manifest(objects, dst.capabilities, part_size, skipped)
+        # Segments already finished against the same source version are skipped, and so are
+        # objects whose multipart upload an earlier run completed (their upload id is spent).
+        crcs: dict[str, int] = {}
+        remaining = []
+        fps = {o.key: fingerprint(o) for o in objects}
+        committed: dict[str, tuple[int, int]] = {}
+        resumed = 0
+        for o in objects:
+            done_before = journal.commit_for(o.key, fps[o.key])
+            if done_before is not None:
+                committed[o.key] = done_before
+                resumed += len(manifest.segments[o.key])
+                continue
+            for seg in manifest.segments[o.key]:
+                done = journal.finished(seg.seg_id, fps[o.key])
+                if done is None:
+                    remaining.append(seg)
+                else:
+                    crcs[seg.seg_id] = done
+                    resumed += 1
+        resumed_crcs = len(crcs)
+        uploads = prepare_uploads(dst, self.dst_uri, manifest, journal, skip=committed)
+
+        def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
+            records = []
+            for chunk, seg_crcs in finished:
+                for seg, crc in zip(chunk.segments, seg_crcs, strict=False):
+                    crcs[seg.seg_id] = crc
+                    records.append((seg.seg_id, crc, fps[seg.key]))
+            journal.record_done(records)
+
+        dispatcher = Dispatcher(
+            self.plan,
+            self.fleet,
+            secret,
+            src_uri=self.src_uri,
+            dst_uri=self.dst_uri,
+            src_options=self.src_options,
+            dst_options=self.dst_options,
+            options=dispatch,
+            job_id=self.job_id,
+        )
+        try:
+            stats = dispatcher.run(make_chunks(remaining), uploads, on_done, progress)
+        except TransferError as exc:
+            text = str(exc)
+            if f"source {self.src_uri}" not in text and (
+                "AccessDenied" in text or "permission denied" in text.lower()
+            ):
+                raise TransferError(f"destination {self.dst_uri} is not writable: {exc}") from exc
+            raise TransferError(
+                f"{exc}; {resumed + len(crcs) - resumed_crcs} of "
+                f"{sum(len(s) for s in manifest.segments.values())} segments "
+                f"are finished and journaled in {journal.path}: re-run the same command to resume"
+            ) from exc
+        transfer_seconds = time.monotonic() - self.t0
+
+        # Commit: changed objects keep the destination's version; failed ones are left out.
+        source_now: dict[str, ObjectInfo] = {}
+        failed = dict(stats.failed_keys)  # key -> "source: why" / "destination: why"
+        changed = (set(stats.changed_keys) | changed_objects(src, objects, now=source_now)) - set(
+            failed
+        )
+        failed.update(unread)
+        abort_changed(dst, uploads, changed | set(failed), journal)
+        expected: dict[str, tuple[int, int]] = {}
+        to_complete = []
+        for o in objects:
+            if o.key in changed or o.key in failed:
+                continue
+            if o.key in committed:
+                expected[o.key] = committed[o.key]  # completed by an earlier run: verify only
+                continue
+            segs = manifest.segments[o.key]
+            missing = [s.seg_id for s in segs if s.seg_id not in crcs]
+            if missing:
+                raise TransferError(
+                    f"internal error: {o.key} has unfinished segments {missing[:3]}"
+                )
+            crc = crcs[segs[0].seg_id]
+            for s in segs[1:]:
+                crc = crc32c_combine(crc, crcs[s.seg_id], s.length)
+            expected[o.key] = (o.size, crc)
+            if o.key in uploads:
+                to_complete.append(o.key)
+        unconfirmed = complete_uploads(
+            dst, self.dst_uri, manifest, uploads, to_complete, expected, journal, fps, verify
+        )
+        verification = verify_objects(dst, expected, verify)
+        for key, why in sorted(unconfirmed.items()):
+            bad = [f for f in verification.failures if f.startswith(f"{key}: ")]
+            if bad:
+                raise TransferError(
+                    f"completing the upload of {key} failed: {why}; the upload is gone and "
+                    f"{key} at {self.dst_uri} does not match its source ({bad[0]}): delete the "
+                    f"journal {journal.path} and copy it again"
+                )
+        if verification.status != "passed":
+            # Objects the journal said were done but do not verify (changed at the destination
+            # since) are forgotten, so the next run copies them again instead of failing again.
+            for key in expected:
+                if any(f.startswith(f"{key}: ") for f in verification.failures):
+                    journal.forget(key)
+            raise TransferError(
+                f"verification failed for {len(verification.failures)} object(s): "
+                + "; ".join(verification.failures[:3])
+                + " (nothing was deleted; re-run the same command to copy them again)"
+            )
+        deleted = 0
+        if not changed and not failed:
+            deleted, delete_errors = self.mirror_delete(src, dst, to_delete, source_now)
+            failed.update(delete_errors)
+        copied = [o for o in objects if o.key in expected]
+        nbytes = sum(o.size for o in copied)
+        seconds = time.monotonic() - self.t0
+        predicted, actual = _costs(self.plan, nbytes, seconds)
+        from skyplane_ops.profiler.passive import after_transfer  # every transfer is a measurement
+
+        paths = after_transfer(
+            self.plan,
+            self.fleet.backend,
+            self.job_id,
+            dispatcher.routes,
+            stats.path_bytes,
+            stats.path_seconds,
+        )
+        notes = [f"{k!r}: {why}" for k, why in sorted(failed.items())]
+        notes += [f"{k!r}: source: changed during the run" for k in sorted(changed)]
+        result = self.result(
+            objects=len(copied),
+            bytes=nbytes,
+            seconds=round(seconds, 3),
+            gbps=round(nbytes * 8 / 1e9 / seconds, 4) if seconds else 0.0,
+            chunks=stats.chunks,
+            chunks_resent=stats.resent,
+            chunks_resumed=resumed,
+            objects_skipped=skipped,
+            predicted_gbps=round(self.plan.predicted_gbps, 4),
+            predicted_cost_usd=predicted,
+            actual_cost_usd=actual,
+            paths=paths,
+            verification={
+                **verification.to_dict(),
+                "transfer_seconds": round(transfer_seconds, 3),
+            },
+            status="partial" if (changed or failed) else "ok",
+            objects_failed=len(failed),
+            objects_changed=len(changed),
+            objects_deleted=deleted,
+            first_errors=notes[:5],
+        )
+        if changed or failed:
+            for line in notes:
+                log.warning("not copied: %s", line)
+            raise partial_error(result, failed, sorted(changed))  # the journal is kept
+        journal.remove()
+        return result
+
+    def mirror_delete(
+        self,
+        src: ObjectStore,
+        dst: ObjectStore,
+        keys: list[str],
+        source_now: Mapping[str, ObjectInfo] | None = None,
+    ) -> tuple[int, dict[str, str]]:
+        """``sync --delete`` after a clean copy: (deleted, {key: why} of failed deletes)."""
+        if not keys:
+            return 0, {}
+        if not source_now:
+            try:
+                source_now = {o.key: o for o in src.list()}
+            except StoreError as exc:
+                raise TransferError(
+                    f"cannot list source {self.src_uri} again before deleting: {exc}; "
+                    "nothing was deleted"
+                ) from exc
+        return mirror.delete_extra(dst, keys, source_now)

@@ -1,0 +1,315 @@
+"""The azure backend against a FAKE Azure Resource Manager (``tests/fakes/azure_compute.py``).
+
+There is no emulator for ARM's compute and network APIs, so a small fake of the endpoints the
+backend calls runs as a real HTTPS server on loopback and the real ``azure-mgmt-*`` SDKs are
+pointed at it by ``base_url`` (with a static test token and the fake's certificate). Its VMs are
+real where it matters: each runs OpenSSH on its own loopback address with the host key and
+client key taken from the VM's custom data, so the SSH bootstrap runs end to end.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway_agent.client import GatewayClient
+from skyplane_ops import cli
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.aws import InstanceHost
+from skyplane_ops.provision.azure import VM_CONTRIBUTOR, AzureProvisioner
+from skyplane_ops.provision.cloudvm import (
+    TAG_CREATED,
+    TAG_CREATOR,
+    TAG_EXPIRES,
+    TAG_TRANSFER,
+    KeyPair,
+    QuotaError,
+    cloud_init,
+    parse_cloud_init,
+)
+from skyplane_ops.provision.fleet import Gateway
+from skyplane_ops.provision.secrets import secret_bytes
+from skyplane_ops.provision.ssh import HostKeyError
+from tests.fakes.azure_compute import FakeARM
+from tests.fakes.vm import LoopbackVM
+from tests.fixtures.ports import free_port
+
+pytestmark = pytest.mark.emulator
+
+CLIENT_CIDR = "198.51.100.7/32"  # TEST-NET-2: only written into the fake's rules
+REGIONS = {"azure:westus2": 2, "azure:canadacentral": 1}
+
+
+@pytest.fixture
+def arm() -> Iterator[FakeARM]:
+    fake = FakeARM().start()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+class Recording:
+    """Stands in for the SSH bootstrap where a test is about the cloud resources only."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.hosts: list[InstanceHost] = []
+        self.fail = fail
+
+    def __call__(self, hosts: Sequence[InstanceHost], tid: str, ref: str) -> list[Gateway]:
+        self.hosts = list(hosts)
+        if self.fail:
+            raise ProvisionError("injected bootstrap failure")
+        return [Gateway(h.gateway_id, h.region, h.ssh.address, 8701, 8702) for h in hosts]
+
+
+def _prov(fake: FakeARM, **kw: Any) -> AzureProvisioner:
+    kw.setdefault("bootstrap", Recording())
+    kw.setdefault("client_cidr", CLIENT_CIDR)
+    return AzureProvisioner(
+        subscription_id=fake.subscription,
+        base_url=fake.url,
+        ca_bundle=fake.ca_bundle,
+        credential="fake",
+        vm_size="Standard_D8_v5",
+        **kw,
+    )
+
+
+def test_tags_rules_exactly_once_and_teardown(arm: FakeARM) -> None:
+    arm.lose_vm_answer = True  # the first VM's answer is lost: the SDK retries the PUT
+    prov = _prov(arm)
+    fleet = prov.provision(REGIONS, transfer_id="az-t1", tags={"team": "data"})
+    assert arm.vm_creations == 3 and len(arm.of_type("virtualMachines")) == 3, "exactly once"
+    tagged = [r for r in arm.store.values() if "location" in r]  # every taggable resource
+    assert len(tagged) == 2 * 3 + 3 * 3  # per region: group, nsg, vnet; per VM: ip, nic, vm
+    for res in tagged:
+        tags = res["tags"]
+        assert tags[TAG_TRANSFER] == "az-t1" and tags["team"] == "data", res["id"]
+        assert tags[TAG_CREATOR] and tags[TAG_EXPIRES] > tags[TAG_CREATED]
+    for vm in arm.of_type("virtualMachines"):
+        props = vm["properties"]
+        assert props["hardwareProfile"]["vmSize"] == "Standard_D8_v5"
+        assert props["storageProfile"]["imageReference"]["sku"] == "22_04-lts-gen2"
+        assert props["storageProfile"]["osDisk"]["deleteOption"] == "Delete"
+        assert props["osProfile"]["linuxConfiguration"]["disablePasswordAuthentication"]
+        # The shutdown unit that deallocates the VM, and the right to do only that.
+        user_data = parse_cloud_init(base64.b64decode(props["osProfile"]["customData"]).decode())
+        assert "deallocate" in user_data["write_files"][0]["content"]
+    (assignment, *_) = arm.of_type("roleAssignments")
+    assert assignment["properties"]["roleDefinitionId"].endswith(VM_CONTRIBUTOR)
+    assert "/virtualMachines/" in assignment["id"], "scoped to the VM itself"
+    for nsg in arm.of_type("networkSecurityGroups"):
+        rules = {r["name"]: r["properties"] for r in nsg["properties"]["securityRules"]}
+        assert rules["ssh-from-control-plane"]["sourceAddressPrefixes"] == [CLIENT_CIDR]
+        gw = rules["gateways-from-fleet"]
+        assert gw["destinationPortRanges"] == ["8701", "8702", "8703"]
+        fleet_ips = {f"{g.host}/32" for g in fleet.gateways}
+        assert set(gw["sourceAddressPrefixes"]) == {CLIENT_CIDR} | fleet_ips
+    key_paths = [r["key_path"] for r in fleet.resources["regions"].values()]
+    prov.deprovision(fleet)
+    assert arm.leftovers() == []
+    assert not any(Path(p).exists() for p in key_paths)
+    prov.deprovision(fleet)  # idempotent
+
+
+def test_a_failure_at_every_step_leaves_nothing(arm: FakeARM) -> None:
+    prov = _prov(arm)
+    before = len(arm.mutations)
+    prov.deprovision(prov.provision(REGIONS, transfer_id="az-count"))
+    steps = [m for m in arm.mutations[before:] if not m.startswith("DELETE")]
+    assert len(steps) >= 17  # 2 groups, 2 nsgs, 2 vnets, 3 x (ip, nic, vm, role), 2 rules
+    for n in range(1, len(steps) + 1):
+        arm.fail_request(n)
+        with pytest.raises(ProvisionError, match="everything created was deleted"):
+            _prov(arm).provision(REGIONS, transfer_id=f"az-f{n}")
+        arm.fail_request(None)
+        assert arm.leftovers() == [], f"leftovers after failing step {n}: {steps[n - 1]}"
+    boot = Recording(fail=True)
+    with pytest.raises(ProvisionError, match="injected bootstrap failure"):
+        _prov(arm, bootstrap=boot).provision(REGIONS, transfer_id="az-fboot")
+    assert len(boot.hosts) == 3 and arm.leftovers() == []
+
+
+def test_next_zone_on_no_capacity_and_clear_quota_errors(arm: FakeARM) -> None:
+    arm.exhausted_zones = {"westus2-1"}
+    prov = _prov(arm)
+    fleet = prov.provision({"azure:westus2": 1}, transfer_id="az-zone")
+    assert [vm["zones"] for vm in arm.of_type("virtualMachines")] == [["2"]]
+    prov.deprovision(fleet)
+    arm.exhausted_zones = {"westus2-1", "westus2-2", "westus2-3"}
+    with pytest.raises(QuotaError, match=r"azure westus2: no capacity for Standard_D8_v5"):
+        prov.provision({"azure:westus2": 1}, transfer_id="az-nocap")
+    arm.exhausted_zones = set()
+    arm.core_quota = 8
+    with pytest.raises(QuotaError, match=r"azure westus2: quota.*standardDSv5Family Cores"):
+        prov.provision({"azure:westus2": 2}, transfer_id="az-quota")
+    assert arm.leftovers() == []
+
+
+def test_spot_option(arm: FakeARM) -> None:
+    prov = _prov(arm, spot=True)
+    fleet = prov.provision({"azure:westus2": 1}, transfer_id="az-spot")
+    (vm,) = arm.of_type("virtualMachines")
+    assert vm["properties"]["priority"] == "Spot"
+    assert vm["properties"]["evictionPolicy"] == "Delete"
+    prov.deprovision(fleet)
+
+
+_KILLED_CHILD = """
+import sys, time
+from skyplane_ops.provision.azure import AzureProvisioner
+def hang(hosts, tid, ref):
+    print("vms-up", flush=True)
+    time.sleep(3600)
+AzureProvisioner(subscription_id=sys.argv[1], base_url=sys.argv[2], ca_bundle=sys.argv[3],
+                 credential="fake", client_cidr="198.51.100.7/32", bootstrap=hang).provision(
+    {"azure:westus2": 1, "azure:japaneast": 1}, transfer_id="az-killed")
+"""
+
+
+def test_sweeper_after_sigkill_of_the_control_plane(
+    arm: FakeARM, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _prov(arm).provision({"azure:westus2": 1}, transfer_id="az-keep")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_CHILD, arm.subscription, arm.url, arm.ca_bundle],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert child.stdout and child.stdout.readline().strip() == b"vms-up"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert any("az-killed" in r for r in arm.leftovers())
+    opts = {
+        "subscription_id": arm.subscription,
+        "base_url": arm.url,
+        "ca_bundle": arm.ca_bundle,
+        "credential": "fake",
+    }
+    options = tmp_path / "opts.json"
+    options.write_text(json.dumps({"azure": opts}))
+    argv = ["deprovision", "--transfer-id", "az-killed", "--backend", "azure"]
+    assert cli.main([*argv, "--options", str(options)]) == 0
+    out = capsys.readouterr().out
+    assert "azure:resourceGroups/skyplane-ops-az-killed-westus2" in out
+    assert "azure:resourceGroups/skyplane-ops-az-killed-japaneast" in out
+    assert not any("az-killed" in r for r in arm.leftovers())
+    assert any("az-keep" in r for r in arm.leftovers()), "other transfers are kept"
+    assert _prov(arm).sweep(older_than_seconds=3600) == []  # az-keep is fresh
+    assert cli.main(["deprovision", "--all", "--backend", "azure", "--options", str(options)]) == 0
+    assert arm.leftovers() == []
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_ssh_bootstrap_with_the_host_key_from_custom_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    ssh_port = free_port()
+    fake = FakeARM(ssh_port=ssh_port).start()
+    try:
+        prov = _prov(
+            fake,
+            bootstrap=None,
+            ssh_user=os.environ.get("USER") or "root",
+            ssh_port=ssh_port,
+            remote_python=sys.executable,
+            control_port=free_port(),
+            data_port=free_port(),
+            bind_host="public",
+            poweroff_on_idle=False,  # these "VMs" are the test machine
+            idle_timeout=120,
+        )
+        fleet = prov.provision({"azure:westus2": 1, "azure:eastus": 1}, transfer_id="az-e2e")
+        try:
+            for gw in fleet.gateways:
+                client = GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref))
+                assert client.health()
+        finally:
+            prov.deprovision(fleet)
+        assert fake.leftovers() == []
+
+        original = LoopbackVM.boot
+
+        def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
+            users = parse_cloud_init(user_data)["users"]
+            other = cloud_init(
+                user="x",
+                authorized_key=users[1]["ssh_authorized_keys"][0],
+                host_key=KeyPair.generate(),
+            )
+            return original(address, port, other, *a, **kw)
+
+        monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
+        with pytest.raises(HostKeyError, match="everything created was deleted"):
+            prov.provision({"azure:westus2": 1}, transfer_id="az-mitm")
+        assert fake.leftovers() == []
+    finally:
+        fake.close()
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_nsg_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger() -> None:
+    """VMs as network namespaces on a bridge with the NSG rules enforced by nftables."""
+    from tests.fakes.netvm import CloudNet, available
+
+    why = available()
+    if why:
+        pytest.skip(f"CloudNet {why}")
+    net = CloudNet()
+    fake = FakeARM(ssh_port=22).start()
+    fake.vm_net = net
+    try:
+        prov = _prov(
+            fake,
+            bootstrap=None,
+            client_cidr=f"{net.gateway}/32",  # this process, as the VMs see it
+            ssh_user=os.environ.get("USER") or "root",
+            remote_python=sys.executable,
+            poweroff_on_idle=False,  # these "VMs" share the test machine's kernel
+            idle_timeout=120,
+        )
+        fleet = prov.provision({"azure:westus2": 1, "azure:japaneast": 1}, transfer_id="az-fw")
+        try:
+            a, b = fleet.gateways
+            ns = {vm.address: vm.netns for vm in fake.vms.values()}
+            for port in (8701, 8702):
+                assert net.can_connect(ns[a.host], b.host, port), "fleet -> fleet admitted"
+                assert net.can_connect(ns[b.host], a.host, port)
+            stranger, _ = net.attach()
+            for port in (22, 8701, 8702, 8703):
+                assert not net.can_connect(stranger, a.host, port), f"stranger got in on {port}"
+            assert not net.can_connect(ns[a.host], b.host, 22), "SSH only from the control plane"
+            client = GatewayClient(a.host, a.control_port, secret_bytes(fleet.secret_ref))
+            assert client.health()
+        finally:
+            prov.deprovision(fleet)
+        assert fake.leftovers() == []
+    finally:
+        fake.close()
+        net.close()
+
+
+def test_regions_are_provisioned_in_parallel(arm: FakeARM) -> None:
+    """Every region's provisioning is running at the same moment (a barrier all must reach)."""
+    barrier = threading.Barrier(len(REGIONS), timeout=60)
+
+    class Gate(AzureProvisioner):
+        def _provision_region(self, *args: Any) -> None:
+            barrier.wait()  # raises BrokenBarrierError unless all regions get here together
+            super()._provision_region(*args)
+
+    prov = _prov(arm)
+    prov.__class__ = Gate
+    fleet = prov.provision(REGIONS, transfer_id="azure-par")
+    prov.deprovision(fleet)

@@ -1,0 +1,95 @@
+"""Pure helpers of the azure/gcp backends: labels, ages, cloud-init, names, dry-run prices."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.cloudvm import (
+    TAG_TRANSFER,
+    KeyPair,
+    cloud_init,
+    created_before,
+    fleet_tags,
+    gcp_labels,
+    parse_cloud_init,
+    region_of,
+)
+from skyplane_ops.provision.mixed import describe, format_dry_run, provider_of, split_by_provider
+
+
+def test_gcp_labels_are_valid_and_times_stay_comparable() -> None:
+    labels = gcp_labels(fleet_tags("Nightly_42", 3600, {"Team": "Data Eng"}))
+    assert labels["skyplane-ops_transfer-id"] == "nightly_42"
+    assert labels["team"] == "data_eng"
+    assert int(labels["skyplane-ops_expires-at"]) - int(labels["skyplane-ops_created-at"]) == 3600
+    assert all(len(k) <= 63 and len(v) <= 63 for k, v in labels.items())
+
+
+def test_created_before_reads_iso_and_epoch_and_treats_undated_as_old() -> None:
+    old = datetime.now(UTC) - timedelta(hours=3)
+    assert created_before(old.isoformat(), 3600)
+    assert created_before(str(int(old.timestamp())), 3600)
+    assert not created_before(datetime.now(UTC).isoformat(), 3600)
+    assert created_before(None, 3600) and created_before("garbage", 3600)
+    assert created_before(datetime.now(UTC).isoformat(), None)
+
+
+def test_cloud_init_carries_the_host_key_we_generated() -> None:
+    host, client = KeyPair.generate(), KeyPair.generate()
+    text = cloud_init(user="ubuntu", authorized_key=client.public, host_key=host)
+    assert text.startswith("#cloud-config\n")
+    config = parse_cloud_init(text)
+    assert config["ssh_keys"]["ed25519_public"] == host.public
+    assert config["ssh_keys"]["ed25519_private"] == host.private_pem
+    assert config["users"][1]["ssh_authorized_keys"] == [client.public]
+    assert config["ssh_deletekeys"] is True and config["ssh_genkeytypes"] == []
+
+
+def test_regions_must_name_their_cloud() -> None:
+    assert region_of("gcp:us-central1", "gcp") == "us-central1"
+    with pytest.raises(ProvisionError, match="not a gcp region"):
+        region_of("azure:westus2", "gcp")
+    assert provider_of("azure:westus2") == "azure"
+    with pytest.raises(ProvisionError, match="names no cloud"):
+        split_by_provider({"us-east-1": 1})
+    assert split_by_provider({"aws:a": 1, "gcp:b": 0, "gcp:c": 2}) == {
+        "aws": {"aws:a": 1},
+        "gcp": {"gcp:c": 2},
+    }
+
+
+def test_dry_run_prices_without_credentials() -> None:
+    rows = describe("gcp", {"machine_type": "n2-standard-8"}, {"gcp:us-central1": 2}, "t1")
+    vms = [r for r in rows if "instance" in r[0]]
+    assert [p for _, p in vms] == [0.388, 0.388]
+    assert all(TAG_TRANSFER not in w for w, _ in rows)
+    table = format_dry_run(rows)
+    assert table.splitlines()[-1].strip().startswith(f"{0.388 * 2 + 0.01:.3f}")
+    rows = describe("azure", {}, {"azure:westus2": 1}, "t1")
+    assert (
+        "azure VM skyplane-ops-t1-westus2-0 Standard_D32_v5 + StandardSSD OS disk",
+        1.536,
+    ) in rows
+
+
+def test_gcp_refuses_names_compute_engine_would_reject_before_calling_it() -> None:
+    from skyplane_ops.provision.gcp import GCPProvisioner
+
+    prov = GCPProvisioner(project="p", credentials="anonymous", endpoint="http://192.0.2.1:9")
+    with pytest.raises(ProvisionError, match="too long for Compute Engine names"):
+        prov.provision({"gcp:asia-northeast1": 1}, transfer_id="x" * 50)
+    assert prov._network("Nightly_42") == "skyplane-ops-nightly-42"
+
+
+def test_backend_options_for_mixed_take_one_table_per_cloud() -> None:
+    from skyplane_ops.provision.sweeper import backend_options_for
+
+    text = '{"aws": {"instance_type": "m5.8xlarge"}, "gcp": {"project": "p"}}'
+    assert backend_options_for(text, "mixed") == {
+        "aws": {"instance_type": "m5.8xlarge"},
+        "gcp": {"project": "p"},
+    }
+    assert backend_options_for(text, "gcp") == {"project": "p"}
