@@ -43,7 +43,15 @@ Examples:
 """
 
 
+class _Ordered(click.Group):
+    """Lists the commands in the order they were added (the order of a user's workflow)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
 @click.group(
+    cls=_Ordered,
     name=PROG,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=EXAMPLES,
@@ -60,6 +68,10 @@ def cli(ctx: click.Context, verbose: int) -> None:
     )
 
 
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
 @cli.command(
     epilog='\b\nExamples:\n  eval "$(skyplane-ops completion bash)"\n'
     "  skyplane-ops completion zsh > ~/.zfunc/_skyplane-ops"
@@ -72,10 +84,6 @@ def completion(shell: str) -> None:
     cls = get_completion_class(shell)
     assert cls is not None  # the Choice above only admits supported shells
     click.echo(cls(cli, {}, PROG, COMPLETE_VAR).source())
-
-
-for _command in COMMANDS:
-    cli.add_command(_command)
 
 
 class Interrupted(KeyboardInterrupt):

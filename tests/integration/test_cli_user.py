@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.integration.transfer_helpers import read_tree, write_dataset
 
 MiB = 1024 * 1024
