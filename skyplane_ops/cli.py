@@ -137,8 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(status or 0)
     except click.exceptions.Exit as exc:  # --help, --version
         return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # usage errors: one line, like every other error
+        where = f"{PROG} {name}" if name != PROG else PROG
+        hint = f" (see {where} --help)" if isinstance(exc, click.UsageError) else ""
+        print(f"{where}: error: {exc.format_message()}{hint}", file=sys.stderr)
         return exc.exit_code
     except click.Abort as exc:  # click wraps KeyboardInterrupt (our signals) in Abort
         if isinstance(exc.__cause__, KeyboardInterrupt):
