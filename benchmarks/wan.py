@@ -213,11 +213,11 @@ def main() -> int:
                 [
                     "profile",
                     *backend,
-                    "--store",
+                    "--grid-store",
                     store,
-                    "--connections",
+                    "--probe-connections",
                     "4,64",
-                    "--duration",
+                    "--probe-duration",
                     str(args.probe_seconds),
                 ],
                 env,
@@ -300,9 +300,7 @@ def main() -> int:
         f"max-flow {flow:.1f} Mbit/s; data {nbytes / 1e6:.0f} MB in {args.file_mib} MiB files, "
         f"{args.chunk_mib} MiB chunks; profile {profile_s:.1f} s"
     )
-    print(
-        f"{'path':42} {'share':>6} {'predicted':>10} {'achieved':>9} {'ratio':>6} {'last chunk':>10}"
-    )
+    print(f"{'path':42} {'share':>6} {'predicted':>10} {'achieved':>9} {'ratio':>6} {'last':>10}")
     for row in rows:
         print(
             f"{row['path']:42} {row['share']:>6.2f} {row['predicted_mbit']:>10.1f} "

@@ -43,7 +43,15 @@ Examples:
 """
 
 
+class _Ordered(click.Group):
+    """Lists the commands in the order they were added (the order of a user's workflow)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
 @click.group(
+    cls=_Ordered,
     name=PROG,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=EXAMPLES,
@@ -60,6 +68,10 @@ def cli(ctx: click.Context, verbose: int) -> None:
     )
 
 
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
 @cli.command(
     epilog='\b\nExamples:\n  eval "$(skyplane-ops completion bash)"\n'
     "  skyplane-ops completion zsh > ~/.zfunc/_skyplane-ops"
@@ -72,10 +84,6 @@ def completion(shell: str) -> None:
     cls = get_completion_class(shell)
     assert cls is not None  # the Choice above only admits supported shells
     click.echo(cls(cli, {}, PROG, COMPLETE_VAR).source())
-
-
-for _command in COMMANDS:
-    cli.add_command(_command)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -129,8 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(status or 0)
     except click.exceptions.Exit as exc:  # --help, --version
         return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # usage errors: one line, like every other error
+        where = f"{PROG} {name}" if name != PROG else PROG
+        hint = f" (see {where} --help)" if isinstance(exc, click.UsageError) else ""
+        print(f"{where}: error: {exc.format_message()}{hint}", file=sys.stderr)
         return exc.exit_code
     except click.Abort as exc:  # click wraps KeyboardInterrupt (our signals) in Abort
         if isinstance(exc.__cause__, KeyboardInterrupt):

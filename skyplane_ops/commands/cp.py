@@ -71,6 +71,7 @@ def _transfer_options(verb: str) -> Any:
         click.option(
             "--local-gateways-per-region",
             type=int,
+            metavar="N",
             default=1,
             show_default=True,
             help="local backend only: gateway processes per region at most",
@@ -88,6 +89,7 @@ def _transfer_options(verb: str) -> Any:
         click.option(
             "--chunk-mib",
             type=int,
+            metavar="MIB",
             default=64,
             show_default=True,
             help="chunk and multipart part size, in MiB",

@@ -58,7 +58,9 @@ def grid() -> None:
 
 @grid.command("show", epilog=EPILOG)
 @_common()
-@click.option("--version", "grid_version", default=None, help="a version (default: latest)")
+@click.option(
+    "--version", "grid_version", default=None, metavar="VERSION", help="a version (default: latest)"
+)
 @click.option(
     "--stale-after",
     type=DURATION,
@@ -101,7 +103,9 @@ def versions(ctx: click.Context, **params: Any) -> int:
 @grid.command("export", epilog=EPILOG)
 @_common()
 @click.argument("output")
-@click.option("--version", "grid_version", default=None, help="a version (default: latest)")
+@click.option(
+    "--version", "grid_version", default=None, metavar="VERSION", help="a version (default: latest)"
+)
 @click.pass_context
 def export(ctx: click.Context, **params: Any) -> int:
     """Write a grid version to OUTPUT (.parquet or .csv) for plan --measured-grid."""

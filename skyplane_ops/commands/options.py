@@ -119,6 +119,7 @@ def backend_option(default: str | None = "local", multiple: bool = False) -> Dec
     return click.option(
         "--backend",
         default=default,
+        metavar="NAME",
         multiple=multiple,
         show_default=default is not None,
         help=help_text,
@@ -239,6 +240,7 @@ def plan_options() -> Decorator:
         click.option(
             "--max-relays",
             type=click.IntRange(0, 2),
+            metavar="N",
             default=1,
             show_default=True,
             help="relay regions per path (0..2)",
@@ -270,12 +272,14 @@ def plan_options() -> Decorator:
             "--mip-gap",
             type=click.FloatRange(0, 1),
             default=None,
+            metavar="FRACTION",
             help="relative MIP gap to stop at, a fraction (default 0.001)",
         ),
         click.option(
             "--completion-tolerance",
             type=click.FloatRange(0),
             default=None,
+            metavar="FRACTION",
             help="plans finishing within this fraction of the fastest count as fast; the "
             "cheapest of them is taken (default 0.05; 0 = fastest)",
         ),

@@ -42,7 +42,11 @@ Examples:
     help="destination region (repeat for several)",
 )
 @click.option(
-    "--volume-gb", type=click.FloatRange(0), required=True, help="data volume, in GB (10^9 B)"
+    "--volume-gb",
+    type=click.FloatRange(0),
+    required=True,
+    metavar="GB",
+    help="data volume, in GB (10^9 bytes)",
 )
 @plan_options()
 @compose(

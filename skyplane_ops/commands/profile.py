@@ -85,9 +85,15 @@ Examples:
     help="a gateway takes part in one probe per round (send or receive), not one of each",
 )
 @click.option(
-    "--probe-port", type=int, default=0, help="port the gateways take probes on (default: any)"
+    "--probe-port",
+    type=int,
+    default=0,
+    metavar="PORT",
+    help="port the gateways take probes on (default: any)",
 )
-@click.option("--run-id", default=None, help="run id (tags the gateways); default: new")
+@click.option(
+    "--run-id", default=None, metavar="ID", help="run id (tags the gateways); default: new"
+)
 @dry_run_option("print the probe schedule and the cost estimate only; start nothing")
 @json_option()
 @click.pass_context

@@ -242,6 +242,7 @@ def plot_frontier(
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text (searchable, selectable)
     import matplotlib.pyplot as plt
 
     frontier = plan.details.get("frontier") or []

@@ -125,6 +125,7 @@ def write_route(plan: TransferPlan, path: str | Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
 

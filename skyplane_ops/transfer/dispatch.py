@@ -81,6 +81,8 @@ class DispatchOptions:
     lease_linger_s: float = LINGER_S
     reader_threads: int = 8
     writer_threads: int = 8
+    # Per job and gateway: the objects of a batched chunk are read/written this many at once.
+    object_threads: int = 32
     # Chunks submitted and not yet finished, per source gateway: the rest waits in the control
     # plane, so a gateway holds a bounded batch of work at any object count (and a dead path
     # has few chunks to move).
@@ -238,6 +240,7 @@ class Dispatcher:
             "sealed_options": self._sealed,
             "reader_threads": self.options.reader_threads,
             "writer_threads": self.options.writer_threads,
+            "object_threads": self.options.object_threads,
             "test_hooks": hooks or {},
         }
 
