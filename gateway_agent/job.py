@@ -16,9 +16,11 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from gateway_agent import auth, wire
 from gateway_agent.checksum import crc32c
@@ -34,6 +36,9 @@ from gateway_agent.stores.errors import (
 from gateway_agent.synthetic import open_any_store
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 # Stores that accept any buffer and are done with it when the call returns; SDK-backed stores
 # get ``bytes`` (they may retry, hash or hold on to the body).
@@ -135,6 +140,11 @@ class Job:
         self._src: ObjectStore | None = None
         self._dst: ObjectStore | None = None
         self._store_lock = threading.Lock()
+        # The objects of a batched chunk are read and written in parallel: against a store with
+        # tens of ms per request, one thread per chunk would cap a gateway at a few hundred
+        # small objects per second.
+        self._object_threads = max(1, int(spec.get("object_threads", 32)))
+        self._objects_pool: ThreadPoolExecutor | None = None
         if not any(region in r for r in self.routes.values()):
             raise JobError(f"gateway region {region!r} is on no path of job {self.job_id}")
         self._build_pools()
@@ -202,6 +212,25 @@ class Job:
                 self._dst = open_any_store(self._dst_uri, self._dst_options)
             return self._dst
 
+    def _each(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``[fn(x) for x in items]``, in parallel for several items. Every call finishes before
+        this returns (nothing runs on after an error); then the first error in item order is
+        raised, so one bad object fails only itself and the caller reports it."""
+        if len(items) <= 1 or self._object_threads <= 1:
+            return [fn(x) for x in items]
+        with self._store_lock:
+            if self._objects_pool is None:
+                self._objects_pool = ThreadPoolExecutor(
+                    self._object_threads, thread_name_prefix=f"{self.job_id}-obj"
+                )
+            pool = self._objects_pool
+        futures: list[Future[R]] = [pool.submit(fn, x) for x in items]
+        errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return [f.result() for f in futures]
+
     # ---- bookkeeping ---------------------------------------------------------------------------
 
     def _count(self, **inc: int) -> None:
@@ -250,6 +279,8 @@ class Job:
                 "error": self.error,
                 "stopped": self._stop.is_set(),
                 "queued": {r: p.queue.qsize() for r, p in self._pools.items()},
+                # Chunk descriptors submitted here and not yet picked up by a reader.
+                "backlog": self._source_q.qsize(),
             }
 
     def stop(self) -> None:
@@ -270,6 +301,8 @@ class Job:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         for pool in self._pools.values():
             pool.drain()
+        if self._objects_pool is not None:
+            self._objects_pool.shutdown(wait=False, cancel_futures=True)
         while True:
             try:
                 item = self._sink_q.get_nowait()
@@ -458,6 +491,9 @@ class Job:
                 lease.release()
                 continue
             self.route(chunk)
+            # Once routed, the chunk belongs to the pool (and its lease): holding it here while
+            # waiting for the next descriptor would keep its payload alive past the budget.
+            del chunk
 
     def _read_gate_hook(self) -> None:
         """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have
@@ -512,12 +548,19 @@ class Job:
         else:
             lease.buffer = self._budget.take_buffer(total)
             view = memoryview(lease.buffer)[:total]
-            pos = 0
-            for s in segs:
-                part = self._read_segment(store, s)
-                view[pos : pos + len(part)] = part
-                crcs.append(crc32c(view[pos : pos + len(part)]))
-                pos += len(part)
+            starts = [0]
+            for s in segs[:-1]:
+                starts.append(starts[-1] + int(s["length"]))
+
+            def read_one(i: int) -> int:
+                # A segment read is exactly its listed length (or ObjectFailed), so each lands
+                # in its own slice of the buffer.
+                part = self._read_segment(store, segs[i])
+                piece = view[starts[i] : starts[i] + len(part)]
+                piece[:] = part
+                return crc32c(piece)
+
+            crcs = self._each(read_one, range(len(segs)))
             data = view
             full = crc32c(view)
         self._count(chunks_read=1, bytes_read=total)
@@ -549,6 +592,7 @@ class Job:
                 )
             finally:
                 chunk.lease.release()
+                del chunk  # its payload is not pinned while this writer waits for the next
 
     def _slow_store_hook(self, nbytes: int, t0: float, hook: str = "sink_rate_bps") -> bool:
         """Test hooks ``sink_rate_bps`` / ``source_rate_bps``: a store that writes / reads at
@@ -568,12 +612,16 @@ class Job:
         store = self._store("dst")
         view = memoryview(chunk.payload).cast("B")
         zero_copy = str(self._dst_uri).split(":", 1)[0] in ZERO_COPY_SCHEMES
+        pieces: list[tuple[dict[str, Any], memoryview]] = []
         pos = 0
         for seg in chunk.meta["segs"]:
             n = int(seg["length"])
-            piece = view[pos : pos + n]
-            data = cast(bytes, piece) if zero_copy else bytes(piece)
+            pieces.append((seg, view[pos : pos + n]))
             pos += n
+
+        def write_one(item: tuple[dict[str, Any], memoryview]) -> None:
+            seg, piece = item
+            data = cast(bytes, piece) if zero_copy else bytes(piece)
             try:
                 if seg.get("upload_id"):
                     store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
@@ -581,6 +629,8 @@ class Job:
                     store.write(seg["key"], data)
             except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
                 raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
+
+        self._each(write_one, pieces)
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))

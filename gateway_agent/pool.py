@@ -247,6 +247,7 @@ class OutboundPool:
             conn = self.borrow()
             if conn is None:
                 item.lease.release()
+                del item
                 continue
             assert conn.sock is not None and conn.session is not None
             try:
@@ -257,9 +258,13 @@ class OutboundPool:
                 log.warning("send to %s failed: %s", conn.peer.gateway_id, exc)
                 self._cb.lost(item, f"send to {conn.peer.gateway_id} failed: {exc}")
                 item.lease.release()
+                del item
                 self.give_back(conn, broken=True)
                 time.sleep(0.05)
                 continue
             self.give_back(conn)
             item.lease.release()
             self._cb.sent(item, n)
+            # Drop the payload now: a sender waiting for its next item must not pin a chunk
+            # whose budget is already released (N connections x 64 MiB outside the budget).
+            del item

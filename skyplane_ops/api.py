@@ -26,6 +26,8 @@ from skyplane_ops.transfer import check_request, run_transfer
 from skyplane_ops.transfer import preview_transfer as preview_transfer
 from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.progress import Progress as Progress
+from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
+from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age

@@ -62,5 +62,7 @@ def check_transfer_options(
     check_int("max_attempts", dispatch.max_attempts, 1)
     check_int("reader_threads", dispatch.reader_threads, 1, MAX_THREADS)
     check_int("writer_threads", dispatch.writer_threads, 1, MAX_THREADS)
+    check_int("window_chunks", dispatch.window_chunks, 1)
+    check_int("object_threads", dispatch.object_threads, 1, MAX_THREADS)
     check_positive("poll_interval", dispatch.poll_interval)
     check_positive("stall_timeout", dispatch.stall_timeout)

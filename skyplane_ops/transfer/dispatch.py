@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -53,7 +54,10 @@ def _status_of(client: GatewayClient, *, job_id: str, cursor: int) -> dict[str, 
     return client.status(job_id, cursor)
 
 
+# Chunk descriptors per submit request, and segments per request: a batch of small objects is
+# one chunk of up to 256 segments, so the request body stays a few hundred KiB.
 SUBMIT_BATCH = 500
+SUBMIT_SEGMENTS = 4096
 
 
 @dataclass
@@ -77,6 +81,12 @@ class DispatchOptions:
     lease_linger_s: float = LINGER_S
     reader_threads: int = 8
     writer_threads: int = 8
+    # Per job and gateway: the objects of a batched chunk are read/written this many at once.
+    object_threads: int = 32
+    # Chunks submitted and not yet finished, per source gateway: the rest waits in the control
+    # plane, so a gateway holds a bounded batch of work at any object count (and a dead path
+    # has few chunks to move).
+    window_chunks: int = 64
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -230,6 +240,7 @@ class Dispatcher:
             "sealed_options": self._sealed,
             "reader_threads": self.options.reader_threads,
             "writer_threads": self.options.writer_threads,
+            "object_threads": self.options.object_threads,
             "test_hooks": hooks or {},
         }
 
@@ -288,8 +299,15 @@ class Dispatcher:
             gid = self._pick_source(path, c.nbytes)
             per_gateway.setdefault(gid, []).append(self._descriptor(c, path, uploads))
         for gid, descs in per_gateway.items():
-            for i in range(0, len(descs), SUBMIT_BATCH):
-                batch = descs[i : i + SUBMIT_BATCH]
+            batch: list[dict[str, Any]] = []
+            segments = 0
+            for d in descs:
+                if batch and (len(batch) >= SUBMIT_BATCH or segments >= SUBMIT_SEGMENTS):
+                    self._call(gid, partial(_submit_to, job_id=self.job_id, batch=batch))
+                    batch, segments = [], 0
+                batch.append(d)
+                segments += len(d["segs"])
+            if batch:
                 self._call(gid, partial(_submit_to, job_id=self.job_id, batch=batch))
 
     # ---- run -------------------------------------------------------------------------------------
@@ -346,12 +364,25 @@ class Dispatcher:
         pollers: ThreadPoolExecutor,
     ) -> DispatchStats:
         stats = DispatchStats(chunks=len(chunks))
-        pending = {c.chunk_id: c for c in chunks}
+        # ``queued``: not yet sent to any gateway; ``pending``: submitted and not finished.
+        queued = deque(chunks)
+        pending: dict[int, Chunk] = {}
         total_bytes = sum(c.nbytes for c in chunks)
-        next_id = max(pending, default=-1) + 1
+        next_id = max((c.chunk_id for c in chunks), default=-1) + 1
+        window = max(1, self.options.window_chunks) * max(
+            1, len({g.gateway_id for r, _ in self.routes for g in self.fleet.in_region(r[0])})
+        )
+
+        def top_up() -> None:
+            batch = [queued.popleft() for _ in range(min(len(queued), window - len(pending)))]
+            for c in batch:
+                pending[c.chunk_id] = c
+            if batch:
+                self._submit(batch, uploads)
+
         t0 = time.monotonic()
         self._start_jobs()
-        self._submit(chunks, uploads)
+        top_up()
         watch = HopWatch(
             [r for r, _ in self.routes],
             {
@@ -366,7 +397,7 @@ class Dispatcher:
         cursors = dict.fromkeys(self.clients, 0)
         polls: dict[str, Future[dict[str, Any]]] = {}
         last_progress = time.monotonic()
-        while pending:
+        while pending or queued:
             finished: list[tuple[Chunk, list[int]]] = []
             retry: list[Chunk] = []
             failure: TransferError | None = None
@@ -435,13 +466,14 @@ class Dispatcher:
             if retry:
                 self._submit(retry, uploads)
             self._check_paths(watch, pending, stats)
+            top_up()
             if progress is not None:
                 elapsed = time.monotonic() - t0
                 progress(
                     Progress(
                         bytes_done=stats.bytes_done,
                         bytes_total=total_bytes,
-                        chunks_done=stats.chunks - len(pending),
+                        chunks_done=stats.chunks - len(pending) - len(queued),
                         chunks_total=stats.chunks,
                         elapsed_s=round(elapsed, 3),
                         gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
@@ -457,9 +489,9 @@ class Dispatcher:
             if time.monotonic() - last_progress > self.options.stall_timeout:
                 raise TransferError(
                     f"no chunk finished for {self.options.stall_timeout:.0f} s "
-                    f"({len(pending)} chunks outstanding)"
+                    f"({len(pending) + len(queued)} chunks outstanding)"
                 )
-            if pending:
+            if pending or queued:
                 time.sleep(self.options.poll_interval)
         return stats
 

@@ -30,7 +30,7 @@ DEFAULT_BATCH_BYTES = 8 * MiB
 DEFAULT_BATCH_COUNT = 256
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     key: str
     offset: int
@@ -44,7 +44,7 @@ class Segment:
         return f"{self.part}:{self.key}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     chunk_id: int
     segments: list[Segment]

@@ -289,9 +289,9 @@ class _Run:
         # Commit: changed objects keep the destination's version; failed ones are left out.
         source_now: dict[str, ObjectInfo] = {}
         failed = dict(stats.failed_keys)  # key -> "source: why" / "destination: why"
-        changed = (set(stats.changed_keys) | changed_objects(src, objects, now=source_now)) - set(
-            failed
-        )
+        # The fresh source listing is kept only when the mirror delete will need it.
+        now = source_now if to_delete else None
+        changed = (set(stats.changed_keys) | changed_objects(src, fps, now=now)) - set(failed)
         failed.update(unread)
         abort_changed(dst, uploads, changed | set(failed), journal)
         expected: dict[str, tuple[int, int]] = {}

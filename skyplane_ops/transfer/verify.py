@@ -7,7 +7,7 @@ one, otherwise (``method="full"``) the object is read back and checksummed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,20 +39,29 @@ class Verification:
 
 
 def changed_objects(
-    src: ObjectStore, objects: Iterable[ObjectInfo], now: dict[str, ObjectInfo] | None = None
+    src: ObjectStore,
+    fingerprints: Mapping[str, list[object]],
+    now: dict[str, ObjectInfo] | None = None,
 ) -> set[str]:
-    """Keys whose size/etag/mtime differ now from the listing the manifest was built from.
+    """Keys whose fingerprint (size/etag/mtime/version) differs now from the listing the
+    manifest was built from (``fingerprints``: key -> ``manifest.fingerprint``), or that are gone.
 
-    ``now``, when given, is filled with the fresh source listing (``sync --delete`` uses it).
+    The fresh listing is streamed, not held, except into ``now`` when given (``sync --delete``
+    uses it before deleting).
     """
-    listing = {o.key: o for o in src.list()}
-    if now is not None:
-        now.update(listing)
-    return {
-        o.key
-        for o in objects
-        if o.key not in listing or fingerprint(listing[o.key]) != fingerprint(o)
-    }
+    seen: set[str] = set()
+    changed: set[str] = set()
+    for o in src.list():
+        if now is not None:
+            now[o.key] = o
+        fp = fingerprints.get(o.key)
+        if fp is None:
+            continue
+        seen.add(o.key)
+        if fingerprint(o) != fp:
+            changed.add(o.key)
+    changed.update(k for k in fingerprints if k not in seen)
+    return changed
 
 
 def read_back_crc(store: ObjectStore, key: str, size: int) -> int:
@@ -72,25 +81,29 @@ def verify_objects(
     threads: int = 4,
 ) -> Verification:
     """``expected`` maps key -> (size, crc32c). ``method``: full | size."""
-    try:
-        listed = {o.key: o for o in dst.list()}
-    except StoreError as exc:
-        return Verification("failed", len(expected), method, [f"cannot list destination: {exc}"])
     failures: list[str] = []
     native = 0
     to_read: list[str] = []
-    for key, (size, crc) in expected.items():
-        info = listed.get(key)
-        if info is None:
-            failures.append(f"{key}: missing at the destination")
-        elif info.size != size:
-            failures.append(f"{key}: size {info.size} != {size}")
-        elif "crc32c" in info.checksums:
-            native += 1
-            if info.checksums["crc32c"] != crc32c_b64(crc):
-                failures.append(f"{key}: crc32c mismatch")
-        elif method == "full":
-            to_read.append(key)
+    seen: set[str] = set()
+    try:
+        # Streamed: only what was expected is looked at, the listing itself is not held.
+        for info in dst.list():
+            want = expected.get(info.key)
+            if want is None or info.key in seen:
+                continue
+            seen.add(info.key)
+            key, (size, crc) = info.key, want
+            if info.size != size:
+                failures.append(f"{key}: size {info.size} != {size}")
+            elif "crc32c" in info.checksums:
+                native += 1
+                if info.checksums["crc32c"] != crc32c_b64(crc):
+                    failures.append(f"{key}: crc32c mismatch")
+            elif method == "full":
+                to_read.append(key)
+    except StoreError as exc:
+        return Verification("failed", len(expected), method, [f"cannot list destination: {exc}"])
+    failures.extend(f"{key}: missing at the destination" for key in expected if key not in seen)
 
     def check(key: str) -> str | None:
         size, crc = expected[key]

@@ -1,0 +1,271 @@
+"""Many small objects: ``skyplane-ops cp`` next to ``rclone copy`` in the same run.
+
+For each count (10k and 100k objects of 1 KiB; 1M with ``--full``) a source tree is generated
+under ``--work`` (default: a temporary folder), then copied ``file:// -> file://`` by
+
+* the CLI (``skyplane-ops cp``, local backend: one gateway process per region, checksums and
+  end verification on, as a user gets them), and
+* ``rclone copy --transfers 16 --checkers 16``,
+
+and each is run again on the unchanged tree (``skyplane-ops sync`` / ``rclone copy``). Reported
+per run: seconds, objects/s, peak RSS of the CLI and of every gateway (sampled from ``/proc``
+every 50 ms over the whole process tree), and the disk used by the CLI's state (journal
+folder, its peak while running). Both tools run on the same machine one after the other.
+
+Usage: ``python benchmarks/scale.py [--counts 10000,100000] [--full] [--work DIR]``.
+Writes ``benchmarks/results/scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+MiB = 1024 * 1024
+REGIONS = ["--src-region", "aws:us-east-1", "--dst-region", "aws:us-west-2"]
+
+
+def generate(root: Path, count: int, size: int = 1024) -> None:
+    """``count`` files of ``size`` bytes in folders of 1,000 (as a data lake partitions)."""
+    body = os.urandom(size)
+    for i in range(count):
+        folder = root / f"p{i // 1000:04d}"
+        if i % 1000 == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"o{i:07d}.bin", "wb") as fh:
+            fh.write(i.to_bytes(8, "big") + body[8:])
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.extend(int(c) for c in fh.read().split())
+    except OSError:
+        pass
+    return out
+
+
+def _rss_and_cmd(pid: int) -> tuple[int, int, str]:
+    """(VmRSS, RssAnon, command line) of ``pid``; zeros once it has gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            fields = {x.split(":")[0]: x.split()[1:2] for x in fh}
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return 0, 0, ""
+    rss, anon = (int((fields.get(k) or ["0"])[0]) * 1024 for k in ("VmRSS", "RssAnon"))
+    return rss, anon, cmd
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for base, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(base, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+class Sampler(threading.Thread):
+    """Peak RSS of a process and of each of its descendants (gateways named by cmdline)."""
+
+    def __init__(self, pid: int, state_dir: Path | None) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.state_dir = pid, state_dir
+        self.peaks: dict[str, int] = {}
+        self.anon: dict[str, int] = {}
+        self.state_peak = 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self._done.is_set():
+            self._sample()
+            if self.state_dir is not None and n % 20 == 0:
+                self.state_peak = max(self.state_peak, _dir_bytes(self.state_dir))
+            n += 1
+            self._done.wait(0.05)
+
+    def _sample(self) -> None:
+        todo, seen = [self.pid], set()
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            rss, anon, cmd = _rss_and_cmd(pid)
+            if pid == self.pid:
+                name = "main"
+            elif "gateway_agent" in cmd:
+                words = cmd.split()
+                gid = words[words.index("--gateway-id") + 1] if "--gateway-id" in words else pid
+                name = f"gateway {gid}"
+            else:
+                name = f"other {pid}"
+            self.peaks[name] = max(self.peaks.get(name, 0), rss)
+            self.anon[name] = max(self.anon.get(name, 0), anon)
+            todo.extend(_children(pid))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+        self._sample()
+
+
+def timed(cmd: list[str], env: dict[str, str], state_dir: Path | None = None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sampler = Sampler(proc.pid, state_dir)
+    sampler.start()
+    out, err = proc.communicate()
+    seconds = time.perf_counter() - t0
+    sampler.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    names = sorted(k for k in sampler.peaks if k.startswith("gateway"))
+    return {
+        "seconds": round(seconds, 3),
+        "main_rss_mib": round(sampler.peaks.get("main", 0) / MiB, 1),
+        "gateways": [k.split(" ", 1)[1] for k in names],
+        "gateway_rss_mib": [round(sampler.peaks[k] / MiB, 1) for k in names],
+        "gateway_anon_mib": [round(sampler.anon[k] / MiB, 1) for k in names],
+        "state_peak_mib": round(sampler.state_peak / MiB, 2),
+        "stdout_tail": out.decode()[-300:],
+    }
+
+
+def cli_command() -> list[str]:
+    """The CLI of this checkout (``PYTHONPATH`` is set to it by ``bench_env``)."""
+    return [sys.executable, "-m", "skyplane_ops.cli"]
+
+
+def bench_env(work: Path) -> dict[str, str]:
+    """The environment both tools run in: this checkout first on the path, no CA bundle
+    override (rclone fails with one), state under ``work``."""
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["SKYPLANE_OPS_HOME"] = str(work / "home")
+    return env
+
+
+def count_files(root: Path) -> int:
+    return sum(len(files) for _b, _d, files in os.walk(root))
+
+
+def run_count(work: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
+    src, ours, theirs = work / "src", work / "dst-ours", work / "dst-rclone"
+    state = work / "state"
+    for d in (src, ours, theirs, state):
+        shutil.rmtree(d, ignore_errors=True)
+    generate(src, count)
+    ours.mkdir()
+    theirs.mkdir()
+    cli = cli_command()
+    common = [*REGIONS, "--journal-dir", str(state), "--no-progress", "--json"]
+    rclone = [
+        "rclone",
+        "copy",
+        str(src),
+        str(theirs),
+        "--transfers",
+        "16",
+        "--checkers",
+        "16",
+        "--config",
+        "/dev/null",
+    ]
+    row: dict[str, Any] = {"objects": count}
+    row["ours"] = timed([*cli, "cp", f"file://{src}", f"file://{ours}", *common], env, state)
+    row["rclone"] = timed(rclone, env)
+    for side, dst in (("ours", ours), ("rclone", theirs)):
+        got = count_files(dst)
+        if got != count:
+            raise RuntimeError(f"{side}: {got} of {count} objects at the destination")
+    row["ours_resync"] = timed(
+        [*cli, "sync", f"file://{src}", f"file://{ours}", *common], env, state
+    )
+    row["rclone_resync"] = timed(rclone, env)
+    for key in ("ours", "rclone", "ours_resync", "rclone_resync"):
+        row[key]["objects_per_s"] = round(count / row[key]["seconds"], 1)
+        row[key].pop("stdout_tail", None)
+    row["ratio"] = round(row["ours"]["objects_per_s"] / row["rclone"]["objects_per_s"], 3)
+    row["resync_ratio"] = round(row["rclone_resync"]["seconds"] / row["ours_resync"]["seconds"], 3)
+    for d in (src, ours, theirs, state):
+        shutil.rmtree(d, ignore_errors=True)
+    return row
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"{'objects':>9} {'ours s':>8} {'rclone s':>8} {'ours obj/s':>10} {'rc obj/s':>9} "
+        f"{'ratio':>6} {'CLI MiB':>8} {'gw MiB':>12} {'rc MiB':>7} {'state MiB':>9} "
+        f"{'resync ours/rc s':>17}"
+    )
+    for r in rows:
+        o, c = r["ours"], r["rclone"]
+        gws = "/".join(f"{v:.0f}" for v in o["gateway_rss_mib"]) or "-"
+        print(
+            f"{r['objects']:>9,} {o['seconds']:8.1f} {c['seconds']:8.1f} "
+            f"{o['objects_per_s']:10.0f} {c['objects_per_s']:9.0f} {r['ratio']:6.2f} "
+            f"{o['main_rss_mib']:8.0f} {gws:>12} {c['main_rss_mib']:7.0f} "
+            f"{o['state_peak_mib']:9.1f} "
+            f"{r['ours_resync']['seconds']:8.1f}/{r['rclone_resync']['seconds']:<8.1f}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--counts", default="10000,100000", help="comma-separated counts")
+    parser.add_argument("--full", action="store_true", help="also 1,000,000 objects")
+    parser.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
+    parser.add_argument("--out", default=str(RESULTS / "scale.json"))
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",") if c]
+    if args.full and 1_000_000 not in counts:
+        counts.append(1_000_000)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="skyplane-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = bench_env(work)
+    rows = []
+    try:
+        for count in counts:
+            rows.append(run_count(work, count, env))
+            print_table(rows[-1:])
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print_table(rows)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "rclone": "rclone copy --transfers 16 --checkers 16",
+                "note": "2-core machine shared with other jobs; ratio = ours / rclone objects/s; "
+                "resync_ratio = rclone s / ours s",
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""A gateway reads and writes the objects of a batched chunk in parallel, and one bad object
+fails only itself, after the others finished (no call left running behind the error)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gateway_agent.flow import ByteBudget
+from gateway_agent.job import Job, ObjectFailed
+
+
+def _job(object_threads: int) -> Job:
+    spec = {
+        "job_id": "job-objects",
+        "routes": {"0": ["here"]},
+        "gateways": {"here": []},
+        "object_threads": object_threads,
+    }
+    return Job(spec, gateway_id="gw", region="here", secret=b"s" * 32, budget=ByteBudget(1 << 20))
+
+
+def test_objects_of_a_chunk_run_concurrently() -> None:
+    job = _job(8)
+    gate = threading.Barrier(8, timeout=30)  # passes only if 8 calls run at the same time
+
+    def one(i: int) -> int:
+        gate.wait()
+        return i * i
+
+    try:
+        assert job._each(one, list(range(8))) == [i * i for i in range(8)]
+    finally:
+        job.stop()
+
+
+def test_one_bad_object_is_raised_after_the_others_finished() -> None:
+    job = _job(4)
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        if i in (2, 5):
+            raise ObjectFailed("failed", f"k{i}", "destination", "bad name")
+        with lock:
+            done.append(i)
+
+    try:
+        with pytest.raises(ObjectFailed) as err:
+            job._each(one, list(range(8)))
+    finally:
+        job.stop()
+    assert err.value.key == "k2"  # the first in chunk order
+    assert sorted(done) == [0, 1, 3, 4, 6, 7]
+
+
+def test_one_thread_keeps_the_order() -> None:
+    job = _job(1)
+    seen: list[int] = []
+    try:
+        job._each(seen.append, [3, 1, 2])
+    finally:
+        job.stop()
+    assert seen == [3, 1, 2]
