@@ -203,6 +203,7 @@ def test_plain_paths_and_per_store_options_with_s3(tmp_path: Path, moto_s3: obje
         **dead,
     )
     assert blind.returncode == 2 and "Traceback" not in blind.stderr, blind.stderr
+    assert "cannot list source" in blind.stderr and "connection failed" in blind.stderr
     assert not (work / "again").exists() or read_tree(work / "again") == {}
 
 
