@@ -59,3 +59,18 @@ def test_route_picture_as_svg_and_png(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"{plan.predicted_gbps:.2f} Gbit/s predicted" in text
     assert main([*argv, "--route", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_airflow_stores_the_same_route_picture_next_to_the_plan(tmp_path: Path) -> None:
+    """The Airflow route link opens the picture ``write_plan`` stored next to the plan JSON:
+    the very SVG the CLI's ``plan --route`` and the Dagster metadata draw."""
+    from skyplane_ops import api
+    from skyplane_ops.airflow.hooks import SkyplaneHook
+    from skyplane_ops.airflow.links import route_uri_for
+
+    plan = api.plan(SRC, DST, 100, min_throughput_gbps=12, max_vms_per_region=1)
+    stored = SkyplaneHook.write_plan(plan, str(tmp_path / "plans" / "t1.json"))
+    route = Path(route_uri_for(stored))
+    assert route == tmp_path / "plans" / "t1.route.svg"
+    assert route.read_text() == api.route_svg(plan)
+    ET.fromstring(route.read_text())
