@@ -74,3 +74,26 @@ def test_airflow_stores_the_same_route_picture_next_to_the_plan(tmp_path: Path) 
     assert route == tmp_path / "plans" / "t1.route.svg"
     assert route.read_text() == api.route_svg(plan)
     ET.fromstring(route.read_text())
+
+
+def test_the_commands_import_only_the_api() -> None:
+    """One door: the CLI and its commands reach the core only through ``skyplane_ops.api``."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "skyplane_ops"
+    allowed = ("skyplane_ops.api", "skyplane_ops.commands", "skyplane_ops.__version__")
+    wrong = []
+    for path in [root / "cli.py", *sorted((root / "commands").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+                if node.module == "skyplane_ops":  # ``from skyplane_ops import api``
+                    names = [f"skyplane_ops.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("skyplane_ops") and not name.startswith(allowed):
+                    wrong.append(f"{path.name}: {name}")
+    assert wrong == []
