@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit tools venv clean bench
+.PHONY: demo test e2e lint typecheck unit tools venv clean bench
 
 venv: $(STAMP)
 
@@ -32,6 +32,10 @@ unit: venv
 
 test: venv tools lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -ra
+
+# The end-to-end tests alone (also part of `make test`): airflow standalone + dagster CLI.
+e2e: venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -ra tests/e2e
 
 demo: venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh

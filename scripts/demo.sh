@@ -14,11 +14,11 @@ banner() { printf '\n==== %s ====\n\n' "$*"; }
 
 banner "Plan: Azure canadacentral -> GCP asia-northeast1, 100 GB, 1 VM per region, at least 12 Gbps"
 skyplane-ops plan --src azure:canadacentral --dst gcp:asia-northeast1 --volume-gb 100 \
-  --max-vms 1 --min-throughput-gbps 12
+  --max-vms-per-region 1 --min-throughput-gbps 12
 
 banner "Plan: Azure eastus -> AWS ap-northeast-1, 16 GB, up to 4 VMs per region, at most \$2.00"
 skyplane-ops plan --src azure:eastus --dst aws:ap-northeast-1 --volume-gb 16 \
-  --max-vms 4 --max-cost-usd 2 --mermaid
+  --max-vms-per-region 4 --max-cost-usd 2 --mermaid
 
 banner "Airflow: replicate a Parquet dataset through a planned route of local gateways"
 bash scripts/demo_airflow.sh

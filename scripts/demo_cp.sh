@@ -23,6 +23,6 @@ print(f"generated {root}: 4 x 24 MiB + 2000 small files")
 PY
 mkdir -p "$DEMO_DIR/dst"
 skyplane-ops cp "file://$DEMO_DIR/src" "file://$DEMO_DIR/dst" \
-  --src-region azure:canadacentral --dst-region gcp:asia-northeast1 --max-vms 1 \
+  --src-region azure:canadacentral --dst-region gcp:asia-northeast1 --max-vms-per-region 1 \
   --min-throughput-gbps 12 --chunk-mib 8 --journal-dir "$DEMO_DIR/journal"
 diff -r "$DEMO_DIR/src" "$DEMO_DIR/dst" && echo "destination is byte-for-byte identical to the source"

@@ -26,6 +26,8 @@ from skyplane_ops.transfer import check_request, run_transfer
 from skyplane_ops.transfer import preview_transfer as preview_transfer
 from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.progress import Progress as Progress
+from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
+from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
@@ -410,10 +412,87 @@ def copy(
             deprovision(fleet, backend_options=backend_options)
 
 
+# ---- the faces' one door: lazy re-exports (costly modules load on first use) ----------------
+# The CLI commands and the Airflow/Dagster faces import these from here, never from the
+# modules below, so that moving code inside the core does not ripple into the faces.
+_LAZY: dict[str, str] = {
+    "BudgetExceededError": "skyplane_ops.profiler.errors",
+    "ProfileError": "skyplane_ops.errors",
+    "ProvisionError": "skyplane_ops.errors",
+    "InvalidProblemError": "skyplane_ops.planner.problem",
+    "render_text": "skyplane_ops.planner.render",
+    "render_mermaid": "skyplane_ops.planner.render",
+    "plot_frontier": "skyplane_ops.planner.render",
+    "route_svg": "skyplane_ops.planner.route",
+    "write_route": "skyplane_ops.planner.route",
+    "FleetUniverse": "skyplane_ops.provision.universe",
+    "BACKENDS": "skyplane_ops.provision",
+    "get_provisioner": "skyplane_ops.provision",
+    "PROVIDERS": "skyplane_ops.provision.mixed",
+    "describe_resources": "skyplane_ops.provision.mixed:describe",
+    "format_dry_run": "skyplane_ops.provision.mixed",
+    "load_fleets": "skyplane_ops.provision.records",
+    "backend_options_for": "skyplane_ops.provision.sweeper",
+    "load_backend_options": "skyplane_ops.provision.sweeper",
+    "sweep": "skyplane_ops.provision.sweeper",
+    "parse_duration": "skyplane_ops.profiler.durations",
+    "format_age": "skyplane_ops.profiler.durations",
+    "GridStore": "skyplane_ops.profiler.store",
+    "default_store_uri": "skyplane_ops.profiler.store",
+    "Measurement": "skyplane_ops.profiler.records",
+    "plan_profile_run": "skyplane_ops.profiler.run:plan_run",
+    "load_default_profile": "skyplane_ops.profiles",
+    "read_skyplane_csv": "skyplane_ops.profiles.skyplane_csv",
+    "DispatchOptions": "skyplane_ops.transfer.dispatch",
+    "PartialTransferError": "skyplane_ops.transfer.result",
+    "EXIT_PARTIAL": "skyplane_ops.transfer.result",
+    "MiB": "skyplane_ops.transfer.manifest",
+    "JsonProgress": "skyplane_ops.transfer.progress",
+}
+
+if TYPE_CHECKING:
+    from skyplane_ops.errors import ProfileError as ProfileError
+    from skyplane_ops.errors import ProvisionError as ProvisionError
+    from skyplane_ops.planner.problem import InvalidProblemError as InvalidProblemError
+    from skyplane_ops.planner.render import plot_frontier as plot_frontier
+    from skyplane_ops.planner.render import render_mermaid as render_mermaid
+    from skyplane_ops.planner.render import render_text as render_text
+    from skyplane_ops.planner.route import route_svg as route_svg
+    from skyplane_ops.planner.route import write_route as write_route
+    from skyplane_ops.profiler.durations import format_age as format_age
+    from skyplane_ops.profiler.durations import parse_duration as parse_duration
+    from skyplane_ops.profiler.errors import BudgetExceededError as BudgetExceededError
+    from skyplane_ops.profiler.records import Measurement as Measurement
+    from skyplane_ops.profiler.run import plan_run as _plan_run
+    from skyplane_ops.profiler.store import GridStore as GridStore
+    from skyplane_ops.profiler.store import default_store_uri as default_store_uri
+    from skyplane_ops.profiles import load_default_profile as load_default_profile
+    from skyplane_ops.profiles.skyplane_csv import read_skyplane_csv as read_skyplane_csv
+    from skyplane_ops.provision import BACKENDS as BACKENDS
+    from skyplane_ops.provision import get_provisioner as get_provisioner
+    from skyplane_ops.provision.mixed import PROVIDERS as PROVIDERS
+    from skyplane_ops.provision.mixed import describe as _describe
+    from skyplane_ops.provision.mixed import format_dry_run as format_dry_run
+    from skyplane_ops.provision.records import load_fleets as load_fleets
+    from skyplane_ops.provision.sweeper import backend_options_for as backend_options_for
+    from skyplane_ops.provision.sweeper import load_backend_options as load_backend_options
+    from skyplane_ops.provision.sweeper import sweep as sweep
+    from skyplane_ops.transfer.dispatch import DispatchOptions as DispatchOptions
+    from skyplane_ops.transfer.manifest import MiB as MiB
+    from skyplane_ops.transfer.progress import JsonProgress as JsonProgress
+    from skyplane_ops.transfer.result import EXIT_PARTIAL as EXIT_PARTIAL
+    from skyplane_ops.transfer.result import PartialTransferError as PartialTransferError
+
+    plan_profile_run = _plan_run
+    describe_resources = _describe
+
+
 def __getattr__(name: str) -> Any:
     """Lazy re-exports whose modules are costly to import (the profiler loads the grid code)."""
-    if name == "BudgetExceededError":
-        from skyplane_ops.profiler.errors import BudgetExceededError
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return BudgetExceededError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    return getattr(importlib.import_module(module), attr or name)

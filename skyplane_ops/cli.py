@@ -1,8 +1,12 @@
-"""The ``skyplane-ops`` command line: one sub-command per module in ``skyplane_ops.commands``.
+"""The ``skyplane-ops`` command line, built on click: one module per command in ``commands``.
 
-Each command module exposes ``register(subparsers)`` which adds its parser and sets
-``func(args) -> int``. Errors the user can cause (``SkyplaneOpsError``) are printed as one
-line and exit with status 2; anything else is a bug and keeps its traceback.
+Click (not typer, not argparse): Dagster's and Airflow's own CLIs are click, so the help,
+completion and error style match the tools our users already run; options are plain
+decorators that one module (``commands.options``) defines once for every command; and it is
+already a dependency of both faces, so the CLI adds nothing to install.
+
+Errors the user can cause (``SkyplaneOpsError``) are printed as one line and exit with
+status 2 (as do usage errors); anything else is a bug and keeps its traceback.
 
 The CLI installs its own SIGINT and SIGTERM handlers instead of relying on Python's default:
 a shell running a job in the background starts it with SIGINT *ignored*, and Python then
@@ -12,8 +16,6 @@ with 128 + signal number; a second one says cleanup is running; a third exits at
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import logging
 import os
 import signal
@@ -23,31 +25,65 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+import click
+
 from skyplane_ops import __version__
-from skyplane_ops.errors import SkyplaneOpsError
+from skyplane_ops.api import SkyplaneOpsError
+from skyplane_ops.commands import COMMANDS
 
-# Add a module here to add a sub-command; keep the order the one shown in --help.
-COMMAND_MODULES: list[str] = [
-    "skyplane_ops.commands.plan",
-    "skyplane_ops.commands.cp",
-    "skyplane_ops.commands.profile",
-    "skyplane_ops.commands.grid",
-    "skyplane_ops.commands.provision",
-    "skyplane_ops.commands.deprovision",
-]
+PROG = "skyplane-ops"
+COMPLETE_VAR = "_SKYPLANE_OPS_COMPLETE"
+EXAMPLES = """
+\b
+Examples:
+  skyplane-ops plan --src aws:us-east-1 --dst gcp:europe-west4 --volume-gb 500
+  skyplane-ops cp ./data s3://bucket/data --src-region local --dst-region aws:us-east-1
+  skyplane-ops deprovision --older-than 1w
+  eval "$(skyplane-ops completion bash)"
+"""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="skyplane-ops",
-        description="Plan and run cloud-aware overlay transfers of bulk data.",
+class _Ordered(click.Group):
+    """Lists the commands in the order they were added (the order of a user's workflow)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(
+    cls=_Ordered,
+    name=PROG,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXAMPLES,
+)
+@click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", count=True, help="more log output on stderr (-vv: debug)")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
+    """Plan and run cloud-aware overlay transfers of bulk data between regions and clouds."""
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
-    parser.add_argument("--version", action="version", version=f"skyplane-ops {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
-    return parser
+
+
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
+@cli.command(
+    epilog='\b\nExamples:\n  eval "$(skyplane-ops completion bash)"\n'
+    "  skyplane-ops completion zsh > ~/.zfunc/_skyplane-ops"
+)
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (bash, zsh or fish)."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # the Choice above only admits supported shells
+    click.echo(cls(cli, {}, PROG, COMPLETE_VAR).source())
 
 
 class Interrupted(KeyboardInterrupt):
@@ -85,32 +121,51 @@ def restore_signal_handlers(previous: dict[int, Any]) -> None:
         signal.signal(sig, handler)
 
 
+def _command_name(argv: Sequence[str]) -> str:
+    """The sub-command named in ``argv`` (for one-line error messages)."""
+    names = set(cli.commands)
+    return next((a for a in argv if a in names), PROG)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the CLI; returns the exit status (the console script exits with it)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    name = _command_name(args)
     previous = install_signal_handlers()
     try:
-        return _run(args)
+        status = cli.main(args, prog_name=PROG, complete_var=COMPLETE_VAR, standalone_mode=False)
+        return int(status or 0)
+    except click.exceptions.Exit as exc:  # --help, --version
+        return exc.exit_code
+    except click.ClickException as exc:  # usage errors: one line, like every other error
+        where = f"{PROG} {name}" if name != PROG else PROG
+        hint = f" (see {where} --help)" if isinstance(exc, click.UsageError) else ""
+        print(f"{where}: error: {exc.format_message()}{hint}", file=sys.stderr)
+        return exc.exit_code
+    except click.Abort as exc:  # click wraps KeyboardInterrupt (our signals) in Abort
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            return _interrupted(name, exc.__cause__)
+        return 1
+    except SkyplaneOpsError as exc:
+        print(f"skyplane-ops {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        return _interrupted(name, exc)
     finally:
         restore_signal_handlers(previous)  # in-process callers (tests) get theirs back
 
 
-def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    try:
-        return int(args.func(args) or 0)
-    except SkyplaneOpsError as exc:
-        print(f"skyplane-ops {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        name = signal.Signals(signum).name
-        print(f"skyplane-ops {args.command}: interrupted ({name})", file=sys.stderr)
-        return 128 + signum
+def _interrupted(name: str, exc: KeyboardInterrupt) -> int:
+    signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    print(f"skyplane-ops {name}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+    return 128 + signum
+
+
+def build_parser() -> Any:
+    """Deprecated (argparse era): an object whose ``parse_args(argv)`` gives a command's args."""
+    from skyplane_ops.commands.base import ArgsParser
+
+    return ArgsParser(cli)
 
 
 if __name__ == "__main__":

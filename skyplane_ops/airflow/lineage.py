@@ -34,7 +34,7 @@ def dataset_name(uri: str) -> tuple[str, str]:
     return f"{scheme}://{parsed.netloc}", parsed.path.strip("/") or "/"
 
 
-def operator_lineage(src: str, dst: str, run_facts: dict[str, Any] | None = None) -> Any:
+def operator_lineage(src: str, dst: str) -> Any:
     """An ``OperatorLineage`` with the source as input and the replica as output (or None
     when the OpenLineage provider is not installed)."""
     try:

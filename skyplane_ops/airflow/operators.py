@@ -23,7 +23,6 @@ from skyplane_ops.airflow.deferral import SkyplaneTransferFailed, TransferDeferr
 from skyplane_ops.airflow.hooks import SkyplaneHook, StoreAccess, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
 from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
-from skyplane_ops.airflow.progress import ProgressLine, plan_paths
 from skyplane_ops.airflow.settings import DEFAULT_CONN_ID, make_transfer_id
 from skyplane_ops.airflow.summaries import (
     asset_metadata,
@@ -32,7 +31,7 @@ from skyplane_ops.airflow.summaries import (
     plan_summary,
     transfer_summary,
 )
-from skyplane_ops.api import GatewayFleet, TransferPlan
+from skyplane_ops.api import GatewayFleet, ProgressLine, TransferPlan, plan_paths
 
 _SAFE_ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 

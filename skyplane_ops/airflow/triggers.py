@@ -20,8 +20,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from skyplane_ops.airflow.driver import TERMINAL_STATES, is_alive, stop_driver
-from skyplane_ops.airflow.progress import ProgressLine
-from skyplane_ops.api import TransferState, heartbeat_age
+from skyplane_ops.api import ProgressLine, TransferState, heartbeat_age
 
 
 class SkyplaneTransferTrigger(BaseTrigger):

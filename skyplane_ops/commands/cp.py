@@ -5,158 +5,247 @@ A thin face over ``skyplane_ops.api``: the source is listed once to size the pla
 ``--grid-store``); the chosen backend (``local`` by default: gateways as local processes, no
 cloud account; ``--backend-options`` for ssh/netns/aws) provisions the plan's regions
 (``api.provision``); ``api.transfer`` moves and verifies the data; the fleet is torn down on
-success, failure, Ctrl-C and SIGTERM alike. Progress goes to stderr (a bar on a terminal, JSON
-lines otherwise); the summary to stdout (text, or one JSON object with ``--json``).
-
-Option ranges and a source/destination overlap are checked before anything is listed or
-started (``api.check_request``). ``--dry-run`` lists what would be copied and deleted.
-``sync --delete`` (``--max-delete N``) mirrors like ``rclone sync``. Exit status: 0 done,
-2 error (nothing lost; re-run to resume), 3 partial (some objects failed or changed; the rest is
-verified; re-run to copy them), 130/143 interrupted by SIGINT/SIGTERM.
+success, failure, Ctrl-C and SIGTERM alike. Progress goes to stderr (``progress_view``); the
+summary to stdout (text, or one JSON object with ``--json``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from types import SimpleNamespace
 from typing import Any
 
+import click
+
 from skyplane_ops import api
-from skyplane_ops.commands.planning import add_plan_arguments, plan_arguments
-from skyplane_ops.errors import TransferError
-from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.provision.sweeper import backend_options_for
-from skyplane_ops.transfer import EXIT_PARTIAL, DispatchOptions, PartialTransferError
-from skyplane_ops.transfer.manifest import MiB
-from skyplane_ops.transfer.progress import JsonProgress, default_progress
+from skyplane_ops.commands.base import to_args
+from skyplane_ops.commands.options import (
+    backend_option,
+    backend_options_option,
+    compose,
+    deprecated_alias,
+    dry_run_option,
+    json_option,
+    plan_arguments,
+    plan_options,
+    store_options,
+    to_uri,
+)
+from skyplane_ops.commands.progress_view import RunView, pick_mode
+from skyplane_ops.commands.summary import summary_lines
+
+TransferError = api.TransferError
+ArgsNS = SimpleNamespace
+
+EXIT_STATUS = """
+\b
+Exit status: 0 done; 2 error (nothing lost: re-run to resume); 3 partial (some objects
+failed or changed, the rest is verified: re-run to copy them); 130/143 interrupted by
+SIGINT/SIGTERM (the gateways are torn down first).
+"""
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", metavar="SRC", help="source URI (file://, s3://, gs://, az://, ...)")
-    p.add_argument("dst", metavar="DST", help="destination URI")
-    p.add_argument("--src-region", required=True, help="region of the source, e.g. aws:us-east-1")
-    p.add_argument("--dst-region", required=True, help="region of the destination")
-    p.add_argument("--plan", metavar="FILE", help="use this plan JSON instead of planning")
-    add_plan_arguments(p)
-    p.add_argument("--backend", default="local", help="provisioning backend (default: local)")
-    p.add_argument(
-        "--backend-options",
-        metavar="JSON_OR_FILE",
-        help="backend options: inline JSON or a JSON/TOML file (flat, or per backend)",
+def _transfer_options(verb: str) -> Any:
+    """Every option ``cp`` and ``sync`` share, in the order ``--help`` shows them."""
+    return compose(
+        click.argument("src", metavar="SRC"),
+        click.argument("dst", metavar="DST"),
+        click.option(
+            "--src-region",
+            required=True,
+            metavar="REGION",
+            help="region of the source, e.g. aws:us-east-1 (local stores: any region id)",
+        ),
+        click.option(
+            "--dst-region", required=True, metavar="REGION", help="region of the destination"
+        ),
+        store_options("src"),
+        store_options("dst"),
+        click.option(
+            "--plan", "plan_file", metavar="FILE", help="use this plan JSON instead of planning"
+        ),
+        plan_options(),
+        backend_option(default="local"),
+        backend_options_option(),
+        click.option(
+            "--local-gateways-per-region",
+            type=int,
+            metavar="N",
+            default=1,
+            show_default=True,
+            help="local backend only: gateway processes per region at most",
+        ),
+        click.option(
+            "--connections-per-hop",
+            "connections",
+            type=int,
+            default=None,
+            metavar="N",
+            help="TCP connections per hop, i.e. per pair of gateways on a path (per hop; "
+            "default: the plan's). The per-VM cap is --max-connections-per-vm",
+        ),
+        deprecated_alias("--connections", "--connections-per-hop", "connections", type=int),
+        click.option(
+            "--chunk-mib",
+            type=int,
+            metavar="MIB",
+            default=64,
+            show_default=True,
+            help="chunk and multipart part size, in MiB",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="copy only keys matching GLOB (repeatable)",
+        ),
+        click.option(
+            "--exclude", multiple=True, metavar="GLOB", help="skip keys matching GLOB (repeatable)"
+        ),
+        click.option(
+            "--encrypt",
+            type=click.Choice(["all", "cross-cloud", "none"]),
+            is_flag=False,
+            flag_value="all",
+            default="none",
+            show_default=True,
+            help="AES-GCM per frame on every hop (all, what --encrypt alone means) or only "
+            "between providers (cross-cloud)",
+        ),
+        click.option("--compress", is_flag=True, help="zstd on every hop"),
+        click.option(
+            "-L",
+            "--copy-links",
+            "copy_links",
+            is_flag=True,
+            help="local source: follow symbolic links (default: skip them with a warning)",
+        ),
+        click.option(
+            "-l",
+            "--links",
+            "store_links",
+            is_flag=True,
+            help="local stores: copy symbolic links as NAME.rclonelink objects (and back)",
+        ),
+        click.option(
+            "--verify",
+            type=click.Choice(["full", "size"]),
+            default="full",
+            show_default=True,
+            help="end check of every object: full (checksums) or size only",
+        ),
+        click.option(
+            "--journal-dir", metavar="DIR", default=None, help="where resume journals live"
+        ),
+        click.option(
+            "--wait-lock",
+            is_flag=True,
+            help="wait for another run of the same transfer instead of stopping",
+        ),
+        dry_run_option(f"list what {verb} would copy (and delete) without starting anything"),
+        json_option("the result (and progress events on stderr)"),
+        click.option(
+            "--no-progress", is_flag=True, help="print no progress on stderr, only the summary"
+        ),
+        # Tests only: JSON {region-or-gateway-id: hooks}; local gateways then honour them.
+        click.option("--gateway-test-hooks", default=None, hidden=True),
     )
-    p.add_argument(
-        "--local-gateways-per-region",
-        type=int,
-        default=1,
-        help="local backend: at most this many gateway processes per region",
-    )
-    p.add_argument("--connections", type=int, default=None, help="TCP connections per hop pair")
-    p.add_argument("--chunk-mib", type=int, default=64, help="part/chunk size in MiB")
-    p.add_argument("--include", action="append", default=[], help="glob of keys to copy")
-    p.add_argument("--exclude", action="append", default=[], help="glob of keys to skip")
-    p.add_argument(
-        "--encrypt",
-        nargs="?",
-        const="all",
-        choices=("all", "cross-cloud", "none"),
-        default="none",
-        help="AES-GCM per frame on every hop (default when given) or only between providers",
-    )
-    p.add_argument("--compress", action="store_true", help="zstd on every hop")
-    links = p.add_mutually_exclusive_group()
-    links.add_argument(
-        "-L",
-        "--copy-links",
-        dest="links",
-        action="store_const",
-        const="follow",
-        help="file:// source: follow symbolic links (default: skip them with a warning)",
-    )
-    links.add_argument(
-        "-l",
-        "--links",
-        dest="links",
-        action="store_const",
-        const="store",
-        help="file://: copy symbolic links as NAME.rclonelink objects (and back into links)",
-    )
-    p.add_argument("--verify", choices=("full", "size"), default="full")
-    p.add_argument("--journal-dir", default=None, help="where resume journals live")
-    p.add_argument(
-        "--wait-lock",
-        action="store_true",
-        help="wait for another run of the same transfer instead of stopping",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="list what would be copied (and deleted) without starting anything",
-    )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--no-progress", action="store_true")
-    # Tests only: JSON {region-or-gateway-id: hooks}; local gateways then honour them.
-    p.add_argument("--gateway-test-hooks", default=None, help=argparse.SUPPRESS)
 
 
-def register(subparsers: Any) -> None:
-    cp = subparsers.add_parser(
-        "cp", help="copy objects through planned gateways", description=__doc__
-    )
-    _add_arguments(cp)
-    cp.add_argument("--sync", action="store_true", help="copy only missing/different objects")
-    cp.set_defaults(func=run_cp)
-    sync = subparsers.add_parser(
-        "sync", help="copy only objects missing or different at the destination"
-    )
-    _add_arguments(sync)
-    sync.add_argument(
-        "--delete",
-        action="store_true",
-        help="also remove destination objects absent from the source (only if nothing failed)",
-    )
-    sync.add_argument(
-        "--max-delete",
-        type=int,
-        default=None,
-        metavar="N",
-        help="with --delete: refuse every delete when more than N objects would go",
-    )
-    sync.set_defaults(func=run_sync)
+CP_EPILOG = (
+    """
+\b
+Examples:
+  skyplane-ops cp ./data s3://bucket/data --src-region local --dst-region aws:us-east-1 \\
+      --dst-options '{"endpoint_url": "http://127.0.0.1:9000"}'
+  skyplane-ops cp s3://a/x gs://b/x --src-region aws:us-east-1 --dst-region gcp:us-central1 \\
+      --min-throughput-gbps 10 --max-vms-per-region 4
+  skyplane-ops cp s3://a/x ./copy --src-region aws:us-east-1 --dst-region local --dry-run
+"""
+    + EXIT_STATUS
+)
+SYNC_EPILOG = (
+    """
+\b
+Examples:
+  skyplane-ops sync ./site az://web/site --src-region local --dst-region azure:westeurope
+  skyplane-ops sync s3://a/x s3://b/x --src-region aws:us-east-1 --dst-region aws:eu-west-1 \\
+      --delete --max-delete 100 --dry-run
+"""
+    + EXIT_STATUS
+)
+
+
+@click.command(epilog=CP_EPILOG)
+@_transfer_options("cp")
+@click.option("--sync", is_flag=True, help="copy only objects missing or different at DST")
+@click.pass_context
+def cp(ctx: click.Context, **params: Any) -> int:
+    """Copy objects from SRC to DST through planned gateways.
+
+    SRC and DST are store URIs (s3://, gs://, az://, file://) or plain local paths. The source
+    is listed, a route is planned, gateways are started, the data is streamed, checksummed
+    and verified, and the gateways are always torn down. Re-running resumes.
+    """
+    return _execute(to_args(ctx, params), sync=bool(params["sync"]))
+
+
+@click.command(epilog=SYNC_EPILOG)
+@_transfer_options("sync")
+@click.option(
+    "--delete",
+    is_flag=True,
+    help="also remove destination objects absent from the source (only if nothing failed)",
+)
+@click.option(
+    "--max-delete",
+    type=int,
+    default=None,
+    metavar="N",
+    help="with --delete: refuse every delete when more than N objects would go",
+)
+@click.pass_context
+def sync(ctx: click.Context, **params: Any) -> int:
+    """Copy only the objects missing or different at DST (like rclone sync; --delete mirrors)."""
+    return _execute(to_args(ctx, params), sync=True)
+
+
+def _links(args: ArgsNS) -> str | None:
+    if args.copy_links and args.store_links:
+        raise click.UsageError("give --copy-links (-L) or --links (-l), not both")
+    return "follow" if args.copy_links else "store" if args.store_links else None
 
 
 def make_plan(
-    args: argparse.Namespace, volume_gb: float, backend_options: dict[str, Any] | None = None
-) -> TransferPlan:
+    args: ArgsNS, volume_gb: float, backend_options: dict[str, Any] | None = None
+) -> api.TransferPlan:
     """``api.plan`` with the command's bound and limits (or the plan JSON of ``--plan``); on
     the ssh backend with an inventory (or netns with a grid) the plan stays in that fleet."""
-    if args.plan:
+    if args.plan_file:
         try:
-            with open(args.plan) as fh:
-                return TransferPlan.from_json(fh.read())
+            with open(args.plan_file) as fh:
+                return api.TransferPlan.from_json(fh.read())
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise TransferError(f"cannot read plan {args.plan}: {exc}") from exc
-    from skyplane_ops.provision.universe import FleetUniverse
-
+            raise TransferError(f"cannot read plan {args.plan_file}: {exc}") from exc
     return api.plan(
         args.src_region,
         args.dst_region,
         volume_gb,
         **plan_arguments(args),
-        fleet=FleetUniverse.from_backend(args.backend, backend_options),
+        fleet=api.FleetUniverse.from_backend(args.backend, backend_options),
     )
 
 
-def _backend_options(args: argparse.Namespace, hooks: dict[str, Any]) -> dict[str, Any]:
-    options = backend_options_for(args.backend_options, args.backend)
+def _backend_options(args: ArgsNS, hooks: dict[str, Any]) -> dict[str, Any]:
+    options = api.backend_options_for(args.backend_options, args.backend)
     if hooks and args.backend == "local":
         options["extra_args"] = [*options.get("extra_args", []), "--enable-test-hooks"]
     return options
 
 
-def _dispatch_options(args: argparse.Namespace, hooks: dict[str, Any]) -> DispatchOptions:
-    return DispatchOptions(
+def _dispatch_options(args: ArgsNS, hooks: dict[str, Any]) -> Any:
+    return api.DispatchOptions(
         connections=args.connections,
         encrypt={"all": True, "none": False}.get(args.encrypt, args.encrypt),
         compress_level=3 if args.compress else 0,
@@ -164,37 +253,41 @@ def _dispatch_options(args: argparse.Namespace, hooks: dict[str, Any]) -> Dispat
     )
 
 
-def _dry_run(
-    args: argparse.Namespace,
-    sync: bool,
-    delete: bool,
-    max_delete: int | None,
-    options: tuple[dict[str, Any], dict[str, Any]],
-) -> int:
+def _dry_run(args: ArgsNS, sync: bool, delete: bool, max_delete: int | None) -> int:
     preview = api.preview_transfer(
         args.src,
         args.dst,
-        src_options=options[0],
-        dst_options=options[1],
+        src_options=args.src_options,
+        dst_options=args.dst_options,
         include=args.include,
         exclude=args.exclude,
         sync=sync,
         delete=delete,
         max_delete=max_delete,
     )
-    if args.json:
+    if args.as_json:
         print(json.dumps(preview.to_dict(), indent=2))
     else:
         print("\n".join(preview.lines()))
     return 0
 
 
-def _store_options(uri: str, links: str | None) -> dict[str, Any]:
-    """The local store's ``links`` option, for ``file://`` URIs only (the clouds have none)."""
-    return {"links": links} if links and uri.startswith("file://") else {}
+def _store_options(uri: str, given: dict[str, Any] | None, links: str | None) -> dict[str, Any]:
+    """``--src-options``/``--dst-options``, plus the local store's ``links`` for file:// URIs."""
+    options = dict(given or {})
+    if links and uri.startswith("file://"):
+        options.setdefault("links", links)
+    return options
 
 
-def _execute(args: argparse.Namespace, sync: bool) -> int:
+def _execute(args: ArgsNS, sync: bool) -> int:
+    args.src, args.dst = to_uri(args.src), to_uri(args.dst)
+    args.include, args.exclude = list(args.include), list(args.exclude)
+    links = _links(args)
+    args.src_options = _store_options(args.src, args.src_options, links)
+    args.dst_options = _store_options(
+        args.dst, args.dst_options, "store" if links == "store" else None
+    )
     delete = bool(getattr(args, "delete", False))
     max_delete = getattr(args, "max_delete", None)
     if max_delete is not None and not delete:
@@ -205,21 +298,19 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
         )
     hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
     dispatch = _dispatch_options(args, hooks)
-    src_options = _store_options(args.src, args.links)
-    dst_options = _store_options(args.dst, "store" if args.links == "store" else None)
     # Bad numbers and overlapping source/destination fail before any listing or planning.
     api.check_request(
         args.src,
         args.dst,
-        src_options=src_options,
-        dst_options=dst_options,
-        part_size=args.chunk_mib * MiB,
+        src_options=args.src_options,
+        dst_options=args.dst_options,
+        part_size=args.chunk_mib * api.MiB,
         verify=args.verify,
         dispatch=dispatch,
         max_delete=max_delete,
     )
     if args.dry_run:
-        return _dry_run(args, sync, delete, max_delete, (src_options, dst_options))
+        return _dry_run(args, sync, delete, max_delete)
     backend_options = _backend_options(args, hooks)  # bad options fail before any listing
     # The journal lock next: a second identical run stops (or waits) before any listing,
     # planning or gateway; held until the fleet is gone.
@@ -227,82 +318,91 @@ def _execute(args: argparse.Namespace, sync: bool) -> int:
         args.src,
         args.dst,
         journal_dir=args.journal_dir,
-        part_size=args.chunk_mib * MiB,
+        part_size=args.chunk_mib * api.MiB,
         include=args.include,
         exclude=args.exclude,
         wait=args.wait_lock,
     )
+    view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
     try:
-        return _locked(args, sync, delete, max_delete, dispatch, backend_options)
+        return _locked(args, sync, delete, max_delete, dispatch, backend_options, view)
     finally:
+        view.close()
         lock.release()
 
 
 def _locked(
-    args: argparse.Namespace,
+    args: ArgsNS,
     sync: bool,
     delete: bool,
     max_delete: int | None,
-    dispatch: DispatchOptions,
+    dispatch: Any,
     backend_options: dict[str, Any],
+    view: RunView,
 ) -> int:
-    """Plan, provision, transfer and always deprovision, under the journal lock."""
-    src_options = _store_options(args.src, args.links)
-    dst_options = _store_options(args.dst, "store" if args.links == "store" else None)
-    volume_gb = api.source_volume_gb(
-        args.src, src_options=src_options, include=args.include, exclude=args.exclude
-    )
-    plan = make_plan(args, volume_gb, backend_options)
-    progress = None
-    if not args.no_progress:
-        progress = JsonProgress(sys.stderr) if args.json else default_progress(sys.stderr)
-    fleet: GatewayFleet | None = None
-    try:
-        fleet = api.provision(
-            plan,
-            backend=args.backend,
-            backend_options=backend_options,
-            transfer_id=api.new_transfer_id("cp"),
-            tags={"skyplane-ops:command": "cp"},
-            max_per_region=args.local_gateways_per_region if args.backend == "local" else None,
+    """List, plan, provision, transfer (+ verify) and always tear down, under the lock."""
+    with view.phase("list", args.src) as note:
+        volume_gb = api.source_volume_gb(
+            args.src, src_options=args.src_options, include=args.include, exclude=args.exclude
         )
-        status = 0
-        try:
-            result = api.transfer(
+        note["done"] = f"{volume_gb:.3f} GB to consider"
+    with view.phase("plan", f"{args.src_region} -> {args.dst_region}") as note:
+        plan = make_plan(args, volume_gb, backend_options)
+        note["done"] = f"{len(plan.paths)} path(s), {plan.predicted_gbps:.2f} Gbit/s predicted"
+    fleet: api.GatewayFleet | None = None
+    status = 0
+    try:
+        with view.phase("provision", f"{args.backend} backend") as note:
+            fleet = api.provision(
                 plan,
-                fleet,
-                args.src,
-                args.dst,
-                src_options=src_options,
-                dst_options=dst_options,
-                include=args.include,
-                exclude=args.exclude,
-                journal_dir=args.journal_dir,
-                sync=sync,
-                delete=delete,
-                max_delete=max_delete,
-                wait_lock=args.wait_lock,
-                progress=progress,
-                part_size=args.chunk_mib * MiB,
-                verify=args.verify,
-                dispatch=dispatch,
+                backend=args.backend,
+                backend_options=backend_options,
+                transfer_id=api.new_transfer_id("cp"),
+                tags={"skyplane-ops:command": "cp"},
+                max_per_region=args.local_gateways_per_region if args.backend == "local" else None,
             )
-        except PartialTransferError as exc:
-            result, status = exc.result, EXIT_PARTIAL
-            print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
+            note["done"] = f"{len(fleet.gateways)} gateway(s)"
+        with view.phase("transfer", f"{args.src} -> {args.dst}") as note:
+            try:
+                result = api.transfer(
+                    plan,
+                    fleet,
+                    args.src,
+                    args.dst,
+                    src_options=args.src_options,
+                    dst_options=args.dst_options,
+                    include=args.include,
+                    exclude=args.exclude,
+                    journal_dir=args.journal_dir,
+                    sync=sync,
+                    delete=delete,
+                    max_delete=max_delete,
+                    wait_lock=args.wait_lock,
+                    progress=None if view.mode == "off" else view.transfer,
+                    part_size=args.chunk_mib * api.MiB,
+                    verify=args.verify,
+                    dispatch=dispatch,
+                )
+            except api.PartialTransferError as exc:
+                result, status = exc.result, api.EXIT_PARTIAL
+                print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
+            note["done"] = f"verification {result.verification.get('status', 'n/a')}"
     finally:
         if fleet is not None:
-            api.deprovision(fleet, backend_options=backend_options)
-    if args.json:
-        print(json.dumps({**result.to_dict(), "plan_summary": _plan_summary(plan)}, indent=2))
+            with view.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
+                api.deprovision(fleet, backend_options=backend_options)
+    view.close()
+    if args.as_json:
+        out = {**result.to_dict(), "plan_summary": _plan_summary(plan), "phases": view.times}
+        print(json.dumps(out, indent=2))
     else:
-        print(result.summary())
+        print("\n".join(summary_lines(result, view.times)))
         for line in result.first_errors:
             print(f"not copied: {line}")
     return status
 
 
-def _plan_summary(plan: TransferPlan) -> dict[str, Any]:
+def _plan_summary(plan: api.TransferPlan) -> dict[str, Any]:
     return {
         "src": plan.src,
         "dsts": list(plan.dsts),
@@ -311,11 +411,3 @@ def _plan_summary(plan: TransferPlan) -> dict[str, Any]:
         "predicted_gbps": plan.predicted_gbps,
         "total_cost_usd": plan.total_cost_usd,
     }
-
-
-def run_cp(args: argparse.Namespace) -> int:
-    return _execute(args, sync=bool(args.sync))
-
-
-def run_sync(args: argparse.Namespace) -> int:
-    return _execute(args, sync=True)

@@ -6,45 +6,103 @@ targets one transfer, ``--older-than 2h`` everything older, ``--all`` everything
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import BACKENDS, get_provisioner, records
-from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.provision.mixed import PROVIDERS
-from skyplane_ops.provision.sweeper import load_backend_options, parse_duration, sweep
+import click
 
+from skyplane_ops import api
+from skyplane_ops.commands.base import to_args
+from skyplane_ops.commands.options import (
+    DURATION,
+    backend_option,
+    backend_options_option,
+    inventory_option,
+    transfer_id_option,
+)
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser(
-        "deprovision",
-        help="delete leftover gateways and cloud resources by transfer id or age",
-        description=__doc__,
-    )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--all", action="store_true", help="everything skyplane-ops created")
-    which.add_argument("--transfer-id", help="only this transfer's resources")
-    which.add_argument("--older-than", metavar="AGE", help="resources older than AGE (30m, 2h, 1d)")
-    which.add_argument("--fleet", metavar="FILE", help="exactly the fleet in this JSON file")
-    p.add_argument(
-        "--backend",
-        action="append",
-        choices=sorted(BACKENDS),
-        help="backend(s) to sweep (repeatable; default: local, netns when root, and ssh/aws "
-        "when configured)",
-    )
-    p.add_argument("--inventory", help="SSH inventory (JSON/TOML) whose hosts are swept")
-    p.add_argument("--aws-regions", help="comma-separated AWS regions to sweep")
-    p.add_argument("--aws-endpoint-url", help=argparse.SUPPRESS)  # emulators only
-    p.add_argument("--options", help="per-backend options file (JSON/TOML)")
-    p.set_defaults(func=run)
+EPILOG = """
+\b
+Examples:
+  skyplane-ops deprovision --older-than 1w
+  skyplane-ops deprovision --transfer-id cp-3f2a9c1d0b7e
+  skyplane-ops deprovision --fleet fleet.json --backend-options backends.toml
+  skyplane-ops deprovision --all --backend ssh --inventory hosts.toml
+"""
 
 
-def run(args: argparse.Namespace) -> int:
-    options = load_backend_options(args.options)
+@click.command(epilog=EPILOG)
+@click.option("--all", "everything", is_flag=True, help="everything skyplane-ops created")
+@transfer_id_option("only this transfer's resources")
+@click.option(
+    "--older-than",
+    type=DURATION,
+    default=None,
+    help="resources older than this (e.g. 30m, 2h, 1d, 1w)",
+)
+@click.option("--fleet", metavar="FILE", default=None, help="exactly the fleet in this JSON file")
+@backend_option(default=None, multiple=True)
+@backend_options_option()
+@inventory_option()
+@click.option("--aws-regions", metavar="REGIONS", help="comma-separated AWS regions to sweep")
+@click.option("--aws-endpoint-url", hidden=True)  # emulators only
+@click.pass_context
+def deprovision(ctx: click.Context, **params: Any) -> int:
+    """Delete the gateways and resources of finished or lost transfers.
+
+    Use it after a crash, from cron, or as an Airflow/Dagster clean-up step. Give exactly one
+    of --transfer-id (one transfer), --older-than (everything older), --all (everything we
+    created) or --fleet (a fleet JSON). By default it sweeps local, netns (when root) and
+    every backend --backend-options configures.
+    """
+    args = to_args(ctx, params)
+    chosen = [
+        name
+        for name, value in (
+            ("--all", args.everything),
+            ("--transfer-id", args.transfer_id),
+            ("--older-than", args.older_than),
+            ("--fleet", args.fleet),
+        )
+        if value not in (None, False)
+    ]
+    if len(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --all, --transfer-id, --older-than and --fleet"
+            + (f" (got {', '.join(chosen)})" if chosen else "")
+        )
+    unknown = [b for b in args.backend if b not in api.BACKENDS]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown backend {', '.join(unknown)}; choose from {', '.join(sorted(api.BACKENDS))}",
+            param_hint="--backend",
+        )
+    return run(args)
+
+
+def _tables(value: str | None) -> dict[str, dict[str, Any]]:
+    """Per-backend option tables from ``--backend-options`` (a file, or inline JSON)."""
+    if value is None:
+        return {}
+    text = value.strip()
+    if text.startswith("{"):
+        import json
+
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise api.ProvisionError(f"backend options are not valid JSON: {exc}") from exc
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise api.ProvisionError("--backend-options must map backend names to option tables")
+        return data
+    return api.load_backend_options(text)
+
+
+def run(args: SimpleNamespace) -> int:
+    options = _tables(args.backend_options)
     if args.fleet:
         return _deprovision_fleet(args.fleet, options)
     if args.inventory:
@@ -54,19 +112,23 @@ def run(args: argparse.Namespace) -> int:
         aws["sweep_regions"] = [r.strip() for r in args.aws_regions.split(",") if r.strip()]
         if args.aws_endpoint_url:
             aws["endpoint_url"] = args.aws_endpoint_url
-    clouds = {k: v for k, v in options.items() if k in PROVIDERS}
+    clouds = {k: v for k, v in options.items() if k in api.PROVIDERS}
     if clouds:  # mixed fleets are deprovisioned part by part with the providers' options
         options.setdefault("mixed", clouds)
-    backends = args.backend or _default_backends(options)
+    backends = list(args.backend) or _default_backends(options)
     for backend in backends:
         if backend == "ssh" and "inventory" not in options.get("ssh", {}):
-            raise ProvisionError("sweeping ssh hosts needs --inventory (or 'ssh' in --options)")
+            raise api.ProvisionError(
+                "sweeping ssh hosts needs --inventory (or 'ssh' in --backend-options)"
+            )
         if backend == "aws" and "sweep_regions" not in options.get("aws", {}):
-            raise ProvisionError("sweeping AWS needs --aws-regions (or 'aws' in --options)")
-    report = sweep(
+            raise api.ProvisionError(
+                "sweeping AWS needs --aws-regions (or 'aws' in --backend-options)"
+            )
+    report = api.sweep(
         backends,
         transfer_id=args.transfer_id,
-        older_than_seconds=parse_duration(args.older_than) if args.older_than else None,
+        older_than_seconds=args.older_than,
         options=options,
     )
     for backend in backends:
@@ -87,7 +149,7 @@ def _default_backends(options: dict[str, dict[str, object]]) -> list[str]:
     if "sweep_regions" in options.get("aws", {}):
         backends.append("aws")
     backends += [b for b in ("azure", "gcp") if b in options]  # configured clouds
-    if records.load_fleets(backend="mixed"):
+    if api.load_fleets(backend="mixed"):
         backends.insert(0, "mixed")  # first: its record names the parts in every cloud
     return backends
 
@@ -95,15 +157,15 @@ def _default_backends(options: dict[str, dict[str, object]]) -> list[str]:
 def _deprovision_fleet(path: str, options: dict[str, dict[str, object]]) -> int:
     """Deprovision one fleet from its JSON (what ``skyplane-ops provision`` printed)."""
     try:
-        fleet = GatewayFleet.from_json(Path(path).read_text())
+        fleet = api.GatewayFleet.from_json(Path(path).read_text())
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ProvisionError(f"cannot read fleet {path}: {exc}") from exc
+        raise api.ProvisionError(f"cannot read fleet {path}: {exc}") from exc
     backend_options = dict(options.get(fleet.backend, {}))
     if fleet.backend == "mixed":
-        backend_options = {k: v for k, v in options.items() if k in PROVIDERS}
+        backend_options = {k: v for k, v in options.items() if k in api.PROVIDERS}
     if fleet.backend == "ssh":
         backend_options.setdefault("inventory", {})  # the fleet itself says where the hosts are
-    get_provisioner(fleet.backend, **backend_options).deprovision(fleet)
+    api.get_provisioner(fleet.backend, **backend_options).deprovision(fleet)
     print(
         f"deprovisioned {len(fleet.gateways)} gateway(s) of {fleet.transfer_id} ({fleet.backend})"
     )

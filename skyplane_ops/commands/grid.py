@@ -10,78 +10,143 @@ into a measured-grid file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from types import SimpleNamespace
 from typing import Any
 
+import click
 
-def register(subparsers: Any) -> None:
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "grid", help="show, diff and export measured throughput grids", description=__doc__
+from skyplane_ops import api
+from skyplane_ops.commands.base import to_args
+from skyplane_ops.commands.options import (
+    DURATION,
+    compose,
+    format_duration,
+    grid_store_options,
+    json_option,
+)
+
+EPILOG = """
+\b
+Examples:
+  skyplane-ops grid show --grid-store s3://ops/grid --stale-after 3d
+  skyplane-ops grid diff v20260101T000000Z v20260108T000000Z --threshold 20
+  skyplane-ops grid export measured.parquet
+  skyplane-ops grid import skyplane_throughput.csv --output grid.csv
+"""
+
+
+def _common() -> Any:
+    return compose(
+        grid_store_options("grid store (path or URI; default $SKYPLANE_OPS_HOME/grid)"),
+        json_option(),
     )
-    sub = p.add_subparsers(dest="grid_command", metavar="ACTION", required=True)
-
-    def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--store", default=None, metavar="URI", help="grid store (path or URI)")
-        q.add_argument("--store-options", default="{}", metavar="JSON")
-        q.add_argument("--json", action="store_true", help="print JSON")
-
-    show = sub.add_parser("show", help="latest rate per pair, its age and staleness")
-    common(show)
-    show.add_argument("--version", default=None, help="a version (default: latest)")
-    show.add_argument("--stale-after", default="3d", help="flag pairs older than this (3d)")
-    show.add_argument(
-        "--pending", action="store_true", help="include measurements not yet published"
-    )
-    show.set_defaults(func=run_show)
-
-    diff = sub.add_parser("diff", help="pairs that moved by more than a threshold")
-    common(diff)
-    diff.add_argument("version_a")
-    diff.add_argument("version_b")
-    diff.add_argument("--threshold", type=float, default=10.0, help="percent (10)")
-    diff.set_defaults(func=run_diff)
-
-    versions = sub.add_parser("versions", help="list versions, oldest first")
-    common(versions)
-    versions.set_defaults(func=run_versions)
-
-    export = sub.add_parser("export", help="write the latest grid as .parquet or .csv")
-    common(export)
-    export.add_argument("output", help="file to write (.parquet or .csv)")
-    export.add_argument("--version", default=None)
-    export.set_defaults(func=run_export)
-
-    imp = sub.add_parser(
-        "import",
-        help="read a Skyplane-format throughput CSV into the store (or --output a grid file)",
-    )
-    common(imp)
-    imp.add_argument("file", help="Skyplane throughput CSV (bit/s or gbit_s columns)")
-    imp.add_argument(
-        "--output", default=None, metavar="PATH", help="write a .csv/.parquet grid, not the store"
-    )
-    imp.add_argument("--column", default="received", choices=("received", "sent"))
-    imp.add_argument("--tier", default="premium", choices=("premium", "standard"))
-    imp.add_argument(
-        "--measured-at",
-        default=None,
-        metavar="ISO8601",
-        help="when the file was measured (default: the file's modification time)",
-    )
-    imp.add_argument("--no-publish", action="store_true", help="leave the rows in the journal")
-    imp.set_defaults(func=run_import)
 
 
-def _store(args: argparse.Namespace) -> Any:
-    from skyplane_ops.commands.profile import _json_arg
-    from skyplane_ops.profiler import GridStore
-    from skyplane_ops.profiler.store import default_store_uri
+@click.group(epilog=EPILOG)
+def grid() -> None:
+    """Show, diff, export and import measured throughput grids (the profiler's store).
 
-    return GridStore(
-        args.store or default_store_uri(), _json_arg(args.store_options, "--store-options")
-    )
+    show prints the latest measurement per pair with its age and a STALE flag; diff lists the
+    pairs whose rate moved by more than --threshold percent between two versions; versions
+    lists the versions; export writes a measured-grid file for plan --measured-grid; import
+    reads a Skyplane-format throughput CSV (bit/s columns, GCP zones, duplicate rows) into the
+    store or into a measured-grid file.
+    """
+
+
+@grid.command("show", epilog=EPILOG)
+@_common()
+@click.option(
+    "--version", "grid_version", default=None, metavar="VERSION", help="a version (default: latest)"
+)
+@click.option(
+    "--stale-after",
+    type=DURATION,
+    default="3d",
+    show_default=True,
+    help="flag pairs measured longer ago than this (e.g. 12h, 3d, 1w)",
+)
+@click.option("--pending", is_flag=True, help="include measurements not yet published")
+@click.pass_context
+def show(ctx: click.Context, **params: Any) -> int:
+    """The latest rate per pair, its age and staleness."""
+    return run_show(to_args(ctx, params))
+
+
+@grid.command("diff", epilog=EPILOG)
+@_common()
+@click.argument("version_a")
+@click.argument("version_b")
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="list pairs that moved by more than this, in percent",
+)
+@click.pass_context
+def diff(ctx: click.Context, **params: Any) -> int:
+    """The pairs that moved by more than a threshold between VERSION_A and VERSION_B."""
+    return run_diff(to_args(ctx, params))
+
+
+@grid.command("versions", epilog=EPILOG)
+@_common()
+@click.pass_context
+def versions(ctx: click.Context, **params: Any) -> int:
+    """List the published versions, oldest first."""
+    return run_versions(to_args(ctx, params))
+
+
+@grid.command("export", epilog=EPILOG)
+@_common()
+@click.argument("output")
+@click.option(
+    "--version", "grid_version", default=None, metavar="VERSION", help="a version (default: latest)"
+)
+@click.pass_context
+def export(ctx: click.Context, **params: Any) -> int:
+    """Write a grid version to OUTPUT (.parquet or .csv) for plan --measured-grid."""
+    return run_export(to_args(ctx, params))
+
+
+@grid.command("import", epilog=EPILOG)
+@_common()
+@click.argument("file")
+@click.option(
+    "--output", default=None, metavar="PATH", help="write a .csv/.parquet grid, not the store"
+)
+@click.option(
+    "--column",
+    type=click.Choice(["received", "sent"]),
+    default="received",
+    show_default=True,
+    help="which of the CSV's rates to keep",
+)
+@click.option(
+    "--tier",
+    type=click.Choice(["premium", "standard"]),
+    default="premium",
+    show_default=True,
+    help="GCP network tier the CSV was measured on",
+)
+@click.option(
+    "--measured-at",
+    default=None,
+    metavar="ISO8601",
+    help="when the file was measured (default: the file's modification time)",
+)
+@click.option("--no-publish", is_flag=True, help="leave the rows in the journal, unpublished")
+@click.pass_context
+def import_(ctx: click.Context, **params: Any) -> int:
+    """Read a Skyplane-format throughput CSV (FILE) into the store, or --output a grid file."""
+    return run_import(to_args(ctx, params))
+
+
+def _store(args: SimpleNamespace) -> Any:
+    return api.GridStore(args.grid_store or api.default_store_uri(), args.grid_store_options or {})
 
 
 def _table(rows: list[tuple[str, ...]], left: int = 2) -> str:
@@ -95,14 +160,12 @@ def _table(rows: list[tuple[str, ...]], left: int = 2) -> str:
     )
 
 
-def run_show(args: argparse.Namespace) -> int:
-    from skyplane_ops.profiler import format_age, parse_duration
-
+def run_show(args: SimpleNamespace) -> int:
     store = _store(args)
-    limit = parse_duration(args.stale_after)
-    version = args.version or store.latest_version()
-    status = store.status(limit, version=args.version, include_pending=args.pending)
-    if args.json:
+    limit = args.stale_after
+    version = args.grid_version or store.latest_version()
+    status = store.status(limit, version=args.grid_version, include_pending=args.pending)
+    if args.as_json:
         print(
             json.dumps(
                 {
@@ -127,7 +190,7 @@ def run_show(args: argparse.Namespace) -> int:
                 s.dst,
                 f"{s.gbps:.3f}",
                 f"{s.rtt_ms:.2f}",
-                format_age(s.age_s),
+                api.format_age(s.age_s),
                 str(s.connections),
                 "STALE" if s.stale else "",
             )
@@ -136,7 +199,7 @@ def run_show(args: argparse.Namespace) -> int:
     stale = sum(s.stale for s in status)
     print(
         f"\n{len(status)} pair(s) in version {version or '(unpublished)'} at {store.location}; "
-        f"{stale} older than {args.stale_after}"
+        f"{stale} older than {format_duration(limit)}"
     )
     return 0
 
@@ -150,11 +213,11 @@ def _moved(change: Any, threshold_pct: float) -> bool:
     return bool(abs(change.change_pct) > threshold_pct)
 
 
-def run_diff(args: argparse.Namespace) -> int:
+def run_diff(args: SimpleNamespace) -> int:
     store = _store(args)
     changes = store.diff(args.version_a, args.version_b)
     moved = [c for c in changes if _moved(c, args.threshold)]
-    if args.json:
+    if args.as_json:
         print(
             json.dumps(
                 {
@@ -192,11 +255,11 @@ def run_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_versions(args: argparse.Namespace) -> int:
+def run_versions(args: SimpleNamespace) -> int:
     store = _store(args)
     versions = store.versions()
     latest = store.latest_version()
-    if args.json:
+    if args.as_json:
         print(json.dumps({"versions": versions, "latest": latest}, indent=2))
         return 0
     for v in versions:
@@ -206,35 +269,30 @@ def run_versions(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run_export(args: SimpleNamespace) -> int:
     store = _store(args)
-    rows = store.export(args.output, args.version)
+    rows = store.export(args.output, args.grid_version)
     print(f"wrote {rows} pair(s) to {args.output}")
     return 0
 
 
-def _measured_at(args: argparse.Namespace) -> Any:
+def _measured_at(args: SimpleNamespace) -> Any:
     import os
     from datetime import UTC, datetime
-
-    from skyplane_ops.errors import ProfileError
 
     if args.measured_at is None:
         return datetime.fromtimestamp(os.path.getmtime(args.file), UTC)
     try:
         stamp = datetime.fromisoformat(args.measured_at)
     except ValueError:
-        raise ProfileError(f"--measured-at {args.measured_at!r} is not ISO 8601") from None
+        raise api.ProfileError(f"--measured-at {args.measured_at!r} is not ISO 8601") from None
     return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
 
 
-def run_import(args: argparse.Namespace) -> int:
+def run_import(args: SimpleNamespace) -> int:
     """Aggregate the CSV per region pair, keep catalog regions, write a grid or the store."""
-    from skyplane_ops.profiles import load_default_profile
-    from skyplane_ops.profiles.skyplane_csv import read_skyplane_csv
-
-    rates = [r for r in read_skyplane_csv(args.file, tier=args.tier) if r.src != r.dst]
-    catalog = load_default_profile().catalog
+    rates = [r for r in api.read_skyplane_csv(args.file, tier=args.tier) if r.src != r.dst]
+    catalog = api.load_default_profile().catalog
     known = [r for r in rates if r.src in catalog and r.dst in catalog]
     unknown = sorted({x for r in rates for x in (r.src, r.dst) if x not in catalog})
     when = _measured_at(args)
@@ -284,14 +342,12 @@ def _write_grid_file(path: str, rates: list[Any], gbps: dict[Any, float], when: 
 
 
 def _import_into_store(
-    args: argparse.Namespace, rates: list[Any], gbps: dict[Any, float], when: Any
+    args: SimpleNamespace, rates: list[Any], gbps: dict[Any, float], when: Any
 ) -> str:
-    from skyplane_ops.profiler.records import Measurement
-
     store = _store(args)
     run_id = "import-" + when.strftime("%Y%m%dT%H%M%SZ")
     rows = [
-        Measurement(
+        api.Measurement(
             src=r.src,
             dst=r.dst,
             gbps=gbps[r],

@@ -1,79 +1,121 @@
-"""``skyplane-ops plan``: plan an overlay transfer on a profile and print it.
-
-Without a bound the plan is the cheapest of those that finish (provisioning + transfer)
-within a few percent of the fastest (see ``skyplane_ops.planner.api``). The hop table shows
-where each edge's figures came from (published, profile, passive, model) and when.
-"""
+"""``skyplane-ops plan``: plan an overlay transfer on a profile and print it."""
 
 from __future__ import annotations
 
-import argparse
 import sys
+from types import SimpleNamespace
 from typing import Any
 
+import click
+
 from skyplane_ops import api
-from skyplane_ops.commands.planning import add_plan_arguments, plan_arguments
-from skyplane_ops.planner import plot_frontier, render_mermaid, render_text
-from skyplane_ops.planner.problem import InvalidProblemError
+from skyplane_ops.commands.base import to_args
+from skyplane_ops.commands.options import (
+    backend_option,
+    backend_options_option,
+    compose,
+    json_option,
+    plan_arguments,
+    plan_options,
+)
 
 DEFAULT_PLOT_POINTS = 40
 
+EPILOG = """
+\b
+Examples:
+  skyplane-ops plan --src aws:us-east-1 --dst gcp:europe-west4 --volume-gb 500
+  skyplane-ops plan --src azure:canadacentral --dst gcp:asia-northeast1 --volume-gb 100 \\
+      --min-throughput-gbps 12 --max-vms-per-region 2 --plot frontier.png --route route.svg
+  skyplane-ops plan --src lab:a --dst lab:c --volume-gb 10 --backend ssh \\
+      --backend-options hosts.toml --json > plan.json
+"""
 
-def register(subparsers: Any) -> None:
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "plan",
-        help="plan a transfer: relays, VMs and connections, with cost and throughput",
-        description=__doc__,
-    )
-    p.add_argument("--src", required=True, help="source region, e.g. aws:us-east-1")
-    p.add_argument(
-        "--dst", required=True, action="append", help="destination region (repeat for several)"
-    )
-    p.add_argument("--volume-gb", type=float, required=True, help="data volume in GB")
-    add_plan_arguments(p)
-    p.add_argument(
-        "--backend",
-        help="plan for this provisioning backend: its start-up time (ssh, netns, aws) and, for "
-        "ssh with an inventory or netns with a grid, its fleet (regions, hosts, relays)",
-    )
-    p.add_argument("--gcp-tier", choices=("premium", "standard"), default="premium")
-    p.add_argument("--profile-overrides", metavar="FILE", help="JSON overrides of prices/VMs")
-    p.add_argument("--measured-grid", metavar="FILE", help="measured throughput CSV/Parquet")
-    p.add_argument(
-        "--backend-options",
-        metavar="JSON_OR_FILE",
-        help="backend options (the ssh inventory, the netns grid)",
-    )
-    p.add_argument(
+
+@click.command(epilog=EPILOG)
+@click.option("--src", required=True, metavar="REGION", help="source region, e.g. aws:us-east-1")
+@click.option(
+    "--dst",
+    required=True,
+    multiple=True,
+    metavar="REGION",
+    help="destination region (repeat for several)",
+)
+@click.option(
+    "--volume-gb",
+    type=click.FloatRange(0),
+    required=True,
+    metavar="GB",
+    help="data volume, in GB (10^9 bytes)",
+)
+@plan_options()
+@compose(
+    backend_option(default=None),
+    backend_options_option(),
+    click.option(
+        "--gcp-tier",
+        type=click.Choice(["premium", "standard"]),
+        default="premium",
+        show_default=True,
+        help="GCP network tier (prices and throughput)",
+    ),
+    click.option(
+        "--profile-overrides", metavar="FILE", help="JSON overrides of prices and VM limits"
+    ),
+    click.option(
+        "--measured-grid", metavar="FILE", help="measured throughput grid file (CSV/Parquet)"
+    ),
+    click.option(
         "--exact-floor",
-        action="store_true",
-        help="size the plan for exactly the floor, even if a faster plan is cheaper",
-    )
-    p.add_argument("--lp", action="store_true", help="LP relaxation + rounding (reports the gap)")
-    p.add_argument("--frontier", type=int, default=0, metavar="N", help="N-point Pareto frontier")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--mermaid", action="store_true", help="also print a Mermaid graph")
-    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of the Pareto frontier")
-    p.set_defaults(func=run)
+        is_flag=True,
+        help="size the plan for exactly the throughput floor, even if a faster plan is cheaper",
+    ),
+    click.option("--lp", is_flag=True, help="LP relaxation + rounding (reports the gap)"),
+    click.option(
+        "--frontier",
+        type=click.IntRange(0),
+        default=0,
+        metavar="N",
+        help="compute an N-point Pareto frontier (cost vs Gbit/s)",
+    ),
+    json_option("the plan"),
+    click.option("--mermaid", is_flag=True, help="also print a Mermaid graph of the route"),
+    click.option(
+        "--plot",
+        metavar="FILE.png",
+        help="write the Pareto frontier (with your bound, the plan and the baselines) as PNG "
+        "or SVG (by the file's extension)",
+    ),
+    click.option(
+        "--route",
+        metavar="FILE.svg",
+        help="write the route (regions by hop, edge widths by Gbit/s) as SVG or PNG",
+    ),
+)
+@click.pass_context
+def plan(ctx: click.Context, **params: Any) -> int:
+    """Plan a transfer: relay regions, VMs per region and connections per hop, with cost and
+    throughput.
+
+    Without a bound the plan is the cheapest of those finishing (provisioning + transfer)
+    within a few percent of the fastest. The hop table shows where each edge's figures came
+    from (published, profile, passive, model) and when.
+    """
+    return run(to_args(ctx, params))
 
 
-def _fleet(args: argparse.Namespace) -> Any:
+def _fleet(args: SimpleNamespace) -> Any:
     """The fleet universe of ``--backend`` (None: plan on the cloud catalog)."""
     if not args.backend:
         return None
-    from skyplane_ops.provision.sweeper import backend_options_for
-    from skyplane_ops.provision.universe import FleetUniverse
-
-    options = backend_options_for(args.backend_options, args.backend)
-    return FleetUniverse.from_backend(args.backend, options)
+    options = api.backend_options_for(args.backend_options, args.backend)
+    return api.FleetUniverse.from_backend(args.backend, options)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.frontier < 0:
-        raise InvalidProblemError("--frontier must be a non-negative number of points")
-    plan = api.plan(
+def run(args: SimpleNamespace) -> int:
+    result = api.plan(
         args.src,
-        args.dst,
+        list(args.dst),
         args.volume_gb,
         **plan_arguments(args),
         profile_overrides=args.profile_overrides,
@@ -84,13 +126,15 @@ def run(args: argparse.Namespace) -> int:
         frontier_points=args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0),
         fleet=_fleet(args),
     )
-    if args.json:
-        sys.stdout.write(plan.to_json() + "\n")
+    if args.as_json:
+        sys.stdout.write(result.to_json() + "\n")
     else:
-        sys.stdout.write(render_text(plan))
+        sys.stdout.write(api.render_text(result))
     if args.mermaid:
-        sys.stdout.write("\n```mermaid\n" + render_mermaid(plan) + "```\n")
+        sys.stdout.write("\n```mermaid\n" + api.render_mermaid(result) + "```\n")
     if args.plot:
-        out = plot_frontier(plan, args.plot)
+        out = api.plot_frontier(result, args.plot, max_vms_per_region=args.max_vms_per_region)
         print(f"wrote {out}", file=sys.stderr)
+    if args.route:
+        print(f"wrote {api.write_route(result, args.route)}", file=sys.stderr)
     return 0

@@ -1,85 +1,111 @@
-"""``skyplane-ops profile``: measure the throughput grid between regions and store a version.
-
-Provisions one gateway per region with the chosen backend, probes every ordered pair (N
-parallel TCP connections for T seconds) in rounds where no gateway sends or receives two
-probes at once, always deprovisions, and publishes a new grid version at ``--store``. Refuses
-to start when the estimated egress cost is above ``--budget-usd``.
-"""
+"""``skyplane-ops profile``: measure the throughput grid between regions and store a version."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from types import SimpleNamespace
 from typing import Any
 
-from skyplane_ops.errors import SkyplaneOpsError
+import click
+
+from skyplane_ops import api
+from skyplane_ops.commands.base import to_args
+from skyplane_ops.commands.options import (
+    DURATION,
+    backend_option,
+    backend_options_option,
+    deprecated_alias,
+    dry_run_option,
+    grid_store_options,
+    json_option,
+)
+
+SkyplaneOpsError = api.SkyplaneOpsError
+
+EPILOG = """
+\b
+Examples:
+  skyplane-ops profile --regions aws:us-east-1,aws:eu-west-1,gcp:europe-west4 \\
+      --budget-usd 2 --grid-store s3://ops/grid --dry-run
+  skyplane-ops profile --backend ssh --backend-options hosts.toml --freshness 3d
+  skyplane-ops profile --regions lab:a,lab:b --backend netns --probe-duration 2s
+"""
 
 
-def register(subparsers: Any) -> None:
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "profile",
-        help="measure the throughput grid between regions with gateway probes",
-        description=__doc__,
-    )
-    p.add_argument(
-        "--regions",
-        default=None,
-        help="comma-separated region ids (two or more); default with --backend ssh or netns: "
-        "every region of the inventory / testbed grid",
-    )
-    p.add_argument(
-        "--backend", default="local", help="provisioning backend: local, ssh, netns, aws"
-    )
-    p.add_argument(
-        "--backend-options",
-        metavar="JSON_OR_FILE",
-        help="backend options: inline JSON or a JSON/TOML file (flat, or per backend)",
-    )
-    p.add_argument(
-        "--connections",
-        default="4,64",
-        help="TCP connection counts each pair is probed at, comma-separated (4,64): a few give "
-        "the per-connection rate, many the saturation rate",
-    )
-    p.add_argument("--duration", type=float, default=5.0, help="seconds per probe (5)")
-    p.add_argument(
-        "--budget-usd", type=float, default=None, help="refuse to start above this egress cost"
-    )
-    p.add_argument(
-        "--store",
-        default=None,
-        metavar="URI",
-        help="grid store (path or URI); the local backend needs one (a scratch store)",
-    )
-    p.add_argument("--store-options", default="{}", metavar="JSON", help="object-store options")
-    p.add_argument(
-        "--freshness",
-        default="0s",
-        help="skip pairs measured within this window, e.g. 3d (resumes a dead run)",
-    )
-    p.add_argument(
-        "--exclusive",
-        action="store_true",
-        help="a gateway takes part in one probe per round (send or receive), not one of each",
-    )
-    p.add_argument(
-        "--probe-port", type=int, default=0, help="port gateways take probes on (default: any)"
-    )
-    p.add_argument("--run-id", default=None, help="run id (tags the gateways); default: new")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and estimate only")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run)
+@click.command(epilog=EPILOG)
+@click.option(
+    "--regions",
+    default=None,
+    metavar="IDS",
+    help="comma-separated region ids (two or more); default with --backend ssh or netns: "
+    "every region of the inventory / test-bed grid",
+)
+@backend_option(default="local")
+@backend_options_option()
+@click.option(
+    "--probe-connections",
+    "connections",
+    default="4,64",
+    show_default=True,
+    metavar="N,N",
+    help="TCP connection counts each pair is probed at, comma-separated: a few give the "
+    "per-connection rate, many the saturation rate",
+)
+@deprecated_alias("--connections", "--probe-connections", "connections")
+@click.option(
+    "--probe-duration",
+    "duration",
+    type=DURATION,
+    default=5.0,
+    show_default=True,
+    help="time per probe (e.g. 5s, 1m; a bare number is seconds)",
+)
+@deprecated_alias("--duration", "--probe-duration", "duration", type=DURATION)
+@click.option(
+    "--budget-usd",
+    type=click.FloatRange(0),
+    default=None,
+    metavar="USD",
+    help="refuse to start when the estimated egress cost is above this, in US$",
+)
+@grid_store_options(
+    "grid store to publish to (path or URI; default $SKYPLANE_OPS_HOME/grid); the local "
+    "backend needs one (a scratch store)"
+)
+@click.option(
+    "--freshness",
+    type=DURATION,
+    default=0.0,
+    help="skip pairs measured within this window, e.g. 3d (resumes a dead run) [default: 0s]",
+)
+@click.option(
+    "--exclusive",
+    is_flag=True,
+    help="a gateway takes part in one probe per round (send or receive), not one of each",
+)
+@click.option(
+    "--probe-port",
+    type=int,
+    default=0,
+    metavar="PORT",
+    help="port the gateways take probes on (default: any)",
+)
+@click.option(
+    "--run-id", default=None, metavar="ID", help="run id (tags the gateways); default: new"
+)
+@dry_run_option("print the probe schedule and the cost estimate only; start nothing")
+@json_option()
+@click.pass_context
+def profile(ctx: click.Context, **params: Any) -> int:
+    """Measure the throughput grid between regions with gateway probes and publish a version.
 
-
-def _json_arg(text: str, flag: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise SkyplaneOpsError(f"{flag} is not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise SkyplaneOpsError(f"{flag} must be a JSON object")
-    return value
+    Provisions one gateway per region with the chosen backend, probes every ordered pair (N
+    parallel TCP connections for T seconds) in rounds where no gateway sends or receives two
+    probes at once, always deprovisions, and publishes a new grid version at --grid-store.
+    Refuses to start when the estimated egress cost is above --budget-usd.
+    """
+    return run(to_args(ctx, params))
 
 
 def _counts(text: str) -> list[int]:
@@ -123,19 +149,12 @@ def _progress(event: dict[str, Any]) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    from skyplane_ops import api
-    from skyplane_ops.profiler import parse_duration
-    from skyplane_ops.profiler.store import default_store_uri
-    from skyplane_ops.provision.sweeper import backend_options_for
-
-    options = backend_options_for(args.backend_options, args.backend)
+def run(args: SimpleNamespace) -> int:
+    options = api.backend_options_for(args.backend_options, args.backend)
     if args.regions:
         regions = [r.strip() for r in args.regions.split(",") if r.strip()]
     else:
-        from skyplane_ops.provision.universe import FleetUniverse
-
-        fleet = FleetUniverse.from_backend(args.backend, options)
+        fleet = api.FleetUniverse.from_backend(args.backend, options)
         if fleet is None:
             raise SkyplaneOpsError(
                 "--regions is needed unless --backend ssh (with an inventory) or netns (with "
@@ -148,21 +167,19 @@ def run(args: argparse.Namespace) -> int:
         "connections": _counts(args.connections),
         "duration_s": args.duration,
         "budget_usd": args.budget_usd,
-        "store_uri": args.store or default_store_uri(),
-        "store_options": _json_arg(args.store_options, "--store-options"),
-        "freshness_s": parse_duration(args.freshness),
+        "store_uri": args.grid_store or api.default_store_uri(),
+        "store_options": args.grid_store_options or {},
+        "freshness_s": args.freshness,
         "exclusive": args.exclusive,
         "run_id": args.run_id,
         "probe_port": args.probe_port,
     }
     if args.dry_run:
-        from skyplane_ops.profiler.run import plan_run
-
-        plan = plan_run(regions, **kwargs)
-        print(json.dumps(plan, indent=2) if args.json else _plan_text(plan))
+        plan = api.plan_profile_run(regions, **kwargs)
+        print(json.dumps(plan, indent=2) if args.as_json else _plan_text(plan))
         return 0
-    result = api.refresh_grid(regions, progress=None if args.json else _progress, **kwargs)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else _summary(result))
+    result = api.refresh_grid(regions, progress=None if args.as_json else _progress, **kwargs)
+    print(json.dumps(result.to_dict(), indent=2) if args.as_json else _summary(result))
     if result.failed:
         # Recorded as "no link" (plans avoid the pair); the rest of the grid is published.
         print(

@@ -10,7 +10,6 @@ journal makes the transfer resume) and run termination interrupts it: the fleet 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import time
 import traceback
@@ -156,11 +155,11 @@ def provision_fleet(
 
 
 class _Progress:
-    """Logs a short progress line at most every few seconds (numbers only, never keys)."""
+    """Logs a human progress line (%, MiB, Gbit/s, ETA, per path) at most every few seconds."""
 
-    def __init__(self, context: Any, label: str) -> None:
+    def __init__(self, context: Any, label: str, plan: TransferPlan) -> None:
         self.context = context
-        self.label = label
+        self.line = api.ProgressLine(label, api.plan_paths(plan))
         self.last = 0.0
 
     def __call__(self, update: Any) -> None:
@@ -168,16 +167,9 @@ class _Progress:
         if now - self.last < PROGRESS_EVERY_S:
             return
         self.last = now
-        if dataclasses.is_dataclass(update) and not isinstance(update, type):
-            fields = dataclasses.asdict(update)
-        else:
-            fields = dict(update)
-        numbers = {
-            k: round(v, 3) if isinstance(v, float) else v
-            for k, v in list(fields.items())[:12]
-            if isinstance(v, int | float) and not isinstance(v, bool)
-        }
-        self.context.log.info(f"{self.label}: {numbers}")
+        text = self.line.update(update)
+        if text:
+            self.context.log.info(text)
 
 
 def _result_dict(result: Any) -> dict[str, Any]:
@@ -223,7 +215,7 @@ def transfer_step(
                     unit["src_uri"],
                     dst_uri,
                     journal_dir=journal,
-                    progress=_Progress(context, f"transfer {label}"),
+                    progress=_Progress(context, f"transfer {label}", plan),
                 )
                 summary = _result_dict(result)
                 status = (summary.get("verification") or {}).get("status", "passed")

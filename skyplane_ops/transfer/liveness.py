@@ -9,7 +9,9 @@ A path is declared dead when one of its regions has no gateway that answered for
 ``hop_timeout`` seconds, or when it has chunks outstanding, none of them finished for
 ``hop_timeout`` and some region on it received no bytes for that long; the dead hop is the one
 into the first such region. A refused connection (the process is gone) counts after
-``refused_grace`` seconds instead.
+``refused_grace`` seconds instead. Stalls are judged only while no gateway of a live path has
+been silent for half the hop timeout: a silent gateway starves its neighbours' other paths
+(their budget waits for it), so it must be found dead first.
 """
 
 from __future__ import annotations
@@ -95,15 +97,31 @@ class HopWatch:
         """Paths that died since the last call (each reported once)."""
         dead: list[DeadPath] = []
         for p, route in enumerate(self.routes):
-            if not self.alive[p]:
-                continue
-            verdict = self._unresponsive(route, p, now) or self._stalled(
-                route, p, now, outstanding.get(p, 0)
-            )
+            verdict = self._unresponsive(route, p, now) if self.alive[p] else None
+            if verdict is not None:
+                self.alive[p] = False
+                dead.append(verdict)
+        if dead or self._suspect(now):
+            # A gateway going silent starves the paths that share its neighbours (their
+            # budget waits for it): judge stalls only once it has been dealt with.
+            return dead
+        for p, route in enumerate(self.routes):
+            verdict = self._stalled(route, p, now, outstanding.get(p, 0)) if self.alive[p] else None
             if verdict is not None:
                 self.alive[p] = False
                 dead.append(verdict)
         return dead
+
+    def _suspect(self, now: float) -> bool:
+        """Some gateway of a live path has been silent for half the hop timeout."""
+        live = {
+            g
+            for p, r in enumerate(self.routes)
+            if self.alive[p]
+            for x in r
+            for g in self.by_region.get(x, [])
+        }
+        return any(now - self.last_ok[g] > self.hop_timeout / 2 for g in live)
 
     def _unresponsive(self, route: list[str], p: int, now: float) -> DeadPath | None:
         for i, region in enumerate(route):

@@ -466,7 +466,7 @@ def test_trigger_on_another_host_goes_by_the_heartbeat(tmp_path: Path) -> None:
 
 
 def test_progress_lines_are_human() -> None:
-    from skyplane_ops.airflow.progress import ProgressLine
+    from skyplane_ops.api import ProgressLine
 
     line = ProgressLine("transfer t", [("a -> b", 0.75), ("a -> c -> b", 0.25)])
     sample = {"bytes_done": 512 * 1024 * 1024, "bytes_total": 1024 * 1024 * 1024}

@@ -57,6 +57,14 @@ elif step == "trigger":
         async for event in SkyplaneTransferTrigger(**kwargs).run():
             return event.payload
     print(json.dumps(asyncio.run(asyncio.wait_for(first(), 240))))
+elif step == "transfer_here":
+    op = SkyplaneTransferOperator(task_id="transfer", src=args["src"], dst=args["dst"],
+                                  plan=args["plan"], fleet=args["fleet"], deferrable=False,
+                                  engine_options={"part_size": 8 << 20})
+    try:
+        print(json.dumps({"summary": op.execute(ctx)}))
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
 elif step == "complete":
     op = SkyplaneTransferOperator(task_id="transfer", src=args["src"], dst=args["dst"],
                                   plan=args["plan"], fleet=args["fleet"], deferrable=True)
@@ -160,3 +168,49 @@ def test_plan_provision_transfer_trigger_and_teardown_on_four_hosts(
     secret_b = tmp_path / "B" / ".skyplane-ops" / "secrets" / f"{tid}.secret"
     assert secret_b.exists() and (secret_b.stat().st_mode & 0o077) == 0
     assert not (tmp_path / "C" / ".skyplane-ops" / "secrets").exists()
+
+
+def test_a_retry_on_another_worker_resumes_from_the_stored_journal(
+    tmp_path: Path, moto_s3: Emulator
+) -> None:
+    """Worker B fails half-way (one destination object cannot be written); worker E, with its
+    own empty home and work dir, resumes from the journal snapshot in the S3 state store."""
+    state_uri = moto_s3.make_bucket(f"state{uuid.uuid4().hex[:8]}")
+    conn = {"backend": "local", "state_store": state_uri, "state_store_options": moto_s3.options}
+    data = tmp_path / "cloud"
+    (data / "src").mkdir(parents=True)
+    blobs = {f"part-{i}.bin": os.urandom((12 << 20) + i) for i in range(3)}
+    for name, blob in blobs.items():
+        (data / "src" / name).write_bytes(blob)
+    (data / "dst" / "part-2.bin").mkdir(parents=True)  # a folder where a file must go
+    common = {"src": f"file://{data}/src/", "dst": f"file://{data}/dst/"}
+    hosts = {n: _host(tmp_path, n, conn, moto_s3) for n in "ABE"}
+    tid = "xretry-" + uuid.uuid4().hex[:8]
+    made = _run(
+        hosts["A"],
+        step="plan_provision",
+        tid=tid,
+        src_region="aws:us-east-1",
+        dst_region="aws:eu-west-1",
+        plan_uri=str(data / "plans" / f"{tid}.json"),
+        **common,
+    )
+    Path(made["fleet"]["secret_ref"]).unlink()
+    try:
+        first = _run(
+            hosts["B"], step="transfer_here", plan=made["plan"], fleet=made["fleet"], **common
+        )
+        assert "error" in first, first
+        (data / "dst" / "part-2.bin").rmdir()
+        again = _run(
+            hosts["E"], step="transfer_here", plan=made["plan"], fleet=made["fleet"], **common
+        )
+    finally:
+        from skyplane_ops import api
+
+        api.deprovision(backend="local", transfer_id=tid)
+    summary = again.get("summary") or {}
+    assert summary.get("verification", {}).get("status") == "passed", again
+    assert summary["chunks_resumed"] > 0, summary
+    for name, blob in blobs.items():
+        assert (data / "dst" / name).read_bytes() == blob

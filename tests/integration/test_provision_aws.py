@@ -227,7 +227,7 @@ def test_profiler_probes_on_the_port_the_security_group_opens(
         duration_s=0.1,
         run_id="aws-prof",
     )
-    assert result.measured == 2
+    assert result.measured == 4  # 2 directed pairs, each probed at 4 and 64 connections
     assert used["backend"] == "aws" and used["probe_port"] == 9123
     assert used["open"] == {22, 8701, 8702, 9123}
     assert _leftovers(endpoint) == NOTHING

@@ -1,4 +1,4 @@
-"""Progress as the human lines a task log wants: %, MiB, Gbit/s, ETA, and the split per path.
+"""Progress as the human lines a task or run log wants: %, MiB, Gbit/s, ETA, and the split per path.
 
 The engine's progress samples are counters (bytes and chunks done, elapsed seconds, rate);
 this turns a stream of them into one line each time something moved, e.g.::
