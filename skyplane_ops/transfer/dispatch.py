@@ -184,7 +184,8 @@ class Dispatcher:
             json.dumps({"src": dict(src_options or {}), "dst": dict(dst_options or {})}).encode(),
         )
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
-        self._path_bytes = [0] * len(self.routes)
+        self._path_bytes = [0] * len(self.routes)  # submitted along each path
+        self._path_done = [0] * len(self.routes)  # delivered along each path
         self._started: list[str] = []
 
     # ---- job spec --------------------------------------------------------------------------------
@@ -257,10 +258,15 @@ class Dispatcher:
             ) from exc
 
     def _pick_path(self, nbytes: int) -> int:
-        total = sum(self._path_bytes) + nbytes
-        best = max(
+        """The live path that would finish its outstanding bytes plus this chunk first, at
+        rates in proportion to the plan's shares: all chunks submitted at once split by the
+        shares; chunks submitted later (more than a window) go where work drains fastest, so
+        a path slower than predicted does not become the transfer's tail."""
+        best = min(
             (i for i in range(len(self.routes)) if self._alive[i]),
-            key=lambda i: self.routes[i][1] * total - self._path_bytes[i],
+            key=lambda i: (
+                (self._path_bytes[i] - self._path_done[i] + nbytes) / max(self.routes[i][1], 1e-9)
+            ),
         )
         self._path_bytes[best] += nbytes
         return best
@@ -431,6 +437,7 @@ class Dispatcher:
                         if path is not None:
                             watch.chunk_finished(path, time.monotonic())
                         p = path or 0
+                        self._path_done[p] += chunk.nbytes
                         stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
                         stats.path_seconds[p] = time.monotonic() - t0
                     elif kind in ("bad", "lost"):
