@@ -9,10 +9,12 @@ from typing import Any, ClassVar, TypeVar
 
 from tenacity import Retrying
 
+from gateway_agent.stores.base import ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     InvalidURIError,
     KeyNotSupportedError,
+    ObjectNotFoundError,
     SourceChangedError,
     StoreError,
     TransientStoreError,
@@ -197,6 +199,22 @@ class CloudStore:
             found=found,
             status=412,
         )
+
+    def head(self, key: str) -> ObjectInfo:
+        """Every subclass answers this (the ObjectStore protocol)."""
+        raise NotImplementedError
+
+    def _check_version(self, key: str, version: str | None) -> None:
+        """A read of no bytes still tells a missing or changed object (an SDK answers an
+        empty range without checking the pinned version)."""
+        try:
+            info = self.head(key)
+        except ObjectNotFoundError:
+            if version is None:
+                raise
+            raise self._changed(key, version, "deleted", "it was deleted") from None
+        if version is not None and info.version != version:
+            raise self._changed(key, version, info.version)
 
     def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
         """The typed error for an SDK exception, or None to let it through unchanged."""

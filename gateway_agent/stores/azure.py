@@ -223,17 +223,6 @@ class AzureBlobStore(CloudStore):
                 return b""  # start at or past the end: nothing to read
             raise
 
-    def _check_version(self, key: str, version: str | None) -> None:
-        """A read of no bytes still tells a missing or changed blob."""
-        try:
-            info = self.head(key)
-        except ObjectNotFoundError:
-            if version is None:
-                raise
-            raise self._changed(key, version, "deleted", "it was deleted") from None
-        if version is not None and info.version != version:
-            raise self._changed(key, version, info.version)
-
     def write(self, key: str, data: bytes) -> ObjectInfo:
         blob = self._blob(key)
         resp = self._call(

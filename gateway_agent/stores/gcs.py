@@ -210,17 +210,6 @@ class GCSStore(CloudStore):
                 raise self._changed(key, version, str(served))
         return bytes(data)
 
-    def _check_version(self, key: str, version: str | None) -> None:
-        """A read of no bytes still tells a missing or changed object."""
-        try:
-            info = self.head(key)
-        except ObjectNotFoundError:
-            if version is None:
-                raise
-            raise self._changed(key, version, "deleted", "it was deleted") from None
-        if version is not None and info.version != version:
-            raise self._changed(key, version, info.version)
-
     def write(self, key: str, data: bytes) -> ObjectInfo:
         blob = self._bucket.blob(self._name(key))
         try:

@@ -238,17 +238,6 @@ class S3Store(CloudStore):
                 return b""  # start at or past the end: nothing to read
             raise
 
-    def _check_version(self, key: str, version: str | None) -> None:
-        """A read of no bytes still tells a missing or changed object."""
-        try:
-            info = self.head(key)
-        except ObjectNotFoundError:
-            if version is None:
-                raise
-            raise self._changed(key, version, "deleted", "it was deleted") from None
-        if version is not None and info.version != version:
-            raise self._changed(key, version, info.version)
-
     def write(self, key: str, data: bytes) -> ObjectInfo:
         resp = self._on_key("write", key, self._client.put_object, Body=data)
         return self._info(key, len(data), resp.get("ETag"), None)

@@ -267,7 +267,7 @@ class SkyplanePlanOperator(_PlanningOperator):
         )
         summary = plan_summary(plan, plan_uri=stored, transfer_id=transfer_id)
         self.log.info("plan %s (full plan at %s):\n%s", transfer_id, stored, plan.to_text())
-        persist_links(context, stored, plan)
+        persist_links(context, stored, plan, route_stored=True)
         return summary
 
 
@@ -765,7 +765,7 @@ class SkyplaneCopyOperator(TransferDeferral, _PlanningOperator):
         volume = self._volume(lambda: (src_access.options, env))
         plan, plan_uri = self._plan_and_store(str(self.dst_region), volume, transfer_id)
         self.log.info("plan %s (full plan at %s):\n%s", transfer_id, plan_uri, plan.to_text())
-        persist_links(context, plan_uri, plan)
+        persist_links(context, plan_uri, plan, route_stored=True)
         work_dir = self.hook.settings.work_dir
         journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
         selection: dict[str, Any] = {

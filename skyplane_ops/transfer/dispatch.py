@@ -489,6 +489,12 @@ class Dispatcher:
                         elapsed_s=round(elapsed, 3),
                         gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
                         resent=stats.resent,
+                        path_gbps={
+                            " -> ".join(self.routes[i][0]): round(n * 8 / 1e9 / elapsed, 4)
+                            for i, n in stats.path_bytes.items()
+                        }
+                        if elapsed
+                        else {},
                     )
                 )
             if time.monotonic() - last_progress > self.options.stall_timeout:
