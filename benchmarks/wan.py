@@ -13,11 +13,16 @@ connection or two. Then, exactly as a user would:
 3. ``rclone copy`` sends the same data over the direct link (a WebDAV server in the destination
    site's namespace, the client in the source's), in the same run.
 
-Printed: the plan's paths with predicted vs achieved rates, the whole copy as a fraction of the
-max-flow between source and destination (the target is >= 0.8), the rate while data moved, and
-rclone on the direct path. Writes ``benchmarks/results/wan.json``.
+Printed: the plan's paths with predicted vs achieved rates (and when each path's last chunk
+landed), the whole copy as a fraction of the max-flow between source and destination (the
+target is >= 0.8), where the whole copy's time went (interpreter start and imports, the CLI's
+list/plan/provision/teardown phases, the engine's steps from ``TransferResult.steps``: listing,
+manifest, data movement, commit, verification, passive record; and the rest: output and exit),
+the rate while data moved, and rclone on the direct path. Writes ``benchmarks/results/wan.json``.
 
-Usage: ``sudo .venv/bin/python benchmarks/wan.py [--mib 512] [--direct 60 --relay 100]``.
+Usage: ``sudo .venv/bin/python benchmarks/wan.py [--mib 512] [--file-mib 8] [--direct 60
+--relay 100]``; ``--grid-store DIR`` keeps the profile in DIR and reuses it on later runs (for
+iterating; the figures to report profile afresh).
 """
 
 from __future__ import annotations

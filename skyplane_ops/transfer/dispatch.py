@@ -185,7 +185,7 @@ class Dispatcher:
         )
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)  # submitted along each path
-        self._path_done = [0] * len(self.routes)  # delivered along each path
+        self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)
         self._started: list[str] = []
 
     # ---- job spec --------------------------------------------------------------------------------
@@ -264,11 +264,10 @@ class Dispatcher:
         a path slower than predicted does not become the transfer's tail."""
         best = min(
             (i for i in range(len(self.routes)) if self._alive[i]),
-            key=lambda i: (
-                (self._path_bytes[i] - self._path_done[i] + nbytes) / max(self.routes[i][1], 1e-9)
-            ),
+            key=lambda i: (self._outstanding[i] + nbytes) / max(self.routes[i][1], 1e-9),
         )
         self._path_bytes[best] += nbytes
+        self._outstanding[best] += nbytes
         return best
 
     def _pick_source(self, path: int, nbytes: int) -> str:
@@ -380,6 +379,12 @@ class Dispatcher:
         )
 
         def top_up() -> None:
+            # What each path still has to deliver, for ``_pick_path``.
+            self._outstanding = [0] * len(self.routes)
+            for cid, c in pending.items():
+                p = self._chunk_path.get(cid)
+                if p is not None:
+                    self._outstanding[p] += c.nbytes
             batch = [queued.popleft() for _ in range(min(len(queued), window - len(pending)))]
             for c in batch:
                 pending[c.chunk_id] = c
@@ -437,7 +442,6 @@ class Dispatcher:
                         if path is not None:
                             watch.chunk_finished(path, time.monotonic())
                         p = path or 0
-                        self._path_done[p] += chunk.nbytes
                         stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
                         stats.path_seconds[p] = time.monotonic() - t0
                     elif kind in ("bad", "lost"):

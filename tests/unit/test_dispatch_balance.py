@@ -37,7 +37,7 @@ def test_later_chunks_go_where_work_drained() -> None:
     d = _dispatcher()
     for _ in range(8):
         d._pick_path(CHUNK)  # 4 on path 0, 2 each on paths 1 and 2
-    d._path_done[2] += 2 * CHUNK  # path 2 delivered everything; paths 0 and 1 nothing yet
+    d._outstanding[2] -= 2 * CHUNK  # path 2 delivered everything; paths 0 and 1 nothing yet
     assert [d._pick_path(CHUNK) for _ in range(2)] == [2, 2]
     d._alive[2] = False  # a dead path gets nothing
     assert d._pick_path(CHUNK) in (0, 1)

@@ -1,6 +1,6 @@
 """What every ``cp`` pays outside data movement: planning on a measured grid store and recording
-the transfer's passive measurements must not import pandas or pyarrow.dataset (about a second
-each on a loaded machine)."""
+the transfer's passive measurements must not import pandas or pyarrow.dataset (about a second each
+on a loaded machine), and planning on the shipped profile not even numpy."""
 
 from __future__ import annotations
 
@@ -69,3 +69,19 @@ def test_planning_and_recording_on_a_grid_store_import_neither_pandas_nor_pyarro
     assert seen["at"] == [AT.isoformat()] * 2
     assert seen["rows"] == [[A, B, 4.0, 64], [B, A, 3.0, 64]]
     assert seen["gbps"] > 0
+
+
+def test_planning_on_the_shipped_profile_does_not_import_numpy() -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from skyplane_ops import api
+        plan = api.plan({A!r}, "aws:eu-west-1", 10.0)
+        assert any(len(p.regions) >= 2 for p in plan.paths)
+        print(sorted(m for m in ("numpy", "pandas", "pyarrow") if m in sys.modules))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert out.stdout.strip() == "[]"
