@@ -18,8 +18,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,7 +29,13 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.bundle import build_wheelhouse
+from skyplane_ops.provision.cloudhosts import (  # re-exported: the old import path
+    Bootstrap,
+    InstanceHost,
+    cached_wheelhouse,
+    save_cloud_fleet,
+)
+from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
@@ -56,20 +61,6 @@ TAG_EXPIRES = "skyplane-ops:expires-at"
 UBUNTU_OWNER = "099720109477"  # Canonical
 UBUNTU_2204 = "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*"
 LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
-
-
-@dataclass(frozen=True)
-class InstanceHost:
-    """A launched instance, what the (injectable) bootstrap step receives."""
-
-    gateway_id: str
-    region: str
-    instance_id: str
-    ssh: SSHHost
-
-
-# bootstrap(hosts, transfer_id, secret_ref) -> gateways (same order); must clean up on failure.
-Bootstrap = Callable[[Sequence[InstanceHost], str, str], list[Gateway]]
 
 
 @dataclass
@@ -391,32 +382,22 @@ class AWSProvisioner:
                     f"AWS provisioning failed: {exc} (everything created was deleted)"
                 ) from exc
             raise
-        by_instance = {h.gateway_id: h for h in hosts}
-        gateways = [
-            replace(
-                g,
-                resources={
-                    **g.resources,
-                    "instance_id": by_instance[g.gateway_id].instance_id,
-                    "aws_region": aws_region(g.region),
-                },
-            )
-            for g in gateways
-        ]
-        fleet = GatewayFleet(
-            transfer_id=transfer_id,
+        return save_cloud_fleet(
             backend=self.name,
+            transfer_id=transfer_id,
+            hosts=hosts,
             gateways=gateways,
+            per_gateway=lambda h: {
+                "instance_id": h.instance_id,
+                "aws_region": aws_region(h.region),
+            },
             secret_ref=secret_ref,
             tags=all_tags,
-            created_at=all_tags[TAG_CREATED],
             resources={
                 "regions": {s.region: s.to_dict() for s in states},
                 "probe_port": self.probe_port,
             },
         )
-        records.save_fleet(fleet)
-        return fleet
 
     def _ssh_bootstrap(
         self, hosts: Sequence[InstanceHost], transfer_id: str, secret_ref: str
@@ -432,11 +413,7 @@ class AWSProvisioner:
 
     def _default_wheelhouse(self) -> str:
         """Wheels for the image's python, downloaded once (only if a host lacks the deps)."""
-        with self._wheel_lock:
-            cache = private_dir("wheelhouse", f"py{self.remote_python_version}")
-            if not any(cache.glob("*.whl")):
-                build_wheelhouse(cache, python_version=self.remote_python_version)
-            return str(cache)
+        return cached_wheelhouse(self._wheel_lock, self.remote_python_version)
 
     def _bootstrap_options(self) -> BootstrapOptions:
         return BootstrapOptions(
@@ -619,22 +596,3 @@ def parse_console_host_key(output: str, key_type: str = "ssh-ed25519") -> str | 
         if len(parts) >= 2 and parts[0] == key_type:
             return f"{parts[0]} {parts[1]}"
     return None
-
-
-def _run_all(
-    fn: Callable[[Any], Any], items: Sequence[Any], *, raise_first: bool = True
-) -> list[Any]:
-    """Run ``fn`` over items in parallel threads; results (or exceptions) in order."""
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        results: list[Any] = []
-        for fut in futures:
-            exc = fut.exception()
-            results.append(exc if exc is not None else fut.result())
-    if raise_first:
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-    return results
