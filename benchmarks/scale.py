@@ -129,6 +129,9 @@ class Sampler(threading.Thread):
 
 
 def timed(cmd: list[str], env: dict[str, str], state_dir: Path | None = None) -> dict[str, Any]:
+    """Run ``cmd`` to the end, sampling memory. Dirty pages (a freshly generated tree, the last
+    run's copy) are flushed first, so no run pays for the writeback of the one before."""
+    os.sync()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sampler = Sampler(proc.pid, state_dir)

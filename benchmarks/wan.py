@@ -13,11 +13,16 @@ connection or two. Then, exactly as a user would:
 3. ``rclone copy`` sends the same data over the direct link (a WebDAV server in the destination
    site's namespace, the client in the source's), in the same run.
 
-Printed: the plan's paths with predicted vs achieved rates, the whole copy as a fraction of the
-max-flow between source and destination (the target is >= 0.8), the rate while data moved, and
-rclone on the direct path. Writes ``benchmarks/results/wan.json``.
+Printed: the plan's paths with predicted vs achieved rates (and when each path's last chunk
+landed), the whole copy as a fraction of the max-flow between source and destination (the
+target is >= 0.8), where the whole copy's time went (interpreter start and imports, the CLI's
+list/plan/provision/teardown phases, the engine's steps from ``TransferResult.steps``: listing,
+manifest, data movement, commit, verification, passive record; and the rest: output and exit),
+the rate while data moved, and rclone on the direct path. Writes ``benchmarks/results/wan.json``.
 
-Usage: ``sudo .venv/bin/python benchmarks/wan.py [--mib 512] [--direct 60 --relay 100]``.
+Usage: ``sudo .venv/bin/python benchmarks/wan.py [--mib 512] [--file-mib 8] [--direct 60
+--relay 100]``; ``--grid-store DIR`` keeps the profile in DIR and reuses it on later runs (for
+iterating; the figures to report profile afresh).
 """
 
 from __future__ import annotations
@@ -93,6 +98,44 @@ def cli(args: list[str], env: dict[str, str], timeout: float) -> tuple[float, di
     return seconds, json.loads(proc.stdout)
 
 
+def import_seconds(env: dict[str, str]) -> float:
+    """Interpreter start plus ``import skyplane_ops.cli``: what every CLI run pays first."""
+    code = "import skyplane_ops.cli"
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    return time.monotonic() - t0
+
+
+STEP_NAMES = {
+    "list": "listing again (engine)",
+    "prepare": "manifest, journal, multipart create",
+    "move": "data movement (jobs start to last chunk)",
+    "check_source": "source re-listed (changed objects)",
+    "commit": "multipart completion",
+    "verify": "verification",
+    "record": "passive measurements, costs",
+}
+
+
+def breakdown(cp_s: float, copy: dict[str, Any], start_s: float) -> list[tuple[str, float]]:
+    """The whole copy's seconds by phase: the CLI's own phases (list, plan, provision,
+    transfer, teardown), the transfer split into the engine's steps, and what is left over
+    (interpreter start and imports, measured apart; output and exit)."""
+    phases = {k: float(v) for k, v in copy.get("phases", {}).items()}
+    steps = {k: float(v) for k, v in copy.get("steps", {}).items()}
+    rows = [("CLI start: interpreter + imports", start_s)]
+    rows += [(f"{k} (CLI phase)", phases[k]) for k in ("list", "plan", "provision") if k in phases]
+    if "transfer" in phases:
+        rows += [(f"  {STEP_NAMES.get(k, k)}", v) for k, v in steps.items()]
+        rows.append(
+            ("  engine other (journal lock, open stores)", phases["transfer"] - sum(steps.values()))
+        )
+    if "teardown" in phases:
+        rows.append(("teardown (CLI phase)", phases["teardown"]))
+    rows.append(("CLI other: arguments, lock, output, exit", cp_s - start_s - sum(phases.values())))
+    return [(name, round(secs, 2)) for name, secs in rows]
+
+
 def rclone_direct(grid: dict[str, float], src: Path, dst: Path, env: dict[str, str]) -> float:
     """Seconds for ``rclone copy`` of ``src`` to a WebDAV server across the direct link."""
     testbed = Testbed.plan(f"wanrc-{uuid.uuid4().hex[:6]}", [SRC, DST], grid, scale=1.0)
@@ -146,6 +189,11 @@ def main() -> int:
     parser.add_argument("--cross", type=float, default=20.0, help="relay-relay, Mbit/s (20)")
     parser.add_argument("--probe-seconds", type=float, default=3.0)
     parser.add_argument("--no-rclone", action="store_true")
+    parser.add_argument(
+        "--grid-store",
+        metavar="DIR",
+        help="profile into DIR and keep it; reuse it (no profiling) when it exists (iterating)",
+    )
     args = parser.parse_args()
     if args.file_mib < 4 or args.file_mib % 4:
         parser.error("--file-mib must be a multiple of 4")
@@ -162,22 +210,25 @@ def main() -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
         nbytes = generate(work / "src", args.mib, args.file_mib)
-        store = str(work / "grid")
+        store = args.grid_store or str(work / "grid")
         backend = ["--backend", "netns", "--backend-options", options]
-        profile_s, profile = cli(
-            [
-                "profile",
-                *backend,
-                "--grid-store",
-                store,
-                "--probe-connections",
-                "4,64",
-                "--probe-duration",
-                str(args.probe_seconds),
-            ],
-            env,
-            timeout=900,
-        )
+        profile_s, profile = 0.0, {}
+        if not (args.grid_store and Path(store).exists()):
+            profile_s, profile = cli(
+                [
+                    "profile",
+                    *backend,
+                    "--grid-store",
+                    store,
+                    "--probe-connections",
+                    "4,64",
+                    "--probe-duration",
+                    str(args.probe_seconds),
+                ],
+                env,
+                timeout=900,
+            )
+        start_s = import_seconds(env)
         cp_s, copy = cli(
             [
                 "cp",
@@ -205,7 +256,12 @@ def main() -> int:
 
     mbit = nbytes * 8 / 1e6
     flow = max_flow_mbit(grid, SRC, DST)
-    moving_s = float(copy.get("verification", {}).get("transfer_seconds") or copy["seconds"])
+    # While data moved: from the jobs' start to the last chunk (the engine's "move" step).
+    moving_s = float(
+        copy.get("steps", {}).get("move")
+        or copy.get("verification", {}).get("transfer_seconds")
+        or copy["seconds"]
+    )
     rows = []
     for path in copy.get("paths", []):
         rows.append(
@@ -214,6 +270,7 @@ def main() -> int:
                 "share": round(path["share"], 3),
                 "predicted_mbit": round(path["predicted_gbps"] * 1000, 1),
                 "achieved_mbit": round(path["achieved_gbps"] * 1000, 1),
+                "seconds": path.get("seconds"),
                 "ratio": path["ratio"],
             }
         )
@@ -238,6 +295,7 @@ def main() -> int:
         "moving_seconds": round(moving_s, 2),
         "moving_mbit": round(mbit / moving_s, 1),
         "moving_fraction_of_max_flow": round(mbit / moving_s / flow, 3),
+        "breakdown_seconds": dict(breakdown(cp_s, copy, start_s)),
         "rclone_direct_seconds": None if rclone_s is None else round(rclone_s, 2),
         "rclone_direct_mbit": None if rclone_s is None else round(mbit / rclone_s, 1),
         "speedup_vs_rclone": None if rclone_s is None else round(rclone_s / cp_s, 2),
@@ -247,20 +305,20 @@ def main() -> int:
         f"max-flow {flow:.1f} Mbit/s; data {nbytes / 1e6:.0f} MB in {args.file_mib} MiB files, "
         f"{args.chunk_mib} MiB chunks; profile {profile_s:.1f} s"
     )
-    print(f"{'path':42} {'share':>6} {'predicted':>10} {'achieved':>9} {'ratio':>6}")
+    print(f"{'path':42} {'share':>6} {'predicted':>10} {'achieved':>9} {'ratio':>6} {'last':>10}")
     for row in rows:
         print(
             f"{row['path']:42} {row['share']:>6.2f} {row['predicted_mbit']:>10.1f} "
             f"{row['achieved_mbit']:>9.1f} {row['ratio'] if row['ratio'] is not None else '-':>6}"
+            f" {row['seconds'] or 0:>9.1f}s"
         )
     print(
         f"whole copy (cp, listing to teardown): {cp_s:.1f} s = {result['whole_copy_mbit']} Mbit/s"
         f" = {result['whole_copy_fraction_of_max_flow']:.2f} of max-flow (target >= 0.8)"
     )
-    print(
-        f"  of which run_transfer (listing to verified) {copy['seconds']:.1f} s; planning, "
-        f"provisioning, tear-down and the CLI itself {cp_s - copy['seconds']:.1f} s"
-    )
+    print("  where the whole copy's time went:")
+    for name, secs in result["breakdown_seconds"].items():
+        print(f"    {name:48} {secs:6.2f} s")
     print(
         f"while data moved: {moving_s:.1f} s = {result['moving_mbit']} Mbit/s = "
         f"{result['moving_fraction_of_max_flow']:.2f} of max-flow"

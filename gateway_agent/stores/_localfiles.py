@@ -3,10 +3,10 @@ content of a file (its version), whole reads, and in-kernel copies."""
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 from gateway_agent.stores._atomic import TMP_PREFIX, write_all
 from gateway_agent.stores.base import ObjectInfo
@@ -46,10 +46,23 @@ def copy_into(src_fd: int, out_fd: int) -> None:
         remaining -= sent
 
 
-def append_file(part: Path, out_fd: int) -> None:
-    """Append a whole part file at ``out_fd``'s offset."""
-    with open(part, "rb", buffering=0) as src:
-        copy_into(src.fileno(), out_fd)
+def copy_range(src_fd: int, src_offset: int, out_fd: int, out_offset: int, length: int) -> None:
+    """Copy ``length`` bytes between explicit offsets in the kernel (file offsets untouched);
+    a buffered ``pread``/``pwrite`` where ``copy_file_range`` is refused."""
+    while length > 0:
+        try:
+            sent = os.copy_file_range(src_fd, out_fd, min(length, 1 << 30), src_offset, out_offset)
+        except OSError:
+            chunk = os.pread(src_fd, min(length, _COPY_BUFFER), src_offset)
+            view = memoryview(chunk)
+            pos = out_offset
+            while view:
+                n = os.pwrite(out_fd, view, pos)
+                view, pos = view[n:], pos + n
+            sent = len(chunk)
+        if sent == 0:
+            raise OSError(errno.EIO, "source shorter than the range to copy")
+        src_offset, out_offset, length = src_offset + sent, out_offset + sent, length - sent
 
 
 def file_version(st: os.stat_result) -> str:

@@ -21,15 +21,15 @@ raises :class:`SourceChangedError` instead of returning a torn mix.
 Writes and copies create the file atomically in its own folder (:mod:`._atomic`: an unnamed
 ``O_TMPFILE`` linked into place, or a hidden ``.%tmp-*`` file renamed into place), so nothing
 half-written is ever visible and a small write costs a handful of system calls.
-Multipart parts are files ``.%staging/<upload_id>/<part>``, written by any process in any order;
-completion appends parts 2..N to part 1 (``copy_file_range``, in-kernel) and renames the result
-into place, abort removes the folder. Nothing stays behind: an upload's folder is removed on
-completion or abort, and ``.%staging`` itself once it is empty (so a replica tree is identical
-to its source). Other processes may be creating their own uploads at that moment, so creating a
-staging folder retries when ``.%staging`` vanishes under it, and removing ``.%staging`` only
-succeeds when it is empty. ``.%staging`` (at the root) and ``.%tmp-*`` are reserved: ``list``
-skips them and keys using them are refused. The extra copy at completion is the price of atomic
-visibility: a multipart object costs about 2x the bytes a plain ``open().write()`` does.
+Multipart parts are written in place (:mod:`._localparts`): each part at its offset in one
+hidden sparse file under ``.%staging/<upload_id>/``, by any process in any order; completion
+copies at most the short last part over and renames that file into place, abort removes the
+folder. So a multipart object is written once, like a plain write. Nothing stays behind: an
+upload's folder is removed on completion or abort, and ``.%staging`` itself once it is empty
+(so a replica tree is identical to its source). Other processes may be creating their own
+uploads at that moment, so creating a staging folder retries when ``.%staging`` vanishes under
+it, and removing ``.%staging`` only succeeds when it is empty. ``.%staging`` (at the root) and
+``.%tmp-*`` are reserved: ``list`` skips them and keys using them are refused.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 from skyplane_ops import api
+from skyplane_ops.airflow.links import route_uri_for
 from skyplane_ops.airflow.settings import (
     CONN_TYPE,
     DEFAULT_CONN_ID,
@@ -257,10 +258,14 @@ class SkyplaneHook(BaseHook):
 
     @staticmethod
     def write_plan(plan: TransferPlan, uri: str, conn_id: str | None = None) -> str:
-        """Store the full plan JSON at a local path or an object-store URI; returns the URI."""
+        """Store the full plan JSON at a local path or an object-store URI; returns the URI.
+
+        The route picture (``api.route_svg``) goes next to it (``route_uri_for``): the
+        "Skyplane route" extra link opens it."""
         path = ObjectStoragePath(uri, conn_id=conn_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(plan.to_json())
+        ObjectStoragePath(route_uri_for(uri), conn_id=conn_id).write_text(api.route_svg(plan))
         return str(path)
 
     @staticmethod

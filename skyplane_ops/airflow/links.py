@@ -2,8 +2,10 @@
 
 Airflow 3 resolves a link from the XCom the task pushed under the link's ``xcom_key``, so
 the operators push the finished URL (``persist``) and the UI reads it back. The route link
-opens the planner's Mermaid diagram in mermaid.live; the diagram travels in the URL
-fragment, which browsers do not send to the server.
+opens the route picture the hook stored next to the plan (``api.route_svg``, the renderer the
+CLI and the Dagster metadata use) when the task stored the plan itself; otherwise the
+planner's Mermaid diagram in mermaid.live (the diagram travels in the URL fragment, which
+browsers do not send to the server).
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ def plan_url(plan_uri: str) -> str:
     if parsed.scheme == "":
         return f"file://{plan_uri}"
     return plan_uri
+
+
+def route_uri_for(plan_uri: str) -> str:
+    """Where the route picture of the plan stored at ``plan_uri`` lives (``x.json`` ->
+    ``x.route.svg``)."""
+    stem = plan_uri[: -len(".json")] if plan_uri.endswith(".json") else plan_uri
+    return stem + ".route.svg"
 
 
 def route_url(mermaid: str) -> str:
@@ -63,9 +72,16 @@ class SkyplaneRouteLink(_XComLink):
     name = "Skyplane route"
 
 
-def persist_links(context: Any, plan_uri: str | None, plan: Any | None) -> None:
-    """Push both links' URLs for this task instance (best effort: links are no result)."""
+def persist_links(
+    context: Any, plan_uri: str | None, plan: Any | None, *, route_stored: bool = False
+) -> None:
+    """Push both links' URLs for this task instance (best effort: links are no result).
+
+    ``route_stored``: the plan was stored by ``SkyplaneHook.write_plan`` in this task, so its
+    route picture is next to it."""
     if plan_uri:
         SkyplanePlanLink.persist(context, plan_url(plan_uri))
-    if plan is not None:
+    if plan_uri and route_stored:
+        SkyplaneRouteLink.persist(context, plan_url(route_uri_for(plan_uri)))
+    elif plan is not None:
         SkyplaneRouteLink.persist(context, route_url(plan.to_mermaid()))

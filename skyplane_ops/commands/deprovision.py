@@ -96,7 +96,10 @@ def _tables(value: str | None) -> dict[str, dict[str, Any]]:
         except ValueError as exc:
             raise api.ProvisionError(f"backend options are not valid JSON: {exc}") from exc
         if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-            raise api.ProvisionError("--backend-options must map backend names to option tables")
+            raise api.ProvisionError(
+                "deprovision sweeps several backends: --backend-options must map backend "
+                'names to option tables, e.g. {"ssh": {"inventory": "hosts.toml"}}'
+            )
         return data
     return api.load_backend_options(text)
 

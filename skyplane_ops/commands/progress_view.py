@@ -73,7 +73,7 @@ class RunView:
         self._last_plain = 0.0
         self._json = api.JsonProgress(stream) if mode == "json" else None
         self._live: Any = None
-        self._tasks: dict[str, Any] = {}
+        self._tasks: dict[Any, Any] = {}  # phase name or ("path", route) -> task id
         self._verifying = False
         self._verify_start = 0.0
         self._starts: dict[str, float] = {}
@@ -128,6 +128,11 @@ class RunView:
                 ("transfer", self._verify_start - self._starts[name], self._rate),
                 ("verify", now - self._verify_start, done),
             ]
+        if name == "transfer" and self._live is not None:  # the per-path lines stop too
+            for key, task in self._tasks.items():
+                if isinstance(key, tuple):
+                    self._live.update(task, total=1, completed=1)
+                    self._live.stop_task(task)
         for phase, secs, what in ended:
             self.times[phase] = secs
             self._finish_task(phase, secs, what, ok)
@@ -160,11 +165,20 @@ class RunView:
                 f"{p.chunks_total} chunks · [cyan]{p.gbps:.2f} Gbit/s[/] · ETA "
                 + ("-" if eta is None else f"{eta:.0f}s"),
             )
+        if self._live is not None:
+            for route, gbps in p.path_gbps.items():
+                if ("path", route) not in self._tasks:
+                    self._tasks[("path", route)] = self._live.add_task(
+                        "  path", total=None, info=""
+                    )
+                self._live.update(self._tasks[("path", route)], info=f"{route}: {gbps:.3f} Gbit/s")
         if self.mode == "plain":
             now = time.monotonic()
             if (all_written and not self._verifying) or now - self._last_plain >= self.plain_every:
                 self._last_plain = now
                 self.stream.write(f"[{now - self._t0:7.1f}s] {progress_line(p)}\n")
+                for route, gbps in p.path_gbps.items():
+                    self.stream.write(f"           path {route}: {gbps:.3f} Gbit/s\n")
                 self.stream.flush()
         if all_written and not self._verifying:
             self._verifying = True

@@ -16,7 +16,6 @@ import click
 
 from skyplane_ops import api
 from skyplane_ops.commands.base import to_args
-from skyplane_ops.commands.deprovision import _tables
 from skyplane_ops.commands.options import (
     backend_option,
     backend_options_option,
@@ -85,10 +84,8 @@ def _vms(args: SimpleNamespace) -> dict[str, int]:
 
 
 def run(args: SimpleNamespace) -> int:
-    tables = _tables(args.backend_options)
-    options = tables.get(args.backend, {})
-    if args.backend == "mixed":  # one option table per provider: aws, azure, gcp
-        options = {**{k: v for k, v in tables.items() if k in api.PROVIDERS}, **options}
+    # Flat options or one table per backend (mixed takes the providers' tables).
+    options = api.backend_options_for(args.backend_options, args.backend)
     if args.inventory:
         options["inventory"] = args.inventory
     transfer_id = args.transfer_id or f"tx-{uuid.uuid4().hex[:12]}"

@@ -211,7 +211,9 @@ def _to_parquet(rows: list[Measurement]) -> bytes:
 
 def _from_parquet(data: bytes, what: str) -> list[Measurement]:
     try:
-        return from_table(pq.read_table(pa.BufferReader(data)))
+        # ParquetFile, not read_table: that one imports pyarrow.dataset and with it pandas
+        # (about a second of every plan on a grid store).
+        return from_table(pq.ParquetFile(pa.BufferReader(data)).read())
     except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
         raise GridStoreError(f"unreadable grid {what}: {exc}") from exc
 

@@ -19,6 +19,7 @@ the peer gateway's data and probe ports, forwards over the pair's link with the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -404,28 +405,39 @@ def list_namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie -- an exited child nobody reaped -- does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 def _kill_namespace_processes(namespaces: Sequence[str]) -> None:
-    """TERM every process of every namespace at once, wait for them all, KILL what is left."""
+    """TERM every process of every namespace at once, wait for them all, KILL what is left.
+
+    Waiting looks at the signalled pids in ``/proc`` (no process per poll: a loaded machine
+    spent ~0.2 s per teardown in ``ip netns pids`` polls); the namespaces are asked again
+    before returning, in case something started meanwhile.
+    """
 
     def pids() -> list[int]:
         return [
             int(p) for ns in namespaces for p in _sh("ip", "netns", "pids", ns, check=False).split()
         ]
 
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-        alive = pids()
+    alive = pids()
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0), (signal.SIGKILL, 2.0)):
         if not alive:
             return
         for pid in alive:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not pids():
-                return
-            time.sleep(0.05)
+        while any(_alive(pid) for pid in alive) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        alive = pids()
 
 
 def teardown_namespaces(namespaces: Sequence[str], root_veths: Sequence[str]) -> list[str]:
@@ -433,10 +445,14 @@ def teardown_namespaces(namespaces: Sequence[str], root_veths: Sequence[str]) ->
     existing = set(list_namespaces())
     ours = [ns for ns in namespaces if ns in existing]
     _kill_namespace_processes(ours)
-    removed = []
-    for ns in ours:
-        _sh("ip", "netns", "del", ns)
-        removed.append(f"netns:{ns}")
+    try:
+        _batch("ip", [f"netns del {ns}" for ns in ours])  # one process for all of them
+    except ProvisionError:
+        left = set(list_namespaces())
+        for ns in ours:
+            if ns in left:
+                _sh("ip", "netns", "del", ns)
+    removed = [f"netns:{ns}" for ns in ours]
     links = _sh("ip", "-o", "link", "show", check=False)
     for veth in root_veths:
         if re.search(rf"^\d+: {re.escape(veth)}[@:]", links, re.M):

@@ -184,7 +184,8 @@ class Dispatcher:
             json.dumps({"src": dict(src_options or {}), "dst": dict(dst_options or {})}).encode(),
         )
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
-        self._path_bytes = [0] * len(self.routes)
+        self._path_bytes = [0] * len(self.routes)  # submitted along each path
+        self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)
         self._started: list[str] = []
 
     # ---- job spec --------------------------------------------------------------------------------
@@ -257,12 +258,16 @@ class Dispatcher:
             ) from exc
 
     def _pick_path(self, nbytes: int) -> int:
-        total = sum(self._path_bytes) + nbytes
-        best = max(
+        """The live path that would finish its outstanding bytes plus this chunk first, at
+        rates in proportion to the plan's shares: all chunks submitted at once split by the
+        shares; chunks submitted later (more than a window) go where work drains fastest, so
+        a path slower than predicted does not become the transfer's tail."""
+        best = min(
             (i for i in range(len(self.routes)) if self._alive[i]),
-            key=lambda i: self.routes[i][1] * total - self._path_bytes[i],
+            key=lambda i: (self._outstanding[i] + nbytes) / max(self.routes[i][1], 1e-9),
         )
         self._path_bytes[best] += nbytes
+        self._outstanding[best] += nbytes
         return best
 
     def _pick_source(self, path: int, nbytes: int) -> str:
@@ -374,6 +379,12 @@ class Dispatcher:
         )
 
         def top_up() -> None:
+            # What each path still has to deliver, for ``_pick_path``.
+            self._outstanding = [0] * len(self.routes)
+            for cid, c in pending.items():
+                p = self._chunk_path.get(cid)
+                if p is not None:
+                    self._outstanding[p] += c.nbytes
             batch = [queued.popleft() for _ in range(min(len(queued), window - len(pending)))]
             for c in batch:
                 pending[c.chunk_id] = c
@@ -478,6 +489,12 @@ class Dispatcher:
                         elapsed_s=round(elapsed, 3),
                         gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
                         resent=stats.resent,
+                        path_gbps={
+                            " -> ".join(self.routes[i][0]): round(n * 8 / 1e9 / elapsed, 4)
+                            for i, n in stats.path_bytes.items()
+                        }
+                        if elapsed
+                        else {},
                     )
                 )
             if time.monotonic() - last_progress > self.options.stall_timeout:

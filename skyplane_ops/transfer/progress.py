@@ -7,7 +7,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TextIO
 
 
@@ -22,6 +22,8 @@ class Progress:
     elapsed_s: float
     gbps: float
     resent: int = 0
+    # Gbit/s delivered so far per path ("a -> r -> b"), averaged since the start.
+    path_gbps: dict[str, float] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[Progress], None]

@@ -41,6 +41,8 @@ class TransferResult:
     first_errors: list[str] = field(default_factory=list)  # at most 5, one line each
     # Per path: predicted vs achieved Gbit/s ("under": below 0.7 of the prediction).
     paths: list[dict[str, Any]] = field(default_factory=list)
+    # Seconds per engine step: list, prepare, move, check_source, commit, verify, record.
+    steps: dict[str, float] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:

@@ -150,11 +150,22 @@ class _Run:
         self.src_options, self.dst_options = src_options, dst_options
         self.include, self.exclude = include, exclude
         self.t0 = time.monotonic()
+        # Seconds per step (list, prepare, move, check_source, commit, verify, record), so a
+        # slow run says where its time went; see ``step``.
+        self.steps: dict[str, float] = {}
+        self._mark = self.t0
         self.job_id = f"job-{uuid.uuid4().hex[:12]}"
         self.route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
 
+    def step(self, name: str) -> None:
+        """Close step ``name``: the time since the previous step ended is booked to it."""
+        now = time.monotonic()
+        self.steps[name] = round(self.steps.get(name, 0.0) + now - self._mark, 3)
+        self._mark = now
+
     def result(self, **fields: Any) -> TransferResult:
         return TransferResult(
+            steps=self.steps,
             transfer_id=self.fleet.transfer_id,
             job_id=self.job_id,
             src_uri=self.src_uri,
@@ -208,6 +219,7 @@ class _Run:
         refused = refused_names(dst, objects)
         objects = [o for o in objects if o.key not in refused]
         unread.update(refused)
+        self.step("list")
         if not objects:
             deleted, errors = (
                 (0, dict(unread)) if unread else self.mirror_delete(src, dst, to_delete)
@@ -251,6 +263,7 @@ class _Run:
                     resumed += 1
         resumed_crcs = len(crcs)
         uploads = prepare_uploads(dst, self.dst_uri, manifest, journal, skip=committed)
+        self.step("prepare")
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             records = []
@@ -285,6 +298,7 @@ class _Run:
                 f"are finished and journaled in {journal.path}: re-run the same command to resume"
             ) from exc
         transfer_seconds = time.monotonic() - self.t0
+        self.step("move")
 
         # Commit: changed objects keep the destination's version; failed ones are left out.
         source_now: dict[str, ObjectInfo] = {}
@@ -294,6 +308,7 @@ class _Run:
         changed = (set(stats.changed_keys) | changed_objects(src, fps, now=now)) - set(failed)
         failed.update(unread)
         abort_changed(dst, uploads, changed | set(failed), journal)
+        self.step("check_source")
         expected: dict[str, tuple[int, int]] = {}
         to_complete = []
         for o in objects:
@@ -317,7 +332,9 @@ class _Run:
         unconfirmed = complete_uploads(
             dst, self.dst_uri, manifest, uploads, to_complete, expected, journal, fps, verify
         )
+        self.step("commit")
         verification = verify_objects(dst, expected, verify)
+        self.step("verify")
         for key, why in sorted(unconfirmed.items()):
             bad = [f for f in verification.failures if f.startswith(f"{key}: ")]
             if bad:
@@ -355,6 +372,7 @@ class _Run:
             stats.path_bytes,
             stats.path_seconds,
         )
+        self.step("record")
         notes = [f"{k!r}: {why}" for k, why in sorted(failed.items())]
         notes += [f"{k!r}: source: changed during the run" for k in sorted(changed)]
         result = self.result(

@@ -203,6 +203,7 @@ def test_plain_paths_and_per_store_options_with_s3(tmp_path: Path, moto_s3: obje
         **dead,
     )
     assert blind.returncode == 2 and "Traceback" not in blind.stderr, blind.stderr
+    assert "cannot list source" in blind.stderr and "connection failed" in blind.stderr
     assert not (work / "again").exists() or read_tree(work / "again") == {}
 
 
@@ -222,6 +223,7 @@ def test_progress_piped_is_plain_lines(tmp_path: Path) -> None:
     for phase in ("list", "plan", "provision", "transfer", "verify", "teardown"):
         assert re.search(rf"^\[\s*[\d.]+s\] {phase}: done in [\d.]+s", err, re.M), (phase, err)
     assert re.search(r"transfer: 100\.0% .* Gbit/s\s+ETA 0s", err), err
+    assert re.search(r"^\s+path azure:canadacentral -> .* [\d.]+ Gbit/s$", err, re.M), err
     summary = out.stdout
     assert "measured:" in summary and "measured phases: list" in summary
     assert "modelled cost:" in summary and "not a bill" in summary
@@ -233,6 +235,7 @@ def test_progress_json_stream(tmp_path: Path) -> None:
     out = _run(home, "cp", str(src), str(dst), *REGIONS, "--chunk-mib", "1", "--json")
     assert out.returncode == 0, out.stderr
     events = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
+    assert any(e.get("path_gbps") for e in events if e["event"] == "progress")
     kinds = {e["event"] for e in events}
     assert kinds == {"phase", "progress"}, kinds
     done = [e["phase"] for e in events if e["event"] == "phase" and e["state"] == "done"]
@@ -272,4 +275,5 @@ def test_progress_on_a_terminal_is_live(tmp_path: Path) -> None:
     for phase in ("list", "plan", "provision", "transfer", "verify", "teardown"):
         assert re.search(rf"{phase}\s.*done in [\d.]+s", text), (phase, text[-2000:])
     assert "Gbit/s" in text and "ETA" in text and "chunks" in text
+    assert re.search(r"path\s.*azure:canadacentral -> \S+: [\d.]+ Gbit/s", text), text[-2000:]
     assert "modelled cost:" in text

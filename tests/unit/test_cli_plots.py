@@ -59,3 +59,41 @@ def test_route_picture_as_svg_and_png(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"{plan.predicted_gbps:.2f} Gbit/s predicted" in text
     assert main([*argv, "--route", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_airflow_stores_the_same_route_picture_next_to_the_plan(tmp_path: Path) -> None:
+    """The Airflow route link opens the picture ``write_plan`` stored next to the plan JSON:
+    the very SVG the CLI's ``plan --route`` and the Dagster metadata draw."""
+    from skyplane_ops import api
+    from skyplane_ops.airflow.hooks import SkyplaneHook
+    from skyplane_ops.airflow.links import route_uri_for
+
+    plan = api.plan(SRC, DST, 100, min_throughput_gbps=12, max_vms_per_region=1)
+    stored = SkyplaneHook.write_plan(plan, str(tmp_path / "plans" / "t1.json"))
+    route = Path(route_uri_for(stored))
+    assert route == tmp_path / "plans" / "t1.route.svg"
+    assert route.read_text() == api.route_svg(plan)
+    ET.fromstring(route.read_text())
+
+
+def test_the_commands_import_only_the_api() -> None:
+    """One door: the CLI and its commands reach the core only through ``skyplane_ops.api``."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "skyplane_ops"
+    allowed = ("skyplane_ops.api", "skyplane_ops.commands", "skyplane_ops.__version__")
+    wrong = []
+    for path in [root / "cli.py", *sorted((root / "commands").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+                if node.module == "skyplane_ops":  # ``from skyplane_ops import api``
+                    names = [f"skyplane_ops.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("skyplane_ops") and not name.startswith(allowed):
+                    wrong.append(f"{path.name}: {name}")
+    assert wrong == []

@@ -116,7 +116,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         volume = self._volume(lambda: (src_access.options, env))
         plan, plan_uri = self._plan_and_store(str(self.dst_region), volume, transfer_id)
         self.log.info("plan %s (full plan at %s):\n%s", transfer_id, plan_uri, plan.to_text())
-        persist_links(context, plan_uri, plan)
+        persist_links(context, plan_uri, plan, route_stored=True)
         work_dir = self.hook.settings.work_dir
         journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
         job = self._job(

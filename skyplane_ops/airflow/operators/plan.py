@@ -86,5 +86,5 @@ class SkyplanePlanOperator(_PlanningOperator):
         )
         summary = plan_summary(plan, plan_uri=stored, transfer_id=transfer_id)
         self.log.info("plan %s (full plan at %s):\n%s", transfer_id, stored, plan.to_text())
-        persist_links(context, stored, plan)
+        persist_links(context, stored, plan, route_stored=True)
         return summary

@@ -1,0 +1,74 @@
+"""Tearing a netns testbed down: every process in its namespaces ends (one that ignores SIGTERM
+is killed; an exited child nobody reaped does not hold teardown up) and nothing is left. Needs
+root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from skyplane_ops.provision.netns import Testbed, list_namespaces
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and veth need root"),
+]
+
+A, B = "netns:A", "netns:B"
+
+
+def _testbed() -> Testbed:
+    tb = Testbed.plan(f"td-{uuid.uuid4().hex[:8]}", [A, B], {f"{A}->{B}": 1.0}, scale=0.1)
+    tb.build()
+    return tb
+
+
+def _nothing_left(tb: Testbed, removed: list[str]) -> None:
+    assert sorted(r for r in removed if r.startswith("netns:")) == sorted(
+        f"netns:{tb.namespace(r)}" for r in (A, B)
+    )
+    assert not [ns for ns in list_namespaces() if f".{tb.transfer_id}." in ns]
+
+
+def test_teardown_kills_a_process_that_ignores_sigterm() -> None:
+    tb = _testbed()
+    stubborn = subprocess.Popen(
+        tb.exec_argv(A, ["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"]),
+        start_new_session=True,
+    )
+    try:
+        removed = tb.teardown()
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+        stubborn.wait(timeout=30)
+    assert stubborn.returncode == -9  # SIGKILL after the TERM wait
+    _nothing_left(tb, removed)
+
+
+def test_exited_children_nobody_reaped_do_not_hold_teardown_up() -> None:
+    """The CLI starts the agents itself and does not reap them: after SIGTERM they are
+    zombies, which teardown must count as gone instead of waiting for its TERM timeout (3 s)."""
+    tb = _testbed()
+    children = [subprocess.Popen(tb.exec_argv(r, ["sleep", "600"])) for r in (A, B)]
+    try:
+        t0 = time.monotonic()
+        removed = tb.teardown()
+        took = time.monotonic() - t0
+        states = [
+            Path(f"/proc/{c.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] for c in children
+        ]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait(timeout=30)
+    assert states == ["Z", "Z"]  # exited, not reaped, while teardown ran
+    assert [c.returncode for c in children] == [-15, -15]
+    assert took < 3.0
+    _nothing_left(tb, removed)
