@@ -3,7 +3,8 @@
 Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 ``addressing_style`` ("path"/"virtual"/"auto"; path is used whenever an endpoint is given),
 ``max_pool_connections`` (default 64), ``connect_timeout``/``read_timeout`` (seconds),
-``list_page_size`` (keys per ListObjectsV2 page, default 1000).
+``list_page_size`` (keys per ListObjectsV2 page, default 1000), ``checksums`` ("crc32c", the
+default, or "off" for S3-compatible services that refuse S3's additional checksums).
 Credentials come from boto3's normal chain (env, profile, instance role).
 
 Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
@@ -41,6 +42,7 @@ from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
+    InvalidURIError,
     ObjectNotFoundError,
     StoreError,
     TransientStoreError,
@@ -59,6 +61,7 @@ _OPTIONS = frozenset(
         "connect_timeout",
         "read_timeout",
         "list_page_size",
+        "checksums",
     }
 )
 _TRANSIENT_CODES = {
@@ -104,6 +107,14 @@ class S3Store(CloudStore):
         opts = self._opts
         self._bucket = parsed.bucket
         self._page_size = int(opts.get("list_page_size", 1000))
+        mode = opts.get("checksums", "crc32c")
+        if mode not in ("crc32c", "off"):
+            raise InvalidURIError(f"{self.uri}: option checksums must be 'crc32c' or 'off'")
+        self._crc = mode == "crc32c"
+        if not self._crc:
+            self.capabilities = Capabilities(
+                native_checksums=frozenset({"md5"}), server_side_copy=True, min_part_size=5 * MIB
+            )
         endpoint = opts.get("endpoint_url")
         style = opts.get("addressing_style", "path" if endpoint else "auto")
         config = Config(
@@ -121,6 +132,15 @@ class S3Store(CloudStore):
         )
         session = boto3.session.Session()
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
+
+    def _crc_args(self, data: bytes) -> dict[str, str]:
+        """What PutObject/UploadPart send so S3 checks the body and keeps its CRC32C."""
+        if not self._crc:
+            return {}
+        return {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": crc32c_b64(data)}
+
+    def _crc_kind(self, **kw: str) -> dict[str, str]:
+        return kw if self._crc else {}
 
     # -- errors --------------------------------------------------------------------------------
     def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
@@ -207,7 +227,9 @@ class S3Store(CloudStore):
 
     def head(self, key: str) -> ObjectInfo:
         try:
-            resp = self._on_key("head", key, self._client.head_object, ChecksumMode="ENABLED")
+            resp = self._on_key(
+                "head", key, self._client.head_object, **self._crc_kind(ChecksumMode="ENABLED")
+            )
         except ObjectNotFoundError:
             if self._bucket_missing(key):
                 raise BucketNotFoundError(
@@ -259,16 +281,9 @@ class S3Store(CloudStore):
             raise
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
-        crc = crc32c_b64(data)
-        resp = self._on_key(
-            "write",
-            key,
-            self._client.put_object,
-            Body=data,
-            ChecksumAlgorithm="CRC32C",
-            ChecksumCRC32C=crc,
-        )
-        return self._info(key, len(data), resp.get("ETag"), None, crc)
+        crc = self._crc_args(data)
+        resp = self._on_key("write", key, self._client.put_object, Body=data, **crc)
+        return self._info(key, len(data), resp.get("ETag"), None, crc.get("ChecksumCRC32C"))
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""
@@ -281,7 +296,7 @@ class S3Store(CloudStore):
             Bucket=self._bucket,
             Key=dst,
             CopySource=src,
-            ChecksumAlgorithm="CRC32C",
+            **self._crc_kind(ChecksumAlgorithm="CRC32C"),
         )
         return self.head(dst_key)
 
@@ -290,8 +305,7 @@ class S3Store(CloudStore):
             "create_multipart",
             key,
             self._client.create_multipart_upload,
-            ChecksumAlgorithm="CRC32C",
-            ChecksumType="FULL_OBJECT",
+            **self._crc_kind(ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT"),
         )
         return str(resp["UploadId"])
 
@@ -304,8 +318,7 @@ class S3Store(CloudStore):
             UploadId=upload_id,
             PartNumber=part_number,
             Body=data,
-            ChecksumAlgorithm="CRC32C",
-            ChecksumCRC32C=crc32c_b64(data),
+            **self._crc_args(data),
         )
 
     def _etags(self, key: str, upload_id: str) -> dict[int, dict[str, str]]:
@@ -342,7 +355,7 @@ class S3Store(CloudStore):
             self._client.complete_multipart_upload,
             UploadId=upload_id,
             MultipartUpload={"Parts": parts},
-            ChecksumType="FULL_OBJECT",
+            **self._crc_kind(ChecksumType="FULL_OBJECT"),
         )
         return self.head(key)
 

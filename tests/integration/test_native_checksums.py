@@ -237,3 +237,17 @@ def test_azure_verify_falls_back_to_read_back(azurite: Any) -> None:
     store.write("one", bytes(b ^ 1 for b in data["one"]))
     check = verify_objects(store, _expected(data))
     assert check.failures == ["one: crc32c mismatch on read-back"]
+
+
+def test_s3_checksums_off_reads_back(moto_s3: Any) -> None:
+    """``checksums=off`` (for S3-compatible services without additional checksums) sends none
+    and verification falls back to reading back."""
+    uri = moto_s3.make_bucket(f"o{uuid.uuid4().hex[:10]}")
+    store = open_store(uri, {**moto_s3.options, "checksums": "off"})
+    data = {"one": os.urandom(1000)}
+    store.write("one", data["one"])
+    assert "crc32c" not in store.head("one").checksums
+    check = verify_objects(store, _expected(data))
+    assert check.status == "passed" and check.method == "read-back crc32c", check.to_dict()
+    with pytest.raises(ValueError, match="checksums"):
+        open_store(uri, {**moto_s3.options, "checksums": "md5"})
