@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
@@ -120,6 +121,26 @@ def _default_dst_outlets(dst: Any, dst_asset: Asset | bool | None, outlets: Any)
     if dst_asset and _is_literal(dst):
         return [Asset(uri=str(dst))]
     return outlets
+
+
+def _transfer_task_defaults(
+    dst: Any,
+    dst_asset: Asset | bool | None,
+    deferrable: bool | None,
+    timeout: timedelta | float | None,
+    kwargs: dict[str, Any],
+) -> tuple[bool, timedelta | None]:
+    """The transfer and copy operators' shared defaults: deferrable from Airflow's config, an
+    ``Asset(dst)`` outlet, and ``timeout`` as ``execution_timeout`` when not deferring (set in
+    ``kwargs`` for ``BaseOperator``); returns the resolved ``(deferrable, timeout)``."""
+    if deferrable is None:
+        deferrable = default_deferrable()
+    kwargs["outlets"] = _default_dst_outlets(dst, dst_asset, kwargs.get("outlets"))
+    if isinstance(timeout, int | float):
+        timeout = timedelta(seconds=timeout)
+    if timeout is not None and not deferrable and kwargs.get("execution_timeout") is None:
+        kwargs["execution_timeout"] = timeout
+    return deferrable, timeout
 
 
 class _PlanningOperator(_SkyplaneBaseOperator):

@@ -15,11 +15,10 @@ from skyplane_ops.airflow.hooks import SkyplaneHook, StoreAccess, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
 from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
 from skyplane_ops.airflow.operators.base import (
-    _default_dst_outlets,
     _load_fleet,
     _load_plan,
+    _transfer_task_defaults,
     _TransferringOperator,
-    default_deferrable,
     run_here,
 )
 from skyplane_ops.api import GatewayFleet, TransferPlan
@@ -82,13 +81,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         dst_asset: Asset | bool | None = True,
         **kwargs: Any,
     ) -> None:
-        if deferrable is None:
-            deferrable = default_deferrable()
-        kwargs["outlets"] = _default_dst_outlets(dst, dst_asset, kwargs.get("outlets"))
-        if isinstance(timeout, int | float):
-            timeout = timedelta(seconds=timeout)
-        if timeout is not None and not deferrable and kwargs.get("execution_timeout") is None:
-            kwargs["execution_timeout"] = timeout
+        deferrable, timeout = _transfer_task_defaults(dst, dst_asset, deferrable, timeout, kwargs)
         super().__init__(**kwargs)
         self.src = src
         self.dst = dst
