@@ -28,6 +28,20 @@ def _testbed() -> Testbed:
     return tb
 
 
+def _wait_inside(tb: Testbed, region: str, pid: int) -> None:
+    """Until ``pid`` has entered the region's namespace (``ip netns exec`` does that after it
+    starts): teardown only knows the processes the namespace lists."""
+    deadline = time.monotonic() + 60
+    while (
+        str(pid)
+        not in subprocess.run(
+            ["ip", "netns", "pids", tb.namespace(region)], capture_output=True, text=True
+        ).stdout.split()
+    ):
+        assert time.monotonic() < deadline, f"{pid} never entered {tb.namespace(region)}"
+        time.sleep(0.01)
+
+
 def _nothing_left(tb: Testbed, removed: list[str]) -> None:
     assert sorted(r for r in removed if r.startswith("netns:")) == sorted(
         f"netns:{tb.namespace(r)}" for r in (A, B)
@@ -42,6 +56,7 @@ def test_teardown_kills_a_process_that_ignores_sigterm() -> None:
         start_new_session=True,
     )
     try:
+        _wait_inside(tb, A, stubborn.pid)
         removed = tb.teardown()
     finally:
         if stubborn.poll() is None:
@@ -57,6 +72,8 @@ def test_exited_children_nobody_reaped_do_not_hold_teardown_up() -> None:
     tb = _testbed()
     children = [subprocess.Popen(tb.exec_argv(r, ["sleep", "600"])) for r in (A, B)]
     try:
+        for region, child in zip((A, B), children, strict=True):
+            _wait_inside(tb, region, child.pid)
         t0 = time.monotonic()
         removed = tb.teardown()
         took = time.monotonic() - t0
