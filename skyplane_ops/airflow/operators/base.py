@@ -225,6 +225,7 @@ class _TransferringOperator(_SkyplaneBaseOperator):
     include: Sequence[str] | str | None
     exclude: Sequence[str] | str | None
     sync: bool
+    plan_conn_id: str | None
 
     def _job(
         self,
@@ -248,6 +249,25 @@ class _TransferringOperator(_SkyplaneBaseOperator):
             dst_options=dst_options,
             env=env,
             engine_options=engine_options,
+        )
+
+    def _finish_event(
+        self,
+        context: Any,
+        event: Mapping[str, Any],
+        result: Any,
+        plan_uri: str | None,
+        journal: str | None,
+    ) -> dict[str, Any]:
+        """``_finish`` after a deferral: the plan is read back from its URI."""
+        plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id) if plan_uri else None
+        return self._finish(
+            context,
+            result,
+            transfer_id=str(event.get("transfer_id")),
+            plan=plan,
+            plan_uri=plan_uri,
+            journal=journal,
         )
 
     def _finish(

@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import Asset
 
 from skyplane_ops.airflow.deferral import TransferDeferral
-from skyplane_ops.airflow.hooks import SkyplaneHook, StoreAccess, merge_env
+from skyplane_ops.airflow.hooks import StoreAccess, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
 from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
 from skyplane_ops.airflow.operators.base import (
@@ -150,16 +150,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         journal: str | None = None,
         fleet: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        result = self.event_result(event)
-        plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id) if plan_uri else None
-        return self._finish(
-            context,
-            result,
-            transfer_id=str(event.get("transfer_id")),
-            plan=plan,
-            plan_uri=plan_uri,
-            journal=journal,
-        )
+        return self._finish_event(context, event, self.event_result(event), plan_uri, journal)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Source in, replica out, named by the OpenLineage naming spec."""
