@@ -33,28 +33,18 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from latency_proxy import LatencyProxy  # noqa: E402
 
-from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan  # noqa: E402
+from skyplane_ops.planner.plan import TransferPlan  # noqa: E402
 from skyplane_ops.provision.local import LocalProvisioner  # noqa: E402
 from skyplane_ops.transfer import run_transfer  # noqa: E402
 from tests.fixtures.emulators import MOTO_ENV, run_moto  # noqa: E402
+from tests.integration.transfer_helpers import direct_plan  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 SRC, DST = "aws:us-east-1", "aws:us-west-2"
 
 
 def plan() -> TransferPlan:
-    return TransferPlan(
-        src=SRC,
-        dsts=(DST,),
-        volume_gb=0.01,
-        mode="min_cost",
-        paths=[PlanPath((SRC, DST), 1.0, 10.0)],
-        hops=[Hop(SRC, DST, 10.0, 8)],
-        vms={SRC: 1, DST: 1},
-        predicted_gbps=10.0,
-        egress_cost_usd=0.0,
-        vm_cost_usd=0.0,
-    )
+    return direct_plan(SRC, DST, volume_gb=0.01)
 
 
 def fill(client: Any, bucket: str, count: int) -> None:

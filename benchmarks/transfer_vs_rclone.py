@@ -30,9 +30,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan  # noqa: E402
+from skyplane_ops.planner.plan import TransferPlan  # noqa: E402
 from skyplane_ops.provision.local import LocalProvisioner  # noqa: E402
 from skyplane_ops.transfer import DispatchOptions, run_transfer  # noqa: E402
+from tests.integration.transfer_helpers import direct_plan  # noqa: E402
 
 MiB = 1024 * 1024
 RESULTS = REPO / "benchmarks" / "results"
@@ -54,18 +55,7 @@ def generate(root: Path, count: int, size: int) -> None:
 
 
 def plan() -> TransferPlan:
-    return TransferPlan(
-        src=SRC,
-        dsts=(DST,),
-        volume_gb=1.0,
-        mode="min_cost",
-        paths=[PlanPath((SRC, DST), 1.0, 10.0)],
-        hops=[Hop(SRC, DST, 10.0, 8)],
-        vms={SRC: 1, DST: 1},
-        predicted_gbps=10.0,
-        egress_cost_usd=0.0,
-        vm_cost_usd=0.0,
-    )
+    return direct_plan(SRC, DST, volume_gb=1.0)
 
 
 def run_gateways(src: Path, dst: Path, journal: Path, connections: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fixtures.sshd",
     "tests.fixtures.emulators",
     "tests.fixtures.airflow_env",
+    "tests.fixtures.workdirs",
 ]
 
 # Make every test run hermetic with respect to user configuration.

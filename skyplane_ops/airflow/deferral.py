@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +31,23 @@ class SkyplaneTransferTimeout(AirflowException):
     """The transfer did not finish within the operator's own ``timeout``."""
 
 
+@dataclass(frozen=True)
+class TransferJob:
+    """What one transfer moves and how: the same whether it runs here or in a driver."""
+
+    transfer_id: str
+    journal: str
+    src: str
+    dst: str
+    include: Sequence[str]
+    exclude: Sequence[str]
+    sync: bool
+    src_options: Mapping[str, Any]
+    dst_options: Mapping[str, Any]
+    env: Mapping[str, str]
+    engine_options: Mapping[str, Any]
+
+
 class TransferDeferral:
     """Mixin for operators that run their transfer through a driver and a trigger."""
 
@@ -48,20 +66,11 @@ class TransferDeferral:
         plan: TransferPlan,
         plan_uri: str | None,
         fleet: GatewayFleet,
-        transfer_id: str,
-        journal: str,
-        src: str,
-        dst: str,
-        include: Sequence[str],
-        exclude: Sequence[str],
-        sync: bool,
-        src_options: Mapping[str, Any],
-        dst_options: Mapping[str, Any],
-        env: Mapping[str, str],
-        engine_options: Mapping[str, Any],
+        job: TransferJob,
         teardown: bool = False,
     ) -> None:
         """Start (or re-attach to) the driver, then defer to the trigger; never returns."""
+        transfer_id, journal = job.transfer_id, job.journal
         hook: Any = getattr(self, "hook")  # noqa: B009 - provided by the operator
         log: Any = getattr(self, "log")  # noqa: B009
         settings = hook.settings
@@ -84,16 +93,16 @@ class TransferDeferral:
                 transfer_id=transfer_id,
                 plan=plan.to_dict(),
                 fleet=fleet.to_dict(),
-                src=src,
-                dst=dst,
-                include=include,
-                exclude=exclude,
-                sync=sync,
+                src=job.src,
+                dst=job.dst,
+                include=job.include,
+                exclude=job.exclude,
+                sync=job.sync,
                 journal_dir=journal,
-                src_options=src_options,
-                dst_options=dst_options,
-                env=env,
-                engine_options=engine_options,
+                src_options=job.src_options,
+                dst_options=job.dst_options,
+                env=job.env,
+                engine_options=job.engine_options,
                 work_dir=settings.work_dir,
                 state_uri=settings.state_uri,
                 state_options=settings.state_store_options,

@@ -3,7 +3,7 @@
 Three forms, picked by where stderr goes:
 
 - a terminal: a rich live display (one line per phase with a spinner and its time; the
-  transfer line with bytes, chunks, Gbit/s and ETA);
+  transfer line with bytes, objects, chunks, Gbit/s and ETA);
 - a pipe or a file: plain lines, one per phase change and at most one progress line every
   ``plain_every`` seconds (log-friendly, no control characters);
 - ``--json``: the JSON event stream (``{"event": "progress", ...}`` as before, plus
@@ -56,7 +56,8 @@ def progress_line(p: api.Progress) -> str:
     eta = _eta(p)
     return (
         f"transfer: {frac * 100:5.1f}%  {_size(p.bytes_done)} of {_size(p.bytes_total)}  "
-        f"chunks {p.chunks_done}/{p.chunks_total}  {p.gbps:.3f} Gbit/s  "
+        f"objects {p.objects_done}/{p.objects_total}  chunks {p.chunks_done}/{p.chunks_total}  "
+        f"{p.gbps:.3f} Gbit/s  "
         f"ETA {'-' if eta is None else f'{eta:.0f}s'}"
     )
 
@@ -161,9 +162,9 @@ class RunView:
                 self._tasks["transfer"],
                 total=max(p.bytes_total, 1),
                 completed=p.bytes_done,
-                info=f"{_size(p.bytes_done)}/{_size(p.bytes_total)} · {p.chunks_done}/"
-                f"{p.chunks_total} chunks · [cyan]{p.gbps:.2f} Gbit/s[/] · ETA "
-                + ("-" if eta is None else f"{eta:.0f}s"),
+                info=f"{_size(p.bytes_done)}/{_size(p.bytes_total)} · {p.objects_done}/"
+                f"{p.objects_total} objects · {p.chunks_done}/{p.chunks_total} chunks · "
+                f"[cyan]{p.gbps:.2f} Gbit/s[/] · ETA " + ("-" if eta is None else f"{eta:.0f}s"),
             )
         if self._live is not None:
             for route, gbps in p.path_gbps.items():

@@ -18,11 +18,9 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -30,7 +28,26 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.bundle import build_wheelhouse
+from skyplane_ops.provision.aws_teardown import (
+    LIVE_STATES,
+    TAG_CREATED,
+    TAG_CREATOR,
+    TAG_EXPIRES,
+    TAG_TRANSFER,
+    UBUNTU_2204,
+    UBUNTU_OWNER,
+    EC2Teardown,
+    _RegionState,
+    _tag_list,
+    aws_region,
+)
+from skyplane_ops.provision.cloudhosts import (  # re-exported: the old import path
+    Bootstrap,
+    InstanceHost,
+    cached_wheelhouse,
+    save_cloud_fleet,
+)
+from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
@@ -49,61 +66,23 @@ from skyplane_ops.provision.ssh import (
 
 log = logging.getLogger(__name__)
 
-TAG_TRANSFER = "skyplane-ops:transfer-id"
-TAG_CREATOR = "skyplane-ops:creator"
-TAG_CREATED = "skyplane-ops:created-at"
-TAG_EXPIRES = "skyplane-ops:expires-at"
-UBUNTU_OWNER = "099720109477"  # Canonical
-UBUNTU_2204 = "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*"
-LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
-
-
-@dataclass(frozen=True)
-class InstanceHost:
-    """A launched instance, what the (injectable) bootstrap step receives."""
-
-    gateway_id: str
-    region: str
-    instance_id: str
-    ssh: SSHHost
-
-
-# bootstrap(hosts, transfer_id, secret_ref) -> gateways (same order); must clean up on failure.
-Bootstrap = Callable[[Sequence[InstanceHost], str, str], list[Gateway]]
-
-
-@dataclass
-class _RegionState:
-    """What was created in one region so far: exactly what cleanup must delete."""
-
-    region: str
-    key_name: str | None = None
-    key_path: str | None = None
-    group_id: str | None = None
-    instance_ids: list[str] = field(default_factory=list)
-    public_ips: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key_name": self.key_name,
-            "key_path": self.key_path,
-            "group_id": self.group_id,
-            "instance_ids": list(self.instance_ids),
-        }
-
-
-def aws_region(region: str) -> str:
-    """``aws:us-east-1`` -> ``us-east-1``; other providers are refused clearly."""
-    provider, _, name = region.rpartition(":")
-    if provider not in ("", "aws"):
-        raise ProvisionError(
-            f"region {region!r} is not an AWS region; the aws backend cannot host it"
-        )
-    return name
-
-
-def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
-    return [{"Key": k, "Value": v} for k, v in tags.items()]
+# EC2 records and tear-down live in aws_teardown; their names stay importable from here.
+__all__ = [
+    "LIVE_STATES",
+    "TAG_CREATED",
+    "TAG_CREATOR",
+    "TAG_EXPIRES",
+    "TAG_TRANSFER",
+    "UBUNTU_2204",
+    "UBUNTU_OWNER",
+    "AWSProvisioner",
+    "Bootstrap",
+    "InstanceHost",
+    "_RegionState",
+    "_run_all",
+    "aws_region",
+    "parse_console_host_key",
+]
 
 
 def _discover_client_cidr() -> str:
@@ -112,7 +91,7 @@ def _discover_client_cidr() -> str:
         return resp.read().decode().strip() + "/32"
 
 
-class AWSProvisioner:
+class AWSProvisioner(EC2Teardown):
     """Gateways on fresh EC2 instances, torn down (and swept) by tag."""
 
     name = "aws"
@@ -391,32 +370,22 @@ class AWSProvisioner:
                     f"AWS provisioning failed: {exc} (everything created was deleted)"
                 ) from exc
             raise
-        by_instance = {h.gateway_id: h for h in hosts}
-        gateways = [
-            replace(
-                g,
-                resources={
-                    **g.resources,
-                    "instance_id": by_instance[g.gateway_id].instance_id,
-                    "aws_region": aws_region(g.region),
-                },
-            )
-            for g in gateways
-        ]
-        fleet = GatewayFleet(
-            transfer_id=transfer_id,
+        return save_cloud_fleet(
             backend=self.name,
+            transfer_id=transfer_id,
+            hosts=hosts,
             gateways=gateways,
+            per_gateway=lambda h: {
+                "instance_id": h.instance_id,
+                "aws_region": aws_region(h.region),
+            },
             secret_ref=secret_ref,
             tags=all_tags,
-            created_at=all_tags[TAG_CREATED],
             resources={
                 "regions": {s.region: s.to_dict() for s in states},
                 "probe_port": self.probe_port,
             },
         )
-        records.save_fleet(fleet)
-        return fleet
 
     def _ssh_bootstrap(
         self, hosts: Sequence[InstanceHost], transfer_id: str, secret_ref: str
@@ -432,11 +401,7 @@ class AWSProvisioner:
 
     def _default_wheelhouse(self) -> str:
         """Wheels for the image's python, downloaded once (only if a host lacks the deps)."""
-        with self._wheel_lock:
-            cache = private_dir("wheelhouse", f"py{self.remote_python_version}")
-            if not any(cache.glob("*.whl")):
-                build_wheelhouse(cache, python_version=self.remote_python_version)
-            return str(cache)
+        return cached_wheelhouse(self._wheel_lock, self.remote_python_version)
 
     def _bootstrap_options(self) -> BootstrapOptions:
         return BootstrapOptions(
@@ -466,59 +431,6 @@ class AWSProvisioner:
 
     # ------------------------------------------------------------------ tear-down
 
-    def _cleanup_region(self, state: _RegionState) -> list[str]:
-        """Delete one region's resources in dependency order; returns what was deleted."""
-        ec2 = self._ec2(state.region)
-        deleted: list[str] = []
-        if state.instance_ids:
-            ec2.terminate_instances(InstanceIds=state.instance_ids)
-            self._wait_terminated(ec2, state.instance_ids)
-            deleted += [f"aws:{state.region}:{i}" for i in state.instance_ids]
-        if state.group_id:
-            self._delete_group(ec2, state.group_id)
-            deleted.append(f"aws:{state.region}:{state.group_id}")
-        if state.key_name:
-            ec2.delete_key_pair(KeyName=state.key_name)
-            deleted.append(f"aws:{state.region}:key-pair/{state.key_name}")
-        if state.key_path:
-            Path(state.key_path).unlink(missing_ok=True)
-        return deleted
-
-    def _wait_terminated(self, ec2: Any, instance_ids: list[str]) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            states = [
-                inst["State"]["Name"]
-                for res in ec2.describe_instances(InstanceIds=instance_ids)["Reservations"]
-                for inst in res["Instances"]
-            ]
-            if all(s == "terminated" for s in states):
-                return
-            time.sleep(self.poll_interval)
-        raise ProvisionError(f"instances {instance_ids} not terminated in time")
-
-    def _delete_group(self, ec2: Any, group_id: str) -> None:
-        """Security groups stay referenced by terminating ENIs for a while: retry."""
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            try:
-                ec2.delete_security_group(GroupId=group_id)
-                return
-            except Exception as exc:
-                code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-                if code == "InvalidGroup.NotFound":
-                    return
-                if code != "DependencyViolation" or time.monotonic() > deadline:
-                    raise
-                time.sleep(self.poll_interval)
-
-    def _cleanup(self, states: Iterable[_RegionState]) -> list[str]:
-        results = _run_all(self._cleanup_region, list(states), raise_first=False)
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise ProvisionError("AWS clean-up incomplete: " + "; ".join(errors))
-        return [item for r in results if isinstance(r, list) for item in r]
-
     def deprovision(self, fleet: GatewayFleet) -> None:
         try:
             teardown_gateways(fleet.gateways, fleet.transfer_id, self._bootstrap_options())
@@ -538,72 +450,6 @@ class AWSProvisioner:
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
 
-    def sweep(
-        self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
-    ) -> list[str]:
-        """Delete tagged leftovers in ``sweep_regions``: instances, then groups, then keys."""
-        if not self.sweep_regions:
-            raise ProvisionError("the aws sweeper needs sweep_regions (e.g. --aws-regions)")
-        results = _run_all(
-            lambda r: self._sweep_region(r, transfer_id, older_than_seconds),
-            self.sweep_regions,
-            raise_first=False,
-        )
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise ProvisionError("AWS sweep incomplete: " + "; ".join(errors))
-        return [item for r in results if isinstance(r, list) for item in r]
-
-    def _sweep_region(
-        self, region: str, transfer_id: str | None, older_than_seconds: float | None
-    ) -> list[str]:
-        ec2 = self._ec2(region)
-        filters = [
-            {"Name": f"tag:{TAG_TRANSFER}", "Values": [transfer_id]}
-            if transfer_id
-            else {"Name": "tag-key", "Values": [TAG_TRANSFER]}
-        ]
-        cutoff = (
-            datetime.now(UTC) - timedelta(seconds=older_than_seconds)
-            if older_than_seconds is not None
-            else None
-        )
-
-        def wanted(tags: list[dict[str, str]] | None) -> bool:
-            values = {t["Key"]: t["Value"] for t in tags or []}
-            if TAG_TRANSFER not in values:
-                return False
-            if cutoff is None:
-                return True
-            try:
-                return datetime.fromisoformat(values.get(TAG_CREATED, "")) <= cutoff
-            except ValueError:
-                return True  # tagged by us but undated: treat as old
-
-        state = _RegionState(region=region)
-        for res in ec2.describe_instances(
-            Filters=[*filters, {"Name": "instance-state-name", "Values": LIVE_STATES}]
-        )["Reservations"]:
-            state.instance_ids += [
-                i["InstanceId"] for i in res["Instances"] if wanted(i.get("Tags"))
-            ]
-        groups = [
-            g
-            for g in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
-            if wanted(g.get("Tags"))
-        ]
-        keys = [
-            k for k in ec2.describe_key_pairs(Filters=filters)["KeyPairs"] if wanted(k.get("Tags"))
-        ]
-        deleted = self._cleanup_region(state)
-        for group in groups:
-            self._delete_group(ec2, group["GroupId"])
-            deleted.append(f"aws:{region}:{group['GroupId']}")
-        for key in keys:
-            ec2.delete_key_pair(KeyName=key["KeyName"])
-            deleted.append(f"aws:{region}:key-pair/{key['KeyName']}")
-        return deleted
-
 
 _SESSION_LOCK = threading.Lock()
 
@@ -619,22 +465,3 @@ def parse_console_host_key(output: str, key_type: str = "ssh-ed25519") -> str | 
         if len(parts) >= 2 and parts[0] == key_type:
             return f"{parts[0]} {parts[1]}"
     return None
-
-
-def _run_all(
-    fn: Callable[[Any], Any], items: Sequence[Any], *, raise_first: bool = True
-) -> list[Any]:
-    """Run ``fn`` over items in parallel threads; results (or exceptions) in order."""
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=min(8, len(items))) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        results: list[Any] = []
-        for fut in futures:
-            exc = fut.exception()
-            results.append(exc if exc is not None else fut.result())
-    if raise_first:
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-    return results

@@ -22,13 +22,12 @@ import logging
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import azure_arm as arm
 from skyplane_ops.provision import records
-from skyplane_ops.provision.aws import InstanceHost, _run_all
 from skyplane_ops.provision.azure_arm import (
     API,
     CAPACITY_CODES,
@@ -36,6 +35,8 @@ from skyplane_ops.provision.azure_arm import (
     VM_CONTRIBUTOR,
     StaticToken,
 )
+from skyplane_ops.provision.cloudhosts import InstanceHost, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm import (
     NAME_PREFIX,
     TAG_CREATED,
@@ -278,33 +279,23 @@ class AzureProvisioner(CloudBoot):
             gateways = self._bootstrap(hosts, transfer_id, secret_ref)
         except BaseException as exc:
             self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(states), secret_ref)
-        by_gw = {h.gateway_id: h for h in hosts}
-        gateways = [
-            replace(
-                g,
-                resources={
-                    **g.resources,
-                    "vm": by_gw[g.gateway_id].instance_id,
-                    "resource_group": self._group(transfer_id, region_of(g.region, "azure")),
-                },
-            )
-            for g in gateways
-        ]
-        fleet = GatewayFleet(
-            transfer_id=transfer_id,
+        return save_cloud_fleet(
             backend=self.name,
+            transfer_id=transfer_id,
+            hosts=hosts,
             gateways=gateways,
+            per_gateway=lambda h: {
+                "vm": h.instance_id,
+                "resource_group": self._group(transfer_id, region_of(h.region, "azure")),
+            },
             secret_ref=secret_ref,
             tags=all_tags,
-            created_at=all_tags[TAG_CREATED],
             resources={
                 "subscription_id": self.subscription_id,
                 "regions": {s.region: s.to_dict() for s in states},
                 "probe_port": self.probe_port,
             },
         )
-        records.save_fleet(fleet)
-        return fleet
 
     def _set_peers(self, groups: Sequence[str], addresses: Sequence[str]) -> None:
         """Open the gateway ports to exactly the control plane and these gateway addresses."""

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.aws import InstanceHost
-from skyplane_ops.provision.bundle import build_wheelhouse
+from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost, cached_wheelhouse
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
-from skyplane_ops.provision.secrets import delete_secret, private_dir
+from skyplane_ops.provision.secrets import delete_secret
 from skyplane_ops.provision.ssh import (
     BootstrapOptions,
     SSHHost,
@@ -22,8 +21,6 @@ from skyplane_ops.provision.ssh import (
 )
 
 log = logging.getLogger(__name__)
-
-Bootstrap = Callable[[Sequence[InstanceHost], str, str], list[Gateway]]
 
 
 class CloudBoot:
@@ -94,11 +91,7 @@ class CloudBoot:
         )
 
     def _default_wheelhouse(self) -> str:
-        with self._wheel_lock:
-            cache = private_dir("wheelhouse", f"py{self.remote_python_version}")
-            if not any(cache.glob("*.whl")):
-                build_wheelhouse(cache, python_version=self.remote_python_version)
-            return str(cache)
+        return cached_wheelhouse(self._wheel_lock, self.remote_python_version)
 
     def bootstrap_options(self) -> BootstrapOptions:
         return BootstrapOptions(

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.aws import InstanceHost, _run_all
+from skyplane_ops.provision.cloudhosts import InstanceHost, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm import (
     GCP_LABEL_CREATED,
     GCP_LABEL_TRANSFER,
@@ -287,26 +288,15 @@ class GCPProvisioner(CloudBoot):
         except BaseException as exc:
             self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(created, states), secret_ref)
             raise  # fail_cleanly always raises; this keeps type checkers informed
-        by_gw = {h.gateway_id: h for h in hosts}
         zones = {n: z for s in states for n, z in s.instances.items()}
-        gateways = [
-            replace(
-                g,
-                resources={
-                    **g.resources,
-                    "instance": by_gw[g.gateway_id].instance_id,
-                    "zone": zones[by_gw[g.gateway_id].instance_id],
-                },
-            )
-            for g in gateways
-        ]
-        fleet = GatewayFleet(
-            transfer_id=transfer_id,
+        return save_cloud_fleet(
             backend=self.name,
+            transfer_id=transfer_id,
+            hosts=hosts,
             gateways=gateways,
+            per_gateway=lambda h: {"instance": h.instance_id, "zone": zones[h.instance_id]},
             secret_ref=secret_ref,
             tags=all_tags,
-            created_at=all_tags[TAG_CREATED],
             resources={
                 **created,
                 "project": self.project,
@@ -314,8 +304,6 @@ class GCPProvisioner(CloudBoot):
                 "probe_port": self.probe_port,
             },
         )
-        records.save_fleet(fleet)
-        return fleet
 
     def _hosts(self, states: Sequence[_Region], by_name: Mapping[str, str]) -> list[InstanceHost]:
         return [

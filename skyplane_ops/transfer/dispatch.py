@@ -21,7 +21,7 @@ import json
 import logging
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -373,6 +373,9 @@ class Dispatcher:
         queued = deque(chunks)
         pending: dict[int, Chunk] = {}
         total_bytes = sum(c.nbytes for c in chunks)
+        # Segments still to land per object: an object is done when its last one has.
+        segments_left = Counter(s.key for c in chunks for s in c.segments)
+        objects_total, objects_done = len(segments_left), 0
         next_id = max((c.chunk_id for c in chunks), default=-1) + 1
         window = max(1, self.options.window_chunks) * max(
             1, len({g.gateway_id for r, _ in self.routes for g in self.fleet.in_region(r[0])})
@@ -438,6 +441,9 @@ class Dispatcher:
                     if kind == "done":
                         del pending[chunk.chunk_id]
                         finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
+                        for seg in chunk.segments:
+                            segments_left[seg.key] -= 1
+                            objects_done += segments_left[seg.key] == 0
                         stats.bytes_done += chunk.nbytes
                         if path is not None:
                             watch.chunk_finished(path, time.monotonic())
@@ -459,6 +465,8 @@ class Dispatcher:
                         retry.append(chunk)
                     elif kind in ("changed", "failed"):
                         del pending[chunk.chunk_id]
+                        if segments_left.pop(ev["key"], None) is not None:
+                            objects_total -= 1  # not moved by this run
                         if kind == "changed":
                             stats.changed_keys.add(ev["key"])
                         else:
@@ -489,6 +497,8 @@ class Dispatcher:
                         elapsed_s=round(elapsed, 3),
                         gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
                         resent=stats.resent,
+                        objects_done=objects_done,
+                        objects_total=objects_total,
                         path_gbps={
                             " -> ".join(self.routes[i][0]): round(n * 8 / 1e9 / elapsed, 4)
                             for i, n in stats.path_bytes.items()

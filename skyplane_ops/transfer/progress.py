@@ -24,6 +24,9 @@ class Progress:
     resent: int = 0
     # Gbit/s delivered so far per path ("a -> r -> b"), averaged since the start.
     path_gbps: dict[str, float] = field(default_factory=dict)
+    # Objects whose every byte has landed in this run, of those this run moves.
+    objects_done: int = 0
+    objects_total: int = 0
 
 
 ProgressCallback = Callable[[Progress], None]

@@ -14,12 +14,10 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
-import json
 import ssl
 import tempfile
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -29,6 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.fakes.jsonapi import JSONAPIFake
 from tests.fakes.vm import LoopbackVM, next_address
 
 CORES = {"standard_d32_v5": 32, "standard_d8_v5": 8, "standard_d4_v5": 4, "standard_d2_v5": 2}
@@ -66,8 +65,10 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-class FakeARM:
+class FakeARM(JSONAPIFake):
     """State and fault injection; ``url`` is the ``base_url``, ``ca_bundle`` the cert to trust."""
+
+    PROTOCOL = "HTTP/1.1"
 
     def __init__(
         self,
@@ -91,26 +92,19 @@ class FakeARM:
         self._dir = Path(tempfile.mkdtemp(prefix="fake-arm-"))
         cert, key = self_signed(self._dir)
         self.ca_bundle = str(cert)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.listen(context)
 
     def start(self) -> FakeARM:
-        self._thread.start()
+        super().start()
         return self
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        for vm in self.vms.values():
-            vm.stop()
-
-    def fail_request(self, n: int | None) -> None:
-        with self.lock:
-            self.fail_at = None if n is None else len(self.mutations) + n
+    def refuse(self, headers: Any) -> tuple[int, Any] | None:
+        """ARM's bearer-token policy: no token, no routing."""
+        if not (headers.get("Authorization") or "").startswith("Bearer "):
+            return 401, _err("AuthenticationFailed", "no bearer token")
+        return None
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         """Resources whose type ends with ``kind`` (e.g. ``virtualMachines``)."""
@@ -289,29 +283,3 @@ class FakeARM:
 
 def _err(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
-
-
-def _handler(fake: FakeARM) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}") if length else {}
-            if not (self.headers.get("Authorization") or "").startswith("Bearer "):
-                status, result = 401, _err("AuthenticationFailed", "no bearer token")
-            else:
-                status, result = fake.handle(self.command, self.path, body)
-            data = json.dumps(result).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler

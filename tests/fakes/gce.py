@@ -12,21 +12,20 @@ loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
 
+from tests.fakes.jsonapi import JSONAPIFake
 from tests.fakes.vm import LoopbackVM, next_address
 
 VCPUS = {"n2-standard-32": 32, "n2-standard-8": 8, "n2-standard-4": 4, "n2-standard-2": 2}
 
 
-class FakeGCE:
+class FakeGCE(JSONAPIFake):
     """State and fault injection of the fake; ``url`` is the endpoint to configure."""
 
     def __init__(self, project: str = "test-project", ssh_port: int | None = None) -> None:
@@ -49,24 +48,11 @@ class FakeGCE:
         self.cpu_quota: int | None = None
         self.inserts = 0  # instance inserts that created something
         self._ops = itertools.count(1)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.listen()
 
     def start(self) -> FakeGCE:
-        self._thread.start()
+        super().start()
         return self
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        for vm in self.vms.values():
-            vm.stop()
-
-    def fail_request(self, n: int | None) -> None:
-        """Make the n-th mutating request from now fail (None: no fault)."""
-        with self.lock:
-            self.fail_at = None if n is None else len(self.mutations) + n
 
     def leftovers(self) -> dict[str, list[str]]:
         with self.lock:
@@ -274,27 +260,6 @@ def _err(code: int, message: str, reason: str = "") -> dict[str, Any]:
             "errors": [{"message": message, "reason": reason or "error"}],
         }
     }
-
-
-def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}") if length else {}
-            status, result = fake.handle(self.command, self.path, body)
-            data = json.dumps(result).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_PATCH = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler
 
 
 @contextmanager

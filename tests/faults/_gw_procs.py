@@ -33,6 +33,7 @@ from skyplane_ops.provision.local import LocalProvisioner
 from skyplane_ops.transfer import DispatchOptions, run_transfer
 from skyplane_ops.transfer.progress import Progress
 from tests.integration.transfer_helpers import DST, RELAY, SRC, make_plan, read_tree
+from tests.integration.transfer_helpers import agents_of as _agents_of
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
@@ -361,22 +362,6 @@ def gateway_kill_case(
     if read_tree(dst) != new:
         case.problems.append("the resumed copy is not byte-identical")
     return case
-
-
-def _agents_of(home: Path) -> list[int]:
-    """Pids of gateway agents whose command line points into ``home``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmd = fh.read()
-        except OSError:
-            continue
-        if b"gateway_agent" in cmd and str(home).encode() in cmd:
-            pids.append(int(entry))
-    return pids
 
 
 def cli_kill_case(

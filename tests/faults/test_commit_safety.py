@@ -40,14 +40,6 @@ from tests.integration.transfer_helpers import (
 MiB = 1024 * 1024
 
 
-@pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
-    src, dst, journal = tmp_path / "src", tmp_path / "dst", tmp_path / "journal"
-    src.mkdir()
-    dst.mkdir()
-    return src, dst, journal
-
-
 # ---- same place, nested -----------------------------------------------------------------------
 
 

@@ -222,7 +222,7 @@ def test_progress_piped_is_plain_lines(tmp_path: Path) -> None:
     assert "\x1b" not in err and "\r" not in err  # no terminal control in logs
     for phase in ("list", "plan", "provision", "transfer", "verify", "teardown"):
         assert re.search(rf"^\[\s*[\d.]+s\] {phase}: done in [\d.]+s", err, re.M), (phase, err)
-    assert re.search(r"transfer: 100\.0% .* Gbit/s\s+ETA 0s", err), err
+    assert re.search(r"transfer: 100\.0% .* objects 21/21 .* Gbit/s\s+ETA 0s", err), err
     assert re.search(r"^\s+path azure:canadacentral -> .* [\d.]+ Gbit/s$", err, re.M), err
     summary = out.stdout
     assert "measured:" in summary and "measured phases: list" in summary

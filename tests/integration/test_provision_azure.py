@@ -16,33 +16,33 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway_agent.client import GatewayClient
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.aws import InstanceHost
 from skyplane_ops.provision.azure import VM_CONTRIBUTOR, AzureProvisioner
 from skyplane_ops.provision.cloudvm import (
     TAG_CREATED,
     TAG_CREATOR,
     TAG_EXPIRES,
     TAG_TRANSFER,
-    KeyPair,
     QuotaError,
-    cloud_init,
     parse_cloud_init,
 )
-from skyplane_ops.provision.fleet import Gateway
-from skyplane_ops.provision.secrets import secret_bytes
 from skyplane_ops.provision.ssh import HostKeyError
 from tests.fakes.azure_compute import FakeARM
-from tests.fakes.vm import LoopbackVM
 from tests.fixtures.ports import free_port
+from tests.integration.provision_helpers import (
+    Recording,
+    assert_firewall,
+    assert_healthy,
+    boot_with_a_foreign_host_key,
+    loopback_boot_options,
+)
 
 pytestmark = pytest.mark.emulator
 
@@ -57,20 +57,6 @@ def arm() -> Iterator[FakeARM]:
         yield fake
     finally:
         fake.close()
-
-
-class Recording:
-    """Stands in for the SSH bootstrap where a test is about the cloud resources only."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.hosts: list[InstanceHost] = []
-        self.fail = fail
-
-    def __call__(self, hosts: Sequence[InstanceHost], tid: str, ref: str) -> list[Gateway]:
-        self.hosts = list(hosts)
-        if self.fail:
-            raise ProvisionError("injected bootstrap failure")
-        return [Gateway(h.gateway_id, h.region, h.ssh.address, 8701, 8702) for h in hosts]
 
 
 def _prov(fake: FakeARM, **kw: Any) -> AzureProvisioner:
@@ -217,39 +203,15 @@ def test_ssh_bootstrap_with_the_host_key_from_custom_data(monkeypatch: pytest.Mo
     ssh_port = free_port()
     fake = FakeARM(ssh_port=ssh_port).start()
     try:
-        prov = _prov(
-            fake,
-            bootstrap=None,
-            ssh_user=os.environ.get("USER") or "root",
-            ssh_port=ssh_port,
-            remote_python=sys.executable,
-            control_port=free_port(),
-            data_port=free_port(),
-            bind_host="public",
-            poweroff_on_idle=False,  # these "VMs" are the test machine
-            idle_timeout=120,
-        )
+        prov = _prov(fake, **loopback_boot_options(ssh_port))
         fleet = prov.provision({"azure:westus2": 1, "azure:eastus": 1}, transfer_id="az-e2e")
         try:
-            for gw in fleet.gateways:
-                client = GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref))
-                assert client.health()
+            assert_healthy(fleet)
         finally:
             prov.deprovision(fleet)
         assert fake.leftovers() == []
 
-        original = LoopbackVM.boot
-
-        def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
-            users = parse_cloud_init(user_data)["users"]
-            other = cloud_init(
-                user="x",
-                authorized_key=users[1]["ssh_authorized_keys"][0],
-                host_key=KeyPair.generate(),
-            )
-            return original(address, port, other, *a, **kw)
-
-        monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
+        boot_with_a_foreign_host_key(monkeypatch)
         with pytest.raises(HostKeyError, match="everything created was deleted"):
             prov.provision({"azure:westus2": 1}, transfer_id="az-mitm")
         assert fake.leftovers() == []
@@ -281,17 +243,8 @@ def test_nsg_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger() -> 
         )
         fleet = prov.provision({"azure:westus2": 1, "azure:japaneast": 1}, transfer_id="az-fw")
         try:
-            a, b = fleet.gateways
             ns = {vm.address: vm.netns for vm in fake.vms.values()}
-            for port in (8701, 8702):
-                assert net.can_connect(ns[a.host], b.host, port), "fleet -> fleet admitted"
-                assert net.can_connect(ns[b.host], a.host, port)
-            stranger, _ = net.attach()
-            for port in (22, 8701, 8702, 8703):
-                assert not net.can_connect(stranger, a.host, port), f"stranger got in on {port}"
-            assert not net.can_connect(ns[a.host], b.host, 22), "SSH only from the control plane"
-            client = GatewayClient(a.host, a.control_port, secret_bytes(fleet.secret_ref))
-            assert client.health()
+            assert_firewall(net, fleet, ns)
         finally:
             prov.deprovision(fleet)
         assert fake.leftovers() == []

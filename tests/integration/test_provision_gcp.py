@@ -15,25 +15,27 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway_agent.client import GatewayClient
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.aws import InstanceHost
-from skyplane_ops.provision.cloudvm import KeyPair, QuotaError, cloud_init, parse_cloud_init
-from skyplane_ops.provision.fleet import Gateway
+from skyplane_ops.provision.cloudvm import QuotaError, parse_cloud_init
 from skyplane_ops.provision.gcp import GCPProvisioner
-from skyplane_ops.provision.secrets import secret_bytes
 from skyplane_ops.provision.ssh import HostKeyError
 from tests.fakes.gce import FakeGCE
-from tests.fakes.vm import LoopbackVM
 from tests.fixtures.ports import free_port
+from tests.integration.provision_helpers import (
+    Recording,
+    assert_firewall,
+    assert_healthy,
+    boot_with_a_foreign_host_key,
+    loopback_boot_options,
+)
 
 pytestmark = pytest.mark.emulator
 
@@ -54,20 +56,6 @@ def gce() -> Iterator[FakeGCE]:
         yield fake
     finally:
         fake.close()
-
-
-class Recording:
-    """Stands in for the SSH bootstrap where a test is about the cloud resources only."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.hosts: list[InstanceHost] = []
-        self.fail = fail
-
-    def __call__(self, hosts: Sequence[InstanceHost], tid: str, ref: str) -> list[Gateway]:
-        self.hosts = list(hosts)
-        if self.fail:
-            raise ProvisionError("injected bootstrap failure")
-        return [Gateway(h.gateway_id, h.region, h.ssh.address, 8701, 8702) for h in hosts]
 
 
 def _prov(fake: FakeGCE, **kw: Any) -> GCPProvisioner:
@@ -218,21 +206,13 @@ def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.Monk
             endpoint=fake.url,
             credentials="anonymous",
             client_cidr=CLIENT_CIDR,
-            ssh_user=os.environ.get("USER") or "root",
-            ssh_port=ssh_port,
-            remote_python=sys.executable,
-            control_port=free_port(),
-            data_port=free_port(),
-            bind_host="public",
-            poweroff_on_idle=False,  # these "VMs" are the test machine
-            idle_timeout=120,
+            **loopback_boot_options(ssh_port),
         )
         fleet = prov.provision({"gcp:us-central1": 1, "gcp:europe-west1": 1}, transfer_id="gcp-e2e")
         try:
             for gw in fleet.gateways:
                 assert gw.resources["ssh"]["host_key"].startswith("ssh-ed25519 ")
-                client = GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref))
-                assert client.health()
+            assert_healthy(fleet)
             (inst, *_) = fake.instances.values()
             user_data = parse_cloud_init(inst["metadata"]["items"][0]["value"])
             assert "ed25519_private" in user_data["ssh_keys"]
@@ -241,17 +221,7 @@ def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.Monk
         assert fake.leftovers() == NOTHING
 
         # A VM whose host key is not the one we generated is refused, and nothing is left.
-        original = LoopbackVM.boot
-
-        def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
-            other = cloud_init(
-                user="x",
-                authorized_key=parse_cloud_init(user_data)["users"][1]["ssh_authorized_keys"][0],
-                host_key=KeyPair.generate(),
-            )
-            return original(address, port, other, *a, **kw)
-
-        monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
+        boot_with_a_foreign_host_key(monkeypatch)
         with pytest.raises(HostKeyError, match="everything created was deleted"):
             prov.provision({"gcp:us-central1": 1}, transfer_id="gcp-mitm")
         assert fake.leftovers() == NOTHING
@@ -289,15 +259,7 @@ def test_firewall_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger(
             a, b = fleet.gateways
             ns = {vm.address: vm.netns for vm in fake.vms.values()}
             assert a.control_port == 8701 and a.host in ns and b.host in ns
-            for port in (8701, 8702):
-                assert net.can_connect(ns[a.host], b.host, port), "fleet -> fleet admitted"
-                assert net.can_connect(ns[b.host], a.host, port)
-            stranger, _ = net.attach()
-            for port in (22, 8701, 8702, 8703):
-                assert not net.can_connect(stranger, a.host, port), f"stranger got in on {port}"
-            assert not net.can_connect(ns[a.host], b.host, 22), "SSH only from the control plane"
-            client = GatewayClient(a.host, a.control_port, secret_bytes(fleet.secret_ref))
-            assert client.health()
+            assert_firewall(net, fleet, ns)
         finally:
             prov.deprovision(fleet)
         assert fake.leftovers() == NOTHING

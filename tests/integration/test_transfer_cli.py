@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.transfer_helpers import read_tree, write_dataset
+from tests.integration.transfer_helpers import agents_of, read_tree, write_dataset
 
 MiB = 1024 * 1024
 REGIONS = ["--src-region", "azure:canadacentral", "--dst-region", "gcp:asia-northeast1"]
@@ -28,20 +28,6 @@ def _cli(home: Path, *args: str, **kw: object) -> subprocess.Popen[str]:
         env=env,
         **kw,  # type: ignore[arg-type]
     )
-
-
-def _agents_of(home: Path) -> list[int]:
-    """Pids of gateway agents whose files live under this test's home."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"gateway_agent" in cmd and str(home).encode() in cmd:
-                pids.append(int(d.name))
-    return pids
 
 
 @pytest.fixture
@@ -65,7 +51,7 @@ def test_cp_then_sync(setup: tuple[Path, Path, Path, dict[str, bytes]]) -> None:
     assert result["route"] and result["plan_summary"]["src"] == "azure:canadacentral"
     assert '"event": "progress"' in err  # JSON progress lines when stderr is not a terminal
     assert read_tree(dst) == data
-    assert _agents_of(home) == []  # the fleet was torn down
+    assert agents_of(home) == []  # the fleet was torn down
     (src / "s" / "new").write_bytes(b"fresh")
     proc = _cli(home, "sync", f"file://{src}", f"file://{dst}", *REGIONS, "--json", "--no-progress")
     out, err = proc.communicate(timeout=120)
@@ -101,15 +87,15 @@ def test_ctrl_c_deprovisions(setup: tuple[Path, Path, Path, dict[str, bytes]]) -
         "--no-progress",
     )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _agents_of(home):
+    while time.monotonic() < deadline and not agents_of(home):
         time.sleep(0.1)
-    assert _agents_of(home), "the fleet never started"
+    assert agents_of(home), "the fleet never started"
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    assert _agents_of(home) == []
+    assert agents_of(home) == []
     assert "big.bin" not in read_tree(dst)
 
 
@@ -176,4 +162,4 @@ def test_backend_options_reach_the_backend_and_bad_ones_are_one_line_errors(
         _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 2, err
         assert message in err and "Traceback" not in err, err
-    assert _agents_of(home) == [] and read_tree(dst) == {}
+    assert agents_of(home) == [] and read_tree(dst) == {}

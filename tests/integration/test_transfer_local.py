@@ -35,14 +35,6 @@ from tests.integration.transfer_helpers import (
 MiB = 1024 * 1024
 
 
-@pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
-    src, dst, journal = tmp_path / "src", tmp_path / "dst", tmp_path / "journal"
-    src.mkdir()
-    dst.mkdir()
-    return src, dst, journal
-
-
 def test_local_to_local_through_relay(dirs: tuple[Path, Path, Path]) -> None:
     src, dst, journal = dirs
     files = {"big.bin": 9 * MiB + 123, "a/b.txt": 1000, "empty": 0}

@@ -40,6 +40,23 @@ def make_plan(*paths: Sequence[str], shares: Sequence[float] | None = None) -> T
     )
 
 
+def direct_plan(src: str, dst: str, *, volume_gb: float, conns: int = 8) -> TransferPlan:
+    """A one-hop plan at a nominal 10 Gbit/s with ``conns`` connections (benchmarks that
+    measure the data plane, not the planner)."""
+    return TransferPlan(
+        src=src,
+        dsts=(dst,),
+        volume_gb=volume_gb,
+        mode="min_cost",
+        paths=[PlanPath((src, dst), 1.0, 10.0)],
+        hops=[Hop(src, dst, 10.0, conns)],
+        vms={src: 1, dst: 1},
+        predicted_gbps=10.0,
+        egress_cost_usd=0.0,
+        vm_cost_usd=0.0,
+    )
+
+
 def write_dataset(root: Path, files: dict[str, int], seed: int = 1) -> dict[str, bytes]:
     """Random files of the given sizes; returns their contents."""
     data = {}
@@ -86,3 +103,17 @@ def local_fleet(
         yield prov, fleet
     finally:
         prov.deprovision(fleet)
+
+
+def agents_of(home: Path) -> list[int]:
+    """Pids of gateway agents whose command line points into ``home`` (a test's own)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"gateway_agent" in cmd and str(home).encode() in cmd:
+                pids.append(int(d.name))
+    return pids

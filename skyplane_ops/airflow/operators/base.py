@@ -1,0 +1,314 @@
+"""Plumbing every Skyplane operator shares: argument parsing, the transfer id, asset
+events, sizing and planning, loading plans and fleets, and the transfer summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Asset, BaseOperator
+from airflow.sdk.configuration import conf
+
+from skyplane_ops.airflow.deferral import TransferJob
+from skyplane_ops.airflow.hooks import SkyplaneHook
+from skyplane_ops.airflow.settings import DEFAULT_CONN_ID, make_transfer_id
+from skyplane_ops.airflow.summaries import (
+    asset_metadata,
+    transfer_summary,
+)
+from skyplane_ops.api import GatewayFleet, ProgressLine, TransferPlan, plan_paths
+
+_SAFE_ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable`` (False when unset)."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def _float_or_none(name: str, value: Any) -> float | None:
+    if value is None or value == "" or value == "None":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _as_mapping(name: str, value: Any) -> dict[str, Any] | None:
+    if value is None or value == "" or value == "None":
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a mapping or JSON object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _is_literal(text: Any) -> bool:
+    return isinstance(text, str) and "{{" not in text and "{%" not in text
+
+
+class _SkyplaneBaseOperator(BaseOperator):
+    """Connection handling and the run's deterministic transfer id, shared by all operators."""
+
+    ui_color = "#d7ecfb"
+
+    def __init__(
+        self,
+        *,
+        skyplane_conn_id: str = DEFAULT_CONN_ID,
+        transfer_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.skyplane_conn_id = skyplane_conn_id
+        self.transfer_id = transfer_id
+        self._hook: SkyplaneHook | None = None
+
+    @property
+    def hook(self) -> SkyplaneHook:
+        if self._hook is None:
+            self._hook = SkyplaneHook(self.skyplane_conn_id)
+        return self._hook
+
+    def resolve_transfer_id(self, context: Any, fallback: str | None = None) -> str:
+        """Explicit id > id carried by the plan/fleet > ``dag-run-group`` default.
+
+        The default is deterministic per DAG run and task group, so every task of one
+        transfer (and every retry) agrees on the tags, the journal and the driver.
+        """
+        raw = self.transfer_id or fallback
+        if raw:
+            raw = str(raw)
+            if set(raw) <= _SAFE_ID_CHARS and 0 < len(raw) <= 63:
+                return raw
+            return make_transfer_id(raw)
+        group = self.task_group.group_id if self.task_group and self.task_group.group_id else ""
+        run_id = context.get("run_id", "norun")
+        return make_transfer_id(f"{self.dag_id}-{run_id}-{group}")
+
+    def _emit_asset_events(self, context: Any, summary: Mapping[str, Any]) -> None:
+        """Attach transfer metadata to every destination Asset outlet's event."""
+        meta = asset_metadata(summary)
+        events = context.get("outlet_events")
+        if events is None:  # run outside a task runner (a test, a script)
+            return
+        for outlet in self.outlets or []:
+            if isinstance(outlet, Asset):
+                events[outlet].extra.update(meta)
+
+
+def _default_dst_outlets(dst: Any, dst_asset: Asset | bool | None, outlets: Any) -> Any:
+    """An ``Asset(uri=dst)`` outlet when dst is a literal URI and no outlets were given."""
+    if outlets:
+        return outlets
+    if isinstance(dst_asset, Asset):
+        return [dst_asset]
+    if dst_asset and _is_literal(dst):
+        return [Asset(uri=str(dst))]
+    return outlets
+
+
+class _PlanningOperator(_SkyplaneBaseOperator):
+    """Sizing the source and planning, shared by the plan and the one-task copy operators."""
+
+    src_region: str
+    src: str | None
+    volume_gb: float | str | None
+    min_throughput_gbps: float | str | None
+    max_cost_usd: float | str | None
+    deadline_seconds: float | str | None
+    include: Sequence[str] | str | None
+    exclude: Sequence[str] | str | None
+    plan_uri: str | None
+    plan_conn_id: str | None
+
+    def _volume(self, access: Callable[[], tuple[Mapping[str, Any], Mapping[str, str]]]) -> float:
+        """``volume_gb`` as given, else what listing ``src`` (include/exclude) finds, with the
+        store options and credential environment ``access()`` gives (called only then)."""
+        volume = _float_or_none("volume_gb", self.volume_gb)
+        if volume is None and self.src:
+            src_options, env = access()
+            volume = SkyplaneHook.source_volume_gb(
+                str(self.src),
+                src_options=src_options,
+                include=_as_list(self.include),
+                exclude=_as_list(self.exclude),
+                env=env,
+            )
+            self.log.info("volume measured at the source: %.6f GB", volume)
+        if volume is None or volume < 0:
+            raise ValueError(
+                f"volume_gb must be a non-negative number (or give src), got {self.volume_gb!r}"
+            )
+        return volume
+
+    def _plan_and_store(
+        self, dst_regions: str | Sequence[str], volume: float, transfer_id: str
+    ) -> tuple[TransferPlan, str]:
+        """Plan with the operator's bound; the full plan is written to ``plan_uri`` (default
+        ``<work_dir>/plans/<transfer_id>.json``), whose URI is returned with it."""
+        plan = self.hook.plan(
+            str(self.src_region),
+            dst_regions,
+            volume,
+            min_throughput_gbps=_float_or_none("min_throughput_gbps", self.min_throughput_gbps),
+            max_cost_usd=_float_or_none("max_cost_usd", self.max_cost_usd),
+            deadline_seconds=_float_or_none("deadline_seconds", self.deadline_seconds),
+        )
+        uri = self.plan_uri or os.path.join(
+            self.hook.settings.work_dir, "plans", f"{transfer_id}.json"
+        )
+        return plan, SkyplaneHook.write_plan(plan, uri, conn_id=self.plan_conn_id)
+
+
+def _load_plan(value: Any, conn_id: str | None) -> tuple[TransferPlan, str | None]:
+    """A plan from a plan summary (``plan_uri``), a URI string or a full plan dict."""
+    if isinstance(value, TransferPlan):
+        return value, None
+    if isinstance(value, str) and not value.lstrip().startswith("{"):
+        return SkyplaneHook.read_plan(value, conn_id=conn_id), value
+    data = _as_mapping("plan", value)
+    if data is None:
+        raise ValueError("a plan is required (the plan task's summary, a plan URI or JSON)")
+    if "plan_uri" in data and "paths" not in data:
+        return SkyplaneHook.read_plan(data["plan_uri"], conn_id=conn_id), data["plan_uri"]
+    return TransferPlan.from_dict(data), None
+
+
+def _load_fleet(value: Any) -> GatewayFleet | None:
+    if isinstance(value, GatewayFleet):
+        return value
+    data = _as_mapping("fleet", value)
+    return GatewayFleet.from_dict(data) if data else None
+
+
+class _TransferringOperator(_SkyplaneBaseOperator):
+    """What the transfer and the one-task copy operators share: the job and the summary."""
+
+    src: str | None
+    dst: str
+    include: Sequence[str] | str | None
+    exclude: Sequence[str] | str | None
+    sync: bool
+
+    def _job(
+        self,
+        transfer_id: str,
+        journal: str,
+        *,
+        src_options: Mapping[str, Any],
+        dst_options: Mapping[str, Any],
+        env: Mapping[str, str],
+        engine_options: Mapping[str, Any],
+    ) -> TransferJob:
+        return TransferJob(
+            transfer_id=transfer_id,
+            journal=journal,
+            src=str(self.src),
+            dst=str(self.dst),
+            include=_as_list(self.include),
+            exclude=_as_list(self.exclude),
+            sync=self.sync,
+            src_options=src_options,
+            dst_options=dst_options,
+            env=env,
+            engine_options=engine_options,
+        )
+
+    def _finish(
+        self,
+        context: Any,
+        result: Any,
+        *,
+        transfer_id: str,
+        plan: TransferPlan | None,
+        plan_uri: str | None,
+        journal: str | None,
+    ) -> dict[str, Any]:
+        summary = transfer_summary(
+            result,
+            transfer_id=transfer_id,
+            plan=plan,
+            plan_uri=plan_uri,
+            src=str(self.src),
+            dst=str(self.dst),
+            journal_dir=journal,
+        )
+        self.log.info("%s", done_line(transfer_id, summary))
+        self._emit_asset_events(context, summary)
+        return summary
+
+
+def done_line(transfer_id: str, summary: Mapping[str, Any]) -> str:
+    """The one human line a finished transfer logs."""
+    verification = summary.get("verification")
+    if isinstance(verification, Mapping):
+        verification = verification.get("status")
+    size = summary.get("bytes") or 0
+    return (
+        f"transfer {transfer_id} done: {summary.get('objects')} objects, "
+        f"{size / 1024 / 1024:.1f} MiB in {summary.get('seconds')} s at "
+        f"{summary.get('gbps')} Gbit/s, verification {verification}"
+    )
+
+
+def run_here(
+    op: Any,
+    plan: TransferPlan,
+    fleet: GatewayFleet,
+    job: TransferJob,
+) -> Any:
+    """Transfer in this task's process: journal and secret from the state store when this
+    worker lacks them, the journal snapshotted back, progress as human log lines."""
+    transfer_id, journal = job.transfer_id, job.journal
+    state = op.hook.transfer_state(transfer_id)
+    if state.restore_journal(journal):
+        op.log.info("restored the journal of %s from %s", transfer_id, state.uri)
+    fleet = dataclasses.replace(fleet, secret_ref=state.local_secret_ref(fleet.secret_ref))
+    line = ProgressLine(f"transfer {transfer_id}", plan_paths(plan))
+    last = [0.0]
+
+    def progress(update: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5.0:
+            last[0] = now
+            text = line.update(update)
+            if text:
+                op.log.info("%s", text)
+            state.save_journal(journal)
+
+    try:
+        return op.hook.transfer(
+            plan,
+            fleet,
+            job.src,
+            job.dst,
+            src_options=job.src_options,
+            dst_options=job.dst_options,
+            include=list(job.include),
+            exclude=list(job.exclude),
+            journal_dir=journal,
+            sync=job.sync,
+            progress=progress,
+            env=job.env,
+            **job.engine_options,
+        )
+    finally:
+        try:
+            state.save_journal(journal)
+        except Exception:
+            op.log.exception("saving the journal snapshot failed")

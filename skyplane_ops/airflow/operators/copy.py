@@ -1,0 +1,198 @@
+"""``SkyplaneCopyOperator``: plan, provision, transfer and deprovision in one task."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import Asset
+from airflow.sdk.exceptions import TaskDeferred
+
+from skyplane_ops.airflow.deferral import TransferDeferral
+from skyplane_ops.airflow.hooks import SkyplaneHook, merge_env
+from skyplane_ops.airflow.lineage import operator_lineage
+from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
+from skyplane_ops.airflow.operators.base import (
+    _default_dst_outlets,
+    _PlanningOperator,
+    _TransferringOperator,
+    default_deferrable,
+    run_here,
+)
+from skyplane_ops.api import GatewayFleet
+
+
+class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOperator):
+    """One task: plan, provision, transfer, and always deprovision.
+
+    The convenience for a DAG that does not need the steps as separate tasks. A retry
+    re-plans and re-provisions but resumes the data from the journal (restored from the state
+    store on another worker). ``deferrable`` (default: Airflow's ``[operators]
+    default_deferrable``): after provisioning, the driver transfers and then deletes the fleet
+    itself, and the task defers to the trigger; if the driver is lost, the task deletes the
+    fleet when it resumes.
+    """
+
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
+    template_fields: Sequence[str] = (
+        "src",
+        "dst",
+        "src_region",
+        "dst_region",
+        "volume_gb",
+        "min_throughput_gbps",
+        "max_cost_usd",
+        "deadline_seconds",
+        "include",
+        "exclude",
+        "plan_uri",
+        "journal_dir",
+        "transfer_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        src: str,
+        dst: str,
+        src_region: str,
+        dst_region: str,
+        volume_gb: float | str | None = None,
+        min_throughput_gbps: float | str | None = None,
+        max_cost_usd: float | str | None = None,
+        deadline_seconds: float | str | None = None,
+        include: Sequence[str] | str | None = None,
+        exclude: Sequence[str] | str | None = None,
+        src_conn_id: str | None = None,
+        dst_conn_id: str | None = None,
+        plan_uri: str | None = None,
+        plan_conn_id: str | None = None,
+        sync: bool = False,
+        journal_dir: str | None = None,
+        dst_asset: Asset | bool | None = True,
+        deferrable: bool | None = None,
+        timeout: timedelta | float | None = None,
+        poll_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        if deferrable is None:
+            deferrable = default_deferrable()
+        kwargs["outlets"] = _default_dst_outlets(dst, dst_asset, kwargs.get("outlets"))
+        if isinstance(timeout, int | float):
+            timeout = timedelta(seconds=timeout)
+        if timeout is not None and not deferrable and kwargs.get("execution_timeout") is None:
+            kwargs["execution_timeout"] = timeout
+        super().__init__(**kwargs)
+        self.src = src
+        self.dst = dst
+        self.src_region = src_region
+        self.dst_region = dst_region
+        self.volume_gb = volume_gb
+        self.min_throughput_gbps = min_throughput_gbps
+        self.max_cost_usd = max_cost_usd
+        self.deadline_seconds = deadline_seconds
+        self.include = include
+        self.exclude = exclude
+        self.src_conn_id = src_conn_id
+        self.dst_conn_id = dst_conn_id
+        self.plan_uri = plan_uri
+        self.plan_conn_id = plan_conn_id
+        self.sync = sync
+        self.journal_dir = journal_dir
+        self.deferrable = deferrable
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        self._fleet: GatewayFleet | None = None
+        self._transfer_id: str | None = None
+
+    def execute(self, context: Any) -> dict[str, Any] | None:
+        transfer_id = self.resolve_transfer_id(context)
+        self._transfer_id = transfer_id
+        src_access = self.hook.store_access(self.src_conn_id)
+        dst_access = self.hook.store_access(self.dst_conn_id)
+        env = merge_env(src_access, dst_access)
+        volume = self._volume(lambda: (src_access.options, env))
+        plan, plan_uri = self._plan_and_store(str(self.dst_region), volume, transfer_id)
+        self.log.info("plan %s (full plan at %s):\n%s", transfer_id, plan_uri, plan.to_text())
+        persist_links(context, plan_uri, plan, route_stored=True)
+        work_dir = self.hook.settings.work_dir
+        journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
+        job = self._job(
+            transfer_id,
+            journal,
+            src_options=src_access.options,
+            dst_options=dst_access.options,
+            env=env,
+            engine_options={},
+        )
+        try:
+            self._fleet = self.hook.provision(plan, transfer_id=transfer_id)
+            if self.deferrable:
+                self.hook.transfer_state(transfer_id).save_secret(self._fleet.secret_ref)
+                # From here on the driver owns the fleet and deletes it when it ends.
+                self.defer_transfer(
+                    context,
+                    plan=plan,
+                    plan_uri=plan_uri,
+                    fleet=self._fleet,
+                    job=job,
+                    teardown=True,
+                )
+            result = run_here(self, plan, self._fleet, job)
+        except TaskDeferred:
+            raise
+        except BaseException:
+            try:
+                self._teardown()
+            except Exception:
+                self.log.exception("deprovisioning after the failure failed")
+            raise
+        self._teardown()
+        return self._finish(
+            context, result, transfer_id=transfer_id, plan=plan, plan_uri=plan_uri, journal=journal
+        )
+
+    def execute_complete(
+        self,
+        context: Any,
+        event: Mapping[str, Any],
+        plan_uri: str | None = None,
+        journal: str | None = None,
+        fleet: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        try:
+            result = self.event_result(event)
+        except BaseException:
+            # The driver deletes the fleet itself, unless it was lost: delete it (idempotent).
+            if fleet:
+                try:
+                    self.hook.deprovision(GatewayFleet.from_dict(dict(fleet)))
+                except Exception:
+                    self.log.exception("deprovisioning after the failure failed")
+            raise
+        transfer_id = str(event.get("transfer_id"))
+        plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id) if plan_uri else None
+        return self._finish(
+            context, result, transfer_id=transfer_id, plan=plan, plan_uri=plan_uri, journal=journal
+        )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Source in, replica out, named by the OpenLineage naming spec."""
+        return operator_lineage(str(self.src), str(self.dst))
+
+    def _teardown(self) -> None:
+        """Delete the fleet, or sweep by tag when provisioning never returned one."""
+        if self._fleet is not None:
+            self.hook.deprovision(self._fleet)
+            self._fleet = None
+        elif self._transfer_id is not None:
+            self.hook.deprovision(transfer_id=self._transfer_id)
+
+    def on_kill(self) -> None:
+        self.stop_deferred_driver()
+        try:
+            self._teardown()
+        except Exception:
+            self.log.exception("deprovisioning on kill failed")
