@@ -28,6 +28,9 @@ from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
+from skyplane_ops.transfer.request import Listing as Listing
+from skyplane_ops.transfer.request import list_request as list_request
+from skyplane_ops.transfer.run import sync_up_to_date as sync_up_to_date
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
@@ -236,7 +239,9 @@ def provision(
 transfer = run_transfer
 # Also from the engine: ``check_request`` (option ranges, source/destination overlap: for faces
 # to call before planning or provisioning), ``preview_transfer`` (the dry run) and
-# ``transfer_lock`` (the journal lock, for faces to take before provisioning).
+# ``transfer_lock`` (the journal lock, for faces to take before provisioning), ``list_request``
+# (one listing per run, handed to ``transfer(listing=...)``) and ``sync_up_to_date`` (a sync
+# with nothing to do, answered without a plan or fleet).
 
 
 def deprovision(

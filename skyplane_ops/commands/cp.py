@@ -341,11 +341,39 @@ def _locked(
     view: RunView,
 ) -> int:
     """List, plan, provision, transfer (+ verify) and always tear down, under the lock."""
+    # One listing for the whole run: it sizes the plan, lets an up-to-date sync skip planning
+    # and gateways, and is handed to the engine instead of listing again.
     with view.phase("list", args.src) as note:
-        volume_gb = api.source_volume_gb(
-            args.src, src_options=args.src_options, include=args.include, exclude=args.exclude
+        listing = api.list_request(
+            args.src,
+            args.dst,
+            src_options=args.src_options,
+            dst_options=args.dst_options,
+            include=args.include,
+            exclude=args.exclude,
+            sync=sync,
         )
+        volume_gb = listing.volume_gb
         note["done"] = f"{volume_gb:.3f} GB to consider"
+        done = (
+            api.sync_up_to_date(
+                listing,
+                args.src,
+                args.dst,
+                transfer_id=api.new_transfer_id("cp"),
+                dst_options=args.dst_options,
+                include=args.include,
+                exclude=args.exclude,
+                delete=delete,
+                max_delete=max_delete,
+                journal_dir=args.journal_dir,
+                part_size=args.chunk_mib * api.MiB,
+            )
+            if sync
+            else None
+        )
+    if done is not None:
+        return _report(args, done, None, view, 0)
     with view.phase("plan", f"{args.src_region} -> {args.dst_region}") as note:
         plan = make_plan(args, volume_gb, backend_options)
         note["done"] = f"{len(plan.paths)} path(s), {plan.predicted_gbps:.2f} Gbit/s predicted"
@@ -382,6 +410,7 @@ def _locked(
                     part_size=args.chunk_mib * api.MiB,
                     verify=args.verify,
                     dispatch=dispatch,
+                    listing=listing,
                 )
             except api.PartialTransferError as exc:
                 result, status = exc.result, api.EXIT_PARTIAL
@@ -391,9 +420,20 @@ def _locked(
         if fleet is not None:
             with view.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
                 api.deprovision(fleet, backend_options=backend_options)
+    return _report(args, result, plan, view, status)
+
+
+def _report(
+    args: ArgsNS,
+    result: api.TransferResult,
+    plan: api.TransferPlan | None,
+    view: RunView,
+    status: int,
+) -> int:
+    """The summary on stdout; ``plan`` is None when an up-to-date sync planned nothing."""
     view.close()
     if args.as_json:
-        out = {**result.to_dict(), "plan_summary": _plan_summary(plan), "phases": view.times}
+        out = {**result.to_dict(), "plan_summary": _plan_summary(args, plan), "phases": view.times}
         print(json.dumps(out, indent=2))
     else:
         print("\n".join(summary_lines(result, view.times)))
@@ -402,7 +442,16 @@ def _locked(
     return status
 
 
-def _plan_summary(plan: api.TransferPlan) -> dict[str, Any]:
+def _plan_summary(args: ArgsNS, plan: api.TransferPlan | None) -> dict[str, Any]:
+    if plan is None:  # nothing to move: no route, no VM, no cost
+        return {
+            "src": args.src_region,
+            "dsts": [args.dst_region],
+            "paths": [],
+            "vms": {},
+            "predicted_gbps": 0.0,
+            "total_cost_usd": 0.0,
+        }
     return {
         "src": plan.src,
         "dsts": list(plan.dsts),

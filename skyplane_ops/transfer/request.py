@@ -5,6 +5,7 @@ Faces call them before planning or provisioning anything."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,40 @@ def transfer_lock(
     lock = JournalLock(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude))
     lock.acquire(wait=wait)
     return lock
+
+
+@dataclass
+class Listing:
+    """One run's listings, taken once and handed over (``list_request``): the CLI sizes the
+    plan from it, skips the fleet when a sync has nothing to do, and ``run_transfer`` copies
+    from it instead of listing again. The versions it pins are what the gateways check."""
+
+    objects: list[ObjectInfo]  # the source objects the filters select, sorted by key
+    problems: list[SkippedEntry] = field(default_factory=list)  # left out by the listing
+    existing: dict[str, ObjectInfo] | None = None  # the destination's, when syncing
+
+    @property
+    def volume_gb(self) -> float:
+        return sum(o.size for o in self.objects) / 1e9
+
+
+def list_request(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    sync: bool = False,
+) -> Listing:
+    """List the source (and, with ``sync``, the destination) once for a whole run."""
+    src = open_side(src_uri, src_options, "source")
+    dst = open_side(dst_uri, dst_options, "destination")
+    problems: list[SkippedEntry] = []
+    objects = list_source(src, src_uri, include, exclude, problems)
+    existing = check_destination(dst, dst_uri, full=sync) if sync else None
+    return Listing(objects, problems, existing)
 
 
 def preview_transfer(

@@ -6,6 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from skyplane_ops.transfer.manifest import (
 )
 from skyplane_ops.transfer.progress import ProgressCallback
 from skyplane_ops.transfer.request import (
+    Listing,
     check_destination,
     check_request,
     open_side,
@@ -62,6 +64,106 @@ def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, floa
     return round(predicted, 6), round(actual, 6)
 
 
+@dataclass
+class _Todo:
+    """What a run has to do, from its listings: the engine's one comparison."""
+
+    objects: list[ObjectInfo]  # to copy
+    skipped: int  # already the same at the destination (sync)
+    unread: dict[str, str]  # failed before any byte moves: key -> why
+    to_delete: list[str]  # sync --delete
+
+
+def _todo(
+    listing: Listing,
+    dst: ObjectStore,
+    dst_uri: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    *,
+    sync: bool,
+    delete: bool,
+    max_delete: int | None,
+) -> _Todo:
+    # An unreadable entry is a failed object: reported, and it stops the mirror delete.
+    unread = {p.key: f"source: {p.reason}" for p in listing.problems if p.error}
+    existing = listing.existing or {}
+    to_delete: list[str] = []
+    if delete:
+        to_delete = mirror.extra_keys(
+            existing,
+            {o.key for o in listing.objects},
+            include,
+            exclude,
+            keep=[p.key for p in listing.problems],
+        )
+        mirror.check_max_delete(to_delete, max_delete, dst_uri)
+    objects = listing.objects
+    if sync:
+        objects = [
+            o for o in objects if o.key not in existing or not same_object(o, existing[o.key])
+        ]
+    skipped = len(listing.objects) - len(objects)
+    # Names the destination cannot hold are failed objects before any byte moves.
+    refused = refused_names(dst, objects)
+    objects = [o for o in objects if o.key not in refused]
+    unread.update(refused)
+    return _Todo(objects, skipped, unread, to_delete)
+
+
+def _up_to_date(base: dict[str, Any], skipped: int, seconds: float) -> TransferResult:
+    return TransferResult(
+        **base,
+        objects=0,
+        bytes=0,
+        seconds=round(seconds, 3),
+        gbps=0.0,
+        objects_skipped=skipped,
+        verification={"status": "passed", "objects": 0, "method": "sync: up to date"},
+    )
+
+
+def sync_up_to_date(
+    listing: Listing,
+    src_uri: str,
+    dst_uri: str,
+    *,
+    transfer_id: str,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    delete: bool = False,
+    max_delete: int | None = None,
+    journal_dir: str | Path | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+) -> TransferResult | None:
+    """The result of a sync with nothing to copy or delete and nothing unreadable, found from
+    ``listing`` alone (no plan, no fleet), or None when the run has work to do.
+
+    The caller holds the journal lock; the journal is removed as a clean run would remove it.
+    ``max_delete`` is enforced here too, so a refused mirror delete still fails before planning.
+    """
+    t0 = time.monotonic()
+    if listing.existing is None:
+        raise TransferError("internal error: sync_up_to_date needs the destination listing")
+    dst = open_side(dst_uri, dst_options, "destination")
+    todo = _todo(
+        listing, dst, dst_uri, include, exclude, sync=True, delete=delete, max_delete=max_delete
+    )
+    if todo.objects or todo.unread or todo.to_delete:
+        return None
+    directory = Path(journal_dir) if journal_dir else default_journal_dir()
+    Journal(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude)).remove()
+    base = {
+        "transfer_id": transfer_id,
+        "job_id": f"job-{uuid.uuid4().hex[:12]}",
+        "src_uri": src_uri,
+        "dst_uri": dst_uri,
+        "steps": {"list": round(time.monotonic() - t0, 3)},
+    }
+    return _up_to_date(base, todo.skipped, time.monotonic() - t0)
+
+
 def run_transfer(
     plan: TransferPlan,
     fleet: GatewayFleet,
@@ -81,6 +183,7 @@ def run_transfer(
     part_size: int = DEFAULT_PART_SIZE,
     verify: str = "full",
     dispatch: DispatchOptions | None = None,
+    listing: Listing | None = None,
 ) -> TransferResult:
     """Copy ``src_uri`` to ``dst_uri`` through ``fleet`` along ``plan``; see module docstring.
 
@@ -88,6 +191,8 @@ def run_transfer(
     CRC32C) or ``"size"``. ``delete`` (implies ``sync``): remove destination objects absent
     from the source once everything else succeeded, refusing when more than ``max_delete``
     would go. ``wait_lock``: wait for another run of the same transfer instead of failing.
+    ``listing``: the run's listings taken earlier (``list_request``, e.g. to size the plan),
+    copied from instead of listing the source (and destination) again.
     Raises ``TransferError`` with a message naming what failed (the journal then lets the same
     call resume), or ``PartialTransferError`` (``SourceChangedError`` when only changes) when
     some objects could not be copied and everything else was.
@@ -128,6 +233,7 @@ def run_transfer(
             part_size=part_size,
             verify=verify,
             dispatch=dispatch,
+            listing=listing,
         )
 
 
@@ -185,6 +291,7 @@ class _Run:
         part_size: int,
         verify: str,
         dispatch: DispatchOptions | None,
+        listing: Listing | None = None,
     ) -> TransferResult:
         try:
             secret = load_secret(self.fleet.secret_ref)
@@ -194,31 +301,29 @@ class _Run:
             ) from exc
         src = open_side(self.src_uri, self.src_options, "source")
         dst = open_side(self.dst_uri, self.dst_options, "destination")
-        problems: list[SkippedEntry] = []  # left out by the listing (links, unreadable folders)
-        listed = list_source(src, self.src_uri, self.include, self.exclude, problems)
-        # An unreadable entry is a failed object: reported, and it stops the mirror delete.
-        unread = {p.key: f"source: {p.reason}" for p in problems if p.error}
-        existing = check_destination(dst, self.dst_uri, full=sync)
-        to_delete: list[str] = []
-        if delete:
-            to_delete = mirror.extra_keys(
-                existing,
-                {o.key for o in listed},
-                self.include,
-                self.exclude,
-                keep=[p.key for p in problems],
-            )
-            mirror.check_max_delete(to_delete, max_delete, self.dst_uri)
-        objects = listed
-        if sync:
-            objects = [
-                o for o in listed if o.key not in existing or not same_object(o, existing[o.key])
-            ]
-        skipped = len(listed) - len(objects)
-        # Names the destination cannot hold are failed objects before any byte moves.
-        refused = refused_names(dst, objects)
-        objects = [o for o in objects if o.key not in refused]
-        unread.update(refused)
+        if listing is None:
+            problems: list[SkippedEntry] = []  # left out by the listing (links, bad folders)
+            objects = list_source(src, self.src_uri, self.include, self.exclude, problems)
+            listing = Listing(objects, problems)
+        if listing.existing is None or not sync:
+            existing = check_destination(dst, self.dst_uri, full=sync)
+            listing = Listing(listing.objects, listing.problems, existing if sync else None)
+        todo = _todo(
+            listing,
+            dst,
+            self.dst_uri,
+            self.include,
+            self.exclude,
+            sync=sync,
+            delete=delete,
+            max_delete=max_delete,
+        )
+        objects, skipped, unread, to_delete = (
+            todo.objects,
+            todo.skipped,
+            todo.unread,
+            todo.to_delete,
+        )
         self.step("list")
         if not objects:
             deleted, errors = (

@@ -1,0 +1,147 @@
+"""Re-sync of an unchanged tree skips the plan and the fleet; one listing serves a whole run.
+
+The CLI cases run the real ``skyplane-ops`` in a subprocess on file:// folders; the engine
+cases run real local gateway processes. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skyplane_ops.transfer import SourceChangedError, run_transfer
+from skyplane_ops.transfer.request import list_request
+from tests.integration.transfer_helpers import (
+    DST,
+    SRC,
+    local_fleet,
+    make_plan,
+    read_tree,
+    write_dataset,
+)
+
+REGIONS = ["--src-region", "azure:canadacentral", "--dst-region", "gcp:asia-northeast1"]
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SKYPLANE_OPS_HOME": str(home)}
+    cmd = [sys.executable, "-m", "skyplane_ops.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+
+
+@pytest.fixture
+def copied(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, object]]:
+    """A source copied once by ``cp`` (a real run: plan, gateways); its JSON result."""
+    src, dst, home = tmp_path / "src", tmp_path / "dst", tmp_path / "home"
+    src.mkdir()
+    dst.mkdir()
+    write_dataset(src, {f"d/{i}": 1500 for i in range(25)})
+    proc = _cli(home, "cp", f"file://{src}", f"file://{dst}", *REGIONS, "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    return src, dst, home, json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("verb", [["sync"], ["sync", "--delete"], ["cp", "--sync"]])
+def test_unchanged_resync_starts_no_plan_and_no_gateway(
+    copied: tuple[Path, Path, Path, dict[str, object]], verb: list[str]
+) -> None:
+    src, dst, home, first = copied
+    before = read_tree(dst)
+    proc = _cli(home, *verb, f"file://{src}", f"file://{dst}", *REGIONS, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert set(result) == set(first)  # the same JSON keys as a run that moved data
+    assert result["objects"] == 0 and result["objects_skipped"] == 25
+    assert result["objects_deleted"] == 0 and result["status"] == "ok"
+    assert result["verification"]["status"] == "passed"
+    # Only the listing ran: no plan, provision, transfer or teardown phase, on stdout or stderr.
+    assert set(result["phases"]) == {"list"}
+    assert '"phase": "plan"' not in proc.stderr and '"phase": "provision"' not in proc.stderr
+    assert result["plan_summary"]["paths"] == [] and result["route"] == []
+    assert read_tree(dst) == before
+    assert not list((home / "journal").glob("*.jsonl"))  # removed, as after a clean run
+
+
+def test_resync_with_work_still_runs_the_fleet_and_the_delete_rules(
+    copied: tuple[Path, Path, Path, dict[str, object]],
+) -> None:
+    src, dst, home, _ = copied
+    (dst / "extra").write_bytes(b"only at the destination")
+    # --max-delete is still refused before anything is planned or copied.
+    proc = _cli(
+        home, "sync", f"file://{src}", f"file://{dst}", *REGIONS, "--delete", "--max-delete", "0"
+    )
+    assert proc.returncode == 2 and "--max-delete 0" in proc.stderr, proc.stderr
+    assert (dst / "extra").exists()
+    # Without --delete the extra object is not work: still a no-op.
+    proc = _cli(home, "sync", f"file://{src}", f"file://{dst}", *REGIONS, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)["phases"]) == {"list"}
+    assert (dst / "extra").exists()
+    # A deletion to do is work: the normal run (with its fleet) removes it.
+    proc = _cli(home, "sync", f"file://{src}", f"file://{dst}", *REGIONS, "--delete", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["objects_deleted"] == 1 and "provision" in result["phases"]
+    assert not (dst / "extra").exists()
+    # A changed source object is work too: copied through the fleet.
+    (src / "d" / "3").write_bytes(b"new content")
+    proc = _cli(home, "sync", f"file://{src}", f"file://{dst}", *REGIONS, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["objects"] == 1 and result["objects_skipped"] == 24
+    assert (dst / "d" / "3").read_bytes() == b"new content"
+
+
+def test_resync_keeps_the_overlap_refusal(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write_dataset(src, {"a": 10})
+    proc = _cli(tmp_path / "home", "sync", f"file://{src}", f"file://{src}/sub", *REGIONS)
+    assert proc.returncode == 2 and "error:" in proc.stderr, proc.stderr
+
+
+def test_engine_copies_from_the_listing_it_is_handed(tmp_path: Path) -> None:
+    """A listing handed over is what the run copies: no second source listing."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    dst.mkdir()
+    data = write_dataset(src, {"a": 100, "b": 200})
+    listing = list_request(f"file://{src}", f"file://{dst}")
+    write_dataset(src, {"late": 50})  # appears after the listing: not this run's
+    plan = make_plan([SRC, DST])
+    with local_fleet(plan) as (_, fleet):
+        result = run_transfer(
+            plan,
+            fleet,
+            f"file://{src}",
+            f"file://{dst}",
+            journal_dir=tmp_path / "j",
+            listing=listing,
+        )
+    assert result.objects == 2 and read_tree(dst) == data
+
+
+def test_handed_listing_keeps_the_versions_it_pinned(tmp_path: Path) -> None:
+    """An object rewritten between the listing and the run is reported, never copied."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    dst.mkdir()
+    write_dataset(src, {"a": 100, "b": 200})
+    listing = list_request(f"file://{src}", f"file://{dst}", sync=True)
+    (src / "b").write_bytes(b"rewritten, longer than before" * 10)
+    plan = make_plan([SRC, DST])
+    with local_fleet(plan) as (_, fleet), pytest.raises(SourceChangedError) as info:
+        run_transfer(
+            plan,
+            fleet,
+            f"file://{src}",
+            f"file://{dst}",
+            journal_dir=tmp_path / "j",
+            sync=True,
+            listing=listing,
+        )
+    assert info.value.result.objects == 1
+    assert (dst / "a").exists() and not (dst / "b").exists()
