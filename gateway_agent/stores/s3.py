@@ -3,22 +3,33 @@
 Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 ``addressing_style`` ("path"/"virtual"/"auto"; path is used whenever an endpoint is given),
 ``max_pool_connections`` (default 64), ``connect_timeout``/``read_timeout`` (seconds),
-``list_page_size`` (keys per ListObjectsV2 page, default 1000).
+``list_page_size`` (keys per ListObjectsV2 page, default 1000), ``checksums`` ("crc32c", the
+default, or "off" for S3-compatible services that refuse S3's additional checksums).
 Credentials come from boto3's normal chain (env, profile, instance role).
 
 Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
 ``complete_multipart`` looks their ETags up with ListParts, so workers need not report them.
 Parts except the last must be >= 5 MiB. ``md5`` is reported for single-part objects only (the
 ETag of a multipart object is not an MD5).
+
+Native checksums: every PutObject and UploadPart carries ``ChecksumCRC32C`` of the bytes sent,
+so S3 refuses a body damaged in transit and stores the CRC32C; multipart uploads are created
+with ``ChecksumType=FULL_OBJECT``, so the completed object's CRC32C is that of the whole object
+(not the composite CRC-of-CRCs), comparable with the CRC32C the engine folds from its sources.
+``head`` asks for it (``ChecksumMode=ENABLED``) and reports ``crc32c`` (base64, as GCS does)
+only when it is a full-object checksum. Listings do not carry checksum values (ListObjectsV2
+gives only the algorithm), so verification HEADs each object instead of reading it back.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
+from gateway_agent.checksum import crc32c
 from gateway_agent.stores._common import (
     CloudStore,
     check_part_number,
@@ -31,6 +42,7 @@ from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
+    InvalidURIError,
     ObjectNotFoundError,
     StoreError,
     TransientStoreError,
@@ -49,6 +61,7 @@ _OPTIONS = frozenset(
         "connect_timeout",
         "read_timeout",
         "list_page_size",
+        "checksums",
     }
 )
 _TRANSIENT_CODES = {
@@ -81,7 +94,7 @@ class S3Store(CloudStore):
 
     OPTIONS = _OPTIONS
     capabilities = Capabilities(
-        native_checksums=frozenset({"md5"}),
+        native_checksums=frozenset({"md5", "crc32c"}),
         server_side_copy=True,
         min_part_size=5 * MIB,
     )
@@ -94,6 +107,14 @@ class S3Store(CloudStore):
         opts = self._opts
         self._bucket = parsed.bucket
         self._page_size = int(opts.get("list_page_size", 1000))
+        mode = opts.get("checksums", "crc32c")
+        if mode not in ("crc32c", "off"):
+            raise InvalidURIError(f"{self.uri}: option checksums must be 'crc32c' or 'off'")
+        self._crc = mode == "crc32c"
+        if not self._crc:
+            self.capabilities = Capabilities(
+                native_checksums=frozenset({"md5"}), server_side_copy=True, min_part_size=5 * MIB
+            )
         endpoint = opts.get("endpoint_url")
         style = opts.get("addressing_style", "path" if endpoint else "auto")
         config = Config(
@@ -111,6 +132,15 @@ class S3Store(CloudStore):
         )
         session = boto3.session.Session()
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
+
+    def _crc_args(self, data: bytes) -> dict[str, str]:
+        """What PutObject/UploadPart send so S3 checks the body and keeps its CRC32C."""
+        if not self._crc:
+            return {}
+        return {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": crc32c_b64(data)}
+
+    def _crc_kind(self, **kw: str) -> dict[str, str]:
+        return kw if self._crc else {}
 
     # -- errors --------------------------------------------------------------------------------
     def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
@@ -147,11 +177,15 @@ class S3Store(CloudStore):
         name = self._name(key)
         return self._call(op, key, fn, Bucket=self._bucket, Key=name, **params)
 
-    def _info(self, key: str, size: int, etag: str | None, modified: Any) -> ObjectInfo:
+    def _info(
+        self, key: str, size: int, etag: str | None, modified: Any, crc: str | None = None
+    ) -> ObjectInfo:
         etag = etag.strip('"') if etag else None
         if modified is not None:
             modified = modified.astimezone(UTC)  # list and head parse to different tzinfos
         checksums = {"md5": etag} if etag and _MD5.match(etag) else {}
+        if crc:
+            checksums["crc32c"] = crc
         return ObjectInfo(key, int(size), etag, checksums, modified, etag)
 
     def _bucket_missing(self, key: str) -> bool:
@@ -193,14 +227,22 @@ class S3Store(CloudStore):
 
     def head(self, key: str) -> ObjectInfo:
         try:
-            resp = self._on_key("head", key, self._client.head_object)
+            resp = self._on_key(
+                "head", key, self._client.head_object, **self._crc_kind(ChecksumMode="ENABLED")
+            )
         except ObjectNotFoundError:
             if self._bucket_missing(key):
                 raise BucketNotFoundError(
                     f"head {self.uri}: bucket does not exist", code="NoSuchBucket"
                 ) from None
             raise
-        return self._info(key, resp["ContentLength"], resp.get("ETag"), resp.get("LastModified"))
+        return self._info(
+            key,
+            resp["ContentLength"],
+            resp.get("ETag"),
+            resp.get("LastModified"),
+            full_object_crc32c(resp),
+        )
 
     def read(
         self, key: str, start: int = 0, length: int | None = None, version: str | None = None
@@ -239,8 +281,9 @@ class S3Store(CloudStore):
             raise
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
-        resp = self._on_key("write", key, self._client.put_object, Body=data)
-        return self._info(key, len(data), resp.get("ETag"), None)
+        crc = self._crc_args(data)
+        resp = self._on_key("write", key, self._client.put_object, Body=data, **crc)
+        return self._info(key, len(data), resp.get("ETag"), None, crc.get("ChecksumCRC32C"))
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""
@@ -253,11 +296,17 @@ class S3Store(CloudStore):
             Bucket=self._bucket,
             Key=dst,
             CopySource=src,
+            **self._crc_kind(ChecksumAlgorithm="CRC32C"),
         )
         return self.head(dst_key)
 
     def create_multipart(self, key: str) -> str:
-        resp = self._on_key("create_multipart", key, self._client.create_multipart_upload)
+        resp = self._on_key(
+            "create_multipart",
+            key,
+            self._client.create_multipart_upload,
+            **self._crc_kind(ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT"),
+        )
         return str(resp["UploadId"])
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
@@ -269,10 +318,13 @@ class S3Store(CloudStore):
             UploadId=upload_id,
             PartNumber=part_number,
             Body=data,
+            **self._crc_args(data),
         )
 
-    def _etags(self, key: str, upload_id: str) -> dict[int, str]:
-        etags: dict[int, str] = {}
+    def _etags(self, key: str, upload_id: str) -> dict[int, dict[str, str]]:
+        """Part number -> what CompleteMultipartUpload needs of it (ETag, and the part's CRC32C
+        where ListParts reports it: S3 wants it back for an upload created with a checksum)."""
+        etags: dict[int, dict[str, str]] = {}
         marker = 0
         while True:
             page = self._on_key(
@@ -283,7 +335,10 @@ class S3Store(CloudStore):
                 PartNumberMarker=marker,
             )
             for part in page.get("Parts", []):
-                etags[int(part["PartNumber"])] = str(part["ETag"])
+                entry = {"ETag": str(part["ETag"])}
+                if part.get("ChecksumCRC32C"):
+                    entry["ChecksumCRC32C"] = str(part["ChecksumCRC32C"])
+                etags[int(part["PartNumber"])] = entry
             if not page.get("IsTruncated"):
                 return etags
             marker = int(page["NextPartNumberMarker"])
@@ -293,13 +348,14 @@ class S3Store(CloudStore):
     ) -> ObjectInfo:
         etags = self._etags(key, upload_id)
         wanted = require_parts(f"complete {self.uri}{key}", part_numbers, etags)
-        parts = [{"PartNumber": n, "ETag": etags[n]} for n in wanted]
+        parts = [{"PartNumber": n, **etags[n]} for n in wanted]
         self._on_key(
             "complete_multipart",
             key,
             self._client.complete_multipart_upload,
             UploadId=upload_id,
             MultipartUpload={"Parts": parts},
+            **self._crc_kind(ChecksumType="FULL_OBJECT"),
         )
         return self.head(key)
 
@@ -316,3 +372,18 @@ class S3Store(CloudStore):
 
     def delete(self, key: str) -> None:
         self._on_key("delete", key, self._client.delete_object)
+
+
+def crc32c_b64(data: bytes) -> str:
+    """CRC32C as S3 (and GCS) write it: the 4 big-endian bytes, base64."""
+    return base64.b64encode(crc32c(data).to_bytes(4, "big")).decode("ascii")
+
+
+def full_object_crc32c(resp: Mapping[str, Any]) -> str | None:
+    """The object's CRC32C from a HEAD with ``ChecksumMode=ENABLED``, if it covers the whole
+    object: a composite checksum (CRC of the part CRCs, ``"...-N"``) is not comparable."""
+    crc = resp.get("ChecksumCRC32C")
+    kind = resp.get("ChecksumType")
+    if not crc or kind == "COMPOSITE" or (kind is None and "-" in str(crc)):
+        return None
+    return str(crc)

@@ -45,6 +45,7 @@ from skyplane_ops.provision.cloudhosts import (  # re-exported: the old import p
     Bootstrap,
     InstanceHost,
     cached_wheelhouse,
+    provision_regions,
     save_cloud_fleet,
 )
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
@@ -332,12 +333,7 @@ class AWSProvisioner(EC2Teardown):
         states = [_RegionState(region=r) for r in sorted(by_aws)]
         secret_ref = create_secret(transfer_id)
         try:
-            _run_all(
-                lambda s: self._provision_region(
-                    s, wanted[by_aws[s.region]], transfer_id, all_tags
-                ),
-                states,
-            )
+            provision_regions(self._provision_region, states, wanted, by_aws, transfer_id, all_tags)
             self._admit_peers(states)
             hosts = [
                 InstanceHost(

@@ -35,7 +35,7 @@ from skyplane_ops.provision.azure_arm import (
     VM_CONTRIBUTOR,
     StaticToken,
 )
-from skyplane_ops.provision.cloudhosts import InstanceHost, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import provision_regions, save_cloud_fleet
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm import (
     NAME_PREFIX,
@@ -52,7 +52,6 @@ from skyplane_ops.provision.cloudvm import (
 from skyplane_ops.provision.cloudvm_boot import CloudBoot
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
-from skyplane_ops.provision.ssh import gateway_id
 
 log = logging.getLogger(__name__)
 
@@ -257,24 +256,10 @@ class AzureProvisioner(CloudBoot):
         states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
         secret_ref = create_secret(transfer_id)
         try:
-            _run_all(
-                lambda s: self._provision_region(
-                    s, wanted[by_name[s.region]], transfer_id, all_tags
-                ),
-                states,
+            provision_regions(
+                self._provision_region, states, wanted, by_name, transfer_id, all_tags
             )
-            hosts = [
-                InstanceHost(
-                    gateway_id=gateway_id(by_name[s.region], i),
-                    region=by_name[s.region],
-                    instance_id=name,
-                    ssh=self.ssh_host(
-                        by_name[s.region], s.public_ips[name], s.key_path, s.host_keys[name]
-                    ),
-                )
-                for s in states
-                for i, name in enumerate(s.vms)
-            ]
+            hosts = self.launched_hosts(states, by_name, lambda s: s.vms)
             self._set_peers([s.group for s in states if s.group], [h.ssh.address for h in hosts])
             gateways = self._bootstrap(hosts, transfer_id, secret_ref)
         except BaseException as exc:

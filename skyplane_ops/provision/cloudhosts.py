@@ -53,6 +53,22 @@ def run_all(
     return results
 
 
+def provision_regions(
+    provision_region: Callable[[Any, int, str, dict[str, str]], None],
+    states: Sequence[Any],
+    wanted: Mapping[str, int],
+    by_name: Mapping[str, str],
+    transfer_id: str,
+    tags: dict[str, str],
+) -> None:
+    """Provision every region at once: ``provision_region(state, count, transfer_id, tags)``
+    per region state, ``by_name`` mapping the cloud's region name back to the plan's."""
+    run_all(
+        lambda s: provision_region(s, wanted[by_name[s.region]], transfer_id, tags),
+        states,
+    )
+
+
 def cached_wheelhouse(lock: threading.Lock, python_version: str) -> str:
     """Wheels for the image's python, downloaded once (only if a host lacks the deps)."""
     with lock:

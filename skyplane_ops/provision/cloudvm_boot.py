@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -17,6 +17,7 @@ from skyplane_ops.provision.ssh import (
     BootstrapOptions,
     SSHHost,
     bootstrap_gateways,
+    gateway_id,
     teardown_gateways,
 )
 
@@ -89,6 +90,27 @@ class CloudBoot:
             control_port=self.control_port,
             data_port=self.data_port,
         )
+
+    def launched_hosts(
+        self,
+        states: Sequence[Any],
+        by_name: Mapping[str, str],
+        names: Callable[[Any], Iterable[str]],
+    ) -> list[InstanceHost]:
+        """One host per launched VM (``names(state)`` in launch order), keyed from its own
+        custom data; ``by_name`` maps the cloud's region name back to the plan's."""
+        return [
+            InstanceHost(
+                gateway_id=gateway_id(by_name[s.region], i),
+                region=by_name[s.region],
+                instance_id=name,
+                ssh=self.ssh_host(
+                    by_name[s.region], s.public_ips[name], s.key_path, s.host_keys[name]
+                ),
+            )
+            for s in states
+            for i, name in enumerate(names(s))
+        ]
 
     def _default_wheelhouse(self) -> str:
         return cached_wheelhouse(self._wheel_lock, self.remote_python_version)

@@ -24,7 +24,7 @@ from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.cloudhosts import InstanceHost, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import InstanceHost, provision_regions, save_cloud_fleet
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm import (
     GCP_LABEL_CREATED,
@@ -44,7 +44,6 @@ from skyplane_ops.provision.cloudvm_boot import CloudBoot
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.gcp_api import ComputeAPI, NoCapacity
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
-from skyplane_ops.provision.ssh import gateway_id
 
 log = logging.getLogger(__name__)
 
@@ -276,11 +275,8 @@ class GCPProvisioner(CloudBoot):
         secret_ref = create_secret(transfer_id)
         try:
             self._create_network(transfer_id, all_tags, created)
-            _run_all(
-                lambda s: self._provision_region(
-                    s, wanted[by_name[s.region]], transfer_id, all_tags
-                ),
-                states,
+            provision_regions(
+                self._provision_region, states, wanted, by_name, transfer_id, all_tags
             )
             hosts = self._hosts(states, by_name)
             self.set_peer_ranges(transfer_id, [h.ssh.address for h in hosts])
@@ -306,18 +302,7 @@ class GCPProvisioner(CloudBoot):
         )
 
     def _hosts(self, states: Sequence[_Region], by_name: Mapping[str, str]) -> list[InstanceHost]:
-        return [
-            InstanceHost(
-                gateway_id=gateway_id(by_name[s.region], i),
-                region=by_name[s.region],
-                instance_id=name,
-                ssh=self.ssh_host(
-                    by_name[s.region], s.public_ips[name], s.key_path, s.host_keys[name]
-                ),
-            )
-            for s in states
-            for i, name in enumerate(s.instances)
-        ]
+        return self.launched_hosts(states, by_name, lambda s: s.instances)
 
     def set_peer_ranges(self, transfer_id: str, addresses: Sequence[str]) -> None:
         """Open the gateway ports to exactly the control plane and these gateway addresses."""

@@ -9,6 +9,7 @@ partitioned replica and its partitioned "replica matches source" check, material
 ``dagster asset materialize``. Gateways are local processes (no cloud account here).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -120,6 +121,9 @@ def standalone(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
                 proc.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 continue
+        # The scheduler's executor workers can outlive the main process: end the whole group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         log.close()
 
 

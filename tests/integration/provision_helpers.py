@@ -5,7 +5,10 @@ end-to-end and firewall tests make."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -88,3 +91,30 @@ def assert_firewall(net: CloudNet, fleet: GatewayFleet, netns: Mapping[str, str]
     assert not net.can_connect(netns[a.host], b.host, 22), "SSH only from the control plane"
     client = GatewayClient(a.host, a.control_port, secret_bytes(fleet.secret_ref))
     assert client.health()
+
+
+def kill_mid_provision(script: str, args: Sequence[str], ready: bytes) -> None:
+    """Run a control plane (``python -c script args``) until it prints ``ready``, then
+    SIGKILL it: whatever it created is left for the sweeper."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert child.stdout and child.stdout.readline().strip() == ready
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+
+def assert_regions_in_parallel(prov: Any, regions: Mapping[str, int], transfer_id: str) -> None:
+    """Every region's provisioning is running at the same moment (a barrier all must reach)."""
+    barrier = threading.Barrier(len(regions), timeout=60)
+    base = type(prov)
+
+    class Gate(base):  # type: ignore[misc, valid-type]
+        def _provision_region(self, *args: Any) -> None:
+            barrier.wait()  # raises BrokenBarrierError unless all regions get here together
+            super()._provision_region(*args)
+
+    prov.__class__ = Gate
+    prov.deprovision(prov.provision(regions, transfer_id=transfer_id))

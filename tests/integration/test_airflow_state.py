@@ -208,7 +208,8 @@ def test_a_retry_on_another_worker_resumes_from_the_stored_journal(
     finally:
         from skyplane_ops import api
 
-        api.deprovision(backend="local", transfer_id=tid)
+        # By the fleet record (pids): a sweep by tag would look in this process's home, not A's.
+        api.deprovision(api.GatewayFleet.from_dict(made["fleet"]))
     summary = again.get("summary") or {}
     assert summary.get("verification", {}).get("status") == "passed", again
     assert summary["chunks_resumed"] > 0, summary

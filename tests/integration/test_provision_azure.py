@@ -12,10 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,9 @@ from tests.integration.provision_helpers import (
     Recording,
     assert_firewall,
     assert_healthy,
+    assert_regions_in_parallel,
     boot_with_a_foreign_host_key,
+    kill_mid_provision,
     loopback_boot_options,
 )
 
@@ -168,14 +167,7 @@ def test_sweeper_after_sigkill_of_the_control_plane(
     arm: FakeARM, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _prov(arm).provision({"azure:westus2": 1}, transfer_id="az-keep")
-    child = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_CHILD, arm.subscription, arm.url, arm.ca_bundle],
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-    assert child.stdout and child.stdout.readline().strip() == b"vms-up"
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    kill_mid_provision(_KILLED_CHILD, [arm.subscription, arm.url, arm.ca_bundle], b"vms-up")
     assert any("az-killed" in r for r in arm.leftovers())
     opts = {
         "subscription_id": arm.subscription,
@@ -255,14 +247,4 @@ def test_nsg_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger() -> 
 
 def test_regions_are_provisioned_in_parallel(arm: FakeARM) -> None:
     """Every region's provisioning is running at the same moment (a barrier all must reach)."""
-    barrier = threading.Barrier(len(REGIONS), timeout=60)
-
-    class Gate(AzureProvisioner):
-        def _provision_region(self, *args: Any) -> None:
-            barrier.wait()  # raises BrokenBarrierError unless all regions get here together
-            super()._provision_region(*args)
-
-    prov = _prov(arm)
-    prov.__class__ = Gate
-    fleet = prov.provision(REGIONS, transfer_id="azure-par")
-    prov.deprovision(fleet)
+    assert_regions_in_parallel(_prov(arm), REGIONS, "azure-par")

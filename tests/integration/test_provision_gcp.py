@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,9 @@ from tests.integration.provision_helpers import (
     Recording,
     assert_firewall,
     assert_healthy,
+    assert_regions_in_parallel,
     boot_with_a_foreign_host_key,
+    kill_mid_provision,
     loopback_boot_options,
 )
 
@@ -165,14 +164,7 @@ def test_sweeper_after_sigkill_of_the_control_plane(
 ) -> None:
     """The control plane dies (SIGKILL) mid-provision; ``deprovision --all`` finds the rest."""
     keep = _prov(gce).provision({"gcp:us-central1": 1}, transfer_id="gcp-keep")
-    child = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_CHILD, gce.project, gce.url],
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-    assert child.stdout and child.stdout.readline().strip() == b"instances-up"
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    kill_mid_provision(_KILLED_CHILD, [gce.project, gce.url], b"instances-up")
     assert any("gcp-killed" in n for n in gce.leftovers()["instances"])
 
     options = tmp_path / "opts.json"
@@ -270,14 +262,4 @@ def test_firewall_admits_the_control_plane_and_the_fleet_and_refuses_a_stranger(
 
 def test_regions_are_provisioned_in_parallel(gce: FakeGCE) -> None:
     """Every region's provisioning is running at the same moment (a barrier all must reach)."""
-    barrier = threading.Barrier(len(REGIONS), timeout=60)
-
-    class Gate(GCPProvisioner):
-        def _provision_region(self, *args: Any) -> None:
-            barrier.wait()  # raises BrokenBarrierError unless all regions get here together
-            super()._provision_region(*args)
-
-    prov = _prov(gce)
-    prov.__class__ = Gate
-    fleet = prov.provision(REGIONS, transfer_id="gcp-par")
-    prov.deprovision(fleet)
+    assert_regions_in_parallel(_prov(gce), REGIONS, "gcp-par")

@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
@@ -122,6 +123,26 @@ def _default_dst_outlets(dst: Any, dst_asset: Asset | bool | None, outlets: Any)
     return outlets
 
 
+def _transfer_task_defaults(
+    dst: Any,
+    dst_asset: Asset | bool | None,
+    deferrable: bool | None,
+    timeout: timedelta | float | None,
+    kwargs: dict[str, Any],
+) -> tuple[bool, timedelta | None]:
+    """The transfer and copy operators' shared defaults: deferrable from Airflow's config, an
+    ``Asset(dst)`` outlet, and ``timeout`` as ``execution_timeout`` when not deferring (set in
+    ``kwargs`` for ``BaseOperator``); returns the resolved ``(deferrable, timeout)``."""
+    if deferrable is None:
+        deferrable = default_deferrable()
+    kwargs["outlets"] = _default_dst_outlets(dst, dst_asset, kwargs.get("outlets"))
+    if isinstance(timeout, int | float):
+        timeout = timedelta(seconds=timeout)
+    if timeout is not None and not deferrable and kwargs.get("execution_timeout") is None:
+        kwargs["execution_timeout"] = timeout
+    return deferrable, timeout
+
+
 class _PlanningOperator(_SkyplaneBaseOperator):
     """Sizing the source and planning, shared by the plan and the one-task copy operators."""
 
@@ -204,6 +225,7 @@ class _TransferringOperator(_SkyplaneBaseOperator):
     include: Sequence[str] | str | None
     exclude: Sequence[str] | str | None
     sync: bool
+    plan_conn_id: str | None
 
     def _job(
         self,
@@ -227,6 +249,25 @@ class _TransferringOperator(_SkyplaneBaseOperator):
             dst_options=dst_options,
             env=env,
             engine_options=engine_options,
+        )
+
+    def _finish_event(
+        self,
+        context: Any,
+        event: Mapping[str, Any],
+        result: Any,
+        plan_uri: str | None,
+        journal: str | None,
+    ) -> dict[str, Any]:
+        """``_finish`` after a deferral: the plan is read back from its URI."""
+        plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id) if plan_uri else None
+        return self._finish(
+            context,
+            result,
+            transfer_id=str(event.get("transfer_id")),
+            plan=plan,
+            plan_uri=plan_uri,
+            journal=journal,
         )
 
     def _finish(

@@ -11,15 +11,14 @@ from typing import Any
 from airflow.sdk import Asset
 
 from skyplane_ops.airflow.deferral import TransferDeferral
-from skyplane_ops.airflow.hooks import SkyplaneHook, StoreAccess, merge_env
+from skyplane_ops.airflow.hooks import StoreAccess, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
 from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
 from skyplane_ops.airflow.operators.base import (
-    _default_dst_outlets,
     _load_fleet,
     _load_plan,
+    _transfer_task_defaults,
     _TransferringOperator,
-    default_deferrable,
     run_here,
 )
 from skyplane_ops.api import GatewayFleet, TransferPlan
@@ -82,13 +81,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         dst_asset: Asset | bool | None = True,
         **kwargs: Any,
     ) -> None:
-        if deferrable is None:
-            deferrable = default_deferrable()
-        kwargs["outlets"] = _default_dst_outlets(dst, dst_asset, kwargs.get("outlets"))
-        if isinstance(timeout, int | float):
-            timeout = timedelta(seconds=timeout)
-        if timeout is not None and not deferrable and kwargs.get("execution_timeout") is None:
-            kwargs["execution_timeout"] = timeout
+        deferrable, timeout = _transfer_task_defaults(dst, dst_asset, deferrable, timeout, kwargs)
         super().__init__(**kwargs)
         self.src = src
         self.dst = dst
@@ -157,16 +150,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         journal: str | None = None,
         fleet: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        result = self.event_result(event)
-        plan = SkyplaneHook.read_plan(plan_uri, conn_id=self.plan_conn_id) if plan_uri else None
-        return self._finish(
-            context,
-            result,
-            transfer_id=str(event.get("transfer_id")),
-            plan=plan,
-            plan_uri=plan_uri,
-            journal=journal,
-        )
+        return self._finish_event(context, event, self.event_result(event), plan_uri, journal)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Source in, replica out, named by the OpenLineage naming spec."""
