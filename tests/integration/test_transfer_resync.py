@@ -28,9 +28,9 @@ from tests.integration.transfer_helpers import (
 REGIONS = ["--src-region", "azure:canadacentral", "--dst-region", "gcp:asia-northeast1"]
 
 
-def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(home: Path, *args: str, python: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SKYPLANE_OPS_HOME": str(home)}
-    cmd = [sys.executable, "-m", "skyplane_ops.cli", *args]
+    cmd = [sys.executable, *python, "-m", "skyplane_ops.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
 
 
@@ -52,8 +52,20 @@ def test_unchanged_resync_starts_no_plan_and_no_gateway(
 ) -> None:
     src, dst, home, first = copied
     before = read_tree(dst)
-    proc = _cli(home, *verb, f"file://{src}", f"file://{dst}", *REGIONS, "--json")
+    proc = _cli(
+        home,
+        *verb,
+        f"file://{src}",
+        f"file://{dst}",
+        *REGIONS,
+        "--json",
+        python=("-X", "importtime"),
+    )
     assert proc.returncode == 0, proc.stderr
+    # Nothing to plan: the planner's heavy libraries are never imported.
+    imported = {ln.split("|")[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
+    heavy = {m for m in imported if m.split(".")[0] in {"ortools", "numpy", "pandas", "pyarrow"}}
+    assert not heavy, sorted(heavy)[:5]
     result = json.loads(proc.stdout)
     assert set(result) == set(first)  # the same JSON keys as a run that moved data
     assert result["objects"] == 0 and result["objects_skipped"] == 25
