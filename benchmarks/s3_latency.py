@@ -1,16 +1,21 @@
-"""Small objects against an S3 store with request latency: the gateways next to rclone.
+"""Small objects to and from an S3 store with request latency: the gateways next to rclone.
 
-moto's S3 server runs on loopback behind ``latency_proxy.LatencyProxy`` (``--delay``, 20 ms per
-request by default). ``--count`` objects of 1 KiB (10,000; ``--quick``: 2,000) are put into a
-source bucket directly, then copied bucket to bucket through the proxy by ``run_transfer`` (one
-local gateway per region, direct plan) and by ``rclone copy --transfers 16 --checkers 16
---s3-no-head``. Both sides read every object from the source and write it to the destination
-through the proxy. ``verify="size"`` for ours: rclone checks the upload's MD5 ETag and reads
-nothing back; ``--verify-full`` makes ours read every object back as well (moto reports no
-CRC32C, so the default ``full`` would re-read everything through the proxy).
+``s3_server.py`` (a minimal S3-compatible benchmark server, a few thousand requests/s on one core:
+moto's 50-100/s would bound both tools) runs on loopback behind ``latency_proxy.py`` (``--delay``,
+20 ms per request by default). ``--count`` files of 1 KiB (10,000; ``--quick``: 2,000) are
+copied local -> s3:// through the proxy by ``run_transfer`` (``--gateways`` local gateways per
+region, direct plan) and by ``rclone copy --transfers 16 --checkers 16 --s3-no-head``, in the
+same run; ``--download`` also copies them back s3:// -> local with both tools.
 
-Usage: ``python benchmarks/s3_latency.py [--quick] [--delay 0.02] [--count N] [--verify-full]``.
-Writes ``benchmarks/results/s3_latency.json``.
+Both sides check every upload in the store: rclone sends Content-MD5, ours CRC32C, and the server
+refuses a body that does not match; neither reads anything back. Ours verifies the listing
+(``verify="full"``: sizes, and the CRC32C that each PUT's answer vouched for; ``--verify-size``:
+sizes only). Before the copies, a calibration with rclone at ``--transfers 64`` straight to the
+server (no proxy) shows what the server and this machine can do at all; the server's own CPU
+time per request is printed too.
+
+Usage: ``python benchmarks/s3_latency.py [--quick] [--count N] [--delay 0.02] [--gateways 2]
+[--download] [--verify-size]``. Writes ``benchmarks/results/s3_latency.json``.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,29 +37,72 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from latency_proxy import LatencyProxy  # noqa: E402
+from s3_server import run_s3_server  # noqa: E402
 
 from skyplane_ops.planner.plan import TransferPlan  # noqa: E402
 from skyplane_ops.provision.local import LocalProvisioner  # noqa: E402
 from skyplane_ops.transfer import run_transfer  # noqa: E402
-from tests.fixtures.emulators import MOTO_ENV, run_moto  # noqa: E402
 from tests.integration.transfer_helpers import direct_plan  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 SRC, DST = "aws:us-east-1", "aws:us-west-2"
+KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
 
 
-def plan() -> TransferPlan:
-    return direct_plan(SRC, DST, volume_gb=0.01)
+def plan(gateways: int) -> TransferPlan:
+    p = direct_plan(SRC, DST, volume_gb=0.01)
+    p.vms = {SRC: gateways, DST: gateways}
+    return p
 
 
-def fill(client: Any, bucket: str, count: int) -> None:
+def make_tree(root: Path, count: int) -> None:
     body = os.urandom(1024)
+    for i in range(count):
+        d = root / f"p{i // 1000:03d}"
+        if i % 1000 == 0:
+            d.mkdir(parents=True)
+        (d / f"o{i:06d}").write_bytes(body)
 
-    def put(i: int) -> None:
-        client.put_object(Bucket=bucket, Key=f"p{i // 1000:03d}/o{i:06d}", Body=body)
 
-    with ThreadPoolExecutor(32) as pool:
-        list(pool.map(put, range(count)))
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rclone(endpoint: str, src: str, dst: str, transfers: int = 16) -> float:
+    env = {**os.environ, "RCLONE_CONFIG_X_TYPE": "s3", "RCLONE_CONFIG_X_PROVIDER": "Other"}
+    env |= {"RCLONE_CONFIG_X_ENDPOINT": endpoint, "RCLONE_CONFIG_X_ACCESS_KEY_ID": "bench"}
+    env |= {"RCLONE_CONFIG_X_SECRET_ACCESS_KEY": "bench"}
+    cmd = ["rclone", "copy", src, dst, "--config", "/dev/null", "--s3-no-head"]
+    cmd += ["--transfers", str(transfers), "--checkers", "16", "--retries", "1"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    return time.perf_counter() - t0
+
+
+def ours(
+    gateways: int, src: str, dst: str, options: dict[str, Any], verify: str
+) -> tuple[float, dict[str, float]]:
+    prov = LocalProvisioner(idle_timeout=300)
+    fleet = prov.provision(plan(gateways).vms, transfer_id=f"s3lat-{uuid.uuid4().hex[:8]}")
+    try:
+        t0 = time.perf_counter()
+        side = "src_options" if src.startswith("s3://") else "dst_options"
+        result = run_transfer(
+            plan(gateways),
+            fleet,
+            src,
+            dst,
+            journal_dir=Path(os.environ["SKYPLANE_OPS_HOME"]) / f"journal-{uuid.uuid4().hex}",
+            verify=verify,
+            **{side: options},  # type: ignore[arg-type]
+        )
+        seconds = time.perf_counter() - t0
+    finally:
+        prov.deprovision(fleet)
+    if result.verification.get("status") != "passed":
+        raise RuntimeError(f"ours: verification {result.verification}")
+    return seconds, result.steps
 
 
 def count_keys(client: Any, bucket: str) -> int:
@@ -62,72 +110,105 @@ def count_keys(client: Any, bucket: str) -> int:
     return sum(len(p.get("Contents", [])) for p in pages)
 
 
+def count_files(root: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(root))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--count", type=int, default=None)
     parser.add_argument("--delay", type=float, default=0.02, help="seconds added per request")
-    parser.add_argument("--verify-full", action="store_true")
+    parser.add_argument("--gateways", type=int, default=2, help="local gateways per region")
+    parser.add_argument("--download", action="store_true", help="also s3:// -> local")
+    parser.add_argument("--verify-size", action="store_true")
     args = parser.parse_args()
     count = args.count or (2000 if args.quick else 10_000)
-    os.environ.update(MOTO_ENV)  # the gateways inherit the credentials
+    verify = "size" if args.verify_size else "full"
+    os.environ.update(KEYS)  # the gateways inherit the credentials
     os.environ.pop("AWS_CA_BUNDLE", None)
-    os.environ.setdefault("SKYPLANE_OPS_HOME", tempfile.mkdtemp(prefix="skyplane-s3lat-"))
-    row: dict[str, Any] = {"objects": count, "delay_s": args.delay}
-    with run_moto() as moto:
-        import boto3
+    work = Path(tempfile.mkdtemp(prefix="skyplane-s3lat-"))
+    os.environ.setdefault("SKYPLANE_OPS_HOME", str(work / "home"))
+    row: dict[str, Any] = {"objects": count, "object_bytes": 1024, "delay_s": args.delay}
+    row |= {"gateways_per_region": args.gateways, "verify": verify, "rclone_transfers": 16}
+    try:
+        make_tree(work / "src", count)
+        with run_s3_server(work / "server") as server:
+            import boto3
 
-        endpoint0 = moto.options["endpoint_url"]
-        direct = boto3.client("s3", endpoint_url=endpoint0, region_name="us-east-1")
-        for b in ("src", "dst-ours", "dst-rclone"):
-            moto.make_bucket(b)
-        fill(direct, "src", count)
-        upstream = ("127.0.0.1", int(endpoint0.rsplit(":", 1)[1]))
-        with LatencyProxy(upstream, args.delay) as proxy:
-            endpoint = f"http://127.0.0.1:{proxy.port}"
-            opts = {"endpoint_url": endpoint, "region": "us-east-1"}
-            prov = LocalProvisioner(idle_timeout=300)
-            fleet = prov.provision(plan().vms, transfer_id=f"s3lat-{uuid.uuid4().hex[:8]}")
-            try:
-                t0 = time.perf_counter()
-                result = run_transfer(
-                    plan(),
-                    fleet,
-                    "s3://src/",
-                    "s3://dst-ours/",
-                    src_options=opts,
-                    dst_options=opts,
-                    journal_dir=Path(os.environ["SKYPLANE_OPS_HOME"]) / "journal",
-                    verify="full" if args.verify_full else "size",
-                )
-                row["ours"] = {"seconds": round(time.perf_counter() - t0, 2)}
-            finally:
-                prov.deprovision(fleet)
-            assert result.objects == count
-            rclone = ["rclone", "copy", ":s3:src", ":s3:dst-rclone", "--s3-provider", "Other"]
-            rclone += ["--s3-endpoint", endpoint, "--s3-access-key-id", "testing"]
-            rclone += ["--s3-secret-access-key", "testing", "--s3-no-head", "--config", "/dev/null"]
-            rclone += ["--transfers", "16", "--checkers", "16"]
-            t0 = time.perf_counter()
-            subprocess.run(rclone, check=True, capture_output=True)
-            row["rclone"] = {"seconds": round(time.perf_counter() - t0, 2)}
-        for side, bucket in (("ours", "dst-ours"), ("rclone", "dst-rclone")):
-            got = count_keys(direct, bucket)
-            if got != count:
-                raise RuntimeError(f"{side}: {got} of {count} objects at the destination")
-            row[side]["objects_per_s"] = round(count / row[side]["seconds"], 1)
-    row["ratio"] = round(row["ours"]["objects_per_s"] / row["rclone"]["objects_per_s"], 3)
-    row["verify"] = "full" if args.verify_full else "size"
-    print(f"{'objects':>8} {'delay':>6} {'ours s':>7} {'rclone s':>8} {'ours obj/s':>10} "
-          f"{'rc obj/s':>9} {'ratio':>6}")  # fmt: skip
-    print(
-        f"{count:>8,} {args.delay * 1000:4.0f}ms {row['ours']['seconds']:7.1f} "
-        f"{row['rclone']['seconds']:8.1f} {row['ours']['objects_per_s']:10.0f} "
-        f"{row['rclone']['objects_per_s']:9.0f} {row['ratio']:6.2f}"
-    )
+            direct = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
+            for b in ("calib", "up-ours", "up-rclone"):
+                direct.create_bucket(Bucket=b)
+            cpu0 = cpu_seconds(server.pid)
+            seconds = rclone(server.endpoint, str(work / "src"), "X:calib", transfers=64)
+            row["server_raw"] = {
+                "rclone_transfers": 64,
+                "seconds": round(seconds, 2),
+                "requests_per_s": round(count / seconds),
+                "server_cpu_ms_per_request": round(
+                    1000 * (cpu_seconds(server.pid) - cpu0) / count, 3
+                ),
+            }
+            with LatencyProxy(server.address, args.delay) as proxy:
+                endpoint = f"http://127.0.0.1:{proxy.port}"
+                opts = {"endpoint_url": endpoint, "region": "us-east-1"}
+                cases = [("upload", f"file://{work}/src/", "s3://up-ours/")]
+                if args.download:
+                    cases.append(("download", "s3://up-ours/", f"file://{work}/down-ours/"))
+                for name, src, dst in cases:
+                    case: dict[str, Any] = {}
+                    cpu0 = cpu_seconds(server.pid)
+                    seconds, case["ours_steps"] = ours(args.gateways, src, dst, opts, verify)
+                    case["ours_s"] = round(seconds, 2)
+                    if name == "upload":
+                        case["rclone_s"] = round(
+                            rclone(endpoint, str(work / "src"), "X:up-rclone"), 2
+                        )
+                    else:
+                        case["rclone_s"] = round(
+                            rclone(endpoint, "X:up-ours", str(work / "down-rclone")), 2
+                        )
+                    case["server_cpu_s"] = round(cpu_seconds(server.pid) - cpu0, 2)
+                    row[name] = case
+            got = {
+                "ours": count_keys(direct, "up-ours"),
+                "rclone": count_keys(direct, "up-rclone"),
+            }
+            if args.download:
+                got |= {"ours down": count_files(work / "down-ours")}
+                got |= {"rclone down": count_files(work / "down-rclone")}
+            for side, n in got.items():
+                if n != count:
+                    raise RuntimeError(f"{side}: {n} of {count} objects at the destination")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report(row)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "s3_latency.json").write_text(json.dumps(row, indent=2))
     return 0
+
+
+def report(row: dict[str, Any]) -> None:
+    count, raw = row["objects"], row["server_raw"]
+    print(
+        f"server alone (rclone --transfers 64, no proxy): {raw['requests_per_s']:,} PUT/s; "
+        f"server CPU {raw['server_cpu_ms_per_request']} ms/request"
+    )
+    print(f"{'case':<9} {'objects':>7} {'delay':>6} {'ours s':>7} {'rclone s':>8} "
+          f"{'ours obj/s':>10} {'rc obj/s':>9} {'ratio':>6}")  # fmt: skip
+    for name in ("upload", "download"):
+        case = row.get(name)
+        if case is None:
+            continue
+        case["ours_obj_per_s"] = round(count / case["ours_s"], 1)
+        case["rclone_obj_per_s"] = round(count / case["rclone_s"], 1)
+        case["ratio"] = round(case["ours_obj_per_s"] / case["rclone_obj_per_s"], 2)
+        print(
+            f"{name:<9} {count:>7,} {row['delay_s'] * 1000:4.0f}ms {case['ours_s']:7.1f} "
+            f"{case['rclone_s']:8.1f} {case['ours_obj_per_s']:10.0f} "
+            f"{case['rclone_obj_per_s']:9.0f} {case['ratio']:6.2f}"
+        )
+        print(f"  ours by step (s): {case['ours_steps']}")
 
 
 if __name__ == "__main__":

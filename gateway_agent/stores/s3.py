@@ -51,6 +51,8 @@ from gateway_agent.stores.errors import (
 from gateway_agent.stores.uri import StoreURI
 
 MIB = 1024 * 1024
+# Bodies below this go without ``Expect: 100-continue`` (see ``_no_continue_when_small``).
+EXPECT_CONTINUE_MIN = MIB
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 _OPTIONS = frozenset(
     {
@@ -132,6 +134,8 @@ class S3Store(CloudStore):
         )
         session = boto3.session.Session()
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
+        for op in ("PutObject", "UploadPart"):
+            self._client.meta.events.register(f"before-sign.s3.{op}", _no_continue_when_small)
 
     def _crc_args(self, data: bytes) -> dict[str, str]:
         """What PutObject/UploadPart send so S3 checks the body and keeps its CRC32C."""
@@ -372,6 +376,19 @@ class S3Store(CloudStore):
 
     def delete(self, key: str) -> None:
         self._on_key("delete", key, self._client.delete_object)
+
+
+def _no_continue_when_small(request: Any, **_: Any) -> None:
+    """botocore sends every PutObject/UploadPart with ``Expect: 100-continue``: headers, wait
+    for the server's go-ahead, then the body. That is one more round trip per request (a small
+    object costs two RTTs instead of one); worth it only for bodies large enough that sending
+    one in vain would cost more than the wait."""
+    body = request.body
+    size = len(body) if isinstance(body, bytes | bytearray) else getattr(body, "len", None)
+    if size is None and hasattr(body, "getbuffer"):
+        size = body.getbuffer().nbytes
+    if size is not None and size < EXPECT_CONTINUE_MIN and "Expect" in request.headers:
+        del request.headers["Expect"]
 
 
 def crc32c_b64(data: bytes) -> str:
