@@ -14,7 +14,7 @@ sizes only). Before the copies, a calibration with rclone at ``--transfers 64`` 
 server (no proxy) shows what the server and this machine can do at all; the server's own CPU
 time per request is printed too.
 
-Usage: ``python benchmarks/s3_latency.py [--quick] [--count N] [--delay 0.02] [--gateways 2]
+Usage: ``python benchmarks/s3_latency.py [--quick] [--count N] [--delay 0.02] [--gateways 1]
 [--download] [--verify-size]``. Writes ``benchmarks/results/s3_latency.json``.
 """
 
@@ -119,7 +119,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--count", type=int, default=None)
     parser.add_argument("--delay", type=float, default=0.02, help="seconds added per request")
-    parser.add_argument("--gateways", type=int, default=2, help="local gateways per region")
+    parser.add_argument("--gateways", type=int, default=1, help="local gateways per region")
     parser.add_argument("--download", action="store_true", help="also s3:// -> local")
     parser.add_argument("--verify-size", action="store_true")
     args = parser.parse_args()

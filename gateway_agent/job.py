@@ -9,6 +9,7 @@ monotonic counters plus an event log read incrementally with a cursor.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -86,6 +87,11 @@ class ObjectFailed(Exception):
     def __init__(self, kind: str, key: str, side: str, why: str) -> None:
         super().__init__(why)
         self.kind, self.key, self.side, self.why = kind, key, side, why
+
+
+def crc32c_b64(crc: int) -> str:
+    """A CRC32C as S3 and GCS report it: 4 big-endian bytes, base64."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
 
 
 def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
@@ -619,19 +625,26 @@ class Job:
             pieces.append((seg, view[pos : pos + n]))
             pos += n
 
-        def write_one(item: tuple[dict[str, Any], memoryview]) -> None:
-            seg, piece = item
+        crcs: list[int] = chunk.meta.get("crcs", [])
+
+        def write_one(i: int) -> bool:
+            """Write piece ``i``; True when the store's answer vouches for the source's CRC32C
+            (S3 echoes the checksum it checked the body against and stored)."""
+            seg, piece = pieces[i]
             data = cast(bytes, piece) if zero_copy else bytes(piece)
             try:
                 if seg.get("upload_id"):
                     store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-                else:
-                    store.write(seg["key"], data)
+                    return False
+                info = store.write(seg["key"], data)
             except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
                 raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
+            stored = info.checksums.get("crc32c") if store.capabilities.native_checksums else None
+            return i < len(crcs) and stored is not None and stored == crc32c_b64(crcs[i])
 
-        self._each(write_one, pieces)
+        acked = self._each(write_one, range(len(pieces)))
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))
-        self._event(t="done", chunk=chunk.meta["chunk"], crcs=chunk.meta.get("crcs", []))
+        vouched = [i for i, ok in enumerate(acked) if ok]
+        self._event(t="done", chunk=chunk.meta["chunk"], crcs=crcs, vouched=vouched)

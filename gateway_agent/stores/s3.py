@@ -287,7 +287,9 @@ class S3Store(CloudStore):
     def write(self, key: str, data: bytes) -> ObjectInfo:
         crc = self._crc_args(data)
         resp = self._on_key("write", key, self._client.put_object, Body=data, **crc)
-        return self._info(key, len(data), resp.get("ETag"), None, crc.get("ChecksumCRC32C"))
+        # The CRC32C S3 answers with is the one it checked the body against and stored.
+        stored = full_object_crc32c(resp) if crc else None
+        return self._info(key, len(data), resp.get("ETag"), None, stored)
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""

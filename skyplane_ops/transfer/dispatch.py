@@ -101,6 +101,9 @@ class DispatchStats:
     changed_keys: set[str] = field(default_factory=set)
     # key -> why, for objects a gateway could not copy ("source: ..." / "destination: ...")
     failed_keys: dict[str, str] = field(default_factory=dict)
+    # Keys written whole whose store answered the write with the source's CRC32C (S3 checks
+    # the body against it and keeps it): verification needs no HEAD for them.
+    vouched_keys: set[str] = field(default_factory=set)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per route index: bytes delivered, and seconds from the start until its last chunk landed.
     path_bytes: dict[int, int] = field(default_factory=dict)
@@ -441,6 +444,9 @@ class Dispatcher:
                     if kind == "done":
                         del pending[chunk.chunk_id]
                         finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
+                        for i in ev.get("vouched", []):
+                            if 0 <= int(i) < len(chunk.segments):
+                                stats.vouched_keys.add(chunk.segments[int(i)].key)
                         for seg in chunk.segments:
                             segments_left[seg.key] -= 1
                             objects_done += segments_left[seg.key] == 0

@@ -438,7 +438,7 @@ class _Run:
             dst, self.dst_uri, manifest, uploads, to_complete, expected, journal, fps, verify
         )
         self.step("commit")
-        verification = verify_objects(dst, expected, verify)
+        verification = verify_objects(dst, expected, verify, vouched=stats.vouched_keys)
         self.step("verify")
         for key, why in sorted(unconfirmed.items()):
             bad = [f for f in verification.failures if f.startswith(f"{key}: ")]

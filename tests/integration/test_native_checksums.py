@@ -142,10 +142,14 @@ def test_s3_verify_full_reads_nothing_back_and_catches_corruption(
             verify="full",
         )
     assert result.verified, result.verification
-    assert result.verification["method"] == "native crc32c", result.verification
+    # Whole objects: each PutObject's answer carried the CRC32C S3 checked the body against,
+    # so no HEAD; the multipart object: its full-object CRC32C, from a HEAD.
+    want = "native crc32c+crc32c checked by the store on write"
+    assert result.verification["method"] == want, result.verification
     assert s3_proxy.object_gets(bucket) == [], "verify read object bytes back"
     heads = [p for m, p in s3_proxy.requests if m == "HEAD" and p.startswith(f"/{bucket}/")]
-    assert len(heads) >= len(data)  # the store's checksum was asked for, once per object
+    assert f"/{bucket}/big.bin" in heads
+    assert not [p for p in heads if p.startswith(f"/{bucket}/small/")], "HEAD after a PUT"
 
     # The multipart object carries a full-object CRC32C equal to the source's.
     dst = open_store(dst_uri, dst_options)
