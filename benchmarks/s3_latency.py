@@ -14,8 +14,8 @@ sizes only). Before the copies, a calibration with rclone at ``--transfers 64`` 
 server (no proxy) shows what the server and this machine can do at all; the server's own CPU
 time per request is printed too.
 
-Usage: ``python benchmarks/s3_latency.py [--quick] [--count N] [--delay 0.02] [--gateways 1]
-[--download] [--verify-size]``. Writes ``benchmarks/results/s3_latency.json``.
+Usage: ``python benchmarks/s3_latency.py [--quick] [--count N] [--delay 0.02 [0.05 ...]]
+[--gateways 1] [--download] [--verify-size]``. Writes ``benchmarks/results/s3_latency.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,12 @@ def make_tree(root: Path, count: int) -> None:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """CPU seconds of reaped child processes (the gateways, once deprovisioned)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def rclone(endpoint: str, src: str, dst: str, transfers: int = 16) -> float:
@@ -118,7 +125,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--count", type=int, default=None)
-    parser.add_argument("--delay", type=float, default=0.02, help="seconds added per request")
+    parser.add_argument(
+        "--delay", type=float, nargs="+", default=[0.02], help="seconds added per request"
+    )
     parser.add_argument("--gateways", type=int, default=1, help="local gateways per region")
     parser.add_argument("--download", action="store_true", help="also s3:// -> local")
     parser.add_argument("--verify-size", action="store_true")
@@ -129,16 +138,15 @@ def main() -> int:
     os.environ.pop("AWS_CA_BUNDLE", None)
     work = Path(tempfile.mkdtemp(prefix="skyplane-s3lat-"))
     os.environ.setdefault("SKYPLANE_OPS_HOME", str(work / "home"))
-    row: dict[str, Any] = {"objects": count, "object_bytes": 1024, "delay_s": args.delay}
-    row |= {"gateways_per_region": args.gateways, "verify": verify, "rclone_transfers": 16}
+    row: dict[str, Any] = {"objects": count, "object_bytes": 1024, "verify": verify}
+    row |= {"gateways_per_region": args.gateways, "rclone_transfers": 16, "cases": []}
     try:
         make_tree(work / "src", count)
         with run_s3_server(work / "server") as server:
             import boto3
 
             direct = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
-            for b in ("calib", "up-ours", "up-rclone"):
-                direct.create_bucket(Bucket=b)
+            direct.create_bucket(Bucket="calib")
             cpu0 = cpu_seconds(server.pid)
             seconds = rclone(server.endpoint, str(work / "src"), "X:calib", transfers=64)
             row["server_raw"] = {
@@ -149,37 +157,38 @@ def main() -> int:
                     1000 * (cpu_seconds(server.pid) - cpu0) / count, 3
                 ),
             }
-            with LatencyProxy(server.address, args.delay) as proxy:
-                endpoint = f"http://127.0.0.1:{proxy.port}"
-                opts = {"endpoint_url": endpoint, "region": "us-east-1"}
-                cases = [("upload", f"file://{work}/src/", "s3://up-ours/")]
+            got: dict[str, int] = {}
+            for n, delay in enumerate(args.delay):
+                for b in (f"up-ours-{n}", f"up-rclone-{n}"):
+                    direct.create_bucket(Bucket=b)
+                with LatencyProxy(server.address, delay) as proxy:
+                    endpoint = f"http://127.0.0.1:{proxy.port}"
+                    opts = {"endpoint_url": endpoint, "region": "us-east-1"}
+                    up, down = f"s3://up-ours-{n}/", f"file://{work}/down-ours-{n}/"
+                    cases = [("upload", f"file://{work}/src/", up)]
+                    if args.download:
+                        cases.append(("download", up, down))
+                    for name, src, dst in cases:
+                        case: dict[str, Any] = {"case": name, "delay_s": delay}
+                        cpu0, gw0 = cpu_seconds(server.pid), children_cpu()
+                        seconds, case["ours_steps"] = ours(args.gateways, src, dst, opts, verify)
+                        case["ours_s"] = round(seconds, 2)
+                        case["ours_cpu_s"] = round(children_cpu() - gw0, 2)
+                        if name == "upload":
+                            rc = rclone(endpoint, str(work / "src"), f"X:up-rclone-{n}")
+                        else:
+                            rc = rclone(endpoint, f"X:up-ours-{n}", str(work / f"down-rclone-{n}"))
+                        case["rclone_s"] = round(rc, 2)
+                        case["server_cpu_s"] = round(cpu_seconds(server.pid) - cpu0, 2)
+                        row["cases"].append(case)
+                got[f"ours {n}"] = count_keys(direct, f"up-ours-{n}")
+                got[f"rclone {n}"] = count_keys(direct, f"up-rclone-{n}")
                 if args.download:
-                    cases.append(("download", "s3://up-ours/", f"file://{work}/down-ours/"))
-                for name, src, dst in cases:
-                    case: dict[str, Any] = {}
-                    cpu0 = cpu_seconds(server.pid)
-                    seconds, case["ours_steps"] = ours(args.gateways, src, dst, opts, verify)
-                    case["ours_s"] = round(seconds, 2)
-                    if name == "upload":
-                        case["rclone_s"] = round(
-                            rclone(endpoint, str(work / "src"), "X:up-rclone"), 2
-                        )
-                    else:
-                        case["rclone_s"] = round(
-                            rclone(endpoint, "X:up-ours", str(work / "down-rclone")), 2
-                        )
-                    case["server_cpu_s"] = round(cpu_seconds(server.pid) - cpu0, 2)
-                    row[name] = case
-            got = {
-                "ours": count_keys(direct, "up-ours"),
-                "rclone": count_keys(direct, "up-rclone"),
-            }
-            if args.download:
-                got |= {"ours down": count_files(work / "down-ours")}
-                got |= {"rclone down": count_files(work / "down-rclone")}
-            for side, n in got.items():
-                if n != count:
-                    raise RuntimeError(f"{side}: {n} of {count} objects at the destination")
+                    got[f"ours down {n}"] = count_files(work / f"down-ours-{n}")
+                    got[f"rclone down {n}"] = count_files(work / f"down-rclone-{n}")
+            for side, got_n in got.items():
+                if got_n != count:
+                    raise RuntimeError(f"{side}: {got_n} of {count} objects at the destination")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(row)
@@ -195,18 +204,16 @@ def report(row: dict[str, Any]) -> None:
         f"server CPU {raw['server_cpu_ms_per_request']} ms/request"
     )
     print(f"{'case':<9} {'objects':>7} {'delay':>6} {'ours s':>7} {'rclone s':>8} "
-          f"{'ours obj/s':>10} {'rc obj/s':>9} {'ratio':>6}")  # fmt: skip
-    for name in ("upload", "download"):
-        case = row.get(name)
-        if case is None:
-            continue
+          f"{'ours obj/s':>10} {'rc obj/s':>9} {'ratio':>6} {'gw cpu ms/obj':>13}")  # fmt: skip
+    for case in row["cases"]:
         case["ours_obj_per_s"] = round(count / case["ours_s"], 1)
         case["rclone_obj_per_s"] = round(count / case["rclone_s"], 1)
         case["ratio"] = round(case["ours_obj_per_s"] / case["rclone_obj_per_s"], 2)
         print(
-            f"{name:<9} {count:>7,} {row['delay_s'] * 1000:4.0f}ms {case['ours_s']:7.1f} "
+            f"{case['case']:<9} {count:>7,} {case['delay_s'] * 1000:4.0f}ms {case['ours_s']:7.1f} "
             f"{case['rclone_s']:8.1f} {case['ours_obj_per_s']:10.0f} "
-            f"{case['rclone_obj_per_s']:9.0f} {case['ratio']:6.2f}"
+            f"{case['rclone_obj_per_s']:9.0f} {case['ratio']:6.2f} "
+            f"{1000 * case['ours_cpu_s'] / count:13.2f}"
         )
         print(f"  ours by step (s): {case['ours_steps']}")
 
