@@ -639,7 +639,8 @@ class Job:
                 info = store.write(seg["key"], data)
             except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
                 raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
-            stored = info.checksums.get("crc32c") if store.capabilities.native_checksums else None
+            native = "crc32c" in store.capabilities.native_checksums
+            stored = info.checksums.get("crc32c") if native else None
             return i < len(crcs) and stored is not None and stored == crc32c_b64(crcs[i])
 
         acked = self._each(write_one, range(len(pieces)))
