@@ -7,7 +7,10 @@ one, otherwise (``method="full"``) the object is read back and checksummed.
 The store's own checksum comes from the listing where it carries one (GCS), else, for a store
 that declares ``crc32c`` among its native checksums but lists without values (S3: the listing
 names the algorithm only), from a HEAD: one small request per object instead of a read of every
-byte. An object the store holds no full-object CRC32C for (written by another tool, a composite
+byte. Objects written whole in this run whose PutObject answer already carried the source's
+CRC32C (S3 checked the body against it and keeps it; the sink reports them as ``vouched``) need
+no HEAD: against a store 20 ms away, a HEAD per object doubled the requests of a small-object
+copy. An object the store holds no full-object CRC32C for (written by another tool, a composite
 multipart checksum) is read back.
 """
 
