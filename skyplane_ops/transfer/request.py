@@ -4,8 +4,8 @@ Faces call them before planning or provisioning anything."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from gateway_agent.stores.errors import BucketNotFoundError, StoreError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.checks import check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock, default_journal_dir, transfer_key
@@ -83,19 +84,98 @@ def transfer_lock(
     return lock
 
 
-@dataclass
 class Listing:
-    """One run's listings, taken once and handed over (``list_request``): the CLI sizes the
-    plan from it, skips the fleet when a sync has nothing to do, and ``run_transfer`` copies
-    from it instead of listing again. The versions it pins are what the gateways check."""
+    """One run's listings, taken once and handed over (``list_request``): a handle on the
+    run's on-disk catalog, never a list of objects. The CLI sizes the plan from it
+    (``volume_gb``), skips the fleet when a sync has nothing to do (``sync_up_to_date``), and
+    ``run_transfer`` copies from it instead of listing again. The versions it pins are what
+    the gateways check. A listing serves one run: ``run_transfer`` closes it (removing its
+    file); ``close`` does it when no run follows."""
 
-    objects: list[ObjectInfo]  # the source objects the filters select, sorted by key
-    problems: list[SkippedEntry] = field(default_factory=list)  # left out by the listing
-    existing: dict[str, ObjectInfo] | None = None  # the destination's, when syncing
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    @property
+    def problems(self) -> list[SkippedEntry]:
+        """Entries the source listing left out (links, unreadable folders)."""
+        return self.catalog.problems
+
+    @property
+    def has_destination(self) -> bool:
+        """Whether the destination was listed too (a sync)."""
+        return self.catalog.has_destination
+
+    @property
+    def objects(self) -> int:
+        """Source objects the filters select."""
+        return self.catalog.source_totals()[0]
+
+    @property
+    def total_bytes(self) -> int:
+        return self.catalog.source_totals()[1]
 
     @property
     def volume_gb(self) -> float:
-        return sum(o.size for o in self.objects) / 1e9
+        return self.total_bytes / 1e9
+
+    def close(self) -> None:
+        self.catalog.close()
+
+
+ListProgress = Callable[[int, int], None]  # (source objects listed, destination objects listed)
+
+
+def fill_listing(
+    catalog: Catalog,
+    src: ObjectStore,
+    dst: ObjectStore,
+    src_uri: str,
+    dst_uri: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    *,
+    sync: bool,
+    source: bool = True,
+    progress: ListProgress | None = None,
+) -> None:
+    """List the source (with ``source``) and, with ``sync``, the destination into ``catalog``,
+    both at once (two threads streaming into one file: a re-sync's time is the longer listing,
+    not the sum). Without ``sync`` the destination is only checked to exist."""
+    counts = [0, 0]
+
+    def note(side: int) -> Callable[[int], None] | None:
+        if progress is None:
+            return None
+
+        def on_count(n: int) -> None:
+            counts[side] = n
+            progress(counts[0], counts[1])
+
+        return on_count
+
+    if not sync:
+        check_destination(dst, dst_uri, full=False)
+        if source:
+            catalog.add_source(src, src_uri, include, exclude, note(0))
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-dst") as pool:
+        listed = pool.submit(_list_destination, catalog, dst, dst_uri, note(1))
+        try:
+            if source:
+                catalog.add_source(src, src_uri, include, exclude, note(0))
+        finally:
+            listed.result()
+
+
+def _list_destination(
+    catalog: Catalog, dst: ObjectStore, dst_uri: str, on_count: Callable[[int], None] | None
+) -> None:
+    try:
+        catalog.add_destination(dst, on_count)
+    except BucketNotFoundError as exc:
+        raise TransferError(f"destination {dst_uri} does not exist: {exc}") from exc
+    except StoreError as exc:
+        raise TransferError(f"cannot access destination {dst_uri}: {exc}") from exc
 
 
 def list_request(
@@ -107,14 +187,22 @@ def list_request(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     sync: bool = False,
+    journal_dir: str | Path | None = None,
+    progress: ListProgress | None = None,
 ) -> Listing:
-    """List the source (and, with ``sync``, the destination) once for a whole run."""
+    """List the source (and, with ``sync``, the destination) once for a whole run, into a
+    catalog file under ``journal_dir`` (the default journal folder when None)."""
     src = open_side(src_uri, src_options, "source")
     dst = open_side(dst_uri, dst_options, "destination")
-    problems: list[SkippedEntry] = []
-    objects = list_source(src, src_uri, include, exclude, problems)
-    existing = check_destination(dst, dst_uri, full=sync) if sync else None
-    return Listing(objects, problems, existing)
+    catalog = Catalog(Path(journal_dir) if journal_dir else default_journal_dir())
+    try:
+        fill_listing(
+            catalog, src, dst, src_uri, dst_uri, include, exclude, sync=sync, progress=progress
+        )
+    except BaseException:
+        catalog.close()
+        raise
+    return Listing(catalog)
 
 
 def preview_transfer(
