@@ -84,10 +84,18 @@ def micros(dt: datetime | None) -> int | None:
     return (dt - _EPOCH) // _US
 
 
+# An object's fingerprint (what must not change between listing and commit: size, etag,
+# modification time in microseconds, the store's version) as JSON made by SQLite from the
+# row's values (``?2, ?6, ?3, ?5`` of the inserts below), the form the journal stores too.
+# (The journal of releases before the catalog kept the time as ISO text: such a journal
+# resumes nothing, which costs a re-copy, never a wrong object.)
+_FP = "json_array(?2, ?6, ?3, ?5)"
+
+
 def fp_text(info: ObjectInfo) -> str:
-    """``manifest.fingerprint`` as canonical JSON: the form the journal stores it in."""
-    modified = info.modified.isoformat() if info.modified else None
-    return json.dumps([info.size, info.etag, modified, info.version], separators=(",", ":"))
+    """The fingerprint JSON SQLite makes (``_FP``), made in Python (for tests and tools)."""
+    fp = [info.size, info.etag, micros(info.modified), info.version]
+    return json.dumps(fp, separators=(",", ":"), ensure_ascii=False)
 
 
 def _ck(info: ObjectInfo) -> str | None:
@@ -216,9 +224,11 @@ class Catalog:
                 count += 1
                 if on_count is not None and count % BATCH == 0:
                     on_count(count)
-                yield enc(o.key), o.size, micros(o.modified), _ck(o), o.version, fp_text(o)
+                yield enc(o.key), o.size, micros(o.modified), _ck(o), o.version, o.etag
 
-        sql = "INSERT OR REPLACE INTO src(key,size,mtime,ck,version,fp) VALUES(?,?,?,?,?,?)"
+        sql = (
+            f"INSERT OR REPLACE INTO src(key,size,mtime,ck,version,fp) VALUES(?1,?2,?3,?4,?5,{_FP})"
+        )
         try:
             self.write(sql, rows())
         except StoreError as exc:
@@ -273,8 +283,11 @@ class Catalog:
         """The source listed again (key, fingerprint) into ``now``; store errors propagate."""
         self.run("DELETE FROM now")
         self.write(
-            "INSERT OR REPLACE INTO now(key,fp) VALUES(?,?)",
-            ((enc(o.key), fp_text(o)) for o in store.list()),
+            f"INSERT OR REPLACE INTO now(key,fp) VALUES(?1,{_FP})",
+            (
+                (enc(o.key), o.size, micros(o.modified), None, o.version, o.etag)
+                for o in store.list()
+            ),
         )
 
     # ---- counts ----------------------------------------------------------------------------
@@ -337,7 +350,7 @@ class Catalog:
 
 def _journal_rows(rec: dict[str, Any]) -> list[tuple[Any, ...]]:
     def fp(value: Any) -> str:
-        return json.dumps(value, separators=(",", ":"))
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
     t = rec["t"]
     if t == "upload":

@@ -163,11 +163,12 @@ def _crc_int(b64: str | None) -> int | None:
 
 
 def verify_catalog(
-    dst: ObjectStore, catalog: Catalog, method: str = "full", threads: int = 4
+    dst: ObjectStore, catalog: Catalog, method: str = "full", threads: int = 16
 ) -> Verification:
     """``verify_objects`` over the catalog's ``exp`` table (key -> size, CRC32C): the
     destination listing is streamed into ``got`` and compared in SQL; only objects the listing
-    carried no CRC32C for are looked at one by one (HEAD or read-back), a page at a time."""
+    carried no CRC32C for are looked at one by one (HEAD or read-back), a page at a time, by
+    ``threads`` at once (the work is waiting on the store: I/O or a request's latency)."""
     objects = int(catalog.one("SELECT count(*) FROM exp"))
     catalog.run("DELETE FROM got")
     try:
