@@ -45,13 +45,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _SCHEMA = """
 CREATE TABLE src(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT, version TEXT,
-                 fp TEXT NOT NULL, state INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+                 etag TEXT, state INTEGER NOT NULL DEFAULT 0,
+                 fp TEXT GENERATED ALWAYS AS (json_array(size, etag, mtime, version)) VIRTUAL)
+                 WITHOUT ROWID;
 CREATE TABLE dst(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT,
                  extra INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
 CREATE TABLE seg(key, part INTEGER, crc INTEGER NOT NULL, PRIMARY KEY(key, part)) WITHOUT ROWID;
 CREATE TABLE exp(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE outcome(key PRIMARY KEY, kind TEXT NOT NULL, why TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE now(key PRIMARY KEY, fp TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, etag TEXT,
+                 fp TEXT GENERATED ALWAYS AS (json_array(size, etag, mtime, version)) VIRTUAL)
+                 WITHOUT ROWID;
 CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER) WITHOUT ROWID;
 CREATE TABLE j_upload(key PRIMARY KEY, upload_id TEXT, fp TEXT) WITHOUT ROWID;
 CREATE TABLE j_done(key, part INTEGER, crc INTEGER, fp TEXT, PRIMARY KEY(key, part)) WITHOUT ROWID;
@@ -85,20 +89,19 @@ def micros(dt: datetime | None) -> int | None:
 
 
 # An object's fingerprint (what must not change between listing and commit: size, etag,
-# modification time in microseconds, the store's version) as JSON made by SQLite from the
-# row's values (``?2, ?6, ?3, ?5`` of the inserts below), the form the journal stores too.
-# (The journal of releases before the catalog kept the time as ISO text: such a journal
-# resumes nothing, which costs a re-copy, never a wrong object.)
-_FP = "json_array(?2, ?6, ?3, ?5)"
+# modification time in microseconds, the store's version) is the column ``fp``: JSON SQLite
+# makes from the row when it is read (a virtual column: nothing stored, no Python per row),
+# the form the journal stores too. (The journal of releases before the catalog kept the time
+# as ISO text: such a journal resumes nothing, which costs a re-copy, never a wrong object.)
 
 
 def fp_text(info: ObjectInfo) -> str:
-    """The fingerprint JSON SQLite makes (``_FP``), made in Python (for tests and tools)."""
+    """The fingerprint JSON SQLite makes (``src.fp``), made in Python (for tests, tools)."""
     fp = [info.size, info.etag, micros(info.modified), info.version]
     return json.dumps(fp, separators=(",", ":"), ensure_ascii=False)
 
 
-def _ck(info: ObjectInfo) -> str | None:
+def checksums_json(info: ObjectInfo) -> str | None:
     return json.dumps(info.checksums, sort_keys=True) if info.checksums else None
 
 
@@ -224,11 +227,9 @@ class Catalog:
                 count += 1
                 if on_count is not None and count % BATCH == 0:
                     on_count(count)
-                yield enc(o.key), o.size, micros(o.modified), _ck(o), o.version, o.etag
+                yield enc(o.key), o.size, micros(o.modified), checksums_json(o), o.version, o.etag
 
-        sql = (
-            f"INSERT OR REPLACE INTO src(key,size,mtime,ck,version,fp) VALUES(?1,?2,?3,?4,?5,{_FP})"
-        )
+        sql = "INSERT OR REPLACE INTO src(key,size,mtime,ck,version,etag) VALUES(?,?,?,?,?,?)"
         try:
             self.write(sql, rows())
         except StoreError as exc:
@@ -272,22 +273,34 @@ class Catalog:
                 count += 1
                 if on_count is not None and count % BATCH == 0:
                     on_count(count)
-                yield enc(o.key), o.size, micros(o.modified), _ck(o)
+                yield enc(o.key), o.size, micros(o.modified), checksums_json(o)
 
         self.write("INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)", rows())
         self.has_destination = True
         if on_count is not None:
             on_count(count)
 
+    def attach_destination(self, path: Path) -> None:
+        """Load a destination listing another process wrote (``sidelist``) into ``dst``."""
+        with self.lock:
+            self.db.execute("ATTACH DATABASE ? AS side", (str(path),))
+            try:
+                self.db.execute("BEGIN")
+                self.db.execute(
+                    "INSERT OR REPLACE INTO dst(key,size,mtime,ck) "
+                    "SELECT key, size, mtime, ck FROM side.dst ORDER BY key"
+                )
+                self.db.execute("COMMIT")
+            finally:
+                self.db.execute("DETACH DATABASE side")
+        self.has_destination = True
+
     def add_now(self, store: ObjectStore) -> None:
         """The source listed again (key, fingerprint) into ``now``; store errors propagate."""
         self.run("DELETE FROM now")
         self.write(
-            f"INSERT OR REPLACE INTO now(key,fp) VALUES(?1,{_FP})",
-            (
-                (enc(o.key), o.size, micros(o.modified), None, o.version, o.etag)
-                for o in store.list()
-            ),
+            "INSERT OR REPLACE INTO now(key,size,mtime,version,etag) VALUES(?,?,?,?,?)",
+            ((enc(o.key), o.size, micros(o.modified), o.version, o.etag) for o in store.list()),
         )
 
     # ---- counts ----------------------------------------------------------------------------

@@ -5,7 +5,6 @@ Faces call them before planning or provisioning anything."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer import mirror, sidelist
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.checks import check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
@@ -128,9 +127,9 @@ ListProgress = Callable[[int, int], None]  # (source objects listed, destination
 def fill_listing(
     catalog: Catalog,
     src: ObjectStore,
-    dst: ObjectStore,
-    src_uri: str,
     dst_uri: str,
+    dst_options: Mapping[str, Any] | None,
+    src_uri: str,
     include: Sequence[str],
     exclude: Sequence[str],
     *,
@@ -139,43 +138,23 @@ def fill_listing(
     progress: ListProgress | None = None,
 ) -> None:
     """List the source (with ``source``) and, with ``sync``, the destination into ``catalog``,
-    both at once (two threads streaming into one file: a re-sync's time is the longer listing,
-    not the sum). Without ``sync`` the destination is only checked to exist."""
-    counts = [0, 0]
-
-    def note(side: int) -> Callable[[int], None] | None:
-        if progress is None:
-            return None
-
-        def on_count(n: int) -> None:
-            counts[side] = n
-            progress(counts[0], counts[1])
-
-        return on_count
-
+    both at once: the destination in a child process (``sidelist``), so a re-sync takes the
+    longer of the two listings, not their sum. Without ``sync`` the destination is only
+    checked to exist."""
+    on_count = None if progress is None else (lambda n: progress(n, 0))
     if not sync:
-        check_destination(dst, dst_uri, full=False)
+        check_destination(open_side(dst_uri, dst_options, "destination"), dst_uri, full=False)
         if source:
-            catalog.add_source(src, src_uri, include, exclude, note(0))
+            catalog.add_source(src, src_uri, include, exclude, on_count)
         return
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-dst") as pool:
-        listed = pool.submit(_list_destination, catalog, dst, dst_uri, note(1))
-        try:
-            if source:
-                catalog.add_source(src, src_uri, include, exclude, note(0))
-        finally:
-            listed.result()
-
-
-def _list_destination(
-    catalog: Catalog, dst: ObjectStore, dst_uri: str, on_count: Callable[[int], None] | None
-) -> None:
+    finish = sidelist.start(catalog, dst_uri, dst_options)
     try:
-        catalog.add_destination(dst, on_count)
-    except BucketNotFoundError as exc:
-        raise TransferError(f"destination {dst_uri} does not exist: {exc}") from exc
-    except StoreError as exc:
-        raise TransferError(f"cannot access destination {dst_uri}: {exc}") from exc
+        if source:
+            catalog.add_source(src, src_uri, include, exclude, on_count)
+    except BaseException:
+        finish(True)
+        raise
+    finish(False)
 
 
 def list_request(
@@ -193,11 +172,19 @@ def list_request(
     """List the source (and, with ``sync``, the destination) once for a whole run, into a
     catalog file under ``journal_dir`` (the default journal folder when None)."""
     src = open_side(src_uri, src_options, "source")
-    dst = open_side(dst_uri, dst_options, "destination")
+    open_side(dst_uri, dst_options, "destination")  # a bad URI or option fails here
     catalog = Catalog(Path(journal_dir) if journal_dir else default_journal_dir())
     try:
         fill_listing(
-            catalog, src, dst, src_uri, dst_uri, include, exclude, sync=sync, progress=progress
+            catalog,
+            src,
+            dst_uri,
+            dst_options,
+            src_uri,
+            include,
+            exclude,
+            sync=sync,
+            progress=progress,
         )
     except BaseException:
         catalog.close()

@@ -279,9 +279,9 @@ class _Run:
             fill_listing(
                 listing.catalog,
                 src,
-                dst,
-                self.src_uri,
                 self.dst_uri,
+                self.dst_options,
+                self.src_uri,
                 self.include,
                 self.exclude,
                 sync=sync,
@@ -290,9 +290,9 @@ class _Run:
             fill_listing(
                 listing.catalog,
                 src,
-                dst,
-                self.src_uri,
                 self.dst_uri,
+                self.dst_options,
+                self.src_uri,
                 self.include,
                 self.exclude,
                 sync=True,
