@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from skyplane_ops.transfer.catalog import SKIPPED, TODO, Catalog, fp_text
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions
@@ -223,3 +225,26 @@ def test_dispatcher_holds_only_its_window_of_a_chunk_iterator() -> None:
     assert lag <= d.window == 16  # never more than the window pulled ahead of what landed
     assert d.max_map <= d.window and not d._chunk_path  # per-chunk state is dropped on landing
     assert seen[-1] == (n, n)
+
+
+def test_destination_listed_in_a_child_process(tmp_path: Path, monkeypatch: Any) -> None:
+    from gateway_agent.stores.errors import BucketNotFoundError
+    from skyplane_ops.errors import TransferError
+    from skyplane_ops.transfer import sidelist
+
+    dst = tmp_path / "dst"
+    for name in ("b", "a/c", "a/d"):
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        (dst / name).write_bytes(b"x" * 3)
+    catalog = Catalog(tmp_path / "j")
+    sidelist.start(catalog, f"file://{dst}", {})(False)
+    assert list(catalog.pages("key, size", "dst")) == [("a/c", 3), ("a/d", 3), ("b", 3)]
+    assert catalog.has_destination and not list((tmp_path / "j" / "catalog").glob("*-dst*"))
+
+    def missing(uri: str, options: Any) -> Any:
+        raise BucketNotFoundError("no such bucket")
+
+    monkeypatch.setattr(sidelist, "open_any_store", missing)  # the forked child sees it too
+    with pytest.raises(TransferError, match=r"destination mem://nope/ does not exist"):
+        sidelist.start(catalog, "mem://nope/", {})(False)
+    catalog.close()
