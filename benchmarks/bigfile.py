@@ -64,6 +64,18 @@ def generate(path: Path, gib: float) -> int:
     return total
 
 
+def timed_cli(cmd: list[str], env: dict[str, str], state: Path) -> dict[str, Any]:
+    """``scale.timed`` plus where the CLI's time went (its ``--json`` phases and steps)."""
+    out = state.parent / "cli.json"
+    run = timed(["sh", "-c", 'exec "$@" > "$0"', str(out), *cmd], env, state)
+    doc = json.loads(out.read_text())
+    run["phases"] = {k: round(float(v), 2) for k, v in doc.get("phases", {}).items()}
+    run["steps"] = {k: round(float(v), 2) for k, v in doc.get("steps", {}).items()}
+    run["verification"] = (doc.get("verification") or {}).get("method")
+    out.unlink()
+    return run
+
+
 def _check(side: str, copy: Path, nbytes: int, run: dict[str, Any]) -> None:
     """The copy is whole; then it is deleted (only one copy on disk at a time)."""
     size = copy.stat().st_size if copy.exists() else -1
@@ -92,7 +104,7 @@ def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[s
         cli += wan_backend(args.wan_mbit, args.buffer_mib, grid)
         row["link_mbit"] = args.wan_mbit
     ours.mkdir(parents=True)
-    row["ours"] = timed(cli, env, state)
+    row["ours"] = timed_cli(cli, env, state)
     shutil.rmtree(state, ignore_errors=True)
     _check("ours", ours / "big.bin", nbytes, row["ours"])
     theirs.mkdir(parents=True)
@@ -125,6 +137,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"{o['mb_s']:9.1f} {c['mb_s']:8.1f} {row['ratio']:5.2f} {o['main_rss_mib']:7.0f} "
             f"{gws:>26} {row['gateway_limit_mib']:5d} {c['main_rss_mib']:6.0f}"
         )
+        if o.get("phases"):
+            where = {**o["phases"], **{f"transfer.{k}": v for k, v in o["steps"].items() if v}}
+            print(f"{'':>17} ours: " + ", ".join(f"{k} {v:g}" for k, v in where.items()))
 
 
 def main() -> int:
