@@ -12,7 +12,8 @@ copied ``file:// -> file://`` on each network of ``--nets``:
   destination's namespace, ``rclone copy`` in the source's). rclone cannot run in two places
   itself, and a WebDAV server writing straight to the destination folder is its lightest way
   to receive across a link: the same bytes cross the same shaped link, from the same disk to
-  the same disk.
+  the same disk. Our time is the whole command (planning, provisioning the two namespaces and
+  gateways, teardown); rclone's starts once its server answers.
 
 Gateways run with a byte budget of ``--buffer-mib``; checksums and end verification are on,
 as a user gets them. Reported per run: seconds, MB/s, peak RSS of the CLI (or the rclone
