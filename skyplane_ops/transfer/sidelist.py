@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,14 @@ def start(catalog: Catalog, uri: str, options: Mapping[str, Any] | None) -> Call
     True, stops it (the source listing failed: its error is the one to report).
 
     ``os.fork`` itself, not ``multiprocessing``: a daemonic worker (Celery prefork, Airflow's
-    executors) may not start ``multiprocessing`` children, and nothing needs pickling.
+    executors) may not start ``multiprocessing`` children, and nothing needs pickling. Only a
+    single-threaded process forks: a child forked while another thread holds a lock (logging,
+    an SDK's connection pool) could wait on it forever; a threaded host lists the destination
+    in a thread instead (slower under the GIL, never stuck).
     """
     path = catalog.path.with_name(catalog.path.stem + "-dst.sqlite")
+    if threading.active_count() > 1:
+        return _start_thread(catalog, path, uri, options)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: list, report, leave without running the parent's cleanups
@@ -90,6 +96,33 @@ def start(catalog: Catalog, uri: str, options: Mapping[str, Any] | None) -> Call
             catalog.attach_destination(path)
         finally:
             os.close(r)
+            path.unlink(missing_ok=True)
+
+    return finish
+
+
+def _start_thread(
+    catalog: Catalog, path: Path, uri: str, options: Mapping[str, Any] | None
+) -> Callable[[bool], None]:
+    """``start`` for a process that already runs threads: the same listing in a thread."""
+    failure: list[str] = []
+    thread = threading.Thread(
+        target=lambda: failure.append(_list_into(path, uri, dict(options or {}))),
+        name="list-destination",
+        daemon=True,
+    )
+    thread.start()
+
+    def finish(abort: bool = False) -> None:
+        try:
+            thread.join()  # an abort waits too: the listing holds the file it writes
+            if abort:
+                return
+            message = failure[0] if failure else f"listing destination {uri} stopped"
+            if message:
+                raise TransferError(message)
+            catalog.attach_destination(path)
+        finally:
             path.unlink(missing_ok=True)
 
     return finish

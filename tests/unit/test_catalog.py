@@ -227,10 +227,22 @@ def test_dispatcher_holds_only_its_window_of_a_chunk_iterator() -> None:
     assert seen[-1] == (n, n)
 
 
-def test_destination_listed_in_a_child_process(tmp_path: Path, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("threaded", [False, True], ids=["forked", "threaded-host"])
+def test_destination_listed_in_a_child_process(
+    tmp_path: Path, monkeypatch: Any, threaded: bool
+) -> None:
+    """A single-threaded process forks a lister; one that runs threads lists in a thread."""
+    import os
+    import threading
+
     from gateway_agent.stores.errors import BucketNotFoundError
     from skyplane_ops.errors import TransferError
     from skyplane_ops.transfer import sidelist
+
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    monkeypatch.setattr(threading, "active_count", lambda: 2 if threaded else 1)
 
     dst = tmp_path / "dst"
     for name in ("b", "a/c", "a/d"):
@@ -248,3 +260,4 @@ def test_destination_listed_in_a_child_process(tmp_path: Path, monkeypatch: Any)
     with pytest.raises(TransferError, match=r"destination mem://nope/ does not exist"):
         sidelist.start(catalog, "mem://nope/", {})(False)
     catalog.close()
+    assert forks == ([] if threaded else [1, 1])
