@@ -12,7 +12,12 @@ per run: seconds, objects/s, peak RSS of the CLI and of every gateway (sampled f
 every 50 ms over the whole process tree), and the disk used by the CLI's state (journal
 folder, its peak while running). Both tools run on the same machine one after the other.
 
-Usage: ``python benchmarks/scale.py [--counts 10000,100000] [--full] [--work DIR]``.
+Each tool's copy is counted and deleted after its re-sync, so the disk holds the source and
+one copy at a time (1M objects of 1 KiB: ~4 GiB each); the run refuses to start a count whose
+source and copy would not fit.
+
+Usage: ``python benchmarks/scale.py [--counts 10000,100000] [--full] [--work DIR]``
+(``--full``: 10k, 100k and 1M; run it under ``flock /work/heavy.lock`` on shared machines).
 Writes ``benchmarks/results/scale.json``.
 """
 
@@ -145,6 +150,11 @@ def timed(cmd: list[str], env: dict[str, str], state_dir: Path | None = None) ->
     return {
         "seconds": round(seconds, 3),
         "main_rss_mib": round(sampler.peaks.get("main", 0) / MiB, 1),
+        # Other descendants: the CLI's forked destination lister during a sync.
+        "other_rss_mib": round(
+            max((v for k, v in sampler.peaks.items() if k.startswith("other")), default=0) / MiB,
+            1,
+        ),
         "gateways": [k.split(" ", 1)[1] for k in names],
         "gateway_rss_mib": [round(sampler.peaks[k] / MiB, 1) for k in names],
         "gateway_anon_mib": [round(sampler.anon[k] / MiB, 1) for k in names],
@@ -171,11 +181,30 @@ def count_files(root: Path) -> int:
     return sum(len(files) for _b, _d, files in os.walk(root))
 
 
+def _check_and_drop(side: str, dst: Path, count: int) -> None:
+    got = count_files(dst)
+    shutil.rmtree(dst, ignore_errors=True)
+    if got != count:
+        raise RuntimeError(f"{side}: {got} of {count} objects at the destination")
+
+
+def check_disk(work: Path, count: int, size: int = 1024) -> None:
+    """Refuse to start when the source and one copy would not fit with 2 GiB to spare."""
+    need = 2 * count * max(4096, size) + 2 * 1024**3
+    free = shutil.disk_usage(work).free
+    if free < need:
+        raise SystemExit(
+            f"{count:,} objects need ~{need / 1024**3:.1f} GiB free under {work}, "
+            f"{free / 1024**3:.1f} GiB are"
+        )
+
+
 def run_count(work: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
     src, ours, theirs = work / "src", work / "dst-ours", work / "dst-rclone"
     state = work / "state"
     for d in (src, ours, theirs, state):
         shutil.rmtree(d, ignore_errors=True)
+    check_disk(work, count)
     generate(src, count)
     ours.mkdir()
     theirs.mkdir()
@@ -194,16 +223,16 @@ def run_count(work: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
         "/dev/null",
     ]
     row: dict[str, Any] = {"objects": count}
+    # One destination on disk at a time (a million 1 KiB files take ~4 GiB of blocks): each
+    # tool copies, re-syncs, is checked and its copy deleted before the other one runs.
     row["ours"] = timed([*cli, "cp", f"file://{src}", f"file://{ours}", *common], env, state)
-    row["rclone"] = timed(rclone, env)
-    for side, dst in (("ours", ours), ("rclone", theirs)):
-        got = count_files(dst)
-        if got != count:
-            raise RuntimeError(f"{side}: {got} of {count} objects at the destination")
     row["ours_resync"] = timed(
         [*cli, "sync", f"file://{src}", f"file://{ours}", *common], env, state
     )
+    _check_and_drop("ours", ours, count)
+    row["rclone"] = timed(rclone, env)
     row["rclone_resync"] = timed(rclone, env)
+    _check_and_drop("rclone", theirs, count)
     for key in ("ours", "rclone", "ours_resync", "rclone_resync"):
         row[key]["objects_per_s"] = round(count / row[key]["seconds"], 1)
         row[key].pop("stdout_tail", None)
@@ -218,7 +247,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'objects':>9} {'ours s':>8} {'rclone s':>8} {'ours obj/s':>10} {'rc obj/s':>9} "
         f"{'ratio':>6} {'CLI MiB':>8} {'gw MiB':>12} {'rc MiB':>7} {'state MiB':>9} "
-        f"{'resync ours/rc s':>17}"
+        f"{'resync ours/rc s':>17} {'sync MiB':>8}"
     )
     for r in rows:
         o, c = r["ours"], r["rclone"]
@@ -228,8 +257,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"{o['objects_per_s']:10.0f} {c['objects_per_s']:9.0f} {r['ratio']:6.2f} "
             f"{o['main_rss_mib']:8.0f} {gws:>12} {c['main_rss_mib']:7.0f} "
             f"{o['state_peak_mib']:9.1f} "
-            f"{r['ours_resync']['seconds']:8.1f}/{r['rclone_resync']['seconds']:<8.1f}"
+            f"{r['ours_resync']['seconds']:8.1f}/{r['rclone_resync']['seconds']:<8.1f} "
+            f"{r['ours_resync']['main_rss_mib']:4.0f}+{r['ours_resync']['other_rss_mib']:<4.0f}"
         )
+    by_count = {r["objects"]: r["ours"]["seconds"] for r in rows}
+    if 100_000 in by_count and 1_000_000 in by_count:
+        print(f"time 1M / 100k: {by_count[1_000_000] / by_count[100_000]:.1f}x (linear: 10x)")
 
 
 def main() -> int:
@@ -240,8 +273,8 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",") if c]
-    if args.full and 1_000_000 not in counts:
-        counts.append(1_000_000)
+    if args.full:
+        counts = sorted({*counts, 10_000, 100_000, 1_000_000})
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="skyplane-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     env = bench_env(work)

@@ -114,3 +114,13 @@ class SupportsCopy(Protocol):
     """Optional: server-side copy within the store (declared by ``server_side_copy``)."""
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo: ...
+
+
+@runtime_checkable
+class SupportsReadInto(Protocol):
+    """Optional: ``read`` into a caller's buffer (the local store), so a gateway reads big
+    files into its pooled buffers instead of a fresh allocation per chunk."""
+
+    def read_into(
+        self, key: str, start: int, buf: bytearray | memoryview, version: str | None = None
+    ) -> int: ...

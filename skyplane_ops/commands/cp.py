@@ -352,6 +352,8 @@ def _locked(
             include=args.include,
             exclude=args.exclude,
             sync=sync,
+            journal_dir=args.journal_dir,
+            progress=view.listing,
         )
         volume_gb = listing.volume_gb
         note["done"] = f"{volume_gb:.3f} GB to consider"

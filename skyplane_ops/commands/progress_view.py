@@ -150,6 +150,20 @@ class RunView:
         self._live.update(task, total=total, completed=total, info=info)
         self._live.stop_task(task)
 
+    def listing(self, source: int, destination: int) -> None:
+        """Objects listed so far (source, destination): a long listing shows it is moving."""
+        text = f"{source:,} source objects listed" + (
+            f", {destination:,} at the destination" if destination else ""
+        )
+        if self._live is not None and "list" in self._tasks:
+            self._live.update(self._tasks["list"], info=text)
+        elif self.mode == "plain":
+            now = time.monotonic()
+            if now - self._last_plain >= self.plain_every:
+                self._last_plain = now
+                self.stream.write(f"[{now - self._t0:7.1f}s] list: {text}\n")
+                self.stream.flush()
+
     def transfer(self, p: api.Progress) -> None:
         """The engine's progress callback."""
         if self._json is not None:

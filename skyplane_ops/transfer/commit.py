@@ -11,15 +11,16 @@ It is reported and copied again by the next run. Only ``mirror.delete_extra`` (`
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
 
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import StoreError, UploadNotFoundError
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.catalog import TODO, Catalog, dec
 from skyplane_ops.transfer.journal import Journal
-from skyplane_ops.transfer.manifest import Manifest, fingerprint
+from skyplane_ops.transfer.todo import whole_limit
 
 log = logging.getLogger(__name__)
 
@@ -27,36 +28,53 @@ log = logging.getLogger(__name__)
 def prepare_uploads(
     dst: ObjectStore,
     dst_uri: str,
-    manifest: Manifest,
+    catalog: Catalog,
     journal: Journal,
-    skip: Collection[str] = (),
+    part_size: int,
 ) -> dict[str, str]:
-    """A multipart upload per multi-part object (but ``skip``), reused from the journal."""
+    """A multipart upload per multi-part object still to copy, reused from the journal (its
+    index in the catalog) when the source version is the same. Only large objects (at least a
+    part each) are held here."""
     uploads: dict[str, str] = {}
-    for o in manifest.objects:
-        if not manifest.is_multipart(o.key) or o.key in skip:
-            continue
-        fp = fingerprint(o)
-        upload_id = journal.upload_for(o.key, fp)
+    limit = whole_limit(part_size, dst.capabilities)
+    where = f"state = {TODO} AND size > ?"
+    for raw, fp, known in list(
+        catalog.pages(
+            "key, fp, (SELECT j.upload_id FROM j_upload j WHERE j.key = src.key AND j.fp = src.fp)",
+            "src",
+            where,
+            (limit,),
+        )
+    ):
+        key = dec(raw)
+        upload_id = known
         if upload_id is None:
             try:
-                upload_id = dst.create_multipart(o.key)
+                upload_id = dst.create_multipart(key)
             except StoreError as exc:
                 raise TransferError(f"destination {dst_uri} is not writable: {exc}") from exc
-            journal.record_upload(o.key, upload_id, fp)
-        uploads[o.key] = upload_id
+            journal.record_upload(key, upload_id, fp)
+        uploads[key] = upload_id
     return uploads
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One multipart object to complete: its parts and what verification expects."""
+
+    key: str
+    parts: list[int]
+    size: int
+    crc: int
+    fp: str
 
 
 def complete_uploads(
     dst: ObjectStore,
     dst_uri: str,
-    manifest: Manifest,
     uploads: Mapping[str, str],
-    keys: Sequence[str],
-    expected: Mapping[str, tuple[int, int]],
+    todo: Sequence[Completion],
     journal: Journal,
-    fps: Mapping[str, list[Any]],
     verify: str,
 ) -> dict[str, str]:
     """Complete each upload and journal it at once, so a re-run never completes it twice.
@@ -69,10 +87,10 @@ def complete_uploads(
     unconfirmed: dict[str, str] = {}
     failures: list[tuple[str, StoreError]] = []
 
-    def complete(key: str) -> None:
-        parts = [s.part for s in manifest.segments[key]]
+    def complete(item: Completion) -> None:
+        key = item.key
         try:
-            dst.complete_multipart(key, uploads[key], parts)
+            dst.complete_multipart(key, uploads[key], item.parts)
         except UploadNotFoundError as exc:
             if verify != "full":
                 failures.append((key, exc))
@@ -83,11 +101,10 @@ def complete_uploads(
         except StoreError as exc:
             failures.append((key, exc))
             return
-        size, crc = expected[key]
-        journal.record_commit(key, size, crc, fps[key])
+        journal.record_commit(key, item.size, item.crc, item.fp)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(complete, keys))
+        list(pool.map(complete, todo))
     if failures:
         key, exc = sorted(failures, key=lambda f: f[0])[0]
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""

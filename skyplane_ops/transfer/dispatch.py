@@ -21,8 +21,7 @@ import json
 import logging
 import time
 import uuid
-from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -91,6 +90,15 @@ class DispatchOptions:
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ChunkTotals:
+    """What a chunk iterator will yield, known before the first chunk (for progress)."""
+
+    chunks: int
+    nbytes: int
+    objects: int
+
+
 @dataclass
 class DispatchStats:
     chunks: int = 0
@@ -101,9 +109,6 @@ class DispatchStats:
     changed_keys: set[str] = field(default_factory=set)
     # key -> why, for objects a gateway could not copy ("source: ..." / "destination: ...")
     failed_keys: dict[str, str] = field(default_factory=dict)
-    # Keys written whole whose store answered the write with the source's CRC32C (S3 checks
-    # the body against it and keeps it): verification needs no HEAD for them.
-    vouched_keys: set[str] = field(default_factory=set)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per route index: bytes delivered, and seconds from the start until its last chunk landed.
     path_bytes: dict[int, int] = field(default_factory=dict)
@@ -322,12 +327,23 @@ class Dispatcher:
 
     def run(
         self,
-        chunks: list[Chunk],
+        chunks: Iterable[Chunk],
         uploads: Mapping[str, str],
         on_done: Callable[[list[tuple[Chunk, list[int]]]], None],
         progress: ProgressCallback | None = None,
+        totals: ChunkTotals | None = None,
     ) -> DispatchStats:
-        """Move every chunk or raise ``TransferError``; jobs are stopped either way."""
+        """Move every chunk or raise ``TransferError``; jobs are stopped either way.
+
+        ``chunks`` may be a lazy iterator (the engine's comes from the catalog) with its
+        ``totals``: only the window of submitted, unfinished chunks is ever held, so memory
+        does not grow with the transfer. Without ``totals`` the chunks are counted first.
+        """
+        if totals is None:
+            chunks = list(chunks)
+            keys = {s.key for c in chunks for s in c.segments}
+            totals = ChunkTotals(len(chunks), sum(c.nbytes for c in chunks), len(keys))
+            del keys
         with ExitStack() as stack:
             if self.options.lease_s is None or self.options.lease_s > 0:
                 stack.enter_context(
@@ -343,7 +359,7 @@ class Dispatcher:
                 max_workers=max(1, 2 * len(self.gateways)), thread_name_prefix="poll"
             )
             try:
-                return self._run(chunks, uploads, on_done, progress, pollers)
+                return self._run(iter(chunks), totals, uploads, on_done, progress, pollers)
             finally:
                 self.stop(pollers)
                 pollers.shutdown(wait=False, cancel_futures=True)
@@ -365,35 +381,42 @@ class Dispatcher:
 
     def _run(
         self,
-        chunks: list[Chunk],
+        source: Iterator[Chunk],
+        totals: ChunkTotals,
         uploads: Mapping[str, str],
         on_done: Callable[[list[tuple[Chunk, list[int]]]], None],
         progress: ProgressCallback | None,
         pollers: ThreadPoolExecutor,
     ) -> DispatchStats:
-        stats = DispatchStats(chunks=len(chunks))
-        # ``queued``: not yet sent to any gateway; ``pending``: submitted and not finished.
-        queued = deque(chunks)
+        stats = DispatchStats(chunks=totals.chunks)
+        # ``source``: not yet pulled (lazy); ``pending``: submitted and not finished. Nothing
+        # else per chunk or per object is kept: ``flight`` holds only objects in the window.
         pending: dict[int, Chunk] = {}
-        total_bytes = sum(c.nbytes for c in chunks)
-        # Segments still to land per object: an object is done when its last one has.
-        segments_left = Counter(s.key for c in chunks for s in c.segments)
-        objects_total, objects_done = len(segments_left), 0
-        next_id = max((c.chunk_id for c in chunks), default=-1) + 1
+        total_bytes = totals.nbytes
+        flight = _Flight(totals.objects)
+        pulled = 0
+        exhausted = False
+        next_id = totals.chunks  # ids for the rest of a chunk that lost an object
         window = max(1, self.options.window_chunks) * max(
             1, len({g.gateway_id for r, _ in self.routes for g in self.fleet.in_region(r[0])})
         )
+        self.window = window
 
         def top_up() -> None:
+            nonlocal pulled, exhausted
             # What each path still has to deliver, for ``_pick_path``.
             self._outstanding = [0] * len(self.routes)
             for cid, c in pending.items():
                 p = self._chunk_path.get(cid)
                 if p is not None:
                     self._outstanding[p] += c.nbytes
-            batch = [queued.popleft() for _ in range(min(len(queued), window - len(pending)))]
+            room = max(0, window - len(pending))
+            batch = [] if exhausted or not room else list(itertools.islice(source, room))
+            exhausted = exhausted or len(batch) < room
             for c in batch:
                 pending[c.chunk_id] = c
+                flight.pulled(c)
+            pulled += len(batch)
             if batch:
                 self._submit(batch, uploads)
 
@@ -414,7 +437,7 @@ class Dispatcher:
         cursors = dict.fromkeys(self.clients, 0)
         polls: dict[str, Future[dict[str, Any]]] = {}
         last_progress = time.monotonic()
-        while pending or queued:
+        while pending or not exhausted:
             finished: list[tuple[Chunk, list[int]]] = []
             retry: list[Chunk] = []
             failure: TransferError | None = None
@@ -443,13 +466,9 @@ class Dispatcher:
                     path = self._chunk_path.get(chunk.chunk_id)
                     if kind == "done":
                         del pending[chunk.chunk_id]
+                        self._chunk_path.pop(chunk.chunk_id, None)
                         finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
-                        for i in ev.get("vouched", []):
-                            if 0 <= int(i) < len(chunk.segments):
-                                stats.vouched_keys.add(chunk.segments[int(i)].key)
-                        for seg in chunk.segments:
-                            segments_left[seg.key] -= 1
-                            objects_done += segments_left[seg.key] == 0
+                        flight.landed(chunk)
                         stats.bytes_done += chunk.nbytes
                         if path is not None:
                             watch.chunk_finished(path, time.monotonic())
@@ -471,8 +490,8 @@ class Dispatcher:
                         retry.append(chunk)
                     elif kind in ("changed", "failed"):
                         del pending[chunk.chunk_id]
-                        if segments_left.pop(ev["key"], None) is not None:
-                            objects_total -= 1  # not moved by this run
+                        self._chunk_path.pop(chunk.chunk_id, None)
+                        flight.dropped(ev["key"])  # not moved by this run
                         if kind == "changed":
                             stats.changed_keys.add(ev["key"])
                         else:
@@ -498,13 +517,13 @@ class Dispatcher:
                     Progress(
                         bytes_done=stats.bytes_done,
                         bytes_total=total_bytes,
-                        chunks_done=stats.chunks - len(pending) - len(queued),
+                        chunks_done=pulled - len(pending),
                         chunks_total=stats.chunks,
                         elapsed_s=round(elapsed, 3),
                         gbps=round(stats.bytes_done * 8 / 1e9 / elapsed, 4) if elapsed else 0,
                         resent=stats.resent,
-                        objects_done=objects_done,
-                        objects_total=objects_total,
+                        objects_done=flight.done,
+                        objects_total=flight.total,
                         path_gbps={
                             " -> ".join(self.routes[i][0]): round(n * 8 / 1e9 / elapsed, 4)
                             for i, n in stats.path_bytes.items()
@@ -516,9 +535,9 @@ class Dispatcher:
             if time.monotonic() - last_progress > self.options.stall_timeout:
                 raise TransferError(
                     f"no chunk finished for {self.options.stall_timeout:.0f} s "
-                    f"({len(pending) + len(queued)} chunks outstanding)"
+                    f"({stats.chunks - pulled + len(pending)} chunks outstanding)"
                 )
-            if pending or queued:
+            if pending or not exhausted:
                 time.sleep(self.options.poll_interval)
         return stats
 
@@ -672,3 +691,44 @@ class Dispatcher:
                 stop_one(gid)
         else:
             list(pollers.map(stop_one, started))
+
+
+class _Flight:
+    """Objects done, counted from the window alone: an object is done when its last segment
+    has been pulled and none of its segments is still in flight (segments of one object come
+    in order and together, so this needs only the objects in the window)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done = total, 0
+        self._left: dict[str, int] = {}  # segments in flight per object
+        self._ended: set[str] = set()  # objects whose last segment has been pulled
+        self._dropped: set[str] = set()  # failed or changed in this run (few)
+
+    def pulled(self, chunk: Chunk) -> None:
+        for s in chunk.segments:
+            self._left[s.key] = self._left.get(s.key, 0) + 1
+            if s.last:
+                self._ended.add(s.key)
+
+    def landed(self, chunk: Chunk) -> None:
+        for s in chunk.segments:
+            n = self._left.get(s.key, 0) - 1
+            if n > 0:
+                self._left[s.key] = n
+                continue
+            self._left.pop(s.key, None)
+            if s.key in self._ended:
+                self._ended.discard(s.key)
+                if s.key not in self._dropped:
+                    self.done += 1
+
+    def dropped(self, key: str) -> None:
+        if key not in self._dropped:
+            self._dropped.add(key)
+            self.total -= 1
+        self._left.pop(key, None)
+        self._ended.discard(key)
+
+    def __len__(self) -> int:
+        """Objects tracked now (bounded by the window)."""
+        return len(self._left)

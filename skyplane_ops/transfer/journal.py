@@ -6,6 +6,11 @@ objects, each with the source object's fingerprint (and the CRC32C), so a resume
 them — an upload id is consumed by its completion and must never be completed twice — still
 verifies whole objects, and drops anything whose source object changed in between. Deleted
 after a verified success.
+
+The engine never loads it into memory: it appends to it (one ``done`` line per batch of
+finished chunks, one fsync) and indexes it into the run's catalog at start
+(``Catalog.load_journal``), so a resume over a million objects stays flat. The dict views
+below (``finished``, ``commit_for``, ``upload_for``) load it on first use, for small callers.
 """
 
 from __future__ import annotations
@@ -109,6 +114,14 @@ class JournalLock:
         return fd
 
 
+def _fp(fp: Fingerprint) -> str:
+    """A fingerprint as the canonical JSON the journal stores (the catalog's form is it)."""
+    return fp if isinstance(fp, str) else json.dumps(fp, separators=(",", ":"))
+
+
+Fingerprint = list[Any] | str  # a list, or its canonical JSON text
+
+
 class Journal:
     """Append-only record of upload ids and finished segments for one transfer key."""
 
@@ -120,8 +133,13 @@ class Journal:
         # key -> (size, crc, fingerprint) of multipart objects whose upload was completed
         self.committed: dict[str, tuple[int, int, list[Any]]] = {}
         self._lock = threading.Lock()
-        if self.path.exists():
-            self._load()
+        self._loaded = False
+
+    def _ensure(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            if self.path.exists():
+                self._load()
 
     def _load(self) -> None:
         with open(self.path) as fh:
@@ -140,28 +158,42 @@ class Journal:
                 elif rec.get("t") == "drop":
                     self._forget(rec["key"])
 
-    def _append(self, records: list[dict[str, Any]]) -> None:
+    def _append(self, lines: list[str]) -> None:
         with self._lock, open(self.path, "a") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            fh.write("".join(line + "\n" for line in lines))
             fh.flush()
             os.fsync(fh.fileno())
 
-    def record_upload(self, key: str, upload_id: str, fp: list[Any]) -> None:
-        self.uploads[key] = (upload_id, fp)
-        self._append([{"t": "upload", "key": key, "upload_id": upload_id, "fp": fp}])
+    @staticmethod
+    def _dumps(value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"))
 
-    def record_done(self, segs: list[tuple[str, int, list[Any]]]) -> None:
+    def record_upload(self, key: str, upload_id: str, fp: Fingerprint) -> None:
+        if self._loaded:
+            self.uploads[key] = (upload_id, json.loads(_fp(fp)))
+        self._append(
+            [f'{{"t":"upload","key":{self._dumps(key)},"upload_id":'
+             f'{self._dumps(upload_id)},"fp":{_fp(fp)}}}']
+        )  # fmt: skip
+
+    def record_done(self, segs: Sequence[tuple[str, int, Fingerprint]]) -> None:
+        """Segments finished: one line, one fsync, for a whole batch of chunks."""
         if not segs:
             return
-        for seg_id, crc, fp in segs:
-            self.done[seg_id] = (crc, fp)
-        self._append([{"t": "done", "segs": [list(s) for s in segs]}])
+        if self._loaded:
+            for seg_id, crc, fp in segs:
+                self.done[seg_id] = (crc, json.loads(_fp(fp)))
+        body = ",".join(f"[{self._dumps(seg_id)},{int(crc)},{_fp(fp)}]" for seg_id, crc, fp in segs)
+        self._append([f'{{"t":"done","segs":[{body}]}}'])
 
-    def record_commit(self, key: str, size: int, crc: int, fp: list[Any]) -> None:
+    def record_commit(self, key: str, size: int, crc: int, fp: Fingerprint) -> None:
         """The multipart upload of ``key`` was completed: its upload id is spent."""
-        self.committed[key] = (size, crc, fp)
-        self._append([{"t": "commit", "key": key, "size": size, "crc": crc, "fp": fp}])
+        if self._loaded:
+            self.committed[key] = (size, crc, json.loads(_fp(fp)))
+        self._append(
+            [f'{{"t":"commit","key":{self._dumps(key)},"size":{int(size)},"crc":{int(crc)},'
+             f'"fp":{_fp(fp)}}}']
+        )  # fmt: skip
 
     def _forget(self, key: str) -> None:
         self.uploads.pop(key, None)
@@ -177,20 +209,24 @@ class Journal:
     def drop_upload(self, key: str) -> None:
         """The upload of ``key`` was aborted: forget it and the parts sent to it, so a re-run
         starts that object afresh instead of completing a dead upload."""
-        self._forget(key)
-        self._append([{"t": "drop", "key": key}])
+        if self._loaded:
+            self._forget(key)
+        self._append([f'{{"t":"drop","key":{self._dumps(key)}}}'])
 
     def commit_for(self, key: str, fp: list[Any]) -> tuple[int, int] | None:
         """(size, crc) if ``key`` was committed from the same source version."""
+        self._ensure()
         hit = self.committed.get(key)
         return (hit[0], hit[1]) if hit is not None and hit[2] == fp else None
 
     def finished(self, seg_id: str, fp: list[Any]) -> int | None:
         """The recorded CRC if the segment finished against the same source version."""
+        self._ensure()
         hit = self.done.get(seg_id)
         return hit[0] if hit is not None and hit[1] == fp else None
 
     def upload_for(self, key: str, fp: list[Any]) -> str | None:
+        self._ensure()
         hit = self.uploads.get(key)
         return hit[0] if hit is not None and hit[1] == fp else None
 

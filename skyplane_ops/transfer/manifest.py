@@ -38,6 +38,11 @@ class Segment:
     part: int  # 0 = the whole object in one write
     # The source version the listing saw: gateways read only that version (see ObjectInfo).
     version: str | None = None
+    # The object's last segment (the dispatcher counts an object done when it has landed and
+    # nothing of it is in flight); whole objects are their own last segment.
+    last: bool = True
+    # The source fingerprint (canonical JSON) the journal records with the segment.
+    fp: str | None = None
 
     @property
     def seg_id(self) -> str:
@@ -109,6 +114,7 @@ def split(info: ObjectInfo, part_size: int, multipart: bool) -> list[Segment]:
             min(part_size, info.size - i * part_size),
             i + 1,
             info.version,
+            i == n - 1,
         )
         for i in range(n)
     ]

@@ -11,7 +11,7 @@ appeared at the source meanwhile is kept.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,17 +44,19 @@ def extra_keys(
     )
 
 
-def check_max_delete(keys: Sequence[str], max_delete: int | None, dst_uri: str) -> None:
-    if max_delete is not None and len(keys) > max_delete:
+def check_max_delete(keys: Sequence[str] | int, max_delete: int | None, dst_uri: str) -> None:
+    """Refuse every delete when more than ``max_delete`` would go (``keys``: them or how many)."""
+    count = keys if isinstance(keys, int) else len(keys)
+    if max_delete is not None and count > max_delete:
         raise TransferError(
-            f"sync --delete would remove {len(keys)} object(s) from {dst_uri}, more than "
+            f"sync --delete would remove {count} object(s) from {dst_uri}, more than "
             f"--max-delete {max_delete}: nothing was copied or deleted; raise --max-delete or "
             "check the source"
         )
 
 
 def delete_extra(
-    dst: ObjectStore, keys: Sequence[str], source_now: Collection[str]
+    dst: ObjectStore, keys: Iterable[str], source_now: Collection[str]
 ) -> tuple[int, dict[str, str]]:
     """Delete ``keys`` not in ``source_now``; (deleted, {key: why} of failed deletes)."""
     deleted = 0

@@ -4,8 +4,7 @@ Faces call them before planning or provisioning anything."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,8 @@ from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer import mirror, sidelist
+from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.checks import check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock, default_journal_dir, transfer_key
@@ -83,19 +83,78 @@ def transfer_lock(
     return lock
 
 
-@dataclass
 class Listing:
-    """One run's listings, taken once and handed over (``list_request``): the CLI sizes the
-    plan from it, skips the fleet when a sync has nothing to do, and ``run_transfer`` copies
-    from it instead of listing again. The versions it pins are what the gateways check."""
+    """One run's listings, taken once and handed over (``list_request``): a handle on the
+    run's on-disk catalog, never a list of objects. The CLI sizes the plan from it
+    (``volume_gb``), skips the fleet when a sync has nothing to do (``sync_up_to_date``), and
+    ``run_transfer`` copies from it instead of listing again. The versions it pins are what
+    the gateways check. A listing serves one run: ``run_transfer`` closes it (removing its
+    file); ``close`` does it when no run follows."""
 
-    objects: list[ObjectInfo]  # the source objects the filters select, sorted by key
-    problems: list[SkippedEntry] = field(default_factory=list)  # left out by the listing
-    existing: dict[str, ObjectInfo] | None = None  # the destination's, when syncing
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    @property
+    def problems(self) -> list[SkippedEntry]:
+        """Entries the source listing left out (links, unreadable folders)."""
+        return self.catalog.problems
+
+    @property
+    def has_destination(self) -> bool:
+        """Whether the destination was listed too (a sync)."""
+        return self.catalog.has_destination
+
+    @property
+    def objects(self) -> int:
+        """Source objects the filters select."""
+        return self.catalog.source_totals()[0]
+
+    @property
+    def total_bytes(self) -> int:
+        return self.catalog.source_totals()[1]
 
     @property
     def volume_gb(self) -> float:
-        return sum(o.size for o in self.objects) / 1e9
+        return self.total_bytes / 1e9
+
+    def close(self) -> None:
+        self.catalog.close()
+
+
+ListProgress = Callable[[int, int], None]  # (source objects listed, destination objects listed)
+
+
+def fill_listing(
+    catalog: Catalog,
+    src: ObjectStore,
+    dst_uri: str,
+    dst_options: Mapping[str, Any] | None,
+    src_uri: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    *,
+    sync: bool,
+    source: bool = True,
+    progress: ListProgress | None = None,
+) -> None:
+    """List the source (with ``source``) and, with ``sync``, the destination into ``catalog``,
+    both at once: the destination in a child process (``sidelist``), so a re-sync takes the
+    longer of the two listings, not their sum. Without ``sync`` the destination is only
+    checked to exist."""
+    on_count = None if progress is None else (lambda n: progress(n, 0))
+    if not sync:
+        check_destination(open_side(dst_uri, dst_options, "destination"), dst_uri, full=False)
+        if source:
+            catalog.add_source(src, src_uri, include, exclude, on_count)
+        return
+    finish = sidelist.start(catalog, dst_uri, dst_options)
+    try:
+        if source:
+            catalog.add_source(src, src_uri, include, exclude, on_count)
+    except BaseException:
+        finish(True)
+        raise
+    finish(False)
 
 
 def list_request(
@@ -107,14 +166,30 @@ def list_request(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     sync: bool = False,
+    journal_dir: str | Path | None = None,
+    progress: ListProgress | None = None,
 ) -> Listing:
-    """List the source (and, with ``sync``, the destination) once for a whole run."""
+    """List the source (and, with ``sync``, the destination) once for a whole run, into a
+    catalog file under ``journal_dir`` (the default journal folder when None)."""
     src = open_side(src_uri, src_options, "source")
-    dst = open_side(dst_uri, dst_options, "destination")
-    problems: list[SkippedEntry] = []
-    objects = list_source(src, src_uri, include, exclude, problems)
-    existing = check_destination(dst, dst_uri, full=sync) if sync else None
-    return Listing(objects, problems, existing)
+    open_side(dst_uri, dst_options, "destination")  # a bad URI or option fails here
+    catalog = Catalog(Path(journal_dir) if journal_dir else default_journal_dir())
+    try:
+        fill_listing(
+            catalog,
+            src,
+            dst_uri,
+            dst_options,
+            src_uri,
+            include,
+            exclude,
+            sync=sync,
+            progress=progress,
+        )
+    except BaseException:
+        catalog.close()
+        raise
+    return Listing(catalog)
 
 
 def preview_transfer(

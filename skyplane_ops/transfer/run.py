@@ -6,41 +6,53 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway_agent.auth import load_secret
-from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
+from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import StoreError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import mirror
-from skyplane_ops.transfer.checksum import crc32c_combine
-from skyplane_ops.transfer.commit import abort_changed, complete_uploads, prepare_uploads
-from skyplane_ops.transfer.dispatch import Dispatcher, DispatchOptions, check_fleet, plan_routes
-from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
-from skyplane_ops.transfer.manifest import (
-    DEFAULT_PART_SIZE,
-    Chunk,
-    build_manifest,
-    fingerprint,
-    list_source,
-    make_chunks,
-    refused_names,
-    same_object,
+from skyplane_ops.transfer.catalog import CHANGED, FAILED, TODO, Catalog, dec, enc
+from skyplane_ops.transfer.commit import (
+    Completion,
+    abort_changed,
+    complete_uploads,
+    prepare_uploads,
 )
+from skyplane_ops.transfer.dispatch import (
+    ChunkTotals,
+    Dispatcher,
+    DispatchOptions,
+    DispatchStats,
+    check_fleet,
+    plan_routes,
+)
+from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
+from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE, Chunk
 from skyplane_ops.transfer.progress import ProgressCallback
 from skyplane_ops.transfer.request import (
     Listing,
     check_destination,
     check_request,
+    fill_listing,
     open_side,
     transfer_lock,
 )
 from skyplane_ops.transfer.result import TransferResult, partial_error
-from skyplane_ops.transfer.verify import changed_objects, verify_objects
+from skyplane_ops.transfer.todo import (
+    chunk_totals,
+    fold_expected,
+    iter_chunks,
+    plan_todo,
+    resume,
+    segments_of,
+    whole_limit,
+)
+from skyplane_ops.transfer.verify import changed_objects, verify_catalog
 
 log = logging.getLogger(__name__)
 
@@ -62,53 +74,6 @@ def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, floa
     predicted = egress + rate * (predicted_s + prov_s)
     actual = egress + rate * (seconds + prov_s)
     return round(predicted, 6), round(actual, 6)
-
-
-@dataclass
-class _Todo:
-    """What a run has to do, from its listings: the engine's one comparison."""
-
-    objects: list[ObjectInfo]  # to copy
-    skipped: int  # already the same at the destination (sync)
-    unread: dict[str, str]  # failed before any byte moves: key -> why
-    to_delete: list[str]  # sync --delete
-
-
-def _todo(
-    listing: Listing,
-    dst: ObjectStore,
-    dst_uri: str,
-    include: Sequence[str],
-    exclude: Sequence[str],
-    *,
-    sync: bool,
-    delete: bool,
-    max_delete: int | None,
-) -> _Todo:
-    # An unreadable entry is a failed object: reported, and it stops the mirror delete.
-    unread = {p.key: f"source: {p.reason}" for p in listing.problems if p.error}
-    existing = listing.existing or {}
-    to_delete: list[str] = []
-    if delete:
-        to_delete = mirror.extra_keys(
-            existing,
-            {o.key for o in listing.objects},
-            include,
-            exclude,
-            keep=[p.key for p in listing.problems],
-        )
-        mirror.check_max_delete(to_delete, max_delete, dst_uri)
-    objects = listing.objects
-    if sync:
-        objects = [
-            o for o in objects if o.key not in existing or not same_object(o, existing[o.key])
-        ]
-    skipped = len(listing.objects) - len(objects)
-    # Names the destination cannot hold are failed objects before any byte moves.
-    refused = refused_names(dst, objects)
-    objects = [o for o in objects if o.key not in refused]
-    unread.update(refused)
-    return _Todo(objects, skipped, unread, to_delete)
 
 
 def _up_to_date(base: dict[str, Any], skipped: int, seconds: float) -> TransferResult:
@@ -144,16 +109,24 @@ def sync_up_to_date(
     ``max_delete`` is enforced here too, so a refused mirror delete still fails before planning.
     """
     t0 = time.monotonic()
-    if listing.existing is None:
+    if not listing.has_destination:
         raise TransferError("internal error: sync_up_to_date needs the destination listing")
     dst = open_side(dst_uri, dst_options, "destination")
-    todo = _todo(
-        listing, dst, dst_uri, include, exclude, sync=True, delete=delete, max_delete=max_delete
+    todo = plan_todo(
+        listing.catalog,
+        dst,
+        dst_uri,
+        include,
+        exclude,
+        sync=True,
+        delete=delete,
+        max_delete=max_delete,
     )
     if todo.objects or todo.unread or todo.to_delete:
         return None
     directory = Path(journal_dir) if journal_dir else default_journal_dir()
     Journal(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude)).remove()
+    listing.close()
     base = {
         "transfer_id": transfer_id,
         "job_id": f"job-{uuid.uuid4().hex[:12]}",
@@ -302,14 +275,56 @@ class _Run:
         src = open_side(self.src_uri, self.src_options, "source")
         dst = open_side(self.dst_uri, self.dst_options, "destination")
         if listing is None:
-            problems: list[SkippedEntry] = []  # left out by the listing (links, bad folders)
-            objects = list_source(src, self.src_uri, self.include, self.exclude, problems)
-            listing = Listing(objects, problems)
-        if listing.existing is None or not sync:
-            existing = check_destination(dst, self.dst_uri, full=sync)
-            listing = Listing(listing.objects, listing.problems, existing if sync else None)
-        todo = _todo(
-            listing,
+            listing = Listing(Catalog(journal.path.parent))
+            fill_listing(
+                listing.catalog,
+                src,
+                self.dst_uri,
+                self.dst_options,
+                self.src_uri,
+                self.include,
+                self.exclude,
+                sync=sync,
+            )
+        elif sync and not listing.has_destination:
+            fill_listing(
+                listing.catalog,
+                src,
+                self.dst_uri,
+                self.dst_options,
+                self.src_uri,
+                self.include,
+                self.exclude,
+                sync=True,
+                source=False,
+            )
+        else:
+            check_destination(dst, self.dst_uri, full=False)
+        try:
+            return self._run(
+                listing.catalog, src, dst, journal, secret, sync, delete, max_delete, progress,
+                part_size, verify, dispatch,
+            )  # fmt: skip
+        finally:
+            listing.close()
+
+    def _run(
+        self,
+        catalog: Catalog,
+        src: ObjectStore,
+        dst: ObjectStore,
+        journal: Journal,
+        secret: bytes,
+        sync: bool,
+        delete: bool,
+        max_delete: int | None,
+        progress: ProgressCallback | None,
+        part_size: int,
+        verify: str,
+        dispatch: DispatchOptions | None,
+    ) -> TransferResult:
+        todo = plan_todo(
+            catalog,
             dst,
             self.dst_uri,
             self.include,
@@ -318,16 +333,12 @@ class _Run:
             delete=delete,
             max_delete=max_delete,
         )
-        objects, skipped, unread, to_delete = (
-            todo.objects,
-            todo.skipped,
-            todo.unread,
-            todo.to_delete,
-        )
+        skipped = todo.skipped
         self.step("list")
-        if not objects:
+        if not todo.objects:
+            unread = catalog.outcomes("failed")
             deleted, errors = (
-                (0, dict(unread)) if unread else self.mirror_delete(src, dst, to_delete)
+                (0, dict(unread)) if unread else self.mirror_delete(src, dst, catalog, False)
             )
             result = self.result(
                 objects=0,
@@ -345,38 +356,26 @@ class _Run:
                 raise partial_error(result, errors, [])
             journal.remove()
             return result
-        manifest = build_manifest(objects, dst.capabilities, part_size, skipped)
+        caps = dst.capabilities
         # Segments already finished against the same source version are skipped, and so are
         # objects whose multipart upload an earlier run completed (their upload id is spent).
-        crcs: dict[str, int] = {}
-        remaining = []
-        fps = {o.key: fingerprint(o) for o in objects}
-        committed: dict[str, tuple[int, int]] = {}
-        resumed = 0
-        for o in objects:
-            done_before = journal.commit_for(o.key, fps[o.key])
-            if done_before is not None:
-                committed[o.key] = done_before
-                resumed += len(manifest.segments[o.key])
-                continue
-            for seg in manifest.segments[o.key]:
-                done = journal.finished(seg.seg_id, fps[o.key])
-                if done is None:
-                    remaining.append(seg)
-                else:
-                    crcs[seg.seg_id] = done
-                    resumed += 1
-        resumed_crcs = len(crcs)
-        uploads = prepare_uploads(dst, self.dst_uri, manifest, journal, skip=committed)
+        catalog.load_journal(journal.path)
+        resumed = resume(catalog, part_size, caps)
+        uploads = prepare_uploads(dst, self.dst_uri, catalog, journal, part_size)
+        chunks, segments, nbytes, objects = chunk_totals(catalog, part_size, caps)
         self.step("prepare")
+        done_now = 0
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
-            records = []
+            nonlocal done_now
+            rows, records = [], []
             for chunk, seg_crcs in finished:
                 for seg, crc in zip(chunk.segments, seg_crcs, strict=False):
-                    crcs[seg.seg_id] = crc
-                    records.append((seg.seg_id, crc, fps[seg.key]))
-            journal.record_done(records)
+                    rows.append((enc(seg.key), seg.part, crc))
+                    records.append((seg.seg_id, crc, seg.fp or "null"))
+            journal.record_done(records)  # the durable record first, then the scratch one
+            catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?)", rows)
+            done_now += len(rows)
 
         dispatcher = Dispatcher(
             self.plan,
@@ -390,7 +389,13 @@ class _Run:
             job_id=self.job_id,
         )
         try:
-            stats = dispatcher.run(make_chunks(remaining), uploads, on_done, progress)
+            stats = dispatcher.run(
+                iter_chunks(catalog, part_size, caps),
+                uploads,
+                on_done,
+                progress,
+                ChunkTotals(chunks, nbytes, objects),
+            )
         except TransferError as exc:
             text = str(exc)
             if f"source {self.src_uri}" not in text and (
@@ -398,47 +403,70 @@ class _Run:
             ):
                 raise TransferError(f"destination {self.dst_uri} is not writable: {exc}") from exc
             raise TransferError(
-                f"{exc}; {resumed + len(crcs) - resumed_crcs} of "
-                f"{sum(len(s) for s in manifest.segments.values())} segments "
+                f"{exc}; {resumed + done_now} of {resumed + segments} segments "
                 f"are finished and journaled in {journal.path}: re-run the same command to resume"
             ) from exc
         transfer_seconds = time.monotonic() - self.t0
         self.step("move")
+        return self._finish(
+            catalog, src, dst, journal, stats, dispatcher, uploads, part_size, verify,
+            skipped, resumed, transfer_seconds, delete=todo.to_delete > 0,
+        )  # fmt: skip
 
+    def _finish(
+        self,
+        catalog: Catalog,
+        src: ObjectStore,
+        dst: ObjectStore,
+        journal: Journal,
+        stats: DispatchStats,
+        dispatcher: Dispatcher,
+        uploads: dict[str, str],
+        part_size: int,
+        verify: str,
+        skipped: int,
+        resumed: int,
+        transfer_seconds: float,
+        *,
+        delete: bool,
+    ) -> TransferResult:
+        """Check the source, commit, verify, mirror-delete and report (see module doc)."""
+        caps = dst.capabilities
         # Commit: changed objects keep the destination's version; failed ones are left out.
-        source_now: dict[str, ObjectInfo] = {}
-        failed = dict(stats.failed_keys)  # key -> "source: why" / "destination: why"
-        # The fresh source listing is kept only when the mirror delete will need it.
-        now = source_now if to_delete else None
-        changed = (set(stats.changed_keys) | changed_objects(src, fps, now=now)) - set(failed)
-        failed.update(unread)
-        abort_changed(dst, uploads, changed | set(failed), journal)
+        catalog.set_outcome("failed", stats.failed_keys.items(), FAILED)
+        try:
+            fresh = changed_objects(src, catalog)
+        except StoreError as exc:
+            raise TransferError(
+                f"cannot list source {self.src_uri} again after the copy: {exc}"
+            ) from exc
+        changed_now = sorted(set(stats.changed_keys) | set(fresh))
+        failed = catalog.outcomes("failed")
+        changed = set(changed_now) - set(failed)
+        catalog.set_outcome("changed", ((k, "changed") for k in sorted(changed)), CHANGED)
+        abort_changed(dst, uploads, sorted(changed | set(failed)), journal)
         self.step("check_source")
-        expected: dict[str, tuple[int, int]] = {}
-        to_complete = []
-        for o in objects:
-            if o.key in changed or o.key in failed:
-                continue
-            if o.key in committed:
-                expected[o.key] = committed[o.key]  # completed by an earlier run: verify only
-                continue
-            segs = manifest.segments[o.key]
-            missing = [s.seg_id for s in segs if s.seg_id not in crcs]
-            if missing:
-                raise TransferError(
-                    f"internal error: {o.key} has unfinished segments {missing[:3]}"
+        missing = fold_expected(catalog, part_size, caps)
+        if missing:
+            raise TransferError(f"internal error: {missing[:3]} have unfinished segments")
+        limit = whole_limit(part_size, caps)
+        to_complete = [
+            Completion(k, [s.part for s in segments_of(k, size, None, part_size, caps)], size,
+                       crc, fp)
+            for k, size, crc, fp in (
+                (dec(raw), size, crc, fp)
+                for raw, size, crc, fp in catalog.pages(
+                    "key, size, (SELECT crc FROM exp e WHERE e.key = src.key), fp",
+                    "src",
+                    f"state = {TODO} AND size > ?",
+                    (limit,),
                 )
-            crc = crcs[segs[0].seg_id]
-            for s in segs[1:]:
-                crc = crc32c_combine(crc, crcs[s.seg_id], s.length)
-            expected[o.key] = (o.size, crc)
-            if o.key in uploads:
-                to_complete.append(o.key)
-        unconfirmed = complete_uploads(
-            dst, self.dst_uri, manifest, uploads, to_complete, expected, journal, fps, verify
-        )
+            )
+            if k in uploads
+        ]  # fmt: skip
+        unconfirmed = complete_uploads(dst, self.dst_uri, uploads, to_complete, journal, verify)
         self.step("commit")
-        verification = verify_objects(dst, expected, verify, vouched=stats.vouched_keys)
+        verification = verify_catalog(dst, catalog, verify)
         self.step("verify")
         for key, why in sorted(unconfirmed.items()):
             bad = [f for f in verification.failures if f.startswith(f"{key}: ")]
@@ -451,20 +479,21 @@ class _Run:
         if verification.status != "passed":
             # Objects the journal said were done but do not verify (changed at the destination
             # since) are forgotten, so the next run copies them again instead of failing again.
-            for key in expected:
-                if any(f.startswith(f"{key}: ") for f in verification.failures):
-                    journal.forget(key)
+            for line in verification.failures:
+                key = line.split(": ", 1)[0]
+                journal.forget(key)
             raise TransferError(
                 f"verification failed for {len(verification.failures)} object(s): "
                 + "; ".join(verification.failures[:3])
                 + " (nothing was deleted; re-run the same command to copy them again)"
             )
         deleted = 0
-        if not changed and not failed:
-            deleted, delete_errors = self.mirror_delete(src, dst, to_delete, source_now)
+        if delete and not changed and not failed:
+            deleted, delete_errors = self.mirror_delete(src, dst, catalog, True)
             failed.update(delete_errors)
-        copied = [o for o in objects if o.key in expected]
-        nbytes = sum(o.size for o in copied)
+        copied, nbytes = (
+            int(x) for x in catalog.one("SELECT count(*), coalesce(sum(size), 0) FROM exp")
+        )
         seconds = time.monotonic() - self.t0
         predicted, actual = _costs(self.plan, nbytes, seconds)
         from skyplane_ops.profiler.passive import after_transfer  # every transfer is a measurement
@@ -481,7 +510,7 @@ class _Run:
         notes = [f"{k!r}: {why}" for k, why in sorted(failed.items())]
         notes += [f"{k!r}: source: changed during the run" for k in sorted(changed)]
         result = self.result(
-            objects=len(copied),
+            objects=copied,
             bytes=nbytes,
             seconds=round(seconds, 3),
             gbps=round(nbytes * 8 / 1e9 / seconds, 4) if seconds else 0.0,
@@ -511,21 +540,24 @@ class _Run:
         return result
 
     def mirror_delete(
-        self,
-        src: ObjectStore,
-        dst: ObjectStore,
-        keys: list[str],
-        source_now: Mapping[str, ObjectInfo] | None = None,
+        self, src: ObjectStore, dst: ObjectStore, catalog: Catalog, listed_again: bool
     ) -> tuple[int, dict[str, str]]:
-        """``sync --delete`` after a clean copy: (deleted, {key: why} of failed deletes)."""
-        if not keys:
+        """``sync --delete`` after a clean copy: (deleted, {key: why} of failed deletes).
+        Candidates are ``dst.extra`` rows absent from a fresh source listing (``now``)."""
+        if not catalog.one("SELECT 1 FROM dst WHERE extra = 1 LIMIT 1"):
             return 0, {}
-        if not source_now:
+        if not listed_again:
             try:
-                source_now = {o.key: o for o in src.list()}
+                catalog.add_now(src)
             except StoreError as exc:
                 raise TransferError(
                     f"cannot list source {self.src_uri} again before deleting: {exc}; "
                     "nothing was deleted"
                 ) from exc
-        return mirror.delete_extra(dst, keys, source_now)
+        keys = (
+            dec(k)
+            for (k,) in catalog.pages(
+                "key", "dst", "extra = 1 AND NOT EXISTS (SELECT 1 FROM now n WHERE n.key = dst.key)"
+            )
+        )
+        return mirror.delete_extra(dst, keys, ())

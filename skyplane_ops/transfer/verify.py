@@ -7,25 +7,22 @@ one, otherwise (``method="full"``) the object is read back and checksummed.
 The store's own checksum comes from the listing where it carries one (GCS), else, for a store
 that declares ``crc32c`` among its native checksums but lists without values (S3: the listing
 names the algorithm only), from a HEAD: one small request per object instead of a read of every
-byte. Objects written whole in this run whose PutObject answer already carried the source's
-CRC32C (S3 checked the body against it and keeps it; the sink reports them as ``vouched``) need
-no HEAD: against a store 20 ms away, a HEAD per object doubled the requests of a small-object
-copy. An object the store holds no full-object CRC32C for (written by another tool, a composite
+byte. An object the store holds no full-object CRC32C for (written by another tool, a composite
 multipart checksum) is read back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import base64
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway_agent.checksum import crc32c
-from gateway_agent.stores.base import ObjectInfo, ObjectStore
+from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import StoreError
+from skyplane_ops.transfer.catalog import BATCH, COMMITTED, TODO, Catalog, dec, enc
 from skyplane_ops.transfer.checksum import crc32c_b64, crc32c_combine
-from skyplane_ops.transfer.manifest import fingerprint
 
 # 8 MiB: large enough for few calls, small enough that the allocator reuses its buffers (each
 # 64 MiB read was a fresh mmap, page-faulted in: ~0.3 s more per 512 MB read back).
@@ -49,30 +46,23 @@ class Verification:
         }
 
 
-def changed_objects(
-    src: ObjectStore,
-    fingerprints: Mapping[str, list[object]],
-    now: dict[str, ObjectInfo] | None = None,
-) -> set[str]:
-    """Keys whose fingerprint (size/etag/mtime/version) differs now from the listing the
-    manifest was built from (``fingerprints``: key -> ``manifest.fingerprint``), or that are gone.
+def changed_objects(src: ObjectStore, catalog: Catalog) -> list[str]:
+    """Keys of the objects this run copies (``TODO`` or ``COMMITTED``) whose fingerprint
+    (size/etag/mtime/version) differs now from the catalog's listing, or that are gone.
 
-    The fresh listing is streamed, not held, except into ``now`` when given (``sync --delete``
-    uses it before deleting).
+    The fresh listing is streamed into the catalog's ``now`` table (``sync --delete`` uses it
+    before deleting) and compared there.
     """
-    seen: set[str] = set()
-    changed: set[str] = set()
-    for o in src.list():
-        if now is not None:
-            now[o.key] = o
-        fp = fingerprints.get(o.key)
-        if fp is None:
-            continue
-        seen.add(o.key)
-        if fingerprint(o) != fp:
-            changed.add(o.key)
-    changed.update(k for k in fingerprints if k not in seen)
-    return changed
+    catalog.add_now(src)
+    return [
+        dec(k)
+        for (k,) in catalog.pages(
+            "key",
+            "src",
+            f"state IN ({TODO}, {COMMITTED}) AND NOT EXISTS "
+            "(SELECT 1 FROM now n WHERE n.key = src.key AND n.fp = src.fp)",
+        )
+    ]
 
 
 def read_back_crc(store: ObjectStore, key: str, size: int) -> int:
@@ -85,23 +75,50 @@ def read_back_crc(store: ObjectStore, key: str, size: int) -> int:
     return crc
 
 
+def _check(
+    dst: ObjectStore, key: str, size: int, crc: int, ask_store: bool
+) -> tuple[str | None, bool]:
+    """(failure or None, whether the store's own checksum decided it) for one object whose
+    listing carried no CRC32C: a HEAD where the store keeps one, else a read-back."""
+    if ask_store:
+        try:
+            stored = dst.head(key).checksums.get("crc32c")
+        except StoreError as exc:
+            return f"{key}: head failed: {exc}", True
+        if stored is not None:
+            return (None if stored == crc32c_b64(crc) else f"{key}: crc32c mismatch"), True
+    try:
+        got = read_back_crc(dst, key, size)
+    except StoreError as exc:
+        return f"{key}: read-back failed: {exc}", False
+    return (None if got == crc else f"{key}: crc32c mismatch on read-back"), False
+
+
+def _method(native: int, read_back: int, objects: int) -> str:
+    parts = []
+    if native:
+        parts.append("native crc32c")
+    if read_back:
+        parts.append("read-back crc32c")
+    if objects > native + read_back:
+        parts.append("size")
+    return "+".join(parts) or "none"
+
+
 def verify_objects(
     dst: ObjectStore,
     expected: dict[str, tuple[int, int]],
     method: str = "full",
     threads: int = 4,
-    vouched: Collection[str] = (),
 ) -> Verification:
-    """``expected`` maps key -> (size, crc32c). ``method``: full | size. ``vouched``: keys
-    whose write this run the store answered with the expected CRC32C (it checked the body
-    against it): the listing's size is all that is left to check for them."""
+    """``expected`` maps key -> (size, crc32c). ``method``: full | size. For a few objects;
+    the engine uses ``verify_catalog``, which holds nothing per object."""
     failures: list[str] = []
-    native = acked = 0
+    native = 0
     to_read: list[str] = []
     ask_store = "crc32c" in dst.capabilities.native_checksums
     seen: set[str] = set()
     try:
-        # Streamed: only what was expected is looked at, the listing itself is not held.
         for info in dst.list():
             want = expected.get(info.key)
             if want is None or info.key in seen:
@@ -114,48 +131,108 @@ def verify_objects(
                 native += 1
                 if info.checksums["crc32c"] != crc32c_b64(crc):
                     failures.append(f"{key}: crc32c mismatch")
-            elif method == "full" and key in vouched:
-                acked += 1
             elif method == "full":
                 to_read.append(key)
     except StoreError as exc:
         return Verification("failed", len(expected), method, [f"cannot list destination: {exc}"])
     failures.extend(f"{key}: missing at the destination" for key in expected if key not in seen)
-
-    def check(key: str) -> tuple[str | None, bool]:
-        """(failure or None, whether the store's own checksum decided it)."""
-        size, crc = expected[key]
-        if ask_store:
-            try:
-                stored = dst.head(key).checksums.get("crc32c")
-            except StoreError as exc:
-                return f"{key}: head failed: {exc}", True
-            if stored is not None:
-                return (None if stored == crc32c_b64(crc) else f"{key}: crc32c mismatch"), True
-        try:
-            got = read_back_crc(dst, key, size)
-        except StoreError as exc:
-            return f"{key}: read-back failed: {exc}", False
-        return (None if got == crc else f"{key}: crc32c mismatch on read-back"), False
-
     read_back = 0
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for failure, by_store in pool.map(check, to_read):
+        for failure, by_store in pool.map(
+            lambda k: _check(dst, k, *expected[k], ask_store), to_read
+        ):
             if failure:
                 failures.append(failure)
-            if by_store:
-                native += 1
-            else:
-                read_back += 1
-    parts = []
-    if native:
-        parts.append("native crc32c")
-    if acked:
-        parts.append("crc32c checked by the store on write")
-    if read_back:
-        parts.append("read-back crc32c")
-    if len(expected) > native + acked + read_back:
-        parts.append("size")
+            native += by_store
+            read_back += not by_store
     return Verification(
-        "failed" if failures else "passed", len(expected), "+".join(parts) or "none", failures
+        "failed" if failures else "passed",
+        len(expected),
+        _method(native, read_back, len(expected)),
+        failures,
+    )
+
+
+def _crc_int(b64: str | None) -> int | None:
+    if b64 is None:
+        return None
+    try:
+        return int.from_bytes(base64.b64decode(b64, validate=True), "big")
+    except ValueError:
+        return -1  # unreadable: never equal to a CRC
+
+
+def verify_catalog(
+    dst: ObjectStore, catalog: Catalog, method: str = "full", threads: int = 16
+) -> Verification:
+    """``verify_objects`` over the catalog's ``exp`` table (key -> size, CRC32C): the
+    destination listing is streamed into ``got`` and compared in SQL; only objects the listing
+    carried no CRC32C for are looked at one by one (HEAD or read-back), a page at a time, by
+    ``threads`` at once (the work is waiting on the store: I/O or a request's latency)."""
+    objects = int(catalog.one("SELECT count(*) FROM exp"))
+    catalog.run("DELETE FROM got")
+    try:
+        catalog.write(
+            "INSERT OR IGNORE INTO got VALUES(?,?,?)",
+            ((enc(i.key), i.size, _crc_int(i.checksums.get("crc32c"))) for i in dst.list()),
+        )
+    except StoreError as exc:
+        return Verification("failed", objects, method, [f"cannot list destination: {exc}"])
+    failures = [
+        f"{dec(k)}: size {got} != {want}"
+        for k, got, want in catalog.pages(
+            "key, (SELECT g.size FROM got g WHERE g.key = exp.key), size",
+            "exp",
+            "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size != exp.size)",
+        )
+    ]
+    failures += [
+        f"{dec(k)}: crc32c mismatch"
+        for (k,) in catalog.pages(
+            "key",
+            "exp",
+            "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size = exp.size "
+            "AND g.crc IS NOT NULL AND g.crc != exp.crc)",
+        )
+    ]
+    failures += [
+        f"{dec(k)}: missing at the destination"
+        for (k,) in catalog.pages(
+            "key", "exp", "NOT EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key)"
+        )
+    ]
+    native = int(
+        catalog.one(
+            "SELECT count(*) FROM exp e JOIN got g ON g.key = e.key "
+            "WHERE g.size = e.size AND g.crc IS NOT NULL"
+        )
+    )
+    read_back = 0
+    if method == "full":
+        ask_store = "crc32c" in dst.capabilities.native_checksums
+        page: list[tuple[str, int, int]] = []
+
+        def flush() -> None:
+            nonlocal native, read_back
+            checks = pool.map(lambda r: _check(dst, r[0], r[1], r[2], ask_store), page)
+            for failure, by_store in checks:
+                if failure:
+                    failures.append(failure)
+                native += by_store
+                read_back += not by_store
+            page.clear()
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            for k, size, crc in catalog.pages(
+                "key, size, crc",
+                "exp",
+                "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size = exp.size "
+                "AND g.crc IS NULL)",
+            ):
+                page.append((dec(k), size, crc))
+                if len(page) >= 4 * BATCH // 5:
+                    flush()
+            flush()
+    return Verification(
+        "failed" if failures else "passed", objects, _method(native, read_back, objects), failures
     )

@@ -1,0 +1,381 @@
+"""The run's catalog: every per-object fact of one run in a scratch SQLite file, not in Python.
+
+A run over a million objects cannot hold a million ``ObjectInfo``s, segment lists, CRCs and
+fingerprints in the control plane (that cost ~3.5 KiB per object). The catalog keeps them on
+disk, in tables made for it, and the engine streams over them in key order:
+
+- ``src``: the source listing (streamed in from ``store.list()``, filtered), with each object's
+  fingerprint (what must not change before commit) and state (see the ``TODO``... constants);
+- ``dst``: the destination listing when syncing, with ``extra`` set on mirror-delete candidates;
+- ``seg``: CRC32C per finished segment (``part`` 0: a whole object), from the gateways or the
+  journal; ``exp``: the whole-object (size, CRC32C) verification expects;
+- ``outcome``: objects that failed or changed, with why (few, unless something is badly wrong);
+- ``now``: the source listed again after the move (changed-check and mirror delete);
+- ``got``: the destination listed for verification (size, native CRC32C if it reports one);
+- ``j_upload``/``j_done``/``j_commit``: the resume journal, indexed (see ``load_journal``).
+
+The file lives under the journal folder (a disk the user chose for state, not ``/tmp``, which
+may be RAM), is written without a rollback journal or fsync (it is scratch: the durable record
+is the JSONL journal) and is removed when the run ends; one left by a crashed process is
+removed by the next run that opens a catalog in the same folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from gateway_agent.stores.base import ObjectInfo, ObjectStore, ReportsSkips, SkippedEntry
+from gateway_agent.stores.errors import StoreError
+from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.manifest import matches
+
+# Object states in ``src``.
+TODO, SKIPPED, REFUSED, COMMITTED, CHANGED, FAILED = range(6)
+BATCH = 5000  # rows per executemany / per page read
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_SCHEMA = """
+CREATE TABLE src(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT, version TEXT,
+                 etag TEXT, state INTEGER NOT NULL DEFAULT 0,
+                 fp TEXT GENERATED ALWAYS AS (json_array(size, etag, mtime, version)) VIRTUAL)
+                 WITHOUT ROWID;
+CREATE TABLE dst(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT,
+                 extra INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+CREATE TABLE seg(key, part INTEGER, crc INTEGER NOT NULL, PRIMARY KEY(key, part)) WITHOUT ROWID;
+CREATE TABLE exp(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE outcome(key PRIMARY KEY, kind TEXT NOT NULL, why TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, etag TEXT,
+                 fp TEXT GENERATED ALWAYS AS (json_array(size, etag, mtime, version)) VIRTUAL)
+                 WITHOUT ROWID;
+CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER) WITHOUT ROWID;
+CREATE TABLE j_upload(key PRIMARY KEY, upload_id TEXT, fp TEXT) WITHOUT ROWID;
+CREATE TABLE j_done(key, part INTEGER, crc INTEGER, fp TEXT, PRIMARY KEY(key, part)) WITHOUT ROWID;
+CREATE TABLE j_commit(key PRIMARY KEY, size INTEGER, crc INTEGER, fp TEXT) WITHOUT ROWID;
+"""
+
+
+def enc(key: str) -> str | bytes:
+    """A key as SQLite can store it: a local file name that is not UTF-8 (lone surrogates)
+    becomes a BLOB of its surrogate-passed bytes; ``dec`` reverses it."""
+    if key.isascii():
+        return key
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        return key.encode("utf-8", "surrogatepass")
+    return key
+
+
+def dec(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8", "surrogatepass")
+
+
+def micros(dt: datetime | None) -> int | None:
+    """Exact microseconds since the epoch (a float would round at today's dates)."""
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return (dt - _EPOCH) // _US
+
+
+# An object's fingerprint (what must not change between listing and commit: size, etag,
+# modification time in microseconds, the store's version) is the column ``fp``: JSON SQLite
+# makes from the row when it is read (a virtual column: nothing stored, no Python per row),
+# the form the journal stores too. (The journal of releases before the catalog kept the time
+# as ISO text: such a journal resumes nothing, which costs a re-copy, never a wrong object.)
+
+
+def fp_text(info: ObjectInfo) -> str:
+    """The fingerprint JSON SQLite makes (``src.fp``), made in Python (for tests, tools)."""
+    fp = [info.size, info.etag, micros(info.modified), info.version]
+    return json.dumps(fp, separators=(",", ":"), ensure_ascii=False)
+
+
+def checksums_json(info: ObjectInfo) -> str | None:
+    return json.dumps(info.checksums, sort_keys=True) if info.checksums else None
+
+
+def _same_ck(a: str, b: str) -> int | None:
+    """Sync's checksum rule: 1/0 when both sides report a common algorithm, else NULL."""
+    x, y = json.loads(a), json.loads(b)
+    common = x.keys() & y.keys()
+    return int(all(x[k] == y[k] for k in common)) if common else None
+
+
+def _remove_stale(folder: Path) -> None:
+    """Catalogs of processes that died (``run-<pid>-*.sqlite``) are scratch: remove them."""
+    for path in folder.glob("run-*.sqlite"):
+        try:
+            pid = int(path.name.split("-")[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except (ValueError, IndexError, PermissionError, OSError):
+            continue
+
+
+def _drop(path: Path, db: sqlite3.Connection) -> None:
+    db.close()
+    path.unlink(missing_ok=True)
+
+
+class Catalog:
+    """One run's catalog file; thread-safe for the parallel listings (one lock, big batches)."""
+
+    def __init__(self, directory: Path) -> None:
+        folder = directory / "catalog"
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_stale(folder)
+        self.path = folder / f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}.sqlite"
+        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        for pragma in (
+            "journal_mode=OFF",
+            "synchronous=OFF",
+            "locking_mode=EXCLUSIVE",
+            "temp_store=FILE",
+            "cache_size=-16384",  # 16 MiB of page cache: the rest stays on disk
+        ):
+            self.db.execute(f"PRAGMA {pragma}")
+        self.db.executescript(_SCHEMA)
+        self.db.create_function("same_ck", 2, _same_ck, deterministic=True)
+        self.lock = threading.RLock()
+        self.has_destination = False
+        self.problems: list[SkippedEntry] = []
+        self._finalizer = weakref.finalize(self, _drop, self.path, self.db)
+
+    def close(self) -> None:
+        """Close and delete the file (idempotent)."""
+        self._finalizer()
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    def write(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """``executemany`` in batches, each its own transaction (no fsync: scratch)."""
+        batch: list[Sequence[Any]] = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= BATCH:
+                self._many(sql, batch)
+                batch = []
+        if batch:
+            self._many(sql, batch)
+
+    def _many(self, sql: str, batch: Sequence[Sequence[Any]]) -> None:
+        with self.lock:
+            self.db.execute("BEGIN")
+            self.db.executemany(sql, batch)
+            self.db.execute("COMMIT")
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        with self.lock:
+            return self.db.execute(sql, params).rowcount
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self.lock:
+            row = self.db.execute(sql, params).fetchone()
+        return row[0] if row is not None and len(row) == 1 else row
+
+    def pages(
+        self, columns: str, table: str, where: str = "1", params: Sequence[Any] = ()
+    ) -> Iterator[tuple[Any, ...]]:
+        """Rows of ``table`` (first column must be ``key``) in key order, a page at a time:
+        no statement stays open between pages, so the caller may write in between."""
+        last: Any = None
+        while True:
+            cond = "1" if last is None else "key > ?"
+            args = () if last is None else (last,)
+            with self.lock:
+                rows = self.db.execute(
+                    f"SELECT {columns} FROM {table} WHERE {cond} AND ({where}) "
+                    f"ORDER BY key LIMIT {BATCH}",
+                    (*args, *params),
+                ).fetchall()
+            yield from rows
+            if len(rows) < BATCH:
+                return
+            last = rows[-1][0]
+
+    # ---- listings --------------------------------------------------------------------------
+
+    def add_source(
+        self,
+        store: ObjectStore,
+        src_uri: str,
+        include: Sequence[str],
+        exclude: Sequence[str],
+        on_count: Callable[[int], None] | None = None,
+    ) -> None:
+        """Stream the filtered source listing into ``src``; checks as ``list_source`` did."""
+        filtered = bool(include or exclude)
+        count = 0
+
+        def rows() -> Iterator[tuple[Any, ...]]:
+            nonlocal count
+            for o in store.list():
+                if filtered and not matches(o.key, include, exclude):
+                    continue
+                count += 1
+                if on_count is not None and count % BATCH == 0:
+                    on_count(count)
+                yield enc(o.key), o.size, micros(o.modified), checksums_json(o), o.version, o.etag
+
+        sql = "INSERT OR REPLACE INTO src(key,size,mtime,ck,version,etag) VALUES(?,?,?,?,?,?)"
+        try:
+            self.write(sql, rows())
+        except StoreError as exc:
+            raise TransferError(f"cannot list source {src_uri}: {exc}") from exc
+        if isinstance(store, ReportsSkips):
+            self.problems.extend(
+                p for p in store.skipped if matches(p.key, include, exclude) or p.error
+            )
+        if on_count is not None:
+            on_count(count)
+        self._check_source(src_uri, include, exclude)
+
+    def _check_source(self, src_uri: str, include: Sequence[str], exclude: Sequence[str]) -> None:
+        if self.one("SELECT 1 FROM src LIMIT 1") is not None:
+            return
+        bad = next((p for p in self.problems if p.error), None)
+        if bad is not None:
+            raise TransferError(
+                f"nothing readable under source {src_uri}: {bad.key!r}: {bad.reason}"
+            )
+        if src_uri.startswith("file://"):
+            root = src_uri[len("file://") :]
+            if not os.path.isdir(root):
+                raise TransferError(f"source {src_uri} does not exist (no directory {root})")
+        filt = (
+            f" matching include={list(include)} exclude={list(exclude)}"
+            if (include or exclude)
+            else ""
+        )
+        raise TransferError(f"no objects{filt} under source {src_uri}")
+
+    def add_destination(
+        self, store: ObjectStore, on_count: Callable[[int], None] | None = None
+    ) -> None:
+        """Stream the destination listing into ``dst`` (store errors propagate)."""
+        count = 0
+
+        def rows() -> Iterator[tuple[Any, ...]]:
+            nonlocal count
+            for o in store.list():
+                count += 1
+                if on_count is not None and count % BATCH == 0:
+                    on_count(count)
+                yield enc(o.key), o.size, micros(o.modified), checksums_json(o)
+
+        self.write("INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)", rows())
+        self.has_destination = True
+        if on_count is not None:
+            on_count(count)
+
+    def attach_destination(self, path: Path) -> None:
+        """Load a destination listing another process wrote (``sidelist``) into ``dst``."""
+        with self.lock:
+            self.db.execute("ATTACH DATABASE ? AS side", (str(path),))
+            try:
+                self.db.execute("BEGIN")
+                self.db.execute(
+                    "INSERT OR REPLACE INTO dst(key,size,mtime,ck) "
+                    "SELECT key, size, mtime, ck FROM side.dst ORDER BY key"
+                )
+                self.db.execute("COMMIT")
+            finally:
+                self.db.execute("DETACH DATABASE side")
+        self.has_destination = True
+
+    def add_now(self, store: ObjectStore) -> None:
+        """The source listed again (key, fingerprint) into ``now``; store errors propagate."""
+        self.run("DELETE FROM now")
+        self.write(
+            "INSERT OR REPLACE INTO now(key,size,mtime,version,etag) VALUES(?,?,?,?,?)",
+            ((enc(o.key), o.size, micros(o.modified), o.version, o.etag) for o in store.list()),
+        )
+
+    # ---- counts ----------------------------------------------------------------------------
+
+    def source_totals(self, state: int | None = None) -> tuple[int, int]:
+        """(objects, bytes) of the source, or of the objects in ``state``."""
+        where = "1" if state is None else f"state = {int(state)}"
+        n, b = self.one(f"SELECT count(*), coalesce(sum(size), 0) FROM src WHERE {where}")
+        return int(n), int(b)
+
+    def outcomes(self, kind: str) -> dict[str, str]:
+        """{key: why} of the objects with outcome ``kind`` (``failed`` or ``changed``)."""
+        return {dec(k): why for k, why in self.pages("key, why", "outcome", "kind = ?", (kind,))}
+
+    def set_outcome(self, kind: str, items: Iterable[tuple[str, str]], state: int) -> None:
+        """Record failed/changed objects and move them out of ``TODO``/``COMMITTED``."""
+        rows = [(enc(k), kind, why) for k, why in items]
+        self.write("INSERT OR REPLACE INTO outcome(key,kind,why) VALUES(?,?,?)", rows)
+        self.write("UPDATE src SET state = ? WHERE key = ?", [(state, r[0]) for r in rows])
+
+    # ---- the journal, indexed --------------------------------------------------------------
+
+    def load_journal(self, path: Path) -> None:
+        """Index the JSONL journal (streamed, later lines win, ``drop`` forgets a key)."""
+        if not path.exists():
+            return
+
+        def flush(kind: str, rows: list[tuple[Any, ...]]) -> None:
+            if not rows:
+                return
+            if kind == "upload":
+                self._many("INSERT OR REPLACE INTO j_upload VALUES(?,?,?)", rows)
+            elif kind == "done":
+                self._many("INSERT OR REPLACE INTO j_done VALUES(?,?,?,?)", rows)
+            elif kind == "commit":
+                self._many("INSERT OR REPLACE INTO j_commit VALUES(?,?,?,?)", rows)
+            else:
+                with self.lock:
+                    self.db.execute("BEGIN")
+                    for table in ("j_upload", "j_done", "j_commit"):
+                        self.db.executemany(f"DELETE FROM {table} WHERE key = ?", rows)
+                    self.db.execute("COMMIT")
+            rows.clear()
+
+        kind, rows = "", list[tuple[Any, ...]]()
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                    t = rec["t"]
+                    new = _journal_rows(rec)
+                except (ValueError, KeyError, TypeError, IndexError):
+                    continue  # a torn last line after a crash
+                if t != kind or len(rows) >= BATCH:
+                    flush(kind, rows)
+                    kind = t
+                rows.extend(new)
+        flush(kind, rows)
+
+
+def _journal_rows(rec: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def fp(value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+    t = rec["t"]
+    if t == "upload":
+        return [(enc(rec["key"]), rec["upload_id"], fp(rec["fp"]))]
+    if t == "done":
+        out = []
+        for seg_id, crc, f in rec["segs"]:
+            part, key = seg_id.split(":", 1)
+            out.append((enc(key), int(part), int(crc), fp(f)))
+        return out
+    if t == "commit":
+        return [(enc(rec["key"]), int(rec["size"]), int(rec["crc"]), fp(rec["fp"]))]
+    if t == "drop":
+        return [(enc(rec["key"]),)]
+    raise KeyError(t)
