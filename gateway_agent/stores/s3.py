@@ -19,7 +19,7 @@ with ``ChecksumType=FULL_OBJECT``, so the completed object's CRC32C is that of t
 ``head`` asks for it (``ChecksumMode=ENABLED``) and reports ``crc32c`` (base64, as GCS does)
 only when it is a full-object checksum; ``write`` reports the CRC32C of PutObject's answer (the
 one S3 checked the body against; the sink reports such writes as ``vouched`` in its ``done``
-events, which verification could use to skip a HEAD). Listings do not carry checksum values
+events, and verification skips the HEAD of such objects). Listings do not carry checksum values
 (ListObjectsV2 gives only the algorithm), so verification HEADs objects instead of reading
 them back. Bodies under 1 MiB go without ``Expect: 100-continue``.
 """

@@ -57,6 +57,7 @@ CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, eta
                  fp TEXT GENERATED ALWAYS AS (json_array(size, etag, mtime, version)) VIRTUAL)
                  WITHOUT ROWID;
 CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER) WITHOUT ROWID;
+CREATE TABLE vouch(key PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE j_upload(key PRIMARY KEY, upload_id TEXT, fp TEXT) WITHOUT ROWID;
 CREATE TABLE j_done(key, part INTEGER, crc INTEGER, fp TEXT, PRIMARY KEY(key, part)) WITHOUT ROWID;
 CREATE TABLE j_commit(key PRIMARY KEY, size INTEGER, crc INTEGER, fp TEXT) WITHOUT ROWID;

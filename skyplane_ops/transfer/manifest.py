@@ -54,6 +54,9 @@ class Chunk:
     chunk_id: int
     segments: list[Segment]
     attempts: int = 0
+    # Indexes of segments whose write the destination store vouched for (it checked the body
+    # against the source's CRC32C and said so in its answer): verification need not ask again.
+    vouched: tuple[int, ...] = ()
 
     @property
     def nbytes(self) -> int:

@@ -368,13 +368,20 @@ class _Run:
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             nonlocal done_now
-            rows, records = [], []
+            rows, records, vouched = [], [], []
             for chunk, seg_crcs in finished:
                 for seg, crc in zip(chunk.segments, seg_crcs, strict=False):
                     rows.append((enc(seg.key), seg.part, crc))
                     records.append((seg.seg_id, crc, seg.fp or "null"))
+                # A whole object written in one request the store checked: no HEAD at verify.
+                vouched += [
+                    (enc(chunk.segments[i].key),)
+                    for i in chunk.vouched
+                    if i < len(chunk.segments) and chunk.segments[i].part == 0
+                ]
             journal.record_done(records)  # the durable record first, then the scratch one
             catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?)", rows)
+            catalog.write("INSERT OR IGNORE INTO vouch VALUES(?)", vouched)
             done_now += len(rows)
 
         dispatcher = Dispatcher(
