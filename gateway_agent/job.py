@@ -98,6 +98,11 @@ def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
     return ObjectFailed("failed", key, "source", f"reading the source failed: {exc}")
 
 
+def _local_calls(store: ObjectStore) -> bool:
+    """Whether the store's calls are local system calls (see ``Capabilities.local_calls``)."""
+    return bool(getattr(store.capabilities, "local_calls", False))
+
+
 class Job:
     """Runs one job's roles on this gateway until stopped."""
 
@@ -212,12 +217,24 @@ class Job:
                 self._dst = open_any_store(self._dst_uri, self._dst_options)
             return self._dst
 
-    def _each(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """``[fn(x) for x in items]``, in parallel for several items. Every call finishes before
-        this returns (nothing runs on after an error); then the first error in item order is
-        raised, so one bad object fails only itself and the caller reports it."""
-        if len(items) <= 1 or self._object_threads <= 1:
+    def _each(self, fn: Callable[[T], R], items: Sequence[T], inline: bool = False) -> list[R]:
+        """``[fn(x) for x in items]``, in parallel for several items unless ``inline`` (a store
+        of local calls, where a thread hop per object costs more than the object). Every call
+        finishes before this returns (nothing runs on after an error); then the first error in
+        item order is raised, so one bad object fails only itself and the caller reports it."""
+        if len(items) <= 1:
             return [fn(x) for x in items]
+        if inline or self._object_threads <= 1:
+            results: list[R] = []
+            first: BaseException | None = None
+            for x in items:
+                try:
+                    results.append(fn(x))
+                except Exception as exc:
+                    first = first or exc
+            if first is not None:
+                raise first
+            return results
         with self._store_lock:
             if self._objects_pool is None:
                 self._objects_pool = ThreadPoolExecutor(
@@ -226,9 +243,9 @@ class Job:
             pool = self._objects_pool
         futures: list[Future[R]] = [pool.submit(fn, x) for x in items]
         errors = [f.exception() for f in futures]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise error
         return [f.result() for f in futures]
 
     # ---- bookkeeping ---------------------------------------------------------------------------
@@ -560,7 +577,7 @@ class Job:
                 piece[:] = part
                 return crc32c(piece)
 
-            crcs = self._each(read_one, range(len(segs)))
+            crcs = self._each(read_one, range(len(segs)), _local_calls(store))
             data = view
             full = crc32c(view)
         self._count(chunks_read=1, bytes_read=total)
@@ -630,7 +647,7 @@ class Job:
             except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
                 raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
 
-        self._each(write_one, pieces)
+        self._each(write_one, pieces, _local_calls(store))
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))

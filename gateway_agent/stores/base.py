@@ -58,6 +58,10 @@ class Capabilities:
     # Backend limits that chunking must respect.
     min_part_size: int = 0
     max_parts: int = 10_000
+    # Every call is a few local system calls (microseconds, no network round trip): a batch's
+    # objects are then read or written one after the other by the calling thread, since
+    # handing each to a worker thread costs more than the call itself.
+    local_calls: bool = False
 
 
 @runtime_checkable

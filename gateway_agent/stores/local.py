@@ -73,7 +73,7 @@ class LocalStore:
     """An ObjectStore over a directory tree; safe across threads and processes."""
 
     capabilities = Capabilities(
-        native_checksums=frozenset(), server_side_copy=True, min_part_size=0
+        native_checksums=frozenset(), server_side_copy=True, min_part_size=0, local_calls=True
     )
 
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
