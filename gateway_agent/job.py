@@ -26,7 +26,7 @@ from gateway_agent import auth, wire
 from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
-from gateway_agent.stores.base import ObjectStore
+from gateway_agent.stores.base import ObjectStore, SupportsWriteBatch
 from gateway_agent.stores.errors import (
     KeyNotSupportedError,
     SourceChangedError,
@@ -636,19 +636,39 @@ class Job:
             pieces.append((seg, view[pos : pos + n]))
             pos += n
 
-        def write_one(item: tuple[dict[str, Any], memoryview]) -> None:
-            seg, piece = item
-            data = cast(bytes, piece) if zero_copy else bytes(piece)
-            try:
-                if seg.get("upload_id"):
-                    store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-                else:
-                    store.write(seg["key"], data)
-            except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
-                raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
-
-        self._each(write_one, pieces, _local_calls(store))
+        batch = isinstance(store, SupportsWriteBatch) and zero_copy and len(pieces) > 1
+        if batch and not any(seg.get("upload_id") for seg, _ in pieces):
+            self._write_batch(cast(SupportsWriteBatch, store), pieces)
+        else:
+            self._each(partial(self._write_one, store, zero_copy), pieces, _local_calls(store))
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))
         self._event(t="done", chunk=chunk.meta["chunk"], crcs=chunk.meta.get("crcs", []))
+
+    @staticmethod
+    def _write_one(
+        store: ObjectStore, zero_copy: bool, item: tuple[dict[str, Any], memoryview]
+    ) -> None:
+        seg, piece = item
+        data = cast(bytes, piece) if zero_copy else bytes(piece)
+        try:
+            if seg.get("upload_id"):
+                store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
+            else:
+                store.write(seg["key"], data)
+        except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
+            raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
+
+    @staticmethod
+    def _write_batch(
+        store: SupportsWriteBatch, pieces: list[tuple[dict[str, Any], memoryview]]
+    ) -> None:
+        """A batch of whole small objects in one store call; the first failure in chunk order
+        is raised after the others landed (a name the store cannot hold fails only itself)."""
+        errors = store.write_batch([(seg["key"], piece) for seg, piece in pieces])
+        for (seg, _piece), exc in zip(pieces, errors, strict=True):
+            if isinstance(exc, KeyNotSupportedError):
+                raise ObjectFailed("failed", seg["key"], "destination", str(exc))
+            if exc is not None:
+                raise exc
