@@ -131,8 +131,11 @@ def verify_objects(
         return (None if got == crc else f"{key}: crc32c mismatch on read-back"), False
 
     read_back = 0
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for failure, by_store in pool.map(check, to_read):
+    # A store of local calls (a folder) is read back inline: a thread hop per object cost
+    # more than the read itself (100k objects of 1 KiB: 4.3 s -> 1.7 s).
+    inline = getattr(dst.capabilities, "local_calls", False)
+    with ThreadPoolExecutor(max_workers=threads) as pool:  # threads start on first use only
+        for failure, by_store in map(check, to_read) if inline else pool.map(check, to_read):
             if failure:
                 failures.append(failure)
             if by_store:
