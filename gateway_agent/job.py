@@ -26,7 +26,7 @@ from gateway_agent import auth, wire
 from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
-from gateway_agent.stores.base import ObjectStore, SupportsWriteBatch
+from gateway_agent.stores.base import ObjectStore, SupportsReadInto, SupportsWriteBatch
 from gateway_agent.stores.errors import (
     KeyNotSupportedError,
     SourceChangedError,
@@ -553,13 +553,37 @@ class Job:
             raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
         return data
 
+    @staticmethod
+    def _read_segment_into(
+        store: SupportsReadInto, seg: dict[str, Any], view: memoryview
+    ) -> memoryview:
+        """``_read_segment`` into ``view`` (exactly the segment's length)."""
+        key = seg["key"]
+        try:
+            n = store.read_into(key, int(seg["offset"]), view, seg.get("version"))
+        except StoreError as exc:
+            bad = _source_problem(key, exc)
+            if bad is None:
+                raise
+            raise bad from None
+        if n != int(seg["length"]):
+            raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
+        return view
+
     def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
         store = self._store("src")
         segs: list[dict[str, Any]] = desc["segs"]
         crcs: list[int] = []
-        if len(segs) == 1:
-            s = segs[0]
-            data: bytes | bytearray | memoryview = self._read_segment(store, s)
+        if len(segs) == 1 and isinstance(store, SupportsReadInto):
+            # A big file's range: into a pooled buffer (no fresh pages per chunk).
+            lease.buffer = self._budget.take_buffer(total)
+            data: bytes | bytearray | memoryview = self._read_segment_into(
+                store, segs[0], memoryview(lease.buffer)[:total]
+            )
+            crcs.append(crc32c(data))
+            full = crcs[0]
+        elif len(segs) == 1:
+            data = self._read_segment(store, segs[0])
             crcs.append(crc32c(data))
             full = crcs[0]
         else:

@@ -91,6 +91,17 @@ def written_info(key: str, st: os.stat_result) -> ObjectInfo:
     return replace(file_info(key, st), version=None)
 
 
+def preadv_all(fd: int, start: int, view: memoryview) -> int:
+    """Fill ``view`` from ``start`` (less at the end of the file); the bytes read."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], start + got)
+        if n == 0:
+            break
+        got += n
+    return got
+
+
 def pread_all(fd: int, start: int, length: int) -> bytes:
     """``length`` bytes from ``start`` (fewer at the end of the file)."""
     first = os.pread(fd, length, start)

@@ -11,6 +11,17 @@ block id derived from ``(upload_id, part_number)`` (fixed length, as Azure requi
 ``complete_multipart`` commits the block list in part order, which is when the blob appears.
 Abort cannot delete staged blocks (Azure has no call for that): they stay invisible to list and
 head and the service discards them after 7 days or at the next commit on the same name.
+
+Checksums (option ``checksums``: "md5", the default, or "off"). Azure keeps no CRC32C of a blob
+and no checksum at all of a block list, but it checks a transactional ``Content-MD5`` against
+the body it received on every Put Blob and Put Block and refuses the request when they differ.
+So every write sends the MD5 of its exact bytes, and the CRC32C of those same bytes goes with
+them: in the blob's metadata (``skyplane_crc32c``) on Put Blob, in the block id on Put Block.
+The commit folds the staged blocks' CRC32Cs (ids and sizes as the service lists them) into the
+whole blob's CRC32C and stores it in the metadata of the same Put Block List. Any later rewrite
+of the content (Put Blob, Put Block List) replaces that metadata, so a blob whose metadata
+carries it holds the bytes it describes; ``list``/``head`` report it as ``crc32c``, which lets
+verification skip the read-back. Blobs written otherwise carry none and are read back.
 """
 
 from __future__ import annotations
@@ -18,8 +29,11 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from gateway_agent.checksum import crc32c
+from gateway_agent.crc32c_math import combine_ranges, crc32c_b64
 from gateway_agent.stores._common import (
     CloudStore,
     check_key,
@@ -34,6 +48,7 @@ from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
+    InvalidURIError,
     ObjectNotFoundError,
     StoreError,
     TransientStoreError,
@@ -43,8 +58,9 @@ from gateway_agent.stores.uri import StoreURI
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 _OPTIONS = frozenset(
-    {"endpoint_url", "anonymous", "max_single_put_mib", "timeout", "list_page_size"}
+    {"endpoint_url", "anonymous", "max_single_put_mib", "timeout", "list_page_size", "checksums"}
 )
+CRC_METADATA = "skyplane_crc32c"  # the blob's CRC32C, written with its bytes (module doc)
 _BUCKET_CODES = {"ContainerNotFound", "ContainerBeingDeleted"}
 _KEY_CODES = {"BlobNotFound"}
 _DENIED_CODES = {
@@ -58,9 +74,22 @@ _DENIED_CODES = {
 _TRANSIENT_CODES = {"ServerBusy", "OperationTimedOut", "InternalError"}
 
 
-def block_id(upload_id: str, part_number: int) -> str:
-    """The staged-block id of a part: same length for every part, as Azure requires."""
-    return base64.b64encode(f"{upload_id}-{part_number:05d}".encode()).decode()
+def block_id(upload_id: str, part_number: int, crc: int) -> str:
+    """The staged-block id of a part, naming the CRC32C of its bytes: same length for every
+    part, as Azure requires."""
+    return base64.b64encode(f"{upload_id}-{part_number:05d}-{crc:08x}".encode()).decode()
+
+
+def parse_block_id(upload_id: str, bid: str) -> tuple[int, int] | None:
+    """``(part_number, crc32c)`` of a block staged by ``upload_id``; None for any other."""
+    try:
+        text = base64.b64decode(bid, validate=True).decode()
+        owner, part, crc = text.rsplit("-", 2)
+        if owner != upload_id or len(part) != 5 or len(crc) != 8:
+            return None
+        return int(part), int(crc, 16)
+    except ValueError:
+        return None
 
 
 def _account_of(connection_string: str) -> str | None:
@@ -74,7 +103,7 @@ class AzureBlobStore(CloudStore):
     OPTIONS = _OPTIONS
     LIMIT_IN_CHARS = True  # Azure counts a blob name's 1024 in characters
     capabilities = Capabilities(
-        native_checksums=frozenset({"md5"}),
+        native_checksums=frozenset({"md5", "crc32c"}),  # crc32c: in the metadata we write
         server_side_copy=False,
         min_part_size=0,
         max_parts=50_000,
@@ -87,6 +116,12 @@ class AzureBlobStore(CloudStore):
 
         super().__init__(parsed, options)
         opts = self._opts
+        mode = opts.get("checksums", "md5")
+        if mode not in ("md5", "off"):
+            raise InvalidURIError(f"{self.uri}: option checksums must be 'md5' or 'off'")
+        self._vouch = mode == "md5"
+        if not self._vouch:
+            self.capabilities = replace(self.capabilities, native_checksums=frozenset({"md5"}))
         self._timeout = int(opts.get("timeout", 120))
         self._page_size = int(opts.get("list_page_size", 5000))
         common: dict[str, Any] = {
@@ -139,6 +174,9 @@ class AzureBlobStore(CloudStore):
     def _info(self, key: str, props: Any) -> ObjectInfo:
         md5 = props.content_settings.content_md5 if props.content_settings else None
         checksums = {"md5": bytes(md5).hex()} if md5 else {}
+        crc = (props.metadata or {}).get(CRC_METADATA)
+        if crc:
+            checksums["crc32c"] = crc
         etag = str(props.etag).strip('"') if props.etag else None
         return ObjectInfo(key, int(props.size), etag, checksums, props.last_modified, etag)
 
@@ -166,7 +204,7 @@ class AzureBlobStore(CloudStore):
 
         def fetch(token: str | None) -> tuple[list[Any], str | None]:
             pager = self._container.list_blobs(
-                name_starts_with=full, timeout=self._timeout
+                name_starts_with=full, include=["metadata"], timeout=self._timeout
             ).by_page(continuation_token=token)
             items = list(next(pager))
             return items, pager.continuation_token
@@ -225,18 +263,21 @@ class AzureBlobStore(CloudStore):
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
         blob = self._blob(key)
+        checks: dict[str, Any] = {}
+        if self._vouch:  # the service refuses a body whose MD5 differs (module doc)
+            checks = {
+                "validate_content": "md5",
+                "metadata": {CRC_METADATA: crc32c_b64(crc32c(data))},
+            }
         resp = self._call(
-            "write", key, blob.upload_blob, data, overwrite=True, timeout=self._timeout
+            "write", key, blob.upload_blob, data, overwrite=True, timeout=self._timeout, **checks
         )
         md5 = resp.get("content_md5")
         etag = str(resp.get("etag", "")).strip('"') or None
-        return ObjectInfo(
-            key,
-            len(data),
-            etag,
-            {"md5": bytes(md5).hex()} if md5 else {},
-            resp.get("last_modified"),
-        )
+        checksums = {"md5": bytes(md5).hex()} if md5 else {}
+        if checks:
+            checksums["crc32c"] = checks["metadata"][CRC_METADATA]
+        return ObjectInfo(key, len(data), etag, checksums, resp.get("last_modified"))
 
     def create_multipart(self, key: str) -> str:
         self._name(key)
@@ -246,9 +287,17 @@ class AzureBlobStore(CloudStore):
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
         check_part_number(part_number, self.capabilities.max_parts)
         blob = self._blob(key)
-        bid = block_id(check_upload_id(upload_id), part_number)
+        bid = block_id(check_upload_id(upload_id), part_number, crc32c(data))
+        checks = {"validate_content": "md5"} if self._vouch else {}
         self._call(
-            "upload_part", key, blob.stage_block, bid, data, length=len(data), timeout=self._timeout
+            "upload_part",
+            key,
+            blob.stage_block,
+            bid,
+            data,
+            length=len(data),
+            timeout=self._timeout,
+            **checks,
         )
 
     def complete_multipart(
@@ -261,11 +310,29 @@ class AzureBlobStore(CloudStore):
         _, uncommitted = self._call(
             "complete_multipart", key, blob.get_block_list, "uncommitted", timeout=self._timeout
         )
-        staged = {b.id for b in uncommitted or []}
-        present = {n for n in part_numbers if block_id(upload_id, n) in staged}
-        wanted = require_parts(f"complete {self.uri}{key}", part_numbers, present)
-        blocks = [BlobBlock(block_id=block_id(upload_id, n)) for n in wanted]
-        self._call("complete_multipart", key, blob.commit_block_list, blocks, timeout=self._timeout)
+        staged: dict[int, set[tuple[str, int, int]]] = {}
+        for b in uncommitted or []:
+            parsed = parse_block_id(upload_id, b.id)
+            if parsed is not None:
+                staged.setdefault(parsed[0], set()).add((b.id, parsed[1], int(b.size)))
+        twice = sorted(n for n in part_numbers if len(staged.get(n, ())) > 1)
+        if twice:  # two different contents staged for one part: neither can be trusted
+            raise StoreError(f"complete {self.uri}{key}: parts {twice} staged with two contents")
+        wanted = require_parts(f"complete {self.uri}{key}", part_numbers, set(staged))
+        chosen = [next(iter(staged[n])) for n in wanted]
+        blocks = [BlobBlock(block_id=bid) for bid, _crc, _size in chosen]
+        checks: dict[str, Any] = {}
+        if self._vouch:
+            whole = combine_ranges([(crc, size) for _bid, crc, size in chosen])
+            checks = {"metadata": {CRC_METADATA: crc32c_b64(whole)}}
+        self._call(
+            "complete_multipart",
+            key,
+            blob.commit_block_list,
+            blocks,
+            timeout=self._timeout,
+            **checks,
+        )
         return self.head(key)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:

@@ -127,3 +127,13 @@ class SupportsWriteBatch(Protocol):
     the error per item, in order (one bad item does not keep the others from landing)."""
 
     def write_batch(self, items: Sequence[tuple[str, bytes | memoryview]]) -> list[Any]: ...
+
+
+@runtime_checkable
+class SupportsReadInto(Protocol):
+    """Optional: ``read`` into a caller's buffer (the local store), so a gateway reads big
+    files into its pooled buffers instead of a fresh allocation per chunk."""
+
+    def read_into(
+        self, key: str, start: int, buf: bytearray | memoryview, version: str | None = None
+    ) -> int: ...

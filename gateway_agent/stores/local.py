@@ -52,6 +52,7 @@ from gateway_agent.stores._localfiles import (
     file_info,
     file_version,
     pread_all,
+    preadv_all,
     segment_problem,
     written_info,
 )
@@ -185,21 +186,9 @@ class LocalStore:
         link = self._link_path(key)
         if link is not None and os.path.islink(link):
             return self._read_link(key, link, start, length, version)
+        fd = self._open_read(key, version)
         try:
-            # O_NONBLOCK: a FIFO put in a file's place must not hang the reader.
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        except FileNotFoundError:
-            if version is not None:
-                raise self._changed(key, version, "deleted") from None
-            raise self._error(FileNotFoundError(errno.ENOENT, "no such key"), "read", key) from None
-        except OSError as exc:
-            raise self._error(exc, "read", key) from None
-        try:
-            before = os.fstat(fd)
-            if not stat.S_ISREG(before.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "not a regular file")
-            if version is not None and file_version(before) != version:
-                raise self._changed(key, version, file_version(before))
+            before = self._check_read(fd, key, version)
             n = max(0, before.st_size - start) if length is None else length
             data = pread_all(fd, start, n) if n else b""
             if length is None and len(data) == n:  # the file may have grown: read to the end
@@ -216,6 +205,52 @@ class LocalStore:
             raise self._error(exc, "read", key) from None
         finally:
             os.close(fd)
+
+    def read_into(
+        self, key: str, start: int, buf: bytearray | memoryview, version: str | None = None
+    ) -> int:
+        """``read(key, start, len(buf), version)`` into ``buf``; the bytes read. The big-file
+        path reads into pooled buffers: no fresh pages to fault in (and give back) per chunk."""
+        view = memoryview(buf).cast("B")
+        check_range(start, len(view))
+        link = self._link_path(key)
+        if link is not None and os.path.islink(link):
+            data = self._read_link(key, link, start, len(view), version)
+            view[: len(data)] = data
+            return len(data)
+        fd = self._open_read(key, version)
+        try:
+            self._check_read(fd, key, version)
+            n = preadv_all(fd, start, view)
+            if version is not None:
+                after = file_version(os.fstat(fd))
+                if after != version:
+                    raise self._changed(key, version, after)
+            return n
+        except OSError as exc:
+            raise self._error(exc, "read", key) from None
+        finally:
+            os.close(fd)
+
+    def _open_read(self, key: str, version: str | None) -> int:
+        try:
+            # O_NONBLOCK: a FIFO put in a file's place must not hang the reader.
+            return os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            if version is not None:
+                raise self._changed(key, version, "deleted") from None
+            raise self._error(FileNotFoundError(errno.ENOENT, "no such key"), "read", key) from None
+        except OSError as exc:
+            raise self._error(exc, "read", key) from None
+
+    def _check_read(self, fd: int, key: str, version: str | None) -> os.stat_result:
+        """A regular file, of the pinned version when one is given."""
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "not a regular file")
+        if version is not None and file_version(before) != version:
+            raise self._changed(key, version, file_version(before))
+        return before
 
     def _read_link(
         self, key: str, link: str, start: int, length: int | None, version: str | None

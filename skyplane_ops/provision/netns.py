@@ -495,10 +495,12 @@ class NetnsProvisioner:
         idle_timeout: float = 900.0,
         ready_timeout: float = 30.0,
         hosts_per_region: int = 1,
+        buffer_mib: int | None = None,
     ) -> None:
         if hosts_per_region < 1:
             raise ProvisionError(f"hosts_per_region must be at least 1, got {hosts_per_region}")
         self.hosts_per_region = hosts_per_region
+        self.buffer_mib = buffer_mib  # each agent's byte budget (None: the agent's default)
         self.grid: Grid = grid or {}
         self.scale = scale
         self.default_gbps = default_gbps
@@ -590,6 +592,7 @@ class NetnsProvisioner:
                     region=region,
                     idle_timeout=self.idle_timeout,
                 ),
+                *([] if self.buffer_mib is None else ["--buffer-mib", str(self.buffer_mib)]),
             ],
         )
         env = {**os.environ, "PYTHONPATH": str(bundle_path)}

@@ -9,20 +9,16 @@ body it receives (real S3 refuses such a request with BadDigest), so transit pro
 is not tested here.
 
 GCS (gcp-storage-emulator) reports a crc32c in its listings, so verification reads nothing back;
-Azure (Azurite) keeps no CRC32C, so verification reads back there (the fallback).
+Azure (Azurite): see test_azure_checksums.py; here only its ``checksums=off`` read-back.
 """
 
 from __future__ import annotations
 
-import http.client
 import os
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -31,73 +27,11 @@ from gateway_agent.stores import open_store
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.checksum import crc32c_b64
 from skyplane_ops.transfer.verify import verify_objects
+from tests.integration.http_proxy import CountingProxy
 from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan
 
 MiB = 1024 * 1024
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
-
-
-class CountingProxy:
-    """Forwards HTTP requests to one upstream and records ``(method, path?query)`` of each."""
-
-    def __init__(self, upstream: str):
-        target = urlsplit(upstream)
-        self.requests: list[tuple[str, str]] = []
-        lock = threading.Lock()
-        log = self.requests
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _forward(self) -> None:
-                with lock:
-                    log.append((self.command, self.path))
-                assert "chunked" not in self.headers.get("Transfer-Encoding", "")
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("connection", "transfer-encoding", "content-length"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return  # quiet: the test reads ``requests``
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> CountingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def object_gets(self, bucket: str) -> list[str]:
-        """GETs of object bytes in ``bucket`` (not listings, not ListParts)."""
-        prefix = f"/{bucket}/"
-        return [
-            path
-            for method, path in self.requests
-            if method == "GET" and path.startswith(prefix) and "uploadId=" not in path
-        ]
 
 
 @pytest.fixture
@@ -227,16 +161,21 @@ def test_gcs_verify_uses_listed_crc32c(gcs_emulator: Any) -> None:
     assert check.failures == ["one: crc32c mismatch"]
 
 
-def test_azure_verify_falls_back_to_read_back(azurite: Any) -> None:
-    """Azure keeps no CRC32C (MD5 only for single-shot blobs): verification reads back."""
-    store = open_store(azurite.make_bucket(f"a{uuid.uuid4().hex[:10]}"), azurite.options)
+def test_azure_checksums_off_falls_back_to_read_back(azurite: Any) -> None:
+    """With ``checksums=off`` the Azure store sends no MD5 and records no CRC32C: verification
+    reads back (as for any blob another tool wrote; see test_azure_checksums.py)."""
+    uri = azurite.make_bucket(f"a{uuid.uuid4().hex[:10]}")
+    store = open_store(uri, {**azurite.options, "checksums": "off"})
     data = {"one": os.urandom(1000)}
     store.write("one", data["one"])
+    assert "crc32c" not in store.head("one").checksums
     check = verify_objects(store, _expected(data))
     assert check.status == "passed" and check.method == "read-back crc32c", check.to_dict()
     store.write("one", bytes(b ^ 1 for b in data["one"]))
     check = verify_objects(store, _expected(data))
     assert check.failures == ["one: crc32c mismatch on read-back"]
+    with pytest.raises(ValueError, match="checksums"):
+        open_store(uri, {**azurite.options, "checksums": "crc64"})
 
 
 def test_s3_checksums_off_reads_back(moto_s3: Any) -> None:

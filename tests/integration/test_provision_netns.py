@@ -136,6 +136,21 @@ def test_missing_grid_rate_is_a_clear_error() -> None:
     assert not [ns for ns in list_namespaces() if ".nt-norate." in ns]
 
 
+def test_agents_get_the_byte_budget_asked_for() -> None:
+    """``buffer_mib`` (a backend option) reaches every agent: its budget bounds its memory."""
+    prov = get_provisioner("netns", grid=GRID, buffer_mib=96)
+    tid = f"nt-budget-{uuid.uuid4().hex[:4]}"
+    fleet = prov.provision({A: 1, B: 1}, transfer_id=tid)
+    pids = [int(g.resources["pid"]) for g in fleet.gateways]
+    try:
+        for pid in pids:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert argv[argv.index(b"--buffer-mib") + 1] == b"96", argv
+    finally:
+        prov.deprovision(fleet)
+    _assert_nothing_left(tid, pids)
+
+
 def test_agent_failure_tears_the_testbed_down() -> None:
     prov = get_provisioner("netns", grid=GRID, python="/bin/false")
     with pytest.raises(ProvisionError, match="exited"):

@@ -1,0 +1,97 @@
+"""The netns WAN of ``bigfile.py``: two sites joined by one tbf-shaped link, for both tools.
+
+Ours: ``cp --backend netns`` with a two-site grid (the testbed shapes the link at the grid's
+rate; the planner's universe is the two sites, so the plan is the direct path). rclone:
+the same two-site testbed, ``rclone serve webdav`` writing into the destination folder from
+the destination's namespace and ``rclone copy`` reading the source in the source's namespace,
+so its bytes cross the same shaped link.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from scale import REPO, timed
+
+sys.path.insert(0, str(REPO))
+
+from skyplane_ops.provision.netns import Testbed
+
+SRC_SITE, WAN_DST = "site:src", "site:dst"
+PORT = 18080
+
+
+def _grid(mbit: float) -> dict[str, float]:
+    gbps = mbit / 1000
+    return {f"{SRC_SITE}->{WAN_DST}": gbps, f"{WAN_DST}->{SRC_SITE}": gbps}
+
+
+def _backend(mbit: float, buffer_mib: int) -> list[str]:
+    options = {"grid": _grid(mbit), "scale": 1.0, "buffer_mib": buffer_mib}
+    return ["--backend", "netns", "--backend-options", json.dumps(options)]
+
+
+def profile(mbit: float, store: Path, env: dict[str, str]) -> None:
+    """``skyplane-ops profile`` of the two-site testbed into ``store`` (the planner plans only
+    on measured links), as a user does before a first copy."""
+    argv = [sys.executable, "-m", "skyplane_ops.cli", "profile", *_backend(mbit, 64)]
+    argv += ["--grid-store", str(store), "--probe-connections", "4,16", "--probe-duration", "3"]
+    subprocess.run(argv, env=env, check=True, capture_output=True, timeout=600)
+
+
+def wan_backend(mbit: float, buffer_mib: int, store: Path) -> list[str]:
+    """CLI arguments: the two sites, the netns backend, the link, the gateways' budget and
+    the grid store ``profile`` filled."""
+    regions = ["--src-region", SRC_SITE, "--dst-region", WAN_DST, "--grid-store", str(store)]
+    return [*regions, *_backend(mbit, buffer_mib)]
+
+
+def _wait_server(testbed: Testbed, server: subprocess.Popen[bytes], env: dict[str, str]) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        probe = subprocess.run(
+            testbed.exec_argv(SRC_SITE, ["rclone", "lsd", ":webdav:"]),
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+        if probe.returncode == 0:
+            return
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError(f"rclone webdav server did not start: {probe.stderr!r}")
+        time.sleep(0.2)
+
+
+def rclone_over_link(mbit: float, src: Path, dst: Path, env: dict[str, str]) -> dict[str, Any]:
+    """``rclone copy`` of ``src`` into ``dst`` across a link of ``mbit`` Mbit/s (timed, with
+    the client's peak RSS; the server's is added as ``server_rss_mib``)."""
+    name = f"bigrc-{uuid.uuid4().hex[:6]}"
+    testbed = Testbed.plan(name, [SRC_SITE, WAN_DST], _grid(mbit), scale=1.0)
+    testbed.build()
+    server = None
+    try:
+        addr = f"{testbed.address(WAN_DST)}:{PORT}"
+        env = {**env, "RCLONE_WEBDAV_URL": f"http://{addr}", "RCLONE_CONFIG": "/dev/null"}
+        server = subprocess.Popen(
+            testbed.exec_argv(WAN_DST, ["rclone", "serve", "webdav", str(dst), "--addr", addr]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_server(testbed, server, env)
+        argv = ["rclone", "copy", str(src), ":webdav:", "--transfers", "16", "--checkers", "16"]
+        run = timed(testbed.exec_argv(SRC_SITE, argv), env)
+        with open(f"/proc/{server.pid}/status") as fh:
+            hwm = [line.split()[1] for line in fh if line.startswith("VmHWM:")]
+        run["server_rss_mib"] = round(int(hwm[0]) / 1024, 1) if hwm else None
+        return run
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        testbed.teardown()
