@@ -593,9 +593,16 @@ class Job:
             for s in segs[:-1]:
                 starts.append(starts[-1] + int(s["length"]))
 
+            into = store if isinstance(store, SupportsReadInto) else None
+
             def read_one(i: int) -> int:
                 # A segment read is exactly its listed length (or ObjectFailed), so each lands
-                # in its own slice of the buffer.
+                # in its own slice of the buffer (read straight into it where the store can).
+                if into is not None:
+                    n = int(segs[i]["length"])
+                    return crc32c(
+                        self._read_segment_into(into, segs[i], view[starts[i] : starts[i] + n])
+                    )
                 part = self._read_segment(store, segs[i])
                 piece = view[starts[i] : starts[i] + len(part)]
                 piece[:] = part
