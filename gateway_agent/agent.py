@@ -284,13 +284,16 @@ class Agent:
                 return
             flags, meta_len, raw_len = header[0], header[1], header[3]
             meta_b: bytes | None = None
+            meta: dict[str, Any] | None = None
             if not flags & wire.FRAME_SEALED:
                 try:
                     meta_b = bytes(wire.recv_exact(sock, meta_len))
                     meta = json.loads(meta_b)
+                    if not isinstance(meta, dict):
+                        raise ValueError("frame metadata is not an object")
                     with self._lock:
                         self._frame_path[sock] = (str(meta.get("job")), str(meta.get("path")))
-                    if self._try_splice(sock, header, meta_b, pipes):
+                    if self._try_splice(sock, header, meta_b, meta, pipes):
                         continue
                 except (wire.ConnectionClosed, wire.UpstreamError, OSError, ValueError):
                     return
@@ -310,7 +313,7 @@ class Agent:
 
                     decompressor = zstandard.ZstdDecompressor()
                 frame = wire.read_body(
-                    sock, session, header, decompressor, lease.buffer, self._is_sink, meta_b
+                    sock, session, header, decompressor, lease.buffer, self._is_sink, meta_b, meta
                 )
             except Exception as exc:  # a broken frame drops the connection
                 lease.release()
@@ -327,12 +330,12 @@ class Agent:
         sock: socket.socket,
         header: tuple[int, int, int, int, int, int, int],
         meta_b: bytes,
+        meta: dict[str, Any],
         pipes: list[tuple[int, int]],
     ) -> bool:
         """Relay a clear frame kernel-side when its job allows; True if it was forwarded."""
         if not wire.HAVE_SPLICE or header[0] & wire.FRAME_ZSTD:
             return False
-        meta = json.loads(meta_b)
         job = self.jobs.get(str(meta.get("job")))
         if job is None or not job.can_splice(meta):
             return False

@@ -27,7 +27,7 @@ from gateway_agent import auth, wire
 from gateway_agent.checksum import crc32c
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
-from gateway_agent.stores.base import ObjectStore, SupportsReadInto
+from gateway_agent.stores.base import ObjectStore, SupportsReadInto, SupportsWriteBatch
 from gateway_agent.stores.errors import (
     KeyNotSupportedError,
     SourceChangedError,
@@ -102,6 +102,11 @@ def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
     if isinstance(exc, TransientStoreError):
         return None
     return ObjectFailed("failed", key, "source", f"reading the source failed: {exc}")
+
+
+def _local_calls(store: ObjectStore) -> bool:
+    """Whether the store's calls are local system calls (see ``Capabilities.local_calls``)."""
+    return bool(getattr(store.capabilities, "local_calls", False))
 
 
 class Job:
@@ -218,12 +223,24 @@ class Job:
                 self._dst = open_any_store(self._dst_uri, self._dst_options)
             return self._dst
 
-    def _each(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """``[fn(x) for x in items]``, in parallel for several items. Every call finishes before
-        this returns (nothing runs on after an error); then the first error in item order is
-        raised, so one bad object fails only itself and the caller reports it."""
-        if len(items) <= 1 or self._object_threads <= 1:
+    def _each(self, fn: Callable[[T], R], items: Sequence[T], inline: bool = False) -> list[R]:
+        """``[fn(x) for x in items]``, in parallel for several items unless ``inline`` (a store
+        of local calls, where a thread hop per object costs more than the object). Every call
+        finishes before this returns (nothing runs on after an error); then the first error in
+        item order is raised, so one bad object fails only itself and the caller reports it."""
+        if len(items) <= 1:
             return [fn(x) for x in items]
+        if inline or self._object_threads <= 1:
+            results: list[R] = []
+            first: BaseException | None = None
+            for x in items:
+                try:
+                    results.append(fn(x))
+                except Exception as exc:
+                    first = first or exc
+            if first is not None:
+                raise first
+            return results
         with self._store_lock:
             if self._objects_pool is None:
                 self._objects_pool = ThreadPoolExecutor(
@@ -232,9 +249,9 @@ class Job:
             pool = self._objects_pool
         futures: list[Future[R]] = [pool.submit(fn, x) for x in items]
         errors = [f.exception() for f in futures]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise error
         return [f.result() for f in futures]
 
     # ---- bookkeeping ---------------------------------------------------------------------------
@@ -582,15 +599,22 @@ class Job:
             for s in segs[:-1]:
                 starts.append(starts[-1] + int(s["length"]))
 
+            into = store if isinstance(store, SupportsReadInto) else None
+
             def read_one(i: int) -> int:
                 # A segment read is exactly its listed length (or ObjectFailed), so each lands
-                # in its own slice of the buffer.
+                # in its own slice of the buffer (read straight into it where the store can).
+                if into is not None:
+                    n = int(segs[i]["length"])
+                    return crc32c(
+                        self._read_segment_into(into, segs[i], view[starts[i] : starts[i] + n])
+                    )
                 part = self._read_segment(store, segs[i])
                 piece = view[starts[i] : starts[i] + len(part)]
                 piece[:] = part
                 return crc32c(piece)
 
-            crcs = self._each(read_one, range(len(segs)))
+            crcs = self._each(read_one, range(len(segs)), _local_calls(store))
             data = view
             full = crc32c(view)
         self._count(chunks_read=1, bytes_read=total)
@@ -650,26 +674,53 @@ class Job:
             pos += n
 
         crcs: list[int] = chunk.meta.get("crcs", [])
-
-        def write_one(i: int) -> bool:
-            """Write piece ``i``; True when the store's answer vouches for the source's CRC32C
-            (S3 echoes the checksum it checked the body against and stored)."""
-            seg, piece = pieces[i]
-            data = cast(bytes, piece) if zero_copy else bytes(piece)
-            try:
-                if seg.get("upload_id"):
-                    store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-                    return False
-                info = store.write(seg["key"], data)
-            except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
-                raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
-            native = "crc32c" in store.capabilities.native_checksums
-            stored = info.checksums.get("crc32c") if native else None
-            return i < len(crcs) and stored is not None and stored == crc32c_b64(crcs[i])
-
-        acked = self._each(write_one, range(len(pieces)))
+        vouched: list[int] = []
+        batch = isinstance(store, SupportsWriteBatch) and zero_copy and len(pieces) > 1
+        if batch and not any(seg.get("upload_id") for seg, _ in pieces):
+            self._write_batch(cast(SupportsWriteBatch, store), pieces)
+        else:
+            acked = self._each(
+                partial(self._write_one, store, zero_copy, crcs),
+                list(enumerate(pieces)),
+                _local_calls(store),
+            )
+            vouched = [i for i, ok in enumerate(acked) if ok]
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))
-        vouched = [i for i, ok in enumerate(acked) if ok]
         self._event(t="done", chunk=chunk.meta["chunk"], crcs=crcs, vouched=vouched)
+
+    @staticmethod
+    def _write_one(
+        store: ObjectStore,
+        zero_copy: bool,
+        crcs: list[int],
+        item: tuple[int, tuple[dict[str, Any], memoryview]],
+    ) -> bool:
+        """Write piece ``i``; True when the store's answer vouches for the source's CRC32C
+        (S3 echoes the checksum it checked the body against and stored)."""
+        i, (seg, piece) = item
+        data = cast(bytes, piece) if zero_copy else bytes(piece)
+        try:
+            if seg.get("upload_id"):
+                store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
+                return False
+            info = store.write(seg["key"], data)
+        except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
+            raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
+        native = "crc32c" in store.capabilities.native_checksums
+        stored = info.checksums.get("crc32c") if native else None
+        return i < len(crcs) and stored is not None and stored == crc32c_b64(crcs[i])
+
+    @staticmethod
+    def _write_batch(
+        store: SupportsWriteBatch, pieces: list[tuple[dict[str, Any], memoryview]]
+    ) -> None:
+        """A batch of whole small objects in one store call; the first failure in chunk order
+        is raised after the others landed (a name the store cannot hold fails only itself)."""
+        errors = store.write_batch([(seg["key"], piece) for seg, piece in pieces])
+        for (seg, _piece), exc in zip(pieces, errors, strict=True):
+            if isinstance(exc, KeyNotSupportedError):
+                raise ObjectFailed("failed", seg["key"], "destination", str(exc))
+            if exc is not None:
+                raise exc

@@ -31,7 +31,7 @@ def _pattern() -> bytearray:
 class SyntheticStore:
     """Read-only source of COUNT objects named ``obj-000000`` ... of SIZE bytes each."""
 
-    capabilities = Capabilities(ranged_read=True, multipart=False)
+    capabilities = Capabilities(ranged_read=True, multipart=False, local_calls=True)
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -84,7 +84,7 @@ class SyntheticStore:
 class NullStore:
     """A sink that accepts every write and keeps only byte counts."""
 
-    capabilities = Capabilities(ranged_read=False, multipart=True)
+    capabilities = Capabilities(ranged_read=False, multipart=True, local_calls=True)
 
     def __init__(self, uri: str = "null://") -> None:
         self.uri = uri

@@ -289,8 +289,10 @@ def read_body(
     buffer: bytearray | None = None,
     want_crc: Callable[[dict[str, Any]], bool] | None = None,
     meta_b: bytes | None = None,
+    meta_read: dict[str, Any] | None = None,
 ) -> Frame:
-    """Read the rest of a frame whose header was already read (after budget was granted).
+    """Read the rest of a frame whose header was already read (after budget was granted);
+    ``meta_b`` (and ``meta_read``, its parsed form) when the caller already read the metadata.
 
     A clear frame's payload is received straight into ``buffer`` when one is given (at least
     ``payload_len`` bytes, e.g. from the budget's pool), otherwise into a new bytearray. When
@@ -316,8 +318,10 @@ def read_body(
         if buffer is None or len(buffer) < payload_len:
             buffer = bytearray(payload_len)
         body = memoryview(buffer)[:payload_len]
+        if meta_read is None:
+            meta_read = json.loads(meta_b)
         if not flags & FRAME_ZSTD and want_crc is not None:
-            meta = json.loads(meta_b)
+            meta = meta_read
             if want_crc(meta):
                 running = 0
                 for pos in range(0, payload_len, CRC_PIECE):
@@ -332,7 +336,9 @@ def read_body(
         body = memoryview(decompressor.decompress(body, max_output_size=raw_len))
     if len(body) != raw_len:
         raise HandshakeError("payload length mismatch")
-    meta = meta_obj if meta_obj is not None else json.loads(meta_b)
+    meta = meta_obj if meta_obj is not None else meta_read
+    if not isinstance(meta, dict):
+        raise HandshakeError("frame metadata is not an object")
     return Frame(meta, body, crc, HEADER.size + meta_len + payload_len)
 
 

@@ -104,10 +104,39 @@ def rename_into(src: str, dest: str, make_parents: bool = True) -> None:
     raise FileNotFoundError(errno.ENOENT, "folder keeps vanishing", dest)
 
 
+def _name(fd: int, tmp: str | None, dest: str, make_parents: bool) -> None:
+    """Give the filled file its name ``dest`` (rename of the temporary name, or link of the
+    unnamed file), recreating vanished folders."""
+    if tmp is not None:
+        rename_into(tmp, dest, make_parents)
+        return
+    for _ in range(_ATTEMPTS):
+        try:
+            _link(fd, dest)
+            return
+        except FileNotFoundError:
+            if not make_parents:
+                raise
+            make_folder(os.path.dirname(dest))
+    raise FileNotFoundError(errno.ENOENT, "folder keeps vanishing", os.path.dirname(dest))
+
+
+def sync_folder(folder: str) -> None:
+    """Make the names in ``folder`` durable (a new name lives in its folder's data)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def create_file(
     dest: str, fill: Callable[[int], None], *, fsync: bool = False, make_parents: bool = True
 ) -> os.stat_result:
-    """Create ``dest`` with ``fill(fd)``; it appears whole or not at all. Returns its stat."""
+    """Create ``dest`` with ``fill(fd)``; it appears whole or not at all. Returns its stat.
+
+    With ``fsync`` the bytes are on disk before the name exists, and the name once this
+    returns."""
     folder = os.path.dirname(dest)
     fd, tmp = _open(folder, make_parents)
     try:
@@ -115,20 +144,10 @@ def create_file(
         if fsync:
             os.fsync(fd)
         st = os.fstat(fd)
-        if tmp is not None:
-            rename_into(tmp, dest, make_parents)
-            tmp = None
-        else:
-            for _ in range(_ATTEMPTS):
-                try:
-                    _link(fd, dest)
-                    break
-                except FileNotFoundError:
-                    if not make_parents:
-                        raise
-                    make_folder(folder)
-            else:
-                raise FileNotFoundError(errno.ENOENT, "folder keeps vanishing", folder)
+        _name(fd, tmp, dest, make_parents)
+        tmp = None
+        if fsync:
+            sync_folder(folder)
         return st
     finally:
         os.close(fd)

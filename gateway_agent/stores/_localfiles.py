@@ -72,10 +72,17 @@ def file_version(st: os.stat_result) -> str:
 
 
 def file_info(key: str, st: os.stat_result, size: int | None = None) -> ObjectInfo:
-    modified = datetime.fromtimestamp(st.st_mtime, UTC)
-    etag = f"{st.st_mtime_ns:x}-{st.st_size:x}"
-    version = file_version(st)
-    return ObjectInfo(key, st.st_size if size is None else size, etag, {}, modified, version)
+    """What ``list`` and ``head`` report for a file (once per listed file: kept lean)."""
+    mtime_ns, st_size = st.st_mtime_ns, st.st_size
+    version = f"{st_size}-{mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}"  # file_version
+    return ObjectInfo(
+        key,
+        st_size if size is None else size,
+        f"{mtime_ns:x}-{st_size:x}",
+        {},
+        datetime.fromtimestamp(st.st_mtime, UTC),
+        version,
+    )
 
 
 def written_info(key: str, st: os.stat_result) -> ObjectInfo:

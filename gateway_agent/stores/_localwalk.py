@@ -49,6 +49,7 @@ class Walk:
     links: str
     info: Callable[[str, os.stat_result, int | None], ObjectInfo]
     skipped: list[SkippedEntry] = field(default_factory=list)
+    # Names the store keeps for itself; only asked about names starting with ".".
     hidden: Callable[[str, str], bool] = lambda base, name: False
 
     def skip(self, key: str, reason: str, error: bool = False) -> None:
@@ -80,11 +81,23 @@ class Walk:
         except OSError as exc:
             self.skip(base, f"cannot read folder: {_why(exc)}", error=True)
             return
+        info, hidden, prefix = self.info, self.hidden, self.prefix
         for entry in entries:
-            if self.hidden(base, entry.name):
+            name = entry.name
+            if name[0] == "." and hidden(base, name):  # the store's own names start with "."
                 continue
-            key = base + entry.name
+            key = base + name
             try:
+                # Fast path, most entries of a data lake: the folder entry's type says "regular
+                # file" (no system call), one lstat gives what the listing reports.
+                if entry.is_file(follow_symlinks=False):
+                    if key.startswith(prefix):
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            yield info(key, st, None)
+                            continue
+                    else:
+                        continue
                 yield from self.entry(entry, key, ancestors)
             except FileNotFoundError:
                 continue  # deleted while listing

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,10 @@ class Capabilities:
     # Backend limits that chunking must respect.
     min_part_size: int = 0
     max_parts: int = 10_000
+    # Every call is a few local system calls (microseconds, no network round trip): a batch's
+    # objects are then read or written one after the other by the calling thread, since
+    # handing each to a worker thread costs more than the call itself.
+    local_calls: bool = False
 
 
 @runtime_checkable
@@ -114,6 +118,15 @@ class SupportsCopy(Protocol):
     """Optional: server-side copy within the store (declared by ``server_side_copy``)."""
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo: ...
+
+
+@runtime_checkable
+class SupportsWriteBatch(Protocol):
+    """Optional: write several small objects in one call (a local folder: fewer system calls
+    per object). Each lands whole or not at all, as with ``write``; the result holds None or
+    the error per item, in order (one bad item does not keep the others from landing)."""
+
+    def write_batch(self, items: Sequence[tuple[str, bytes | memoryview]]) -> list[Any]: ...
 
 
 @runtime_checkable

@@ -4,6 +4,7 @@ fails only itself, after the others finished (no call left running behind the er
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,30 @@ def test_one_thread_keeps_the_order() -> None:
     finally:
         job.stop()
     assert seen == [3, 1, 2]
+
+
+def test_local_calls_run_inline_and_a_bad_object_fails_only_itself() -> None:
+    """A store of local calls (a folder): the objects run in the calling thread, in order,
+    and one bad object is raised after the others were done, as with threads."""
+    job = _job(8)
+    seen: list[tuple[int, str]] = []
+
+    def one(i: int) -> int:
+        seen.append((i, threading.current_thread().name))
+        if i == 1:
+            raise ObjectFailed("failed", f"k{i}", "destination", "bad name")
+        return i
+
+    try:
+        with pytest.raises(ObjectFailed) as err:
+            job._each(one, [0, 1, 2, 3], inline=True)
+    finally:
+        job.stop()
+    assert err.value.key == "k1"
+    assert seen == [(i, threading.current_thread().name) for i in range(4)]
+
+
+def test_the_local_store_declares_local_calls(tmp_path: Path) -> None:
+    from gateway_agent.stores import open_store
+
+    assert open_store(f"file://{tmp_path}").capabilities.local_calls
