@@ -404,6 +404,7 @@ class _Run:
                 ChunkTotals(chunks, nbytes, objects),
             )
         except TransferError as exc:
+            journal.sync()  # what finished is durable for the re-run the message suggests
             text = str(exc)
             if f"source {self.src_uri}" not in text and (
                 "AccessDenied" in text or "permission denied" in text.lower()
@@ -413,6 +414,7 @@ class _Run:
                 f"{exc}; {resumed + done_now} of {resumed + segments} segments "
                 f"are finished and journaled in {journal.path}: re-run the same command to resume"
             ) from exc
+        journal.sync()
         transfer_seconds = time.monotonic() - self.t0
         self.step("move")
         return self._finish(
