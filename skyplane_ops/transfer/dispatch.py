@@ -37,6 +37,7 @@ from skyplane_ops.provision.lease import LINGER_S, keep_alive
 from skyplane_ops.transfer.liveness import DeadPath, HopWatch
 from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
+from skyplane_ops.transfer.submitter import Submitter
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,7 @@ class Dispatcher:
         self._path_bytes = [0] * len(self.routes)  # submitted along each path
         self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)
         self._started: list[str] = []
+        self._sender = Submitter()  # submits go out in the background, in order per gateway
 
     # ---- job spec --------------------------------------------------------------------------------
 
@@ -316,12 +318,18 @@ class Dispatcher:
             segments = 0
             for d in descs:
                 if batch and (len(batch) >= SUBMIT_BATCH or segments >= SUBMIT_SEGMENTS):
-                    self._call(gid, partial(_submit_to, job_id=self.job_id, batch=batch))
+                    self._send(gid, batch)
                     batch, segments = [], 0
                 batch.append(d)
                 segments += len(d["segs"])
             if batch:
-                self._call(gid, partial(_submit_to, job_id=self.job_id, batch=batch))
+                self._send(gid, batch)
+
+    def _send(self, gid: str, batch: list[dict[str, Any]]) -> None:
+        """Queue ``batch`` for ``gid`` (a failure is raised by the poll loop's next turn)."""
+        self._sender.send(
+            gid, partial(self._call, gid, partial(_submit_to, job_id=self.job_id, batch=batch))
+        )
 
     # ---- run -------------------------------------------------------------------------------------
 
@@ -361,6 +369,7 @@ class Dispatcher:
             try:
                 return self._run(iter(chunks), totals, uploads, on_done, progress, pollers)
             finally:
+                self._sender.close()
                 self.stop(pollers)
                 pollers.shutdown(wait=False, cancel_futures=True)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -441,6 +450,7 @@ class Dispatcher:
             finished: list[tuple[Chunk, list[int]]] = []
             retry: list[Chunk] = []
             failure: TransferError | None = None
+            self._sender.raise_failed()
             for gid in self.clients:
                 if failure is not None:
                     break
@@ -540,6 +550,7 @@ class Dispatcher:
                 )
             if pending or not exhausted:
                 time.sleep(self.options.poll_interval)
+        self._sender.wait()
         return stats
 
     # ---- liveness --------------------------------------------------------------------------------
