@@ -15,13 +15,15 @@ and listed in the provenance.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyplane_ops.profiler.links import link_estimates
 from skyplane_ops.profiler.records import Measurement
-from skyplane_ops.profiler.store import GridStore
 from skyplane_ops.profiles import ThroughputGrid
 from skyplane_ops.profiles.links import LinkEstimate
+
+if TYPE_CHECKING:  # the store (pyarrow) is imported when a grid is read, not by every transfer
+    from skyplane_ops.profiler.store import GridStore
 
 Pair = tuple[str, str]
 
@@ -71,6 +73,8 @@ def planner_grid(
 ) -> ThroughputGrid:
     """``base`` (default: the shipped grid) with the store's measurements laid over."""
     if isinstance(store, str):
+        from skyplane_ops.profiler.store import GridStore
+
         store = GridStore(store)
     if base is None:
         from skyplane_ops.profiles import load_default_profile

@@ -10,32 +10,49 @@ import array
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-SCHEMA = pa.schema(
-    [
-        ("measurement_id", pa.string()),
-        ("run_id", pa.string()),
-        ("src", pa.string()),
-        ("dst", pa.string()),
-        ("gbps", pa.float64()),
-        ("sent_gbps", pa.float64()),
-        ("received_gbps", pa.float64()),
-        ("rtt_ms", pa.float64()),
-        ("connections", pa.int32()),
-        ("duration_s", pa.float64()),
-        ("bytes_sent", pa.int64()),
-        ("bytes_received", pa.int64()),
-        ("measured_at", pa.timestamp("us", tz="UTC")),
-        ("vm_class", pa.string()),
-        ("tier", pa.string()),
-        ("backend", pa.string()),
-        ("source", pa.string()),
-        ("error", pa.string()),
-    ]
-)
+
+def __getattr__(name: str) -> Any:
+    """``SCHEMA`` on first use: importing pyarrow costs every transfer ~0.3 s, and most
+    (the loopback backend) never record a row."""
+    if name == "SCHEMA":
+        return schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@cache
+def schema() -> pa.Schema:
+    """The Parquet schema of measurements (column order is stable across versions)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("measurement_id", pa.string()),
+            ("run_id", pa.string()),
+            ("src", pa.string()),
+            ("dst", pa.string()),
+            ("gbps", pa.float64()),
+            ("sent_gbps", pa.float64()),
+            ("received_gbps", pa.float64()),
+            ("rtt_ms", pa.float64()),
+            ("connections", pa.int32()),
+            ("duration_s", pa.float64()),
+            ("bytes_sent", pa.int64()),
+            ("bytes_received", pa.int64()),
+            ("measured_at", pa.timestamp("us", tz="UTC")),
+            ("vm_class", pa.string()),
+            ("tier", pa.string()),
+            ("backend", pa.string()),
+            ("source", pa.string()),
+            ("error", pa.string()),
+        ]
+    )
+
 
 #: ``source`` of a probe taken by the profiler, and of a rate a past transfer achieved.
 SOURCE_PROFILE = "profile"
@@ -96,6 +113,9 @@ def to_table(rows: list[Measurement]) -> pa.Table:
     use (to ask whether the input is a pandas object), about a second of every transfer's
     passive record and of every profile on a loaded machine.
     """
+    import pyarrow as pa
+
+    SCHEMA = schema()
     columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     for row in rows:
         data = asdict(row)
@@ -111,11 +131,13 @@ _TICKS = {
     "ms": timedelta(milliseconds=1),
     "us": timedelta(microseconds=1),
 }
-_TYPECODES = {pa.int32(): "i", pa.int64(): "q", pa.float64(): "d"}
+_TYPECODES = {"int32": "i", "int64": "q", "double": "d"}  # by str(type)
 
 
 def _column(values: list[Any], type_: pa.DataType) -> pa.Array:
     """One column of ``SCHEMA`` (no nulls: every field has a value) from its raw buffers."""
+    import pyarrow as pa
+
     if pa.types.is_timestamp(type_):  # ticks since the epoch (naive values count as UTC)
         tick = _TICKS[type_.unit]
         values = [(at if at.tzinfo else at.replace(tzinfo=UTC)) - _EPOCH for at in values]
@@ -128,12 +150,14 @@ def _column(values: list[Any], type_: pa.DataType) -> pa.Array:
         buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
         return pa.Array.from_buffers(type_, len(values), buffers)
     else:
-        data = array.array(_TYPECODES[type_], values)
+        data = array.array(_TYPECODES[str(type_)], values)
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(data)])
 
 
 def from_table(table: pa.Table) -> list[Measurement]:
     """Rows of a version or journal file; columns missing in older files take defaults."""
+    import pyarrow as pa
+
     missing = {"src", "dst", "gbps", "measured_at"} - set(table.column_names)
     if missing:
         raise ValueError(f"missing columns {sorted(missing)}")
