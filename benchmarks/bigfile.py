@@ -21,7 +21,7 @@ client) and of every gateway (VmRSS and anonymous memory, sampled every 50 ms fr
 ``/proc``) against the target "byte budget + 150 MiB". Only one copy exists at a time: ours
 is deleted before rclone runs, and the source after its last run (peak disk: 2x the size).
 
-Usage: ``flock /work/heavy.lock python benchmarks/bigfile.py [--sizes 4,32] [--nets
+Usage: ``python benchmarks/bigfile.py [--sizes 4,32] [--nets
 loopback,wan] [--buffer-mib 512] [--wan-mbit 800] [--repeat 1] [--work DIR]``. With
 ``--repeat N`` the tools alternate N times and the median run of each is shown (all times and
 the highest RSS of any run are kept).

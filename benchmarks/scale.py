@@ -17,7 +17,7 @@ one copy at a time (1M objects of 1 KiB: ~4 GiB each); the run refuses to start 
 source and copy would not fit.
 
 Usage: ``python benchmarks/scale.py [--counts 10000,100000] [--full] [--work DIR]``
-(``--full``: 10k, 100k and 1M; run it under ``flock /work/heavy.lock`` on shared machines).
+(``--full``: 10k, 100k and 1M; run it alone: other work on the machine skews both tools).
 Writes ``benchmarks/results/scale.json``.
 """
 
