@@ -274,8 +274,10 @@ class _Run:
             ) from exc
         src = open_side(self.src_uri, self.src_options, "source")
         dst = open_side(self.dst_uri, self.dst_options, "destination")
+        fresh = listing is None  # else the caller's listing; a sync may still lack the dst
         if listing is None:
             listing = Listing(Catalog(journal.path.parent))
+        if fresh or (sync and not listing.has_destination):
             fill_listing(
                 listing.catalog,
                 src,
@@ -285,18 +287,7 @@ class _Run:
                 self.include,
                 self.exclude,
                 sync=sync,
-            )
-        elif sync and not listing.has_destination:
-            fill_listing(
-                listing.catalog,
-                src,
-                self.dst_uri,
-                self.dst_options,
-                self.src_uri,
-                self.include,
-                self.exclude,
-                sync=True,
-                source=False,
+                source=fresh,
             )
         else:
             check_destination(dst, self.dst_uri, full=False)
