@@ -20,8 +20,13 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-from gateway_agent.stores.base import ObjectInfo, SkippedEntry
+from gateway_agent.stores.base import SkippedEntry
+
+T = TypeVar("T")
+# Entries per yielded batch at most: a folder of a million files streams in slices.
+CHUNK = 5000
 
 log = logging.getLogger("gateway_agent.stores.local")
 
@@ -41,13 +46,18 @@ def _why(exc: OSError) -> str:
 
 
 @dataclass
-class Walk:
-    """One listing: its policy, where skipped entries go, and how a stat becomes an info."""
+class Walk(Generic[T]):
+    """One listing: its policy, where skipped entries go, and how a stat becomes an entry
+    (an ``ObjectInfo`` for ``list``, a plain tuple for the catalog's ``list_rows``).
+
+    The walk yields *lists* of entries in listing order (a folder's files between its
+    sub-folders, at most ``CHUNK`` each): one generator step per slice, not per file, so a
+    file costs its ``stat`` and ``info`` and little else however deep the tree."""
 
     root: str
     prefix: str
     links: str
-    info: Callable[[str, os.stat_result, int | None], ObjectInfo]
+    info: Callable[[str, os.stat_result, int | None], T]
     skipped: list[SkippedEntry] = field(default_factory=list)
     # Names the store keeps for itself; only asked about names starting with ".".
     hidden: Callable[[str, str], bool] = lambda base, name: False
@@ -71,7 +81,7 @@ class Walk:
 
     def tree(
         self, directory: str, base: str, ancestors: frozenset[tuple[int, int]]
-    ) -> Iterator[ObjectInfo]:
+    ) -> Iterator[list[T]]:
         """Entries under ``directory`` (whose key prefix is ``base``), sorted by name."""
         try:
             with os.scandir(directory) as it:
@@ -82,6 +92,7 @@ class Walk:
             self.skip(base, f"cannot read folder: {_why(exc)}", error=True)
             return
         info, hidden, prefix = self.info, self.hidden, self.prefix
+        out: list[T] = []
         for entry in entries:
             name = entry.name
             if name[0] == "." and hidden(base, name):  # the store's own names start with "."
@@ -94,20 +105,28 @@ class Walk:
                     if key.startswith(prefix):
                         st = entry.stat(follow_symlinks=False)
                         if stat.S_ISREG(st.st_mode):
-                            yield info(key, st, None)
+                            out.append(info(key, st, None))
+                            if len(out) >= CHUNK:
+                                yield out
+                                out = []
                             continue
                     else:
                         continue
+                if out:  # what came before this entry goes first: the order stays
+                    yield out
+                    out = []
                 yield from self.entry(entry, key, ancestors)
             except FileNotFoundError:
                 continue  # deleted while listing
             except OSError as exc:
                 if self.wanted(key) or self.descend(key + "/"):
                     self.skip(key, f"cannot read: {_why(exc)}", error=True)
+        if out:
+            yield out
 
     def entry(
         self, entry: os.DirEntry[str], key: str, ancestors: frozenset[tuple[int, int]]
-    ) -> Iterator[ObjectInfo]:
+    ) -> Iterator[list[T]]:
         if entry.is_symlink():
             yield from self.link(entry, key, ancestors)
             return
@@ -116,7 +135,7 @@ class Walk:
 
     def node(
         self, path: str, key: str, st: os.stat_result, ancestors: frozenset[tuple[int, int]]
-    ) -> Iterator[ObjectInfo]:
+    ) -> Iterator[list[T]]:
         """A file or folder found at ``key`` (already resolved for a followed link)."""
         if stat.S_ISDIR(st.st_mode):
             if self.descend(key + "/"):
@@ -124,18 +143,18 @@ class Walk:
         elif not self.wanted(key):
             return
         elif stat.S_ISREG(st.st_mode):
-            yield self.info(key, st, None)
+            yield [self.info(key, st, None)]
         else:
             self.skip(key, "not a regular file (FIFO, socket or device)")
 
     def link(
         self, entry: os.DirEntry[str], key: str, ancestors: frozenset[tuple[int, int]]
-    ) -> Iterator[ObjectInfo]:
+    ) -> Iterator[list[T]]:
         if self.links == "store":
             if self.wanted(key + LINK_SUFFIX):
                 target = os.readlink(entry.path)
                 st = entry.stat(follow_symlinks=False)
-                yield self.info(key + LINK_SUFFIX, st, len(os.fsencode(target)))
+                yield [self.info(key + LINK_SUFFIX, st, len(os.fsencode(target)))]
             return
         if not (self.wanted(key) or self.descend(key + "/")):
             return

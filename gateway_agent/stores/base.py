@@ -105,6 +105,20 @@ class ReportsSkips(Protocol):
     skipped: list[SkippedEntry]
 
 
+# ``list_rows``' form of an ObjectInfo: (key, size, modified as integer microseconds since the
+# epoch or None, checksums as sorted-key JSON or None, version, etag).
+ListRow = tuple[str, int, int | None, str | None, str | None, str | None]
+
+
+@runtime_checkable
+class ListsRows(Protocol):
+    """Optional: ``list`` as batches of plain tuples (``ListRow``), for a caller that stores a
+    million entries in a table: the same entries, order and ``skipped`` as ``list``, without
+    an object per entry."""
+
+    def list_rows(self, prefix: str = "") -> Iterator[list[ListRow]]: ...
+
+
 @runtime_checkable
 class SupportsNameCheck(Protocol):
     """Optional (every real backend has it): refuse a key this store cannot hold before any

@@ -39,7 +39,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from gateway_agent.stores._localfiles import (
     STAGING,
     copy_into,
     file_info,
+    file_row,
     file_version,
     pread_all,
     preadv_all,
@@ -57,8 +58,8 @@ from gateway_agent.stores._localfiles import (
     written_info,
 )
 from gateway_agent.stores._localparts import StagedUploads
-from gateway_agent.stores._localwalk import LINK_MODES, LINK_SUFFIX, Walk
-from gateway_agent.stores.base import Capabilities, ObjectInfo, SkippedEntry
+from gateway_agent.stores._localwalk import LINK_MODES, LINK_SUFFIX, T, Walk
+from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo, SkippedEntry
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     InvalidURIError,
@@ -138,11 +139,21 @@ class LocalStore:
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every file under the root whose key starts with ``prefix``; entries left out are
         appended to :attr:`skipped` (see :mod:`._localwalk`)."""
+        for batch in self._walk(prefix, file_info):
+            yield from batch
+
+    def list_rows(self, prefix: str = "") -> Iterator[builtins.list[ListRow]]:
+        """``list`` as batches of plain tuples (``ListRow``): what the run's catalog stores."""
+        return self._walk(prefix, file_row)
+
+    def _walk(
+        self, prefix: str, info: Callable[[str, os.stat_result, int | None], T]
+    ) -> Iterator[builtins.list[T]]:
         folder, _, _ = prefix.rpartition("/")
         if folder and any(segment_problem(s, False) for s in folder.split("/")):
             return  # no file can have a key under such a folder
         start = self._root + "/" + folder if folder else self._root
-        walk = Walk(self.uri, prefix, self.links, file_info, self.skipped, self._hidden)
+        walk = Walk(self.uri, prefix, self.links, info, self.skipped, self._hidden)
         try:
             st = os.stat(start)
         except (FileNotFoundError, NotADirectoryError):

@@ -29,20 +29,33 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gateway_agent.stores.base import ObjectInfo, ObjectStore, ReportsSkips, SkippedEntry
+from gateway_agent.stores.base import (
+    ObjectInfo,
+    ObjectStore,
+    ReportsSkips,
+    SkippedEntry,
+)
 from gateway_agent.stores.errors import StoreError
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.listrows import (
+    BATCH,
+    checksums_json,
+    dec,
+    enc,
+    insert_rows,
+    listed,
+    micros,
+    regrouped,
+)
 from skyplane_ops.transfer.manifest import matches
+
+__all__ = ["BATCH", "Catalog", "checksums_json", "dec", "enc", "fp_text", "micros"]
 
 # Object states in ``src``.
 TODO, SKIPPED, REFUSED, COMMITTED, CHANGED, FAILED = range(6)
-BATCH = 5000  # rows per executemany / per page read
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 _SCHEMA = """
 CREATE TABLE src(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT, version TEXT,
                  etag TEXT, state INTEGER NOT NULL DEFAULT 0,
@@ -64,31 +77,6 @@ CREATE TABLE j_commit(key PRIMARY KEY, size INTEGER, crc INTEGER, fp TEXT) WITHO
 """
 
 
-def enc(key: str) -> str | bytes:
-    """A key as SQLite can store it: a local file name that is not UTF-8 (lone surrogates)
-    becomes a BLOB of its surrogate-passed bytes; ``dec`` reverses it."""
-    if key.isascii():
-        return key
-    try:
-        key.encode()
-    except UnicodeEncodeError:
-        return key.encode("utf-8", "surrogatepass")
-    return key
-
-
-def dec(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode("utf-8", "surrogatepass")
-
-
-def micros(dt: datetime | None) -> int | None:
-    """Exact microseconds since the epoch (a float would round at today's dates)."""
-    if dt is None:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return (dt - _EPOCH) // _US
-
-
 # An object's fingerprint (what must not change between listing and commit: size, etag,
 # modification time in microseconds, the store's version) is the column ``fp``: JSON SQLite
 # makes from the row when it is read (a virtual column: nothing stored, no Python per row),
@@ -100,10 +88,6 @@ def fp_text(info: ObjectInfo) -> str:
     """The fingerprint JSON SQLite makes (``src.fp``), made in Python (for tests, tools)."""
     fp = [info.size, info.etag, micros(info.modified), info.version]
     return json.dumps(fp, separators=(",", ":"), ensure_ascii=False)
-
-
-def checksums_json(info: ObjectInfo) -> str | None:
-    return json.dumps(info.checksums, sort_keys=True) if info.checksums else None
 
 
 def _same_ck(a: str, b: str) -> int | None:
@@ -173,9 +157,7 @@ class Catalog:
 
     def _many(self, sql: str, batch: Sequence[Sequence[Any]]) -> None:
         with self.lock:
-            self.db.execute("BEGIN")
-            self.db.executemany(sql, batch)
-            self.db.execute("COMMIT")
+            insert_rows(self.db, sql, batch)
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         with self.lock:
@@ -219,28 +201,21 @@ class Catalog:
         """Stream the filtered source listing into ``src``; checks as ``list_source`` did."""
         filtered = bool(include or exclude)
         count = 0
-
-        def rows() -> Iterator[tuple[Any, ...]]:
-            nonlocal count
-            for o in store.list():
-                if filtered and not matches(o.key, include, exclude):
-                    continue
-                count += 1
-                if on_count is not None and count % BATCH == 0:
-                    on_count(count)
-                yield enc(o.key), o.size, micros(o.modified), checksums_json(o), o.version, o.etag
-
         sql = "INSERT OR REPLACE INTO src(key,size,mtime,ck,version,etag) VALUES(?,?,?,?,?,?)"
         try:
-            self.write(sql, rows())
+            for batch in regrouped(listed(store)):
+                if filtered:
+                    batch = [r for r in batch if matches(r[0], include, exclude)]
+                self._many(sql, batch)
+                count += len(batch)
+                if on_count is not None:
+                    on_count(count)
         except StoreError as exc:
             raise TransferError(f"cannot list source {src_uri}: {exc}") from exc
         if isinstance(store, ReportsSkips):
             self.problems.extend(
                 p for p in store.skipped if matches(p.key, include, exclude) or p.error
             )
-        if on_count is not None:
-            on_count(count)
         self._check_source(src_uri, include, exclude)
 
     def _check_source(self, src_uri: str, include: Sequence[str], exclude: Sequence[str]) -> None:
@@ -267,16 +242,12 @@ class Catalog:
     ) -> None:
         """Stream the destination listing into ``dst`` (store errors propagate)."""
         count = 0
-
-        def rows() -> Iterator[tuple[Any, ...]]:
-            nonlocal count
-            for o in store.list():
-                count += 1
-                if on_count is not None and count % BATCH == 0:
-                    on_count(count)
-                yield enc(o.key), o.size, micros(o.modified), checksums_json(o)
-
-        self.write("INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)", rows())
+        sql = "INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)"
+        for batch in regrouped(listed(store)):
+            self._many(sql, [r[:4] for r in batch])
+            count += len(batch)
+            if on_count is not None:
+                on_count(count)
         self.has_destination = True
         if on_count is not None:
             on_count(count)
@@ -299,10 +270,9 @@ class Catalog:
     def add_now(self, store: ObjectStore) -> None:
         """The source listed again (key, fingerprint) into ``now``; store errors propagate."""
         self.run("DELETE FROM now")
-        self.write(
-            "INSERT OR REPLACE INTO now(key,size,mtime,version,etag) VALUES(?,?,?,?,?)",
-            ((enc(o.key), o.size, micros(o.modified), o.version, o.etag) for o in store.list()),
-        )
+        sql = "INSERT OR REPLACE INTO now(key,size,mtime,version,etag) VALUES(?,?,?,?,?)"
+        for batch in regrouped(listed(store)):
+            self._many(sql, [(r[0], r[1], r[2], r[4], r[5]) for r in batch])
 
     # ---- counts ----------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ from typing import Any
 from gateway_agent.stores.errors import BucketNotFoundError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.catalog import BATCH, Catalog, checksums_json, enc, micros
+from skyplane_ops.transfer.catalog import Catalog
+from skyplane_ops.transfer.listrows import insert_rows, listed, regrouped
 
 
 def _list_into(path: Path, uri: str, options: dict[str, Any]) -> str:
@@ -33,17 +34,8 @@ def _list_into(path: Path, uri: str, options: dict[str, Any]) -> str:
         db.execute("PRAGMA journal_mode=OFF")
         db.execute("PRAGMA synchronous=OFF")
         db.execute("CREATE TABLE dst(key, size INTEGER, mtime INTEGER, ck TEXT)")
-        batch: list[tuple[Any, ...]] = []
-        for o in store.list():
-            batch.append((enc(o.key), o.size, micros(o.modified), checksums_json(o)))
-            if len(batch) >= BATCH:
-                db.execute("BEGIN")
-                db.executemany("INSERT INTO dst VALUES(?,?,?,?)", batch)
-                db.execute("COMMIT")
-                batch = []
-        db.execute("BEGIN")
-        db.executemany("INSERT INTO dst VALUES(?,?,?,?)", batch)
-        db.execute("COMMIT")
+        for batch in regrouped(listed(store)):
+            insert_rows(db, "INSERT INTO dst VALUES(?,?,?,?)", [r[:4] for r in batch])
         db.close()
         return ""
     except BucketNotFoundError as exc:
