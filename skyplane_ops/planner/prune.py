@@ -72,16 +72,24 @@ def prune_dominated_relays(
     # smaller is better; identical rows: the lower index dominates).
     covered = [0.0] * n
     for i in range(n):
-        if not slack[i]:
+        si = slack[i]
+        if not si:
             continue
-        for j in range(n):
-            pairs = list(zip(rows[i], rows[j], strict=True))
+        row_i = rows[i]
+        p0, a0, b0, k0, v0 = row_i
+        # Unrolled column tests (this pair loop is most of a two-region plan's time).
+        for j, row_j in enumerate(rows):
+            p1, a1, b1, k1, v1 = row_j
             if (
-                i != j
-                and all(a <= b for a, b in pairs)
-                and (i < j or any(a != b for a, b in pairs))
+                p0 <= p1
+                and a0 <= a1
+                and b0 <= b1
+                and k0 <= k1
+                and v0 <= v1
+                and i != j
+                and (i < j or row_i != row_j)
             ):
-                covered[j] += slack[i]
+                covered[j] += si
     keep = [c < t_upper * (1 + 1e-9) + 1e-9 for c in covered]
     kept = {p.regions for p, k in zip(relay_paths, keep, strict=True) if k}
     return [p for p in paths if len(p.regions) != 3 or p.regions in kept]
