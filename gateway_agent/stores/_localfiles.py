@@ -102,6 +102,14 @@ def file_row(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
     )
 
 
+def file_row_unversioned(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
+    """``file_row`` without version and etag: what a listing compared by size and time needs
+    (a sync's destination), without formatting two strings per file."""
+    frac, whole = math.modf(st.st_mtime)
+    size = st.st_size if size is None else size
+    return (key, size, int(whole) * 1_000_000 + round(frac * 1e6), None, None, None)
+
+
 def written_info(key: str, st: os.stat_result) -> ObjectInfo:
     """What a write returns: its stat predates linking the file into place (which moves the
     ctime), so the version is left for ``head``/``list`` to tell."""

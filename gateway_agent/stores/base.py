@@ -114,9 +114,10 @@ ListRow = tuple[str, int, int | None, str | None, str | None, str | None]
 class ListsRows(Protocol):
     """Optional: ``list`` as batches of plain tuples (``ListRow``), for a caller that stores a
     million entries in a table: the same entries, order and ``skipped`` as ``list``, without
-    an object per entry."""
+    an object per entry. Without ``versions`` a store may leave version and etag None (a
+    listing compared by size and time only, as a sync's destination)."""
 
-    def list_rows(self, prefix: str = "") -> Iterator[list[ListRow]]: ...
+    def list_rows(self, prefix: str = "", *, versions: bool = True) -> Iterator[list[ListRow]]: ...
 
 
 @runtime_checkable

@@ -51,6 +51,7 @@ from gateway_agent.stores._localfiles import (
     copy_into,
     file_info,
     file_row,
+    file_row_unversioned,
     file_version,
     pread_all,
     preadv_all,
@@ -142,9 +143,12 @@ class LocalStore:
         for batch in self._walk(prefix, file_info):
             yield from batch
 
-    def list_rows(self, prefix: str = "") -> Iterator[builtins.list[ListRow]]:
-        """``list`` as batches of plain tuples (``ListRow``): what the run's catalog stores."""
-        return self._walk(prefix, file_row)
+    def list_rows(
+        self, prefix: str = "", *, versions: bool = True
+    ) -> Iterator[builtins.list[ListRow]]:
+        """``list`` as batches of plain tuples (``ListRow``): what the run's catalog stores;
+        without ``versions``, version and etag are None (nothing will pin or compare them)."""
+        return self._walk(prefix, file_row if versions else file_row_unversioned)
 
     def _walk(
         self, prefix: str, info: Callable[[str, os.stat_result, int | None], T]

@@ -243,7 +243,7 @@ class Catalog:
         """Stream the destination listing into ``dst`` (store errors propagate)."""
         count = 0
         sql = "INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)"
-        for batch in regrouped(listed(store)):
+        for batch in regrouped(listed(store, versions=False)):
             self._many(sql, [r[:4] for r in batch])
             count += len(batch)
             if on_count is not None:

@@ -45,11 +45,14 @@ def checksums_json(info: ObjectInfo) -> str | None:
     return json.dumps(info.checksums, sort_keys=True) if info.checksums else None
 
 
-def listed(store: ObjectStore, prefix: str = "") -> Iterator[list[ListRow]]:
+def listed(
+    store: ObjectStore, prefix: str = "", *, versions: bool = True
+) -> Iterator[list[ListRow]]:
     """A store's listing as batches of ``ListRow`` tuples: the store's own ``list_rows`` where
-    it has one (a local folder: no ``ObjectInfo`` per file), else made from ``list``."""
+    it has one (a local folder: no ``ObjectInfo`` per file), else made from ``list``.
+    ``versions=False``: the caller uses neither version nor etag (they may be None)."""
     if isinstance(store, ListsRows):
-        yield from store.list_rows(prefix)
+        yield from store.list_rows(prefix, versions=versions)
         return
     batch: list[ListRow] = []
     for o in store.list(prefix):

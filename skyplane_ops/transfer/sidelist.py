@@ -34,7 +34,7 @@ def _list_into(path: Path, uri: str, options: dict[str, Any]) -> str:
         db.execute("PRAGMA journal_mode=OFF")
         db.execute("PRAGMA synchronous=OFF")
         db.execute("CREATE TABLE dst(key, size INTEGER, mtime INTEGER, ck TEXT)")
-        for batch in regrouped(listed(store)):
+        for batch in regrouped(listed(store, versions=False)):
             insert_rows(db, "INSERT INTO dst VALUES(?,?,?,?)", [r[:4] for r in batch])
         db.close()
         return ""

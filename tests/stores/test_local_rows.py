@@ -138,3 +138,11 @@ def test_catalog_rows_are_the_same_either_way(
             catalog.close()
     assert tables[0] == tables[1]
     assert tables[0][0], "the source rows are there"
+
+
+def test_unversioned_rows_drop_only_version_and_etag(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    store = open_store(f"file://{tmp_path}", {"links": "store"})
+    full = [r for b in store.list_rows() for r in b]
+    light = [r for b in store.list_rows(versions=False) for r in b]
+    assert light == [(*r[:4], None, None) for r in full]
