@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,41 @@ def _alive(pid: int, marker: str) -> bool:
         return False
 
 
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child: its own parent reaps it
+
+
+def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
+    """Wait until ``pid`` is no longer our agent (True) or ``timeout`` passes (False): on a
+    pidfd, which wakes the moment the process exits (no polling interval added per gateway);
+    a kernel without pidfds (before 5.3) is polled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        fd = -1
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            _reap(pid)
+            if not _alive(pid, marker):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if fd >= 0:
+                select.select([fd], [], [], left)
+            else:
+                time.sleep(min(0.05, left))
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def _kill(pid: int, marker: str, grace: float = 3.0) -> None:
     """SIGTERM, then SIGKILL after ``grace``; only if the pid is still our agent."""
     if not _alive(pid, marker):
@@ -59,15 +95,8 @@ def _kill(pid: int, marker: str, grace: float = 3.0) -> None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        if not _alive(pid, marker):
-            return
-        time.sleep(0.05)
+    if _wait_gone(pid, marker, grace):
+        return
     try:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
@@ -209,14 +238,18 @@ class LocalProvisioner:
         except ProvisionError:
             secret = None
         workdir = fleet.resources.get("workdir")
-        for g in fleet.gateways:
-            pid = int(g.resources.get("pid", 0))
-            marker = str(Path(workdir or ".") / f"{g.gateway_id}.ready")
+        agents = [
+            (g, int(g.resources.get("pid", 0)), str(Path(workdir or ".") / f"{g.gateway_id}.ready"))
+            for g in fleet.gateways
+        ]
+        # Every agent is asked to stop first, then each is waited for: they wind down at once.
+        for g, pid, marker in agents:
             if secret is not None and _alive(pid, marker):
                 try:
                     GatewayClient(g.host, g.control_port, secret, timeout=2).shutdown()
                 except GatewayError:
                     pass
+        for _, pid, marker in agents:
             if pid:
                 _kill(pid, marker)
         if workdir:

@@ -33,9 +33,12 @@ def _list_into(path: Path, uri: str, options: dict[str, Any]) -> str:
         db = sqlite3.connect(path, isolation_level=None)
         db.execute("PRAGMA journal_mode=OFF")
         db.execute("PRAGMA synchronous=OFF")
-        db.execute("CREATE TABLE dst(key, size INTEGER, mtime INTEGER, ck TEXT)")
+        # Keyed like the catalog's table: the parent copies it in key order without a sort.
+        db.execute(
+            "CREATE TABLE dst(key PRIMARY KEY, size INTEGER, mtime INTEGER, ck TEXT) WITHOUT ROWID"
+        )
         for batch in regrouped(listed(store, versions=False)):
-            insert_rows(db, "INSERT INTO dst VALUES(?,?,?,?)", [r[:4] for r in batch])
+            insert_rows(db, "INSERT OR REPLACE INTO dst VALUES(?,?,?,?)", [r[:4] for r in batch])
         db.close()
         return ""
     except BucketNotFoundError as exc:
