@@ -215,22 +215,37 @@ def provision(
     transfer_id: str | None = None,
     tags: Mapping[str, str] | None = None,
     max_per_region: int | None = None,
+    early: Any = None,
 ) -> GatewayFleet:
     """Start gateways for every region of the plan; cleans up its own partial state on error.
 
     The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
-    ``max_per_region`` says otherwise.
+    ``max_per_region`` says otherwise, and adopts the agents of ``early`` (``start_early``).
     """
     from skyplane_ops.provision import get_provisioner
 
     if max_per_region is None and backend == "local":
         max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
     provisioner = get_provisioner(backend, **dict(backend_options or {}))
+    extra = {"early": early} if early is not None and backend == "local" else {}
     return provisioner.provision(
         vms_for(plan_or_vms, max_per_region=max_per_region),
         transfer_id=transfer_id or new_transfer_id(),
         tags=dict(tags or {}),
+        **extra,
     )
+
+
+def start_early(
+    regions: Sequence[str], *, transfer_id: str, backend_options: Mapping[str, Any] | None = None
+) -> Any:
+    """Local backend: start the agents of ``regions`` now (a plan's source and destination,
+    which every plan uses) so they boot while the source is listed; hand the result to
+    ``provision(..., early=...)`` with the same ``transfer_id``, and ``cancel()`` it after."""
+    from skyplane_ops.provision import get_provisioner
+
+    provisioner: Any = get_provisioner("local", **dict(backend_options or {}))
+    return provisioner.start_early(regions, transfer_id=transfer_id)
 
 
 # The transfer step is the engine's own entry point, not a copy of its signature: re-running it

@@ -340,7 +340,40 @@ def _locked(
     backend_options: dict[str, Any],
     view: RunView,
 ) -> int:
-    """List, plan, provision, transfer (+ verify) and always tear down, under the lock."""
+    """List, plan, provision, transfer (+ verify) and always tear down, under the lock.
+
+    A ``cp`` on the local backend starts the gateways of its source and destination region
+    (every plan has them) before listing, so they boot on the core the listing leaves idle;
+    not a sync, which may find nothing to do (and lists on both cores)."""
+    early = None
+    if args.backend == "local" and not sync and args.src_region and args.dst_region:
+        try:
+            early = api.start_early(
+                [args.src_region, args.dst_region],
+                transfer_id=api.new_transfer_id("cp"),
+                backend_options=backend_options,
+            )
+        except Exception:  # the provision step reports it, in its own words
+            early = None
+    try:
+        return _listed_planned_moved(
+            args, sync, delete, max_delete, dispatch, backend_options, view, early
+        )
+    finally:
+        if early is not None:
+            early.cancel()
+
+
+def _listed_planned_moved(
+    args: ArgsNS,
+    sync: bool,
+    delete: bool,
+    max_delete: int | None,
+    dispatch: Any,
+    backend_options: dict[str, Any],
+    view: RunView,
+    early: Any,
+) -> int:
     # One listing for the whole run: it sizes the plan, lets an up-to-date sync skip planning
     # and gateways, and is handed to the engine instead of listing again.
     with view.phase("list", args.src) as note:
@@ -387,9 +420,10 @@ def _locked(
                 plan,
                 backend=args.backend,
                 backend_options=backend_options,
-                transfer_id=api.new_transfer_id("cp"),
+                transfer_id=early.transfer_id if early is not None else api.new_transfer_id("cp"),
                 tags={"skyplane-ops:command": "cp"},
                 max_per_region=args.local_gateways_per_region if args.backend == "local" else None,
+                early=early,
             )
             note["done"] = f"{len(fleet.gateways)} gateway(s)"
         with view.phase("transfer", f"{args.src} -> {args.dst}") as note:

@@ -52,6 +52,16 @@ def _alive(pid: int, marker: str) -> bool:
         return False
 
 
+def _exiting(pid: int) -> bool:
+    """True if ``pid`` exists with an empty command line: a process that is exiting or has
+    exited and waits to be reaped (an agent that obeyed a shutdown request)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read() == b""
+    except OSError:
+        return False
+
+
 def _reap(pid: int) -> None:
     try:
         os.waitpid(pid, os.WNOHANG)
@@ -60,36 +70,39 @@ def _reap(pid: int) -> None:
 
 
 def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
-    """Wait until ``pid`` is no longer our agent (True) or ``timeout`` passes (False): on a
-    pidfd, which wakes the moment the process exits (no polling interval added per gateway);
-    a kernel without pidfds (before 5.3) is polled."""
+    """Wait until ``pid`` has exited and, if it is our child, is reaped (True), or ``timeout``
+    passes (False). On a pidfd, which wakes the moment that very process exits (no polling
+    interval per gateway, no confusion with a later process of the same pid); a kernel without
+    pidfds (before 5.3) is polled until the pid is no longer our agent."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         return True
     except OSError:
         fd = -1
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            _reap(pid)
-            if not _alive(pid, marker):
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if fd >= 0:
-                select.select([fd], [], [], left)
-            else:
-                time.sleep(min(0.05, left))
-    finally:
-        if fd >= 0:
+    if fd >= 0:
+        try:
+            exited = bool(select.select([fd], [], [], max(0.0, timeout))[0])
+        finally:
             os.close(fd)
+        if exited:
+            _reap(pid)
+        return exited
+    deadline = time.monotonic() + timeout
+    while True:
+        _reap(pid)
+        if not _alive(pid, marker):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def _kill(pid: int, marker: str, grace: float = 3.0) -> None:
     """SIGTERM, then SIGKILL after ``grace``; only if the pid is still our agent."""
     if not _alive(pid, marker):
+        if _exiting(pid):  # ours, on its way out after a shutdown request: reap it
+            _wait_gone(pid, marker, grace)
         return
     try:
         os.kill(pid, signal.SIGTERM)
@@ -102,6 +115,73 @@ def _kill(pid: int, marker: str, grace: float = 3.0) -> None:
         os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float = 3.0) -> None:
+    """Stop an agent this process started, by its ``Popen`` (no command-line check: a child
+    that has not reached ``exec`` yet still shows ours): SIGTERM, SIGKILL after ``grace``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except OSError:
+        fd = -1
+    try:
+        if fd >= 0:
+            select.select([fd], [], [], grace)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        else:
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+class EarlyStart:
+    """Agents started before the plan exists, while the source is listed: one in each region
+    every plan of the transfer uses (its source and destination: every path starts and ends
+    there), so the plan is the same whether they run or not. ``provision`` with the same
+    transfer id adopts them (and starts what else the plan needs); ``cancel`` stops what no
+    plan took (and, if none did, removes the files and the secret)."""
+
+    def __init__(
+        self, provisioner: LocalProvisioner, regions: Sequence[str], transfer_id: str
+    ) -> None:
+        check_transfer_id(transfer_id)
+        self.transfer_id = transfer_id
+        self.workdir = private_dir("local", transfer_id)
+        self.secret_ref = create_secret(transfer_id)
+        self.adopted = False
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            for region in dict.fromkeys(regions):
+                gid = gateway_id(region, 0)
+                self.procs[gid] = provisioner._start(
+                    self.workdir, gid, region, self.secret_ref, transfer_id
+                )
+        except BaseException:
+            self.cancel()
+            raise
+
+    def take(self, gid: str) -> subprocess.Popen[bytes] | None:
+        return self.procs.pop(gid, None)
+
+    def cancel(self) -> None:
+        """Stop the agents not taken; idempotent."""
+        for proc in self.procs.values():
+            _stop(proc)
+        self.procs.clear()
+        if not self.adopted:
+            self.adopted = True  # nothing left to own: a second cancel does nothing
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            delete_secret(self.secret_ref)
 
 
 class LocalProvisioner:
@@ -163,14 +243,29 @@ class LocalProvisioner:
                 cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
 
+    def start_early(self, regions: Sequence[str], *, transfer_id: str) -> EarlyStart:
+        """Start one agent per region now, for ``provision(..., early=...)`` to adopt."""
+        return EarlyStart(self, regions, transfer_id)
+
     def provision(
-        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+        self,
+        vms: Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+        early: EarlyStart | None = None,
     ) -> GatewayFleet:
         check_transfer_id(transfer_id)
         if not vms or any(n < 0 for n in vms.values()):
             raise ProvisionError(f"nothing to provision: {dict(vms)}")
-        workdir = private_dir("local", transfer_id)
-        secret_ref = create_secret(transfer_id)
+        if early is not None and (early.adopted or early.transfer_id != transfer_id):
+            early.cancel()
+            early = None
+        if early is not None:  # its files, secret and agents are this fleet's from here on
+            workdir, secret_ref, early.adopted = early.workdir, early.secret_ref, True
+        else:
+            workdir = private_dir("local", transfer_id)
+            secret_ref = create_secret(transfer_id)
         started: list[tuple[str, str, subprocess.Popen[bytes]]] = []
         fleet = GatewayFleet(
             transfer_id=transfer_id,
@@ -186,9 +281,14 @@ class LocalProvisioner:
             for region, count in sorted(vms.items()):
                 for i in range(count):
                     gid = gateway_id(region, i)
-                    started.append(
-                        (gid, region, self._start(workdir, gid, region, secret_ref, transfer_id))
-                    )
+                    proc = early.take(gid) if early is not None else None
+                    if proc is not None and proc.poll() is not None:
+                        proc = None  # it stopped (idle while a very long listing ran): anew
+                    if proc is None:
+                        proc = self._start(workdir, gid, region, secret_ref, transfer_id)
+                    started.append((gid, region, proc))
+            if early is not None:
+                early.cancel()  # agents of regions this plan has no gateway in
             secret = secret_bytes(secret_ref)
             for gid, region, proc in started:
                 info = self._wait_ready(workdir / f"{gid}.ready", proc, gid)
