@@ -97,8 +97,9 @@ def file_row(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
         st_size if size is None else size,
         int(whole) * 1_000_000 + round(frac * 1e6),
         None,
-        f"{st_size}-{mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}",  # file_version
-        f"{mtime_ns:x}-{st_size:x}",
+        # file_version's and file_info's strings; %-formatting: the same text, a little faster
+        "%d-%d-%d-%d-%d" % (st_size, mtime_ns, st.st_ctime_ns, st.st_dev, st.st_ino),  # noqa: UP031
+        "%x-%x" % (mtime_ns, st_size),  # noqa: UP031
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import operator
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ CHUNK = 5000
 
 log = logging.getLogger("gateway_agent.stores.local")
 
+_NAME = operator.attrgetter("name")
 LINK_SUFFIX = ".rclonelink"
 LINK_MODES = ("skip", "follow", "store")
 _WARNED: set[tuple[str, str, str]] = set()
@@ -85,7 +87,7 @@ class Walk(Generic[T]):
         """Entries under ``directory`` (whose key prefix is ``base``), sorted by name."""
         try:
             with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
+                entries = sorted(it, key=_NAME)
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:
