@@ -160,15 +160,33 @@ class EarlyStart:
         self.secret_ref = create_secret(transfer_id)
         self.adopted = False
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.regions = {gateway_id(region, 0): region for region in regions}
         try:
-            for region in dict.fromkeys(regions):
-                gid = gateway_id(region, 0)
+            for gid, region in self.regions.items():
                 self.procs[gid] = provisioner._start(
                     self.workdir, gid, region, self.secret_ref, transfer_id
                 )
+            # Recorded at once: if this process dies while listing, ``sweep`` finds the agents
+            # (by pid; they have no ports yet) as it finds any fleet's.
+            save_fleet(self.record(provisioner.host))
         except BaseException:
             self.cancel()
             raise
+
+    def record(self, host: str) -> GatewayFleet:
+        gateways = [
+            Gateway(gid, self.regions[gid], host, 0, 0, {"pid": proc.pid})
+            for gid, proc in self.procs.items()
+        ]
+        return GatewayFleet(
+            transfer_id=self.transfer_id,
+            backend="local",
+            gateways=gateways,
+            secret_ref=self.secret_ref,
+            tags={"skyplane-ops:transfer-id": self.transfer_id, "skyplane-ops:early": "1"},
+            created_at=datetime.now(UTC).isoformat(),
+            resources={"workdir": str(self.workdir)},
+        )
 
     def take(self, gid: str) -> subprocess.Popen[bytes] | None:
         return self.procs.pop(gid, None)
@@ -182,6 +200,7 @@ class EarlyStart:
             self.adopted = True  # nothing left to own: a second cancel does nothing
             shutil.rmtree(self.workdir, ignore_errors=True)
             delete_secret(self.secret_ref)
+            forget_fleet(self.record(""))
 
 
 class LocalProvisioner:
@@ -308,6 +327,7 @@ class LocalProvisioner:
                 _kill(proc.pid, str(workdir / f"{gid}.ready"))
             shutil.rmtree(workdir, ignore_errors=True)
             delete_secret(secret_ref)
+            forget_fleet(fleet)  # an early start's record, if any
             if isinstance(exc, (ProvisionError, KeyboardInterrupt)):
                 raise
             raise ProvisionError(f"starting local gateways failed: {exc}") from exc
@@ -344,7 +364,7 @@ class LocalProvisioner:
         ]
         # Every agent is asked to stop first, then each is waited for: they wind down at once.
         for g, pid, marker in agents:
-            if secret is not None and _alive(pid, marker):
+            if secret is not None and g.control_port and _alive(pid, marker):
                 try:
                     GatewayClient(g.host, g.control_port, secret, timeout=2).shutdown()
                 except GatewayError:

@@ -9,8 +9,12 @@ import os
 import uuid
 from pathlib import Path
 
+import pytest
+
 from skyplane_ops import api
+from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.local import LocalProvisioner
+from skyplane_ops.provision.records import load_fleets
 
 A, B, C = "aws:us-east-1", "aws:us-west-2", "aws:eu-west-1"
 
@@ -106,3 +110,32 @@ def test_a_different_transfer_does_not_adopt_them() -> None:
         assert not Path(early.workdir).exists()
     finally:
         prov.deprovision(fleet)
+
+
+def test_early_agents_are_recorded_so_a_sweep_finds_them() -> None:
+    """The control plane may die while it lists: the early agents are in the fleet records
+    from the start, and a sweep stops them and removes their files like any fleet's."""
+    tid = _tid()
+    early = LocalProvisioner().start_early([A, B], transfer_id=tid)
+    pids = [p.pid for p in early.procs.values()]
+    (record,) = load_fleets(transfer_id=tid)
+    assert sorted(int(g.resources["pid"]) for g in record.gateways) == sorted(pids)
+    removed = LocalProvisioner().sweep(transfer_id=tid)
+    assert sorted(removed) == sorted(early.procs)
+    assert _left(pids) == []
+    assert not Path(early.workdir).exists() and not Path(early.secret_ref).exists()
+    assert load_fleets(transfer_id=tid) == []
+    early.procs.clear()  # already stopped by the sweep
+
+
+def test_no_record_is_left_by_a_cancel_or_a_failed_provision() -> None:
+    tid = _tid()
+    early = LocalProvisioner().start_early([A], transfer_id=tid)
+    early.cancel()
+    assert load_fleets(transfer_id=tid) == []
+    tid = _tid()
+    early = LocalProvisioner(start_timeout=0.001).start_early([A], transfer_id=tid)
+    with pytest.raises(ProvisionError, match="not ready"):  # no agent is up in a millisecond
+        LocalProvisioner(start_timeout=0.001).provision({A: 1, B: 1}, transfer_id=tid, early=early)
+    assert load_fleets(transfer_id=tid) == []
+    early.cancel()
