@@ -60,6 +60,8 @@ class FastPut:
         from botocore.httpsession import get_cert_path
 
         self.base_url = base_url
+        origin = urlsplit(base_url)
+        self._origin = len(f"{origin.scheme}://{origin.netloc}")
         self._credentials = credentials
         self._region = region
         self._user_agent = f"{user_agent} skyplane-ops/fast-put"
@@ -67,13 +69,14 @@ class FastPut:
         if base_url.startswith("https:"):
             bundle = os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)
             tls = {"cert_reqs": "CERT_REQUIRED", "ca_certs": bundle}
-        self._pool = urllib3.PoolManager(
-            num_pools=4,
+        self._pool = urllib3.connection_from_url(
+            base_url,
             maxsize=max_pool,
             retries=False,
             timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
             **tls,
         )
+        self._pool.ConnectionCls = one_write_connection(base_url.startswith("https:"))
         self._lock = threading.Lock()
         self.sent = 0  # requests sent this way (a test shows the path is taken)
 
@@ -103,7 +106,13 @@ class FastPut:
         with self._lock:
             self.sent += 1
         try:
-            resp = self._pool.request("PUT", url, body=data, headers=dict(request.headers.items()))
+            resp = self._pool.urlopen(
+                "PUT",
+                url[self._origin :],
+                body=data,
+                headers=dict(request.headers.items()),
+                retries=False,
+            )
         except urllib3.exceptions.HTTPError as exc:
             raise TransientStoreError(
                 f"PUT {urlsplit(url).netloc}: connection failed", code=type(exc).__name__
@@ -116,6 +125,39 @@ class FastPut:
                 "ChecksumType": got.get("x-amz-checksum-type"),
             }
         raise _client_error(resp.status, resp.data, resp.headers)
+
+
+def one_write_connection(tls: bool) -> type[Any]:
+    """urllib3's connection class that sends a small request's head and body in one write.
+
+    http.client writes the head, then the body: two TCP segments, and on the other side (a
+    proxy, the server) two reads and wake-ups per request. For a 1 KiB object that doubles the
+    per-request work of everything between the gateway and the store."""
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+
+    base: Any = HTTPSConnection if tls else HTTPConnection
+
+    class OneWrite(base):  # type: ignore[misc]
+        _held: list[bytes] | None = None
+
+        def request(self, method: str, url: str, body: Any = None, *a: Any, **kw: Any) -> None:
+            small = isinstance(body, bytes) and len(body) < FAST_PUT_MAX
+            self._held = [] if small else None
+            try:
+                super().request(method, url, body, *a, **kw)
+                held = self._held
+            finally:
+                self._held = None
+            if held:
+                super().send(b"".join(held))
+
+        def send(self, data: Any) -> None:
+            if self._held is not None and isinstance(data, bytes | bytearray | memoryview):
+                self._held.append(bytes(data))
+            else:
+                super().send(data)
+
+    return OneWrite
 
 
 def _client_error(status: int, body: bytes, headers: Any) -> Exception:
