@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import uuid
@@ -162,3 +163,76 @@ def test_corrupted_body_is_refused(flipping_bench_server: tuple[str, CountingPro
         clean.head("bad")
     assert clean.write("good", b"fine").checksums["crc32c"] == crc32c_b64(b"fine")
     assert clean.read("good") == b"fine"
+
+
+class ScriptedS3:
+    """An HTTP server on loopback answering PUTs from a script: one (status, code) per request
+    (then 200 with the body's CRC32C, as S3 does); records each request's User-Agent."""
+
+    def __init__(self, script: list[tuple[int, str]]) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.agents: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_PUT(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.agents.append(self.headers.get("User-Agent", ""))
+                status, code = script.pop(0) if script else (200, "")
+                out = b""
+                self.send_response(status)
+                if status == 200:
+                    self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+                    self.send_header("x-amz-checksum-crc32c", crc32c_b64(body))
+                else:
+                    out = f"<Error><Code>{code}</Code><Message>m</Message></Error>".encode()
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextlib.contextmanager
+def _scripted(script: list[tuple[int, str]]) -> Iterator[ScriptedS3]:
+    server = ScriptedS3(script)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_throttling_is_retried_on_the_fast_path() -> None:
+    with _scripted([(503, "SlowDown"), (500, "InternalError")]) as server:
+        with environ({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}):
+            store = _open(server.endpoint, "retry", backoff_seconds=0.01)
+        info = store.write("obj", b"payload")
+        assert info.checksums["crc32c"] == crc32c_b64(b"payload")
+        assert store._fast is not None and store._fast.sent == 3
+        assert all("fast-put" in agent for agent in server.agents)
+
+
+def test_region_redirect_hands_over_to_boto3() -> None:
+    with _scripted([(400, "AuthorizationHeaderMalformed")]) as server:
+        with environ({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}):
+            store = _open(server.endpoint, "moved")
+        boto_puts = _boto3_puts(store)
+        store.write("a", b"one")
+        store.write("b", b"two")
+        assert store._fast is None and len(boto_puts) == 2  # boto3 from the redirect on
+        assert len(server.agents) == 3 and "fast-put" in server.agents[0]
