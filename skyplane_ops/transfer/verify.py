@@ -234,78 +234,62 @@ def verify_catalog(
         )
     except StoreError as exc:
         return Verification("failed", objects, method, [f"cannot list destination: {exc}"])
-    failures = [
-        f"{dec(k)}: size {got} != {want}"
-        for k, got, want in catalog.pages(
-            "key, (SELECT g.size FROM got g WHERE g.key = exp.key), size",
-            "exp",
-            "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size != exp.size)",
-        )
-    ]
-    failures += [
-        f"{dec(k)}: crc32c mismatch"
-        for (k,) in catalog.pages(
-            "key",
-            "exp",
-            "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size = exp.size "
-            "AND g.crc IS NOT NULL AND g.crc != exp.crc)",
-        )
-    ]
-    failures += [
-        f"{dec(k)}: missing at the destination"
-        for (k,) in catalog.pages(
-            "key", "exp", "NOT EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key)"
-        )
-    ]
-    native = int(
-        catalog.one(
-            "SELECT count(*) FROM exp e JOIN got g ON g.key = e.key "
-            "WHERE g.size = e.size AND g.crc IS NOT NULL"
-        )
-    )
     # Objects whose writes were vouched for (``vouch``, see the module doc) and that the listing
     # shows with their size: a HEAD or a read-back would only repeat what the write's check said.
     # Counted as native when the store itself checked (S3's answer), else as write-checked.
-    vouched = 0
-    if method == "full":
-        vouched = int(
-            catalog.one(
-                "SELECT count(*) FROM exp e JOIN got g ON g.key = e.key WHERE g.size = e.size "
-                "AND g.crc IS NULL AND EXISTS (SELECT 1 FROM vouch v WHERE v.key = e.key)"
-            )
+    trust = method == "full"
+    native, vouched = (
+        int(n or 0)
+        for n in catalog.one(
+            "SELECT sum(g.crc IS NOT NULL), sum(g.crc IS NULL AND EXISTS "
+            "(SELECT 1 FROM vouch v WHERE v.key = e.key)) "
+            "FROM exp e JOIN got g ON g.key = e.key AND g.size = e.size"
         )
+    )
+    vouched = vouched if trust else 0
     by_store = "crc32c" in dst.capabilities.native_checksums
     written = 0 if by_store else vouched
     native += vouched if by_store else 0
-    skip_vouched = "AND NOT EXISTS (SELECT 1 FROM vouch v WHERE v.key = exp.key)"
-    read_back = 0
+    # One pass over the objects that fail or need a look (missing, another size, another CRC32C
+    # in the listing, or none and no vouch), in key order: exp and got are both keyed.
+    rows = (
+        "(SELECT e.key AS key, e.size AS size, e.crc AS crc, g.size AS gsize, g.crc AS gcrc, "
+        "EXISTS (SELECT 1 FROM vouch v WHERE v.key = e.key) AS vouched "
+        "FROM exp e LEFT JOIN got g ON g.key = e.key)"
+    )
+    look = "gsize IS NULL OR gsize != size OR gcrc != crc"
     if method != "size":
-        ask_store = "crc32c" in dst.capabilities.native_checksums
-        inline = _inline(dst)
-        page: list[tuple[str, int, int]] = []
+        look += " OR (gcrc IS NULL" + (" AND NOT vouched)" if trust else ")")
+    failures: list[str] = []
+    read_back = 0
+    ask_store = "crc32c" in dst.capabilities.native_checksums
+    inline = _inline(dst)
+    page: list[tuple[str, int, int]] = []
 
-        def flush() -> None:
-            nonlocal native, read_back
-            check = partial(_check_row, dst, ask_store)
-            checks = map(check, page) if inline else pool.map(check, page)
-            for failure, by_store in checks:
-                if failure:
-                    failures.append(failure)
-                native += by_store
-                read_back += not by_store
-            page.clear()
+    def flush() -> None:
+        nonlocal native, read_back
+        check = partial(_check_row, dst, ask_store)
+        checks = map(check, page) if inline else pool.map(check, page)
+        for failure, by_store in checks:
+            if failure:
+                failures.append(failure)
+            native += by_store
+            read_back += not by_store
+        page.clear()
 
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            for k, size, crc in catalog.pages(
-                "key, size, crc",
-                "exp",
-                "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size = exp.size "
-                "AND g.crc IS NULL)" + (skip_vouched if method == "full" else ""),
-            ):
+    with ThreadPoolExecutor(max_workers=threads) as pool:  # threads start on first use only
+        for k, size, crc, gsize, gcrc, _v in catalog.pages("*", rows, look):
+            if gsize is None:
+                failures.append(f"{dec(k)}: missing at the destination")
+            elif gsize != size:
+                failures.append(f"{dec(k)}: size {gsize} != {size}")
+            elif gcrc is not None:
+                failures.append(f"{dec(k)}: crc32c mismatch")
+            else:
                 page.append((dec(k), size, crc))
                 if len(page) >= 4 * BATCH // 5:
                     flush()
-            flush()
+        flush()
     return Verification(
         "failed" if failures else "passed",
         objects,
