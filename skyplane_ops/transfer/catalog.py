@@ -10,8 +10,8 @@ disk, in tables made for it, and the engine streams over them in key order:
 - ``seg``: CRC32C per finished segment (``part`` 0: a whole object), from the gateways or the
   journal, and ``v`` = 1 when this run's write of it was vouched for; ``exp``: the whole-object
   (size, CRC32C) verification expects;
-- ``vouch``: objects whose bytes at the destination this run's writes vouched for (every
-  segment's write was: ``Chunk.vouched``), so ``--verify full`` reads nothing back for them;
+- ``vouch``: multipart objects all of whose parts' writes this run vouched for (whole objects:
+  ``seg.v`` of part 0), so ``--verify full`` reads nothing back for them;
 - ``outcome``: objects that failed or changed, with why (few, unless something is badly wrong);
 - ``now``: the source listed again after the move (changed-check and mirror delete);
 - ``got``: the destination listed for verification (size, native CRC32C if it reports one);

@@ -362,17 +362,14 @@ class _Run:
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             nonlocal done_now
-            rows, records, vouched = [], [], []
+            rows, records = [], []
             for chunk, seg_crcs in finished:
-                ok = set(chunk.vouched)
+                ok = set(chunk.vouched)  # ``seg.v``: a whole object's vouch, or a part's
                 for i, (seg, crc) in enumerate(zip(chunk.segments, seg_crcs, strict=False)):
                     rows.append((enc(seg.key), seg.part, crc, int(i in ok)))
                     records.append((seg.seg_id, crc, seg.fp or "null"))
-                    if seg.part == 0 and i in ok:  # a whole object whose write was vouched for
-                        vouched.append((enc(seg.key),))
             journal.record_done(records)  # the durable record first, then the scratch one
             catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?,?)", rows)
-            catalog.write("INSERT OR IGNORE INTO vouch VALUES(?)", vouched)
             done_now += len(rows)
 
         dispatcher = Dispatcher(

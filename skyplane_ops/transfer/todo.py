@@ -122,6 +122,8 @@ def segments_of(
     fp: str | None = None,
 ) -> list[Segment]:
     """``manifest.split`` for one catalog row."""
+    if size <= part_size:  # the common case, on the per-object path: one whole segment
+        return [Segment(key, 0, size, 0, version, True, fp)]
     part = choose_part_size(size, part_size, caps)
     if size <= part or not caps.multipart:
         return [Segment(key, 0, size, 0, version, True, fp)]

@@ -217,6 +217,14 @@ def _crc_int(b64: str | None) -> int | None:
         return -1  # unreadable: never equal to a CRC
 
 
+# An expected object (``exp e``) is vouched for: a whole object by its write (``seg`` part 0),
+# a multipart one by all its parts' (``vouch``, from ``commit.vouch_multipart``).
+_VOUCHED = (
+    "(EXISTS (SELECT 1 FROM seg s WHERE s.key = e.key AND s.part = 0 AND s.v = 1) "
+    "OR EXISTS (SELECT 1 FROM vouch v WHERE v.key = e.key))"
+)
+
+
 def verify_catalog(
     dst: ObjectStore, catalog: Catalog, method: str = "full", threads: int = 16
 ) -> Verification:
@@ -241,8 +249,7 @@ def verify_catalog(
     native, vouched = (
         int(n or 0)
         for n in catalog.one(
-            "SELECT sum(g.crc IS NOT NULL), sum(g.crc IS NULL AND EXISTS "
-            "(SELECT 1 FROM vouch v WHERE v.key = e.key)) "
+            f"SELECT sum(g.crc IS NOT NULL), sum(g.crc IS NULL AND {_VOUCHED}) "
             "FROM exp e JOIN got g ON g.key = e.key AND g.size = e.size"
         )
     )
@@ -254,7 +261,7 @@ def verify_catalog(
     # in the listing, or none and no vouch), in key order: exp and got are both keyed.
     rows = (
         "(SELECT e.key AS key, e.size AS size, e.crc AS crc, g.size AS gsize, g.crc AS gcrc, "
-        "EXISTS (SELECT 1 FROM vouch v WHERE v.key = e.key) AS vouched "
+        f"{_VOUCHED} AS vouched "
         "FROM exp e LEFT JOIN got g ON g.key = e.key)"
     )
     look = "gsize IS NULL OR gsize != size OR gcrc != crc"
