@@ -167,7 +167,7 @@ class Job:
         # The objects of a batched chunk are read and written in parallel: against a store with
         # tens of ms per request, one thread per chunk would cap a gateway at a few hundred
         # small objects per second.
-        self._object_threads = max(1, int(spec.get("object_threads", 32)))
+        self._object_threads = max(1, int(spec.get("object_threads", 64)))
         self._objects_pool: ThreadPoolExecutor | None = None
         if not any(region in r for r in self.routes.values()):
             raise JobError(f"gateway region {region!r} is on no path of job {self.job_id}")
