@@ -14,8 +14,15 @@ sizes only). Before the copies, a calibration with rclone at ``--transfers 64`` 
 server (no proxy) shows what the server and this machine can do at all; the server's own CPU
 time per request is printed too.
 
+CPU per object is printed per process (from /proc/PID/stat and getrusage): the control plane
+(this process), the source and sink gateways (startup included), the server, the proxy, and
+rclone, so one sees what a run on a few shared cores is bound by. ``--object-threads`` sets the
+gateways' objects in flight per job (default: the engine's); ``--store-options`` adds S3 store
+options as JSON (e.g. ``'{"fast_put": false}'`` for the boto3-only path).
+
 Usage: ``python benchmarks/s3_latency.py [--quick] [--count N] [--delay 0.02 [0.05 ...]]
-[--gateways 1] [--download] [--verify-size]``. Writes ``benchmarks/results/s3_latency.json``.
+[--gateways 1] [--download] [--verify-size] [--object-threads N] [--store-options JSON]``.
+Writes ``benchmarks/results/s3_latency.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -42,6 +50,7 @@ from s3_server import run_s3_server  # noqa: E402
 from skyplane_ops.planner.plan import TransferPlan  # noqa: E402
 from skyplane_ops.provision.local import LocalProvisioner  # noqa: E402
 from skyplane_ops.transfer import run_transfer  # noqa: E402
+from skyplane_ops.transfer.dispatch import DispatchOptions  # noqa: E402
 from tests.integration.transfer_helpers import direct_plan  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -69,6 +78,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def proxy_pid(port: int) -> int:
+    """The latency proxy's process (started with ``--port <port>``)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--port" in argv and str(port).encode() in argv and any(b"proxy" in a for a in argv):
+            return int(entry.name)
+    raise RuntimeError(f"no proxy process on port {port}")
+
+
 def rclone(endpoint: str, src: str, dst: str, transfers: int = 16) -> float:
     env = {**os.environ, "RCLONE_CONFIG_X_TYPE": "s3", "RCLONE_CONFIG_X_PROVIDER": "Other"}
     env |= {"RCLONE_CONFIG_X_ENDPOINT": endpoint, "RCLONE_CONFIG_X_ACCESS_KEY_ID": "bench"}
@@ -81,12 +109,18 @@ def rclone(endpoint: str, src: str, dst: str, transfers: int = 16) -> float:
 
 
 def ours(
-    gateways: int, src: str, dst: str, options: dict[str, Any], verify: str
-) -> tuple[float, float, dict[str, float]]:
+    gateways: int,
+    src: str,
+    dst: str,
+    options: dict[str, Any],
+    verify: str,
+    dispatch: DispatchOptions | None,
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Seconds, CPU seconds by process (``cli``, ``src_gw``, ``dst_gw``) and by step."""
     prov = LocalProvisioner(idle_timeout=300)
     fleet = prov.provision(plan(gateways).vms, transfer_id=f"s3lat-{uuid.uuid4().hex[:8]}")
     try:
-        t0 = time.perf_counter()
+        t0, cli0 = time.perf_counter(), time.process_time()
         side = "src_options" if src.startswith("s3://") else "dst_options"
         result = run_transfer(
             plan(gateways),
@@ -95,15 +129,18 @@ def ours(
             dst,
             journal_dir=Path(os.environ["SKYPLANE_OPS_HOME"]) / f"journal-{uuid.uuid4().hex}",
             verify=verify,
+            dispatch=dispatch,
             **{side: options},  # type: ignore[arg-type]
         )
         seconds = time.perf_counter() - t0
-        gateway_cpu = sum(cpu_seconds(int(g.resources["pid"])) for g in fleet.gateways)
+        cpu = {"cli": time.process_time() - cli0, "src_gw": 0.0, "dst_gw": 0.0}
+        for g in fleet.gateways:
+            cpu["src_gw" if g.region == SRC else "dst_gw"] += cpu_seconds(int(g.resources["pid"]))
     finally:
         prov.deprovision(fleet)
     if result.verification.get("status") != "passed":
         raise RuntimeError(f"ours: verification {result.verification}")
-    return seconds, gateway_cpu, result.steps
+    return seconds, cpu, result.steps
 
 
 def count_keys(client: Any, bucket: str) -> int:
@@ -125,7 +162,10 @@ def main() -> int:
     parser.add_argument("--gateways", type=int, default=1, help="local gateways per region")
     parser.add_argument("--download", action="store_true", help="also s3:// -> local")
     parser.add_argument("--verify-size", action="store_true")
+    parser.add_argument("--object-threads", type=int, default=None)
+    parser.add_argument("--store-options", default="{}", help="S3 store options (JSON)")
     args = parser.parse_args()
+    dispatch = DispatchOptions(object_threads=args.object_threads) if args.object_threads else None
     count = args.count or (2000 if args.quick else 10_000)
     verify = "size" if args.verify_size else "full"
     os.environ.update(KEYS)  # the gateways inherit the credentials
@@ -134,6 +174,7 @@ def main() -> int:
     os.environ.setdefault("SKYPLANE_OPS_HOME", str(work / "home"))
     row: dict[str, Any] = {"objects": count, "object_bytes": 1024, "verify": verify}
     row |= {"gateways_per_region": args.gateways, "rclone_transfers": 16, "cases": []}
+    row |= {"object_threads": args.object_threads, "store_options": json.loads(args.store_options)}
     try:
         make_tree(work / "src", count)
         with run_s3_server(work / "server") as server:
@@ -158,24 +199,35 @@ def main() -> int:
                 with LatencyProxy(server.address, delay) as proxy:
                     endpoint = f"http://127.0.0.1:{proxy.port}"
                     opts = {"endpoint_url": endpoint, "region": "us-east-1"}
+                    opts |= row["store_options"]
+                    pids = {"server": server.pid, "proxy": proxy_pid(proxy.port)}
                     up, down = f"s3://up-ours-{n}/", f"file://{work}/down-ours-{n}/"
                     cases = [("upload", f"file://{work}/src/", up)]
                     if args.download:
                         cases.append(("download", up, down))
                     for name, src, dst in cases:
                         case: dict[str, Any] = {"case": name, "delay_s": delay}
-                        cpu0 = cpu_seconds(server.pid)
-                        seconds, gw_cpu, case["ours_steps"] = ours(
-                            args.gateways, src, dst, opts, verify
+                        cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+                        seconds, cpu, case["ours_steps"] = ours(
+                            args.gateways, src, dst, opts, verify, dispatch
                         )
                         case["ours_s"] = round(seconds, 2)
-                        case["gateway_cpu_s"] = round(gw_cpu, 2)  # startup included
+                        for k, pid in pids.items():
+                            cpu[k] = cpu_seconds(pid) - cpu0[k]
+                            cpu0[k] = cpu_seconds(pid)
+                        case["ours_cpu_s"] = {k: round(v, 2) for k, v in cpu.items()}
+                        case["gateway_cpu_s"] = round(cpu["src_gw"] + cpu["dst_gw"], 2)
+                        rc0 = children_cpu()
                         if name == "upload":
                             rc = rclone(endpoint, str(work / "src"), f"X:up-rclone-{n}")
                         else:
                             rc = rclone(endpoint, f"X:up-ours-{n}", str(work / f"down-rclone-{n}"))
                         case["rclone_s"] = round(rc, 2)
-                        case["server_cpu_s"] = round(cpu_seconds(server.pid) - cpu0, 2)
+                        rc_cpu = {"rclone": children_cpu() - rc0}
+                        for k, pid in pids.items():
+                            rc_cpu[k] = cpu_seconds(pid) - cpu0[k]
+                        case["rclone_cpu_s"] = {k: round(v, 2) for k, v in rc_cpu.items()}
+                        case["server_cpu_s"] = round(cpu["server"] + rc_cpu["server"], 2)
                         row["cases"].append(case)
                 got[f"ours {n}"] = count_keys(direct, f"up-ours-{n}")
                 got[f"rclone {n}"] = count_keys(direct, f"up-rclone-{n}")
@@ -212,6 +264,10 @@ def report(row: dict[str, Any]) -> None:
             f"{1000 * case['gateway_cpu_s'] / count:13.2f}"
         )
         print(f"  ours by step (s): {case['ours_steps']}")
+        for side in ("ours", "rclone"):
+            per = {k: round(1000 * v / count, 2) for k, v in case[f"{side}_cpu_s"].items()}
+            total = round(sum(per.values()), 2)
+            print(f"  {side} CPU ms/object by process: {per} (total {total})")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,19 @@ class ObjectFailed(Exception):
         self.kind, self.key, self.side, self.why = kind, key, side, why
 
 
+def _pieces_match(
+    pieces: Sequence[tuple[dict[str, Any], memoryview]], crcs: Sequence[int], whole: int
+) -> list[bool]:
+    """Per piece: do the bytes about to be written have the CRC32C the source sent for that
+    segment (the one verification expects)? One piece is the chunk, whose CRC32C was checked;
+    a batch's pieces are checked one by one (a second pass over small objects only)."""
+    if len(crcs) != len(pieces):
+        return [False] * len(pieces)
+    if len(pieces) == 1:
+        return [crcs[0] == whole]
+    return [crc32c(piece) == crc for (_seg, piece), crc in zip(pieces, crcs, strict=True)]
+
+
 def crc32c_b64(crc: int) -> str:
     """A CRC32C as S3 and GCS report it: 4 big-endian bytes, base64."""
     return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
@@ -154,7 +167,7 @@ class Job:
         # The objects of a batched chunk are read and written in parallel: against a store with
         # tens of ms per request, one thread per chunk would cap a gateway at a few hundred
         # small objects per second.
-        self._object_threads = max(1, int(spec.get("object_threads", 32)))
+        self._object_threads = max(1, int(spec.get("object_threads", 64)))
         self._objects_pool: ThreadPoolExecutor | None = None
         if not any(region in r for r in self.routes.values()):
             raise JobError(f"gateway region {region!r} is on no path of job {self.job_id}")
@@ -678,13 +691,16 @@ class Job:
         batch = isinstance(store, SupportsWriteBatch) and zero_copy and len(pieces) > 1
         if batch and not any(seg.get("upload_id") for seg, _ in pieces):
             self._write_batch(cast(SupportsWriteBatch, store), pieces)
+            acked = [True] * len(pieces)  # every piece landed (else it raised)
         else:
             acked = self._each(
                 partial(self._write_one, store, zero_copy, crcs),
                 list(enumerate(pieces)),
                 _local_calls(store),
             )
-            vouched = [i for i, ok in enumerate(acked) if ok]
+        if store.capabilities.checked_writes:  # the write vouches for the bytes given
+            acked = [a and b for a, b in zip(acked, _pieces_match(pieces, crcs, got), strict=True)]
+        vouched = [i for i, ok in enumerate(acked) if ok]
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))
@@ -697,15 +713,20 @@ class Job:
         crcs: list[int],
         item: tuple[int, tuple[dict[str, Any], memoryview]],
     ) -> bool:
-        """Write piece ``i``; True when the store's answer vouches for the source's CRC32C
-        (S3 echoes the checksum it checked the body against and stored)."""
+        """Write piece ``i``; True when the write vouches for the source's CRC32C: S3 echoes
+        the checksum it checked the body against and stored; a store with ``checked_writes``
+        stored exactly these bytes, which ``_write_chunk`` checked against it (a part too:
+        the control plane vouches for a multipart object only when all its parts were)."""
         i, (seg, piece) = item
         data = cast(bytes, piece) if zero_copy else bytes(piece)
+        checked = store.capabilities.checked_writes
         try:
             if seg.get("upload_id"):
                 store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-                return False
+                return checked
             info = store.write(seg["key"], data)
+            if checked:
+                return True
         except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
             raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
         native = "crc32c" in store.capabilities.native_checksums

@@ -62,6 +62,11 @@ class Capabilities:
     # objects are then read or written one after the other by the calling thread, since
     # handing each to a worker thread costs more than the call itself.
     local_calls: bool = False
+    # A write, batch write or part upload that returns has stored exactly the bytes it was
+    # given, every one, and made them durable first when the store is set to (the local store).
+    # Bytes the sink CRC-checked before such a write are vouched for: verification needs only
+    # their size from the listing (a read-back right after the write reads the page cache).
+    checked_writes: bool = False
 
 
 @runtime_checkable

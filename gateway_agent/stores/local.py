@@ -20,7 +20,10 @@ raises :class:`SourceChangedError` instead of returning a torn mix.
 
 Writes and copies create the file atomically in its own folder (:mod:`._atomic`: an unnamed
 ``O_TMPFILE`` linked into place, or a hidden ``.%tmp-*`` file renamed into place), so nothing
-half-written is ever visible and a small write costs a handful of system calls.
+half-written is ever visible and a small write costs a handful of system calls. A write that
+returns wrote every byte (``write_all`` loops over short writes) and fsynced it when the option
+``fsync`` is on: the store declares ``checked_writes``, so what a sink CRC-checked and wrote here
+is not read back at verification.
 Multipart parts are written in place (:mod:`._localparts`): each part at its offset in one
 hidden sparse file under ``.%staging/<upload_id>/``, by any process in any order; completion
 copies at most the short last part over and renames that file into place, abort removes the
@@ -78,7 +81,11 @@ class LocalStore:
     """An ObjectStore over a directory tree; safe across threads and processes."""
 
     capabilities = Capabilities(
-        native_checksums=frozenset(), server_side_copy=True, min_part_size=0, local_calls=True
+        native_checksums=frozenset(),
+        server_side_copy=True,
+        min_part_size=0,
+        local_calls=True,
+        checked_writes=True,
     )
 
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):

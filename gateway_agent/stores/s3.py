@@ -4,7 +4,9 @@ Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 ``addressing_style`` ("path"/"virtual"/"auto"; path is used whenever an endpoint is given),
 ``max_pool_connections`` (default 64), ``connect_timeout``/``read_timeout`` (seconds),
 ``list_page_size`` (keys per ListObjectsV2 page, default 1000), ``checksums`` ("crc32c", the
-default, or "off" for S3-compatible services that refuse S3's additional checksums).
+default, or "off" for S3-compatible services that refuse S3's additional checksums),
+``fast_put`` (default true: PutObject of bodies under 1 MiB skips boto3's request pipeline,
+see ``_s3put``; false sends every request through boto3).
 Credentials come from boto3's normal chain (env, profile, instance role).
 
 Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
@@ -41,6 +43,7 @@ from gateway_agent.stores._common import (
     paginate,
     require_parts,
 )
+from gateway_agent.stores._s3put import FAST_PUT_MAX, FastPut, Unsupported, fast_put_for
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
@@ -67,6 +70,7 @@ _OPTIONS = frozenset(
         "read_timeout",
         "list_page_size",
         "checksums",
+        "fast_put",
     }
 )
 _TRANSIENT_CODES = {
@@ -139,6 +143,12 @@ class S3Store(CloudStore):
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
         for op in ("PutObject", "UploadPart"):
             self._client.meta.events.register(f"before-sign.s3.{op}", _no_continue_when_small)
+        fast = opts.get("fast_put", True)
+        if not isinstance(fast, bool):
+            raise InvalidURIError(f"{self.uri}: option fast_put must be true or false")
+        self._fast: FastPut | None = None
+        if fast:
+            self._fast = fast_put_for(self._client, session, self._bucket, opts)
 
     def _crc_args(self, data: bytes) -> dict[str, str]:
         """What PutObject/UploadPart send so S3 checks the body and keeps its CRC32C."""
@@ -289,7 +299,16 @@ class S3Store(CloudStore):
 
     def write(self, key: str, data: bytes) -> ObjectInfo:
         crc = self._crc_args(data)
-        resp = self._on_key("write", key, self._client.put_object, Body=data, **crc)
+        fast = self._fast
+        resp: Mapping[str, Any] | None = None
+        if fast is not None and len(data) < FAST_PUT_MAX:
+            name = self._name(key)
+            try:
+                resp = self._call("write", key, fast.put, name, data, crc.get("ChecksumCRC32C"))
+            except Unsupported:
+                self._fast = None  # S3 redirects (another region): boto3 follows, from now on
+        if resp is None:
+            resp = self._on_key("write", key, self._client.put_object, Body=data, **crc)
         # The CRC32C S3 answers with is the one it checked the body against and stored.
         stored = full_object_crc32c(resp) if crc else None
         return self._info(key, len(data), resp.get("ETag"), None, stored)

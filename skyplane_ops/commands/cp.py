@@ -130,10 +130,12 @@ def _transfer_options(verb: str) -> Any:
         ),
         click.option(
             "--verify",
-            type=click.Choice(["full", "size"]),
+            type=click.Choice(["full", "read-back", "size"]),
             default="full",
             show_default=True,
-            help="end check of every object: full (checksums) or size only",
+            help="end check of every object: full (size + CRC32C from the store's checksum or "
+            "a checked write, else read back), read-back (read back whatever the store has no "
+            "checksum for) or size only",
         ),
         click.option(
             "--journal-dir", metavar="DIR", default=None, help="where resume journals live"

@@ -8,7 +8,10 @@ disk, in tables made for it, and the engine streams over them in key order:
   fingerprint (what must not change before commit) and state (see the ``TODO``... constants);
 - ``dst``: the destination listing when syncing, with ``extra`` set on mirror-delete candidates;
 - ``seg``: CRC32C per finished segment (``part`` 0: a whole object), from the gateways or the
-  journal; ``exp``: the whole-object (size, CRC32C) verification expects;
+  journal, and ``v`` = 1 when this run's write of it was vouched for; ``exp``: the whole-object
+  (size, CRC32C) verification expects;
+- ``vouch``: multipart objects all of whose parts' writes this run vouched for (whole objects:
+  ``seg.v`` of part 0), so ``--verify full`` reads nothing back for them;
 - ``outcome``: objects that failed or changed, with why (few, unless something is badly wrong);
 - ``now``: the source listed again after the move (changed-check and mirror delete);
 - ``got``: the destination listed for verification (size, native CRC32C if it reports one);
@@ -63,7 +66,8 @@ CREATE TABLE src(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT,
                  WITHOUT ROWID;
 CREATE TABLE dst(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT,
                  extra INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
-CREATE TABLE seg(key, part INTEGER, crc INTEGER NOT NULL, PRIMARY KEY(key, part)) WITHOUT ROWID;
+CREATE TABLE seg(key, part INTEGER, crc INTEGER NOT NULL, v INTEGER NOT NULL DEFAULT 0,
+                 PRIMARY KEY(key, part)) WITHOUT ROWID;
 CREATE TABLE exp(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE outcome(key PRIMARY KEY, kind TEXT NOT NULL, why TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, etag TEXT,

@@ -14,6 +14,9 @@ MAX_PART_SIZE = 5 * 1024**3  # the largest part S3 accepts; larger parts help no
 MAX_CONNECTIONS = 1024
 MAX_THREADS = 256
 MAX_COMPRESS_LEVEL = 22  # zstd's highest level
+# End checks (``transfer.verify``): full = size + CRC32C from the store's checksum or a checked
+# write, else a read-back; read-back = ignore checked writes; size = the listing's sizes.
+VERIFY_MODES = ("full", "read-back", "size")
 
 
 def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -50,8 +53,8 @@ def check_transfer_options(
             f"part size must be between 64 KiB and 5 GiB (--chunk-mib 1 to 5120), got "
             f"{part_size} bytes"
         )
-    if verify not in ("full", "size"):
-        raise TransferError(f"verify must be 'full' or 'size', not {verify!r}")
+    if verify not in VERIFY_MODES:
+        raise TransferError(f"verify must be 'full', 'read-back' or 'size', not {verify!r}")
     if max_delete is not None:
         check_int("max_delete (--max-delete)", max_delete, 0)
     if dispatch is None:

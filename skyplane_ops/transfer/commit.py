@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import StoreError, UploadNotFoundError
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.catalog import TODO, Catalog, dec
+from skyplane_ops.transfer.catalog import TODO, Catalog, dec, enc
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.todo import whole_limit
 
@@ -81,8 +81,9 @@ def complete_uploads(
 
     Every completion is attempted; if any fails, ``TransferError`` names it (the journal keeps
     the completed ones). An upload the store no longer knows may have been completed by an
-    earlier run that stopped before journaling it: with ``verify="full"`` it is left to the
-    CRC32C check; the returned dict maps such keys to the store's message.
+    earlier run that stopped before journaling it: with ``verify`` ``"full"`` or
+    ``"read-back"`` it is left to the CRC32C check (never vouched for: ``vouch_multipart``);
+    the returned dict maps such keys to the store's message.
     """
     unconfirmed: dict[str, str] = {}
     failures: list[tuple[str, StoreError]] = []
@@ -92,7 +93,7 @@ def complete_uploads(
         try:
             dst.complete_multipart(key, uploads[key], item.parts)
         except UploadNotFoundError as exc:
-            if verify != "full":
+            if verify == "size":
                 failures.append((key, exc))
             else:
                 log.warning("upload of %s not found (completed before?): %s", key, exc)
@@ -129,3 +130,17 @@ def abort_changed(
         except StoreError as exc:
             log.warning("aborting the upload of %s: %s", key, exc)
         journal.drop_upload(key)
+
+
+def vouch_multipart(catalog: Catalog, limit: int, unconfirmed: Mapping[str, str]) -> None:
+    """Vouch for each multipart object this run completed whose every part was written by a
+    vouched write of this run (``seg.v``; resumed parts are not: ``todo.resume``). A part the
+    store did not vouch for, or an upload found completed already (``unconfirmed``: its bytes
+    may be an earlier run's), leaves the object to be checked at verification."""
+    catalog.run(
+        "INSERT OR IGNORE INTO vouch SELECT key FROM src "
+        f"WHERE state = {TODO} AND size > ? AND EXISTS (SELECT 1 FROM seg g WHERE g.key = src.key) "
+        "AND NOT EXISTS (SELECT 1 FROM seg g WHERE g.key = src.key AND g.v = 0)",
+        (limit,),
+    )
+    catalog.write("DELETE FROM vouch WHERE key = ?", [(enc(k),) for k in unconfirmed])

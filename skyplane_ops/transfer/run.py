@@ -22,6 +22,7 @@ from skyplane_ops.transfer.commit import (
     abort_changed,
     complete_uploads,
     prepare_uploads,
+    vouch_multipart,
 )
 from skyplane_ops.transfer.dispatch import (
     ChunkTotals,
@@ -52,7 +53,7 @@ from skyplane_ops.transfer.todo import (
     segments_of,
     whole_limit,
 )
-from skyplane_ops.transfer.verify import changed_objects, verify_catalog
+from skyplane_ops.transfer.verify import changed_objects, relist_needed, verify_catalog
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,10 @@ def run_transfer(
 ) -> TransferResult:
     """Copy ``src_uri`` to ``dst_uri`` through ``fleet`` along ``plan``; see module docstring.
 
-    ``verify``: ``"full"`` (size + CRC32C, reading back when the destination reports no
-    CRC32C) or ``"size"``. ``delete`` (implies ``sync``): remove destination objects absent
+    ``verify``: ``"full"`` (size + CRC32C per object: the store's own checksum, a write the
+    store or the sink checked, else a read-back), ``"read-back"`` (no trust in checked writes:
+    read back what the store keeps no CRC32C for) or ``"size"`` (see ``transfer.verify``).
+    ``delete`` (implies ``sync``): remove destination objects absent
     from the source once everything else succeeded, refusing when more than ``max_delete``
     would go. ``wait_lock``: wait for another run of the same transfer instead of failing.
     ``listing``: the run's listings taken earlier (``list_request``, e.g. to size the plan),
@@ -359,20 +362,14 @@ class _Run:
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             nonlocal done_now
-            rows, records, vouched = [], [], []
+            rows, records = [], []
             for chunk, seg_crcs in finished:
-                for seg, crc in zip(chunk.segments, seg_crcs, strict=False):
-                    rows.append((enc(seg.key), seg.part, crc))
+                ok = set(chunk.vouched)  # ``seg.v``: a whole object's vouch, or a part's
+                for i, (seg, crc) in enumerate(zip(chunk.segments, seg_crcs, strict=False)):
+                    rows.append((enc(seg.key), seg.part, crc, int(i in ok)))
                     records.append((seg.seg_id, crc, seg.fp or "null"))
-                # A whole object written in one request the store checked: no HEAD at verify.
-                vouched += [
-                    (enc(chunk.segments[i].key),)
-                    for i in chunk.vouched
-                    if i < len(chunk.segments) and chunk.segments[i].part == 0
-                ]
             journal.record_done(records)  # the durable record first, then the scratch one
-            catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?)", rows)
-            catalog.write("INSERT OR IGNORE INTO vouch VALUES(?)", vouched)
+            catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?,?)", rows)
             done_now += len(rows)
 
         dispatcher = Dispatcher(
@@ -435,7 +432,7 @@ class _Run:
         # Commit: changed objects keep the destination's version; failed ones are left out.
         catalog.set_outcome("failed", stats.failed_keys.items(), FAILED)
         try:
-            fresh = changed_objects(src, catalog)
+            fresh = changed_objects(src, catalog) if relist_needed(catalog, delete) else []
         except StoreError as exc:
             raise TransferError(
                 f"cannot list source {self.src_uri} again after the copy: {exc}"
@@ -465,6 +462,7 @@ class _Run:
             if k in uploads
         ]  # fmt: skip
         unconfirmed = complete_uploads(dst, self.dst_uri, uploads, to_complete, journal, verify)
+        vouch_multipart(catalog, limit, unconfirmed)
         self.step("commit")
         verification = verify_catalog(dst, catalog, verify)
         self.step("verify")

@@ -122,6 +122,8 @@ def segments_of(
     fp: str | None = None,
 ) -> list[Segment]:
     """``manifest.split`` for one catalog row."""
+    if size <= part_size:  # the common case, on the per-object path: one whole segment
+        return [Segment(key, 0, size, 0, version, True, fp)]
     part = choose_part_size(size, part_size, caps)
     if size <= part or not caps.multipart:
         return [Segment(key, 0, size, 0, version, True, fp)]
@@ -135,7 +137,12 @@ def segments_of(
 def resume(catalog: Catalog, part_size: int, caps: Capabilities) -> int:
     """Apply the indexed journal: objects an earlier run committed (multipart, upload spent)
     become ``COMMITTED`` with their expected CRC; segments finished against the same source
-    version get their CRC. Returns the number of segments resumed."""
+    version get their CRC. Returns the number of segments resumed.
+
+    The journal records no vouch: a resumed segment (``seg.v`` = 0) or committed object is
+    read back at ``--verify full`` on a store without a checksum of its own. Its bytes were
+    written by another process, possibly before a crash that lost unflushed writes (``fsync``
+    off) or let anything touch the destination since: the write's word does not outlive it."""
     big = whole_limit(part_size, caps)
     committed = 0
     for key, size in list(
@@ -155,8 +162,8 @@ def resume(catalog: Catalog, part_size: int, caps: Capabilities) -> int:
         f"UPDATE src SET state = {COMMITTED} WHERE state = {TODO} AND key IN (SELECT key FROM exp)"
     )
     done = catalog.run(
-        f"INSERT OR REPLACE INTO seg SELECT j.key, j.part, j.crc FROM j_done j JOIN src s "
-        f"ON s.key = j.key AND s.fp = j.fp WHERE s.state = {TODO}"
+        "INSERT OR REPLACE INTO seg(key, part, crc) SELECT j.key, j.part, j.crc FROM j_done j "
+        f"JOIN src s ON s.key = j.key AND s.fp = j.fp WHERE s.state = {TODO}"
     )
     return committed + max(done, 0)
 

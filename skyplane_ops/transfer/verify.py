@@ -1,8 +1,16 @@
 """End-of-transfer checks: the source did not change, every object landed whole and intact.
 
 Objects are compared by size and by CRC32C. The expected CRC32C is folded from the per-range
-checksums the sources computed; the destination's own CRC32C is used when the store reports
-one, otherwise (``method="full"``) the object is read back and checksummed.
+checksums the sources computed. ``method``:
+
+- ``full`` (the default): size from the destination listing, and the CRC32C from the first of:
+  the store's own checksum (listing or HEAD); a write this run made that the store (S3 echoing
+  the checksum it checked) or the sink (it checked the received bytes against the source's
+  CRC32C, then wrote them to a store with ``checked_writes``: a local folder) vouched for, for
+  every segment of the object (the ``vouch`` table); else the object is read back;
+- ``read-back``: ignores vouches and reads back every object whose listing carries no CRC32C
+  (the stronger check: catches a destination changed between the write and the check);
+- ``size``: the listing's sizes only.
 
 The store's own checksum comes from the listing where it carries one (GCS), else, for a store
 that declares ``crc32c`` among its native checksums but lists without values (S3: the listing
@@ -45,6 +53,31 @@ class Verification:
             "failures": len(self.failures),
             "first_failures": self.failures[:5],
         }
+
+
+def relist_needed(catalog: Catalog, delete: bool) -> bool:
+    """Whether ``changed_objects`` (a second listing of the whole source) can find anything the
+    copy did not already.
+
+    Every segment read is pinned to the version the listing carried (``read(version=...)``:
+    a local file's size/mtime/ctime/inode checked with ``fstat`` before and after the read, S3
+    and Azure ETag ``If-Match``, GCS generation), and a read of another version raises
+    ``SourceChangedError``, which lands in ``DispatchStats.changed_keys``. So when every object
+    this run copies (``TODO``) or holds from the journal (``COMMITTED``) was listed with a
+    version, each destination object holds exactly the listed version, and the relist could
+    only add objects changed *after* their last read: a change after the run's end that no
+    check can tell apart from it. Objects resumed from the journal are no exception: a segment
+    or commit is resumed only when the journal's fingerprint (version included) equals this
+    listing's, and the earlier run read it pinned to that version too.
+
+    The relist stays when any such object was listed without a version (its reads are not
+    pinned: the fingerprint comparison is the only check) and for ``sync --delete`` (``delete``:
+    the mirror delete decides from the fresh listing it makes)."""
+    if delete:
+        return True
+    return bool(
+        catalog.one(f"SELECT 1 FROM src WHERE state IN ({TODO}, {COMMITTED}) AND version IS NULL")
+    )
 
 
 def changed_objects(src: ObjectStore, catalog: Catalog) -> list[str]:
@@ -113,13 +146,15 @@ def _check_row(
     return _check(dst, row[0], row[1], row[2], ask_store)
 
 
-def _method(native: int, read_back: int, objects: int) -> str:
+def _method(native: int, read_back: int, objects: int, written: int = 0) -> str:
     parts = []
     if native:
         parts.append("native crc32c")
+    if written:
+        parts.append("write-checked crc32c")
     if read_back:
         parts.append("read-back crc32c")
-    if objects > native + read_back:
+    if objects > native + read_back + written:
         parts.append("size")
     return "+".join(parts) or "none"
 
@@ -130,8 +165,9 @@ def verify_objects(
     method: str = "full",
     threads: int = 4,
 ) -> Verification:
-    """``expected`` maps key -> (size, crc32c). ``method``: full | size. For a few objects;
-    the engine uses ``verify_catalog``, which holds nothing per object."""
+    """``expected`` maps key -> (size, crc32c). ``method``: full | read-back | size (no
+    vouches here: full reads back like read-back). For a few objects; the engine uses
+    ``verify_catalog``, which holds nothing per object."""
     failures: list[str] = []
     native = 0
     to_read: list[str] = []
@@ -150,7 +186,7 @@ def verify_objects(
                 native += 1
                 if info.checksums["crc32c"] != crc32c_b64(crc):
                     failures.append(f"{key}: crc32c mismatch")
-            elif method == "full":
+            elif method != "size":
                 to_read.append(key)
     except StoreError as exc:
         return Verification("failed", len(expected), method, [f"cannot list destination: {exc}"])
@@ -181,13 +217,22 @@ def _crc_int(b64: str | None) -> int | None:
         return -1  # unreadable: never equal to a CRC
 
 
+# An expected object (``exp e``) is vouched for: a whole object by its write (``seg`` part 0),
+# a multipart one by all its parts' (``vouch``, from ``commit.vouch_multipart``).
+_VOUCHED = (
+    "(EXISTS (SELECT 1 FROM seg s WHERE s.key = e.key AND s.part = 0 AND s.v = 1) "
+    "OR EXISTS (SELECT 1 FROM vouch v WHERE v.key = e.key))"
+)
+
+
 def verify_catalog(
     dst: ObjectStore, catalog: Catalog, method: str = "full", threads: int = 16
 ) -> Verification:
     """``verify_objects`` over the catalog's ``exp`` table (key -> size, CRC32C): the
     destination listing is streamed into ``got`` and compared in SQL; only objects the listing
-    carried no CRC32C for are looked at one by one (HEAD or read-back), a page at a time, by
-    ``threads`` at once (the work is waiting on the store: I/O or a request's latency)."""
+    carried no CRC32C for, and (``full``) no write vouched for, are looked at one by one (HEAD
+    or read-back), a page at a time, by ``threads`` at once (the work is waiting on the store:
+    I/O or a request's latency)."""
     objects = int(catalog.one("SELECT count(*) FROM exp"))
     catalog.run("DELETE FROM got")
     try:
@@ -197,66 +242,64 @@ def verify_catalog(
         )
     except StoreError as exc:
         return Verification("failed", objects, method, [f"cannot list destination: {exc}"])
-    failures = [
-        f"{dec(k)}: size {got} != {want}"
-        for k, got, want in catalog.pages(
-            "key, (SELECT g.size FROM got g WHERE g.key = exp.key), size",
-            "exp",
-            "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size != exp.size)",
-        )
-    ]
-    failures += [
-        f"{dec(k)}: crc32c mismatch"
-        for (k,) in catalog.pages(
-            "key",
-            "exp",
-            "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size = exp.size "
-            "AND g.crc IS NOT NULL AND g.crc != exp.crc)",
-        )
-    ]
-    failures += [
-        f"{dec(k)}: missing at the destination"
-        for (k,) in catalog.pages(
-            "key", "exp", "NOT EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key)"
-        )
-    ]
-    # Objects the store vouched for when they were written (it checked each body against the
-    # source's CRC32C: ``Chunk.vouched``) and that the listing shows with their size count as
-    # natively checked: a HEAD would only repeat what the write's answer said.
-    native = int(
-        catalog.one(
-            "SELECT count(*) FROM exp e JOIN got g ON g.key = e.key WHERE g.size = e.size "
-            "AND (g.crc IS NOT NULL OR EXISTS (SELECT 1 FROM vouch v WHERE v.key = e.key))"
+    # Objects whose writes were vouched for (``vouch``, see the module doc) and that the listing
+    # shows with their size: a HEAD or a read-back would only repeat what the write's check said.
+    # Counted as native when the store itself checked (S3's answer), else as write-checked.
+    trust = method == "full"
+    native, vouched = (
+        int(n or 0)
+        for n in catalog.one(
+            f"SELECT sum(g.crc IS NOT NULL), sum(g.crc IS NULL AND {_VOUCHED}) "
+            "FROM exp e JOIN got g ON g.key = e.key AND g.size = e.size"
         )
     )
+    vouched = vouched if trust else 0
+    by_store = "crc32c" in dst.capabilities.native_checksums
+    written = 0 if by_store else vouched
+    native += vouched if by_store else 0
+    # One pass over the objects that fail or need a look (missing, another size, another CRC32C
+    # in the listing, or none and no vouch), in key order: exp and got are both keyed.
+    rows = (
+        "(SELECT e.key AS key, e.size AS size, e.crc AS crc, g.size AS gsize, g.crc AS gcrc, "
+        f"{_VOUCHED} AS vouched "
+        "FROM exp e LEFT JOIN got g ON g.key = e.key)"
+    )
+    look = "gsize IS NULL OR gsize != size OR gcrc != crc"
+    if method != "size":
+        look += " OR (gcrc IS NULL" + (" AND NOT vouched)" if trust else ")")
+    failures: list[str] = []
     read_back = 0
-    if method == "full":
-        ask_store = "crc32c" in dst.capabilities.native_checksums
-        inline = _inline(dst)
-        page: list[tuple[str, int, int]] = []
+    ask_store = "crc32c" in dst.capabilities.native_checksums
+    inline = _inline(dst)
+    page: list[tuple[str, int, int]] = []
 
-        def flush() -> None:
-            nonlocal native, read_back
-            check = partial(_check_row, dst, ask_store)
-            checks = map(check, page) if inline else pool.map(check, page)
-            for failure, by_store in checks:
-                if failure:
-                    failures.append(failure)
-                native += by_store
-                read_back += not by_store
-            page.clear()
+    def flush() -> None:
+        nonlocal native, read_back
+        check = partial(_check_row, dst, ask_store)
+        checks = map(check, page) if inline else pool.map(check, page)
+        for failure, by_store in checks:
+            if failure:
+                failures.append(failure)
+            native += by_store
+            read_back += not by_store
+        page.clear()
 
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            for k, size, crc in catalog.pages(
-                "key, size, crc",
-                "exp",
-                "EXISTS (SELECT 1 FROM got g WHERE g.key = exp.key AND g.size = exp.size "
-                "AND g.crc IS NULL) AND NOT EXISTS (SELECT 1 FROM vouch v WHERE v.key = exp.key)",
-            ):
+    with ThreadPoolExecutor(max_workers=threads) as pool:  # threads start on first use only
+        for k, size, crc, gsize, gcrc, _v in catalog.pages("*", rows, look):
+            if gsize is None:
+                failures.append(f"{dec(k)}: missing at the destination")
+            elif gsize != size:
+                failures.append(f"{dec(k)}: size {gsize} != {size}")
+            elif gcrc is not None:
+                failures.append(f"{dec(k)}: crc32c mismatch")
+            else:
                 page.append((dec(k), size, crc))
                 if len(page) >= 4 * BATCH // 5:
                     flush()
-            flush()
+        flush()
     return Verification(
-        "failed" if failures else "passed", objects, _method(native, read_back, objects), failures
+        "failed" if failures else "passed",
+        objects,
+        _method(native, read_back, objects, written),
+        failures,
     )

@@ -31,6 +31,7 @@ from tests.integration.transfer_helpers import (
     RELAY,
     SRC,
     copy_dirs,
+    listings_without_versions,
     local_fleet,
     make_plan,
     read_tree,
@@ -119,11 +120,18 @@ def test_object_store_same_and_nested_prefixes_are_refused(moto_s3: Any) -> None
 # ---- a source that changes while it is copied ------------------------------------------------
 
 
+@pytest.mark.parametrize("versions", [False, True], ids=["unversioned", "versioned"])
 def test_rerun_while_the_source_is_rewritten_keeps_the_good_replica(
-    dirs: tuple[Path, Path, Path],
+    dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch, versions: bool
 ) -> None:
     """Run 1 copies v1; run 2 sees the source rewritten after its chunks finished and before
-    the commit: the destination keeps v1 (it used to be deleted); run 3 copies v2."""
+    the commit: the destination keeps v1 (it used to be deleted); run 3 copies v2.
+
+    Listed without versions, only the source's second listing sees the rewrite: run 2 reports
+    both objects changed. Listed with versions, every read was pinned to v1 and no listing is
+    made again: run 2 lands v1 whole, a correct copy of the source as it was listed."""
+    if not versions:
+        listings_without_versions(monkeypatch)
     src, dst, _journal = dirs
     v1 = write_dataset(src, {"big.bin": 3 * MiB, "small.txt": 5000, "stable.txt": 300})
     plan = make_plan([SRC, RELAY, DST])
@@ -138,11 +146,15 @@ def test_rerun_while_the_source_is_rewritten_keeps_the_good_replica(
                 (src / "big.bin").write_bytes(os.urandom(2 * MiB))
                 rewritten.append(True)
 
-        with pytest.raises(SourceChangedError) as err:
-            copy_dirs(plan, fleet, dirs, part_size=MiB, progress=rewrite)
-        assert rewritten and {"big.bin", "small.txt"} <= set(err.value.keys)
-        assert err.value.result.status == "partial"
-        assert err.value.result.objects_changed == 2
+        if versions:
+            assert copy_dirs(plan, fleet, dirs, part_size=MiB, progress=rewrite).status == "ok"
+            assert rewritten
+        else:
+            with pytest.raises(SourceChangedError) as err:
+                copy_dirs(plan, fleet, dirs, part_size=MiB, progress=rewrite)
+            assert rewritten and {"big.bin", "small.txt"} <= set(err.value.keys)
+            assert err.value.result.status == "partial"
+            assert err.value.result.objects_changed == 2
         v2 = read_tree(src)
         assert_nothing_lost(src, v2, dst, v1, v2)
         assert read_tree(dst) == v1  # the good replica, byte for byte
@@ -285,11 +297,13 @@ def test_sync_delete_keeps_everything_when_a_source_folder_is_unreadable(tmp_pat
 
 
 def test_journal_kept_after_a_partial_run_never_hides_a_missing_replica(
-    dirs: tuple[Path, Path, Path],
+    dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After a partial run the journal says 'done' for what was copied; if a replica vanishes
     from the destination before the next run, that run fails verification naming it, forgets
-    it, and the run after copies it again."""
+    it, and the run after copies it again. (The partial run: a change after every read, which
+    only the second listing of a source listed without versions reports.)"""
+    listings_without_versions(monkeypatch)
     src, dst, _journal = dirs
     data = write_dataset(src, {"keep.txt": 700, "moving.txt": 900})
     plan = make_plan([SRC, DST])

@@ -117,3 +117,18 @@ def agents_of(home: Path) -> list[int]:
             if b"gateway_agent" in cmd and str(home).encode() in cmd:
                 pids.append(int(d.name))
     return pids
+
+
+def listings_without_versions(monkeypatch: Any) -> None:
+    """This process's listings of local folders carry no version, as a store without versions
+    would list: the reads are then not pinned and the engine must list the source again."""
+    from gateway_agent.stores.base import ObjectInfo
+    from gateway_agent.stores.local import LocalStore
+
+    real = LocalStore.list
+
+    def listing(self: LocalStore, prefix: str = "") -> Iterator[ObjectInfo]:
+        for info in real(self, prefix):
+            yield ObjectInfo(info.key, info.size, info.etag, info.checksums, info.modified)
+
+    monkeypatch.setattr(LocalStore, "list", listing)

@@ -191,8 +191,10 @@ def test_option_ranges() -> None:
     from skyplane_ops.transfer.checks import check_transfer_options
     from skyplane_ops.transfer.dispatch import DispatchOptions
 
-    check_transfer_options(part_size=MiB, verify="full", dispatch=DispatchOptions(), max_delete=0)
+    for mode in ("full", "read-back", "size"):
+        check_transfer_options(part_size=MiB, verify=mode, dispatch=DispatchOptions(), max_delete=0)
     for kwargs in (
+        {"verify": "readback"},
         {"part_size": 0},
         {"part_size": True},
         {"part_size": 6 * 1024**3},
