@@ -131,4 +131,10 @@ def listings_without_versions(monkeypatch: Any) -> None:
         for info in real(self, prefix):
             yield ObjectInfo(info.key, info.size, info.etag, info.checksums, info.modified)
 
+    real_rows = LocalStore.list_rows
+
+    def rows(self: LocalStore, prefix: str = "", *, versions: bool = True) -> Any:
+        return real_rows(self, prefix, versions=False)  # the catalog's listing path
+
     monkeypatch.setattr(LocalStore, "list", listing)
+    monkeypatch.setattr(LocalStore, "list_rows", rows)
