@@ -40,6 +40,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import functools
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -77,6 +78,17 @@ from gateway_agent.stores.uri import StoreURI
 __all__ = ["STAGING", "LocalStore", "file_version", "segment_problem"]
 
 
+@functools.lru_cache(maxsize=4096)
+def _folder_problem(folder: str) -> str | None:
+    """Why a local folder cannot hold the folders of ``folder/NAME``, or None (cached: the
+    keys of a data lake share their folders, thousands of files each)."""
+    for i, segment in enumerate(folder.split("/")):
+        why = segment_problem(segment, top=i == 0)
+        if why is not None:
+            return why
+    return None
+
+
 class LocalStore:
     """An ObjectStore over a directory tree; safe across threads and processes."""
 
@@ -110,14 +122,14 @@ class LocalStore:
 
     # -- paths and errors ---------------------------------------------------------------------
     def _path(self, key: str) -> str:
-        """The file of a key (a plain string: this is on every small write's hot path)."""
-        segments = check_key(key).split("/")
-        for i, segment in enumerate(segments):
-            why = segment_problem(segment, top=i == 0)
-            if why is not None:
-                raise KeyNotSupportedError(
-                    f"{self.uri} cannot hold key {key!r}: {why}", code="BadFileName"
-                )
+        """The file of a key (a plain string: this is on every small write's hot path, and on
+        the control plane's name check of every object: a key's folders are checked once)."""
+        folder, sep, name = check_key(key).rpartition("/")
+        why = (_folder_problem(folder) if sep else None) or segment_problem(name, top=not sep)
+        if why is not None:
+            raise KeyNotSupportedError(
+                f"{self.uri} cannot hold key {key!r}: {why}", code="BadFileName"
+            )
         return self._root + "/" + key
 
     def check_name(self, key: str) -> None:

@@ -149,6 +149,28 @@ def test_journal_is_indexed_not_loaded_and_resumes_by_fingerprint(tmp_path: Path
     catalog.close()
 
 
+@pytest.mark.parametrize("min_part", [None, 2 * MiB])
+def test_chunk_totals_count_what_iter_chunks_yields(tmp_path: Path, min_part: int | None) -> None:
+    """The totals' shortcut for whole objects (no Segment built) counts the same chunks, bytes
+    and objects as the chunks themselves, across batch limits and multipart objects."""
+    sizes = [10, 0, 3 * MiB, 700_000, 1, MiB, MiB + 1, 5 * MiB + 3, 400_000, 2]
+    listed = [ObjectInfo(f"k{i:02d}", n, "e", {}, T0, "v") for i, n in enumerate(sizes * 3)]
+    catalog = Catalog(tmp_path)
+    catalog.add_source(ListStore(listed), "mem://s/", [], [])  # type: ignore[arg-type]
+    caps = Capabilities(min_part_size=min_part)
+    for batch_bytes, batch_count in [(MiB, 4), (64 * MiB, 3), (8 * MiB, 1000), (1, 1)]:
+        chunks = list(iter_chunks(catalog, MiB, caps, batch_bytes, batch_count))
+        segments = [s for c in chunks for s in c.segments]
+        assert chunk_totals(catalog, MiB, caps, batch_bytes, batch_count) == (
+            len(chunks),
+            len(segments),
+            sum(s.length for s in segments),
+            len({s.key for s in segments}),
+        )
+        assert any(len(c.segments) > 1 for c in chunks) or batch_count == 1
+    catalog.close()
+
+
 def test_catalog_of_a_dead_process_is_removed(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
