@@ -1,7 +1,10 @@
 """Shared pytest setup: fixtures live in tests/fixtures/, one module per kind of real part."""
 
 import os
+import signal
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
 
 # Fixture modules are registered here; each owns one kind of real server or testbed.
@@ -22,3 +25,16 @@ os.environ.setdefault("SKYPLANE_OPS_HOME", os.path.join(os.getcwd(), ".cache", "
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_restored() -> Iterator[None]:
+    """Every test leaves SIGINT and SIGTERM as it found them. Dagster's in-process runs
+    (``capture_interrupts``) end by giving SIGTERM the SIGINT handler, which is SIG_IGN when
+    the suite starts from a background shell: every child started later inherited an ignored
+    SIGTERM, and tests that stop a child with SIGTERM waited for their KILL step."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
