@@ -22,9 +22,12 @@ client) and of every gateway (VmRSS and anonymous memory, sampled every 50 ms fr
 is deleted before rclone runs, and the source after its last run (peak disk: 2x the size).
 
 Usage: ``python benchmarks/bigfile.py [--sizes 4,32] [--nets
-loopback,wan] [--buffer-mib 512] [--wan-mbit 800] [--repeat 1] [--work DIR]``. With
+loopback,wan] [--buffer-mib 512] [--wan-mbit 800] [--repeat 1] [--cold] [--work DIR]``. With
 ``--repeat N`` the tools alternate N times and the median run of each is shown (all times and
-the highest RSS of any run are kept).
+the highest RSS of any run are kept). ``--cold`` (root) empties the page cache before every
+run: each tool then reads a source that is not cached and writes into a cache holding nothing
+of the run before, the usual case for a big file; without it a run's time depends on what the
+previous one left cached (on a 2-core VM with 24 GiB, 4 GiB loopback runs varied 2x).
 Writes ``benchmarks/results/bigfile.json``.
 """
 
@@ -90,6 +93,13 @@ def _check(side: str, copy: Path, nbytes: int, run: dict[str, Any]) -> None:
     run["gbps"] = round(nbytes * 8 / 1e9 / run["seconds"], 3)
 
 
+def _settle(cold: bool) -> None:
+    """With ``cold``: dirty pages written back, then the page cache emptied (root only)."""
+    if cold:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
 def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Ours, then rclone, on one network; each copy checked and deleted before the next."""
     env = bench_env(work)
@@ -108,10 +118,12 @@ def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[s
         row["link_mbit"] = args.wan_mbit
     runs: dict[str, list[dict[str, Any]]] = {"ours": [], "rclone": []}
     for _ in range(args.repeat):  # alternating, so load from others falls on both alike
+        _settle(args.cold)
         ours.mkdir(parents=True)
         runs["ours"].append(timed_cli(cli, env, state))
         shutil.rmtree(state, ignore_errors=True)
         _check("ours", ours / "big.bin", nbytes, runs["ours"][-1])
+        _settle(args.cold)
         theirs.mkdir(parents=True)
         if net == "loopback":
             rclone = ["rclone", "copy", str(src), str(theirs), "--transfers", "16"]
@@ -167,6 +179,9 @@ def main() -> int:
     parser.add_argument("--buffer-mib", type=int, default=512, help="gateway byte budget")
     parser.add_argument("--wan-mbit", type=float, default=800.0, help="WAN link, Mbit/s")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each tool per case")
+    parser.add_argument(
+        "--cold", action="store_true", help="empty the page cache before every run (root)"
+    )
     parser.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
     parser.add_argument("--out", default=str(RESULTS / "bigfile.json"))
     args = parser.parse_args()
@@ -176,6 +191,8 @@ def main() -> int:
         parser.error("--nets takes loopback and/or wan")
     if "wan" in nets and os.geteuid() != 0:
         parser.error("the netns WAN needs root")
+    if args.cold and os.geteuid() != 0:
+        parser.error("--cold empties the page cache: it needs root")
     base = Path(args.work) if args.work else Path(tempfile.gettempdir())
     rows: list[dict[str, Any]] = []
     for gib in sizes:
@@ -192,7 +209,12 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     print()
     print_table(rows)
-    out = {"buffer_mib": args.buffer_mib, "wan_site": [SRC_SITE, WAN_DST], "rows": rows}
+    out = {
+        "buffer_mib": args.buffer_mib,
+        "cold": args.cold,
+        "wan_site": [SRC_SITE, WAN_DST],
+        "rows": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     return 0
