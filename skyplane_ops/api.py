@@ -30,10 +30,10 @@ from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
 from skyplane_ops.transfer.request import Listing as Listing
 from skyplane_ops.transfer.request import list_request as list_request
-from skyplane_ops.transfer.run import sync_up_to_date as sync_up_to_date
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
+from skyplane_ops.transfer.uptodate import sync_up_to_date as sync_up_to_date
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult

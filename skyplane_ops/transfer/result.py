@@ -1,12 +1,16 @@
 """``TransferResult``: the small summary that goes to XCom, Dagster metadata and the CLI, and
-``PartialTransferError``: some objects were copied and verified, others failed or changed."""
+``PartialTransferError``: some objects were copied and verified, others failed or changed;
+``plan_costs``: the modelled $ of the bytes a run moved."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyplane_ops.errors import TransferError
+
+if TYPE_CHECKING:
+    from skyplane_ops.planner.plan import TransferPlan
 
 # Exit status of ``skyplane-ops cp``/``sync`` when the run was partial (see README).
 EXIT_PARTIAL = 3
@@ -142,3 +146,22 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return f"{n} B"
+
+
+def plan_costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, float]:
+    """(predicted, actual) $ for the bytes moved.
+
+    Egress scales with bytes. The plan's VM $ covers ``volume/throughput + provisioning``
+    seconds; its per-second rate is recovered from that and applied to the predicted and
+    to the measured transfer time (provisioning time counted the same on both sides).
+    """
+    gb = nbytes / 1e9
+    scale = gb / plan.volume_gb if plan.volume_gb > 0 else 0.0
+    egress = plan.egress_cost_usd * scale
+    prov_s = float(plan.details.get("provisioning_seconds", 60.0))
+    plan_s = plan.volume_gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
+    rate = plan.vm_cost_usd / (plan_s + prov_s) if plan_s + prov_s > 0 else 0.0
+    predicted_s = gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
+    predicted = egress + rate * (predicted_s + prov_s)
+    actual = egress + rate * (seconds + prov_s)
+    return round(predicted, 6), round(actual, 6)

@@ -43,7 +43,7 @@ from skyplane_ops.transfer.request import (
     open_side,
     transfer_lock,
 )
-from skyplane_ops.transfer.result import TransferResult, partial_error
+from skyplane_ops.transfer.result import TransferResult, partial_error, plan_costs
 from skyplane_ops.transfer.todo import (
     chunk_totals,
     fold_expected,
@@ -56,86 +56,6 @@ from skyplane_ops.transfer.todo import (
 from skyplane_ops.transfer.verify import changed_objects, relist_needed, verify_catalog
 
 log = logging.getLogger(__name__)
-
-
-def _costs(plan: TransferPlan, nbytes: int, seconds: float) -> tuple[float, float]:
-    """(predicted, actual) $ for the bytes moved.
-
-    Egress scales with bytes. The plan's VM $ covers ``volume/throughput + provisioning``
-    seconds; its per-second rate is recovered from that and applied to the predicted and
-    to the measured transfer time (provisioning time counted the same on both sides).
-    """
-    gb = nbytes / 1e9
-    scale = gb / plan.volume_gb if plan.volume_gb > 0 else 0.0
-    egress = plan.egress_cost_usd * scale
-    prov_s = float(plan.details.get("provisioning_seconds", 60.0))
-    plan_s = plan.volume_gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
-    rate = plan.vm_cost_usd / (plan_s + prov_s) if plan_s + prov_s > 0 else 0.0
-    predicted_s = gb * 8 / plan.predicted_gbps if plan.predicted_gbps > 0 else 0.0
-    predicted = egress + rate * (predicted_s + prov_s)
-    actual = egress + rate * (seconds + prov_s)
-    return round(predicted, 6), round(actual, 6)
-
-
-def _up_to_date(base: dict[str, Any], skipped: int, seconds: float) -> TransferResult:
-    return TransferResult(
-        **base,
-        objects=0,
-        bytes=0,
-        seconds=round(seconds, 3),
-        gbps=0.0,
-        objects_skipped=skipped,
-        verification={"status": "passed", "objects": 0, "method": "sync: up to date"},
-    )
-
-
-def sync_up_to_date(
-    listing: Listing,
-    src_uri: str,
-    dst_uri: str,
-    *,
-    transfer_id: str,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    delete: bool = False,
-    max_delete: int | None = None,
-    journal_dir: str | Path | None = None,
-    part_size: int = DEFAULT_PART_SIZE,
-) -> TransferResult | None:
-    """The result of a sync with nothing to copy or delete and nothing unreadable, found from
-    ``listing`` alone (no plan, no fleet), or None when the run has work to do.
-
-    The caller holds the journal lock; the journal is removed as a clean run would remove it.
-    ``max_delete`` is enforced here too, so a refused mirror delete still fails before planning.
-    """
-    t0 = time.monotonic()
-    if not listing.has_destination:
-        raise TransferError("internal error: sync_up_to_date needs the destination listing")
-    dst = open_side(dst_uri, dst_options, "destination")
-    todo = plan_todo(
-        listing.catalog,
-        dst,
-        dst_uri,
-        include,
-        exclude,
-        sync=True,
-        delete=delete,
-        max_delete=max_delete,
-    )
-    if todo.objects or todo.unread or todo.to_delete:
-        return None
-    directory = Path(journal_dir) if journal_dir else default_journal_dir()
-    Journal(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude)).remove()
-    listing.close()
-    base = {
-        "transfer_id": transfer_id,
-        "job_id": f"job-{uuid.uuid4().hex[:12]}",
-        "src_uri": src_uri,
-        "dst_uri": dst_uri,
-        "steps": {"list": round(time.monotonic() - t0, 3)},
-    }
-    return _up_to_date(base, todo.skipped, time.monotonic() - t0)
 
 
 def run_transfer(
@@ -493,7 +413,7 @@ class _Run:
             int(x) for x in catalog.one("SELECT count(*), coalesce(sum(size), 0) FROM exp")
         )
         seconds = time.monotonic() - self.t0
-        predicted, actual = _costs(self.plan, nbytes, seconds)
+        predicted, actual = plan_costs(self.plan, nbytes, seconds)
         from skyplane_ops.profiler.passive import after_transfer  # every transfer is a measurement
 
         paths = after_transfer(

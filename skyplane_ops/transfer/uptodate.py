@@ -1,0 +1,78 @@
+"""``sync_up_to_date``: a sync with nothing to copy or delete is answered from its listing
+alone, before any plan or gateway (the engine, ``run.py``, is never started for it)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
+from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
+from skyplane_ops.transfer.request import Listing, open_side
+from skyplane_ops.transfer.result import TransferResult
+from skyplane_ops.transfer.todo import plan_todo
+
+
+def _up_to_date(base: dict[str, Any], skipped: int, seconds: float) -> TransferResult:
+    return TransferResult(
+        **base,
+        objects=0,
+        bytes=0,
+        seconds=round(seconds, 3),
+        gbps=0.0,
+        objects_skipped=skipped,
+        verification={"status": "passed", "objects": 0, "method": "sync: up to date"},
+    )
+
+
+def sync_up_to_date(
+    listing: Listing,
+    src_uri: str,
+    dst_uri: str,
+    *,
+    transfer_id: str,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    delete: bool = False,
+    max_delete: int | None = None,
+    journal_dir: str | Path | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+) -> TransferResult | None:
+    """The result of a sync with nothing to copy or delete and nothing unreadable, found from
+    ``listing`` alone (no plan, no fleet), or None when the run has work to do.
+
+    The caller holds the journal lock; the journal is removed as a clean run would remove it.
+    ``max_delete`` is enforced here too, so a refused mirror delete still fails before planning.
+    """
+    t0 = time.monotonic()
+    if not listing.has_destination:
+        raise TransferError("internal error: sync_up_to_date needs the destination listing")
+    dst = open_side(dst_uri, dst_options, "destination")
+    todo = plan_todo(
+        listing.catalog,
+        dst,
+        dst_uri,
+        include,
+        exclude,
+        sync=True,
+        delete=delete,
+        max_delete=max_delete,
+    )
+    if todo.objects or todo.unread or todo.to_delete:
+        return None
+    directory = Path(journal_dir) if journal_dir else default_journal_dir()
+    Journal(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude)).remove()
+    listing.close()
+    base = {
+        "transfer_id": transfer_id,
+        "job_id": f"job-{uuid.uuid4().hex[:12]}",
+        "src_uri": src_uri,
+        "dst_uri": dst_uri,
+        "steps": {"list": round(time.monotonic() - t0, 3)},
+    }
+    return _up_to_date(base, todo.skipped, time.monotonic() - t0)
