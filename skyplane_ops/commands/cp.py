@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -327,26 +329,21 @@ def _execute(args: ArgsNS, sync: bool) -> int:
     )
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
     try:
-        return _locked(args, sync, delete, max_delete, dispatch, backend_options, view)
+        with _early_gateways(args, sync, backend_options) as early:
+            return _locked(args, sync, delete, max_delete, dispatch, backend_options, view, early)
     finally:
         view.close()
         lock.release()
 
 
-def _locked(
-    args: ArgsNS,
-    sync: bool,
-    delete: bool,
-    max_delete: int | None,
-    dispatch: Any,
-    backend_options: dict[str, Any],
-    view: RunView,
-) -> int:
-    """List, plan, provision, transfer (+ verify) and always tear down, under the lock.
-
-    A ``cp`` on the local backend starts the gateways of its source and destination region
+@contextmanager
+def _early_gateways(
+    args: ArgsNS, sync: bool, backend_options: dict[str, Any]
+) -> Iterator[Any | None]:
+    """A ``cp`` on the local backend starts the gateways of its source and destination region
     (every plan has them) before listing, so they boot on the core the listing leaves idle;
-    not a sync, which may find nothing to do (and lists on both cores)."""
+    not a sync, which may find nothing to do (and lists on both cores). Provision adopts
+    them; whatever it did not adopt is stopped on the way out."""
     early = None
     if args.backend == "local" and not sync and args.src_region and args.dst_region:
         try:
@@ -358,15 +355,13 @@ def _locked(
         except Exception:  # the provision step reports it, in its own words
             early = None
     try:
-        return _listed_planned_moved(
-            args, sync, delete, max_delete, dispatch, backend_options, view, early
-        )
+        yield early
     finally:
         if early is not None:
             early.cancel()
 
 
-def _listed_planned_moved(
+def _locked(
     args: ArgsNS,
     sync: bool,
     delete: bool,
@@ -376,8 +371,11 @@ def _listed_planned_moved(
     view: RunView,
     early: Any,
 ) -> int:
-    # One listing for the whole run: it sizes the plan, lets an up-to-date sync skip planning
-    # and gateways, and is handed to the engine instead of listing again.
+    """List, plan, provision, transfer (+ verify) and always tear down, under the lock;
+    ``early``: the gateways ``_early_gateways`` started, for provision to adopt.
+
+    One listing for the whole run: it sizes the plan, lets an up-to-date sync skip planning
+    and gateways, and is handed to the engine instead of listing again."""
     with view.phase("list", args.src) as note:
         listing = api.list_request(
             args.src,
