@@ -31,12 +31,13 @@ import errno
 import fcntl
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from gateway_agent.stores._atomic import create_file, rename_into, write_all
+from gateway_agent.stores._atomic import create_file, pwrite_all, rename_into, write_all
 from gateway_agent.stores._common import check_part_number, check_upload_id, require_parts
 from gateway_agent.stores._localfiles import STAGING, copy_range, written_info
 from gateway_agent.stores.base import ObjectInfo
@@ -45,22 +46,27 @@ from gateway_agent.stores.errors import StoreError, UploadNotFoundError
 T = TypeVar("T")
 _STAGING_ATTEMPTS = 16
 OWNER = "key"
+_SLOT_LOCKS = [threading.Lock() for _ in range(64)]
 
 
 def _slot(folder: Path, size: int) -> str:
     return os.path.join(folder, f"slots-{size}")
 
 
+def _slot_lock(folder: Path, size: int) -> threading.Lock:
+    """This process's lock for writing into one slot file.
+
+    The kernel lets one write into a file at a time anyway (ext4 holds the inode's lock for a
+    buffered write), and the sink's threads writing parts of one object waited for it by
+    spinning: a fifth of a 4 GiB copy's CPU went to ``rwsem_spin_on_owner``. Waiting here
+    sleeps instead. Striped, so nothing needs cleaning up; two slots sharing a stripe only
+    write one after the other.
+    """
+    return _SLOT_LOCKS[hash((folder, size)) % len(_SLOT_LOCKS)]
+
+
 def _marker(folder: Path, part_number: int) -> str:
     return os.path.join(folder, f"{part_number:05d}")
-
-
-def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    """``os.pwrite`` until every byte is written (short writes happen on some filesystems)."""
-    view = memoryview(data).cast("B")
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
 
 
 class StagedUploads:
@@ -158,7 +164,8 @@ class StagedUploads:
             try:  # an aborted upload's folder must not come back: O_CREAT makes no folders
                 fd = os.open(_slot(folder, size), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
                 try:
-                    pwrite_all(fd, data, (part_number - 1) * size)
+                    with _slot_lock(folder, size):
+                        pwrite_all(fd, data, (part_number - 1) * size)
                     if self.fsync:
                         os.fsync(fd)
                 finally:

@@ -179,3 +179,48 @@ def test_a_writer_that_waited_for_completion_cannot_touch_the_object(tmp_path: P
     writer.join(60)
     assert len(errors) == 1 and isinstance(errors[0], UploadNotFoundError)
     assert (tmp_path / "k").read_bytes() == b"good"
+
+
+def test_parts_are_written_in_small_pieces_one_writer_per_file_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each ``pwrite`` carries at most ``WRITE_PIECE`` bytes (large writes ask the page cache
+    for large folios, slow to first touch on VMs with free page reporting), short writes are
+    continued, and threads writing parts of one object take turns, whole part by whole part,
+    instead of spinning on the file's lock in the kernel."""
+    from gateway_agent.stores import _atomic
+
+    real_pwrite = os.pwrite
+    sizes: list[int] = []
+    inside = {"now": 0, "most": 0}
+    guard = threading.Lock()
+
+    def pwrite(fd: int, data: memoryview, offset: int) -> int:
+        with guard:
+            inside["now"] += 1
+            inside["most"] = max(inside["most"], inside["now"])
+        try:
+            sizes.append(len(data))
+            time.sleep(0.0005)  # leave time for another writer to come in, if one could
+            return real_pwrite(fd, data[: max(1, len(data) - 7)], offset)  # short writes
+        finally:
+            with guard:
+                inside["now"] -= 1
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    store = open_store(f"file://{tmp_path}")
+    part = 4 * _atomic.WRITE_PIECE + 123
+    parts = _parts([part] * 6)
+    upload = store.create_multipart("obj")
+    threads = [
+        threading.Thread(target=store.upload_part, args=("obj", upload, n, data))
+        for n, data in parts.items()
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.complete_multipart("obj", upload, list(parts))
+    assert store.read("obj") == b"".join(parts[n] for n in sorted(parts))
+    assert sizes and max(sizes) == _atomic.WRITE_PIECE
+    assert inside["most"] == 1
