@@ -21,13 +21,20 @@ client) and of every gateway (VmRSS and anonymous memory, sampled every 50 ms fr
 ``/proc``) against the target "byte budget + 150 MiB". Only one copy exists at a time: ours
 is deleted before rclone runs, and the source after its last run (peak disk: 2x the size).
 
-Usage: ``python benchmarks/bigfile.py [--sizes 4,32] [--nets
-loopback,wan] [--buffer-mib 512] [--wan-mbit 800] [--repeat 1] [--cold] [--work DIR]``. With
-``--repeat N`` the tools alternate N times and the median run of each is shown (all times and
-the highest RSS of any run are kept). ``--cold`` (root) empties the page cache before every
-run: each tool then reads a source that is not cached and writes into a cache holding nothing
-of the run before, the usual case for a big file; without it a run's time depends on what the
-previous one left cached (on a 2-core VM with 24 GiB, 4 GiB loopback runs varied 2x).
+Usage: ``python benchmarks/bigfile.py [--sizes 4,32] [--nets loopback,wan] [--buffer-mib 512]
+[--wan-mbit 800] [--repeat 1] [--warmup 1] [--cold] [--work DIR]``.
+
+- ``--repeat N``: the tools alternate N times, who goes first alternating too, and the median
+  run of each is shown (all times and the highest RSS of any run are kept).
+- ``--warmup N`` rounds run first and are not counted: right after the source is written,
+  copying it ran up to 1.8x slower for both tools for a few runs (ours 14.4 s, then 10.7 and
+  8.8; rclone 11.2, then 8.2), so without them whichever tool went first paid most.
+- ``--cold`` (root) empties the page cache before every run: each tool then reads a source that
+  is not cached and writes into a cache holding nothing of the run before, the usual case for
+  a big file. Without it the source stays cached.
+- Before every run of either tool, dirty pages are written back and the free memory is left to
+  settle (see ``_settle``): the same state for both.
+
 Writes ``benchmarks/results/bigfile.json``.
 """
 
@@ -40,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +57,7 @@ from bigfile_wan import SRC_SITE, WAN_DST, profile, rclone_over_link, wan_backen
 from scale import REGIONS, RESULTS, bench_env, cli_command, timed
 
 MiB = 1024 * 1024
+SETTLE_S = 5.0  # past the kernel's free page reporting delay (2 s) and its batches
 GiB = 1024 * MiB
 
 
@@ -94,10 +103,21 @@ def _check(side: str, copy: Path, nbytes: int, run: dict[str, Any]) -> None:
 
 
 def _settle(cold: bool) -> None:
-    """With ``cold``: dirty pages written back, then the page cache emptied (root only)."""
+    """The same memory state before either tool runs: dirty pages written back (with
+    ``cold``, the page cache emptied, root only), then :data:`SETTLE_S` seconds for the
+    kernel's free page reporting.
+
+    On a VM with free page reporting (``dmesg``: "Free page reporting enabled"; this machine,
+    a nested VM, has it) memory freed by the previous copy is handed back to the host ~2 s
+    later, and writing into a handed-back page costs up to 8x a reused one (4 GiB into the
+    page cache: 1.0 s right after a 4 GiB file was deleted, 7.5-9 s six seconds later).
+    Without the wait, a tool that starts writing at once reuses the previous copy's pages and
+    one that plans first does not: each run now starts from handed-back memory.
+    """
+    os.sync()
     if cold:
-        os.sync()
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    time.sleep(SETTLE_S)
 
 
 def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -116,22 +136,35 @@ def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[s
             profile(args.wan_mbit, grid, env)
         cli += wan_backend(args.wan_mbit, args.buffer_mib, grid)
         row["link_mbit"] = args.wan_mbit
-    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "rclone": []}
-    for _ in range(args.repeat):  # alternating, so load from others falls on both alike
-        _settle(args.cold)
+
+    def run_ours() -> dict[str, Any]:
         ours.mkdir(parents=True)
-        runs["ours"].append(timed_cli(cli, env, state))
+        run = timed_cli(cli, env, state)
         shutil.rmtree(state, ignore_errors=True)
-        _check("ours", ours / "big.bin", nbytes, runs["ours"][-1])
-        _settle(args.cold)
+        _check("ours", ours / "big.bin", nbytes, run)
+        return run
+
+    def run_rclone() -> dict[str, Any]:
         theirs.mkdir(parents=True)
         if net == "loopback":
             rclone = ["rclone", "copy", str(src), str(theirs), "--transfers", "16"]
             rclone += ["--checkers", "16", "--config", "/dev/null"]
-            runs["rclone"].append(timed(rclone, env))
+            run = timed(rclone, env)
         else:
-            runs["rclone"].append(rclone_over_link(args.wan_mbit, src, theirs, env))
-        _check("rclone", theirs / "big.bin", nbytes, runs["rclone"][-1])
+            run = rclone_over_link(args.wan_mbit, src, theirs, env)
+        _check("rclone", theirs / "big.bin", nbytes, run)
+        return run
+
+    tools = {"ours": run_ours, "rclone": run_rclone}
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "rclone": []}
+    for i in range(args.warmup + args.repeat):
+        # Alternating, so load from others falls on both alike; who goes first alternates too
+        # (a freshly written source runs slower for a while, whoever reads it first).
+        for side in sorted(tools, reverse=i % 2 == 1):
+            _settle(args.cold)
+            run = tools[side]()
+            if i >= args.warmup:
+                runs[side].append(run)
     for side, all_runs in runs.items():  # the median run (by seconds), and every time
         ranked = sorted(all_runs, key=lambda r: r["seconds"])
         row[side] = {**ranked[len(ranked) // 2], "all_seconds": [r["seconds"] for r in all_runs]}
@@ -179,6 +212,9 @@ def main() -> int:
     parser.add_argument("--buffer-mib", type=int, default=512, help="gateway byte budget")
     parser.add_argument("--wan-mbit", type=float, default=800.0, help="WAN link, Mbit/s")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each tool per case")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed runs of each tool first (like hyperfine)"
+    )
     parser.add_argument(
         "--cold", action="store_true", help="empty the page cache before every run (root)"
     )
