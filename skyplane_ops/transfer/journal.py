@@ -49,6 +49,14 @@ def transfer_key(
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
+def _torn(fd: int) -> bool:
+    """Whether the file ends inside a line (a crash or a full disk cut the last write short).
+    The first append of a run ends it first: else its first line would be glued to the torn
+    one, and both dropped as unreadable on the next load (an upload id lost with it)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
+
 class JournalLockedError(TransferError):
     """Another run holds the journal of the same transfer."""
 
@@ -146,6 +154,7 @@ class Journal:
         self._loaded = False
         self._synced = time.monotonic()  # when the file was last fsynced
         self._unsynced = False  # ``done`` lines written since then
+        self._tail_checked = False  # whether the file's last line was checked for a tear
 
     def _ensure(self) -> None:
         if not self._loaded:
@@ -174,8 +183,12 @@ class Journal:
         """Append ``lines``; fsync now if ``sync`` (or a ``done`` line waited long enough)."""
         data = "".join(line + "\n" for line in lines).encode()
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
             try:
+                if not self._tail_checked:
+                    self._tail_checked = True
+                    if _torn(fd):
+                        data = b"\n" + data
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]

@@ -10,9 +10,10 @@ in any object store the core opens (``file://`` on a shared volume, ``s3://``, `
   ``cancelled``), a heartbeat (``updated_at``), progress counters and the result summary.
   A follower on any host decides "driver lost" from a stale heartbeat, not from a pid.
 - ``cancel.json``: a cancellation request; the driver polls it and stops, wherever it runs.
-- ``journal/<name>.jsonl``: a snapshot of the resume journal, uploaded by the driver while it
-  runs and at the end; a retry on another host restores it before resuming. The journal is
-  append-only, so a snapshot that lags by a few seconds only re-sends those chunks.
+- ``journal/<name>.jsonl/<offset>``: a snapshot of the resume journal, appended to by the
+  driver while it runs and at the end (only what the journal gained, ``journal_snapshot``); a
+  retry on another host restores it before resuming. The journal is append-only, so a
+  snapshot that lags by a few seconds only re-sends those chunks.
 - ``secret``: the fleet's per-transfer secret, so that a transfer started on another host than
   the provisioning one can talk to the gateways. Give the state store the access control you
   give credentials; :meth:`TransferState.delete` removes it at teardown.
@@ -30,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.journal_snapshot import JournalSnapshot
 
 STATUS = "status.json"
 CANCEL = "cancel.json"
-JOURNAL = "journal/"
 SECRET = "secret"
 TERMINAL_STATES = frozenset({"success", "failed", "cancelled"})
 
@@ -67,6 +68,7 @@ class TransferState:
             self._store = open_any_store(self.uri, dict(options or {}))
         except Exception as exc:
             raise TransferError(f"cannot open the state store {self.uri}: {exc}") from exc
+        self._journal = JournalSnapshot(self._store)
 
     # -- small JSON objects -----------------------------------------------------------------
 
@@ -115,42 +117,22 @@ class TransferState:
     # -- journal and secret -----------------------------------------------------------------
 
     def save_journal(self, directory: str | Path) -> int:
-        """Upload every ``*.jsonl`` journal file of ``directory``; returns how many."""
-        count = 0
-        for path in sorted(Path(directory).glob("*.jsonl")):
-            try:
-                self._store.write(JOURNAL + path.name, path.read_bytes())
-            except FileNotFoundError:
-                continue  # deleted after a verified success while we were uploading
-            except Exception as exc:
-                raise TransferError(f"cannot save the journal to {self.uri}: {exc}") from exc
-            count += 1
-        return count
+        """Snapshot every ``*.jsonl`` journal of ``directory``: only what each gained since the
+        last save, in bounded pieces (``journal_snapshot``); returns how many."""
+        try:
+            return self._journal.save(directory)
+        except Exception as exc:
+            raise TransferError(f"cannot save the journal to {self.uri}: {exc}") from exc
 
     def restore_journal(self, directory: str | Path) -> int:
         """Download the journal snapshot into ``directory`` where it is longer than the local
         file (a local journal never loses what it has); returns files written."""
-        folder = Path(directory)
-        count = 0
         try:
-            infos = list(self._store.list(JOURNAL))
+            return self._journal.restore(directory)
         except Exception as exc:
             if _not_found(exc):
                 return 0
-            raise TransferError(f"cannot list the journal in {self.uri}: {exc}") from exc
-        for info in infos:
-            name = info.key[len(JOURNAL) :]
-            if "/" in name or not name.endswith(".jsonl"):
-                continue
-            local = folder / name
-            if local.exists() and local.stat().st_size >= info.size:
-                continue
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = local.with_name(f".{name}.{os.getpid()}.tmp")
-            tmp.write_bytes(self._store.read(info.key))
-            os.replace(tmp, local)
-            count += 1
-        return count
+            raise TransferError(f"cannot restore the journal from {self.uri}: {exc}") from exc
 
     def save_secret(self, secret_ref: str) -> None:
         """Keep the fleet's secret with the transfer (read from the local reference)."""
