@@ -268,11 +268,14 @@ def _dry_run(args: ArgsNS, sync: bool, delete: bool, max_delete: int | None) -> 
         sync=sync,
         delete=delete,
         max_delete=max_delete,
+        journal_dir=args.journal_dir,
     )
-    if args.as_json:
-        print(json.dumps(preview.to_dict(), indent=2))
-    else:
-        print("\n".join(preview.lines()))
+    with preview:  # streamed from the catalog: a line at a time, whatever the count
+        if args.as_json:
+            preview.write_json(sys.stdout)
+        else:
+            for line in preview.lines():
+                print(line)
     return 0
 
 

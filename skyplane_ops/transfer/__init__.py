@@ -22,8 +22,9 @@ failure the journal is kept and re-running the same call resumes; on success it 
 from __future__ import annotations
 
 from skyplane_ops.transfer.dispatch import DispatchOptions
+from skyplane_ops.transfer.preview import Preview, preview_transfer
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
-from skyplane_ops.transfer.request import check_request, preview_transfer, transfer_lock
+from skyplane_ops.transfer.request import check_request, transfer_lock
 from skyplane_ops.transfer.result import (
     EXIT_PARTIAL,
     ObjectsFailedError,
@@ -38,6 +39,7 @@ __all__ = [
     "DispatchOptions",
     "ObjectsFailedError",
     "PartialTransferError",
+    "Preview",
     "Progress",
     "ProgressCallback",
     "SourceChangedError",

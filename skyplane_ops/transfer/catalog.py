@@ -53,7 +53,7 @@ from skyplane_ops.transfer.listrows import (
     micros,
     regrouped,
 )
-from skyplane_ops.transfer.manifest import matches
+from skyplane_ops.transfer.manifest import check_found, matches
 
 __all__ = ["BATCH", "Catalog", "checksums_json", "dec", "enc", "fp_text", "micros"]
 
@@ -202,7 +202,7 @@ class Catalog:
         exclude: Sequence[str],
         on_count: Callable[[int], None] | None = None,
     ) -> None:
-        """Stream the filtered source listing into ``src``; checks as ``list_source`` did."""
+        """Stream the filtered source listing into ``src``; refuse one that found nothing."""
         filtered = bool(include or exclude)
         count = 0
         sql = "INSERT OR REPLACE INTO src(key,size,mtime,ck,version,etag) VALUES(?,?,?,?,?,?)"
@@ -223,23 +223,8 @@ class Catalog:
         self._check_source(src_uri, include, exclude)
 
     def _check_source(self, src_uri: str, include: Sequence[str], exclude: Sequence[str]) -> None:
-        if self.one("SELECT 1 FROM src LIMIT 1") is not None:
-            return
-        bad = next((p for p in self.problems if p.error), None)
-        if bad is not None:
-            raise TransferError(
-                f"nothing readable under source {src_uri}: {bad.key!r}: {bad.reason}"
-            )
-        if src_uri.startswith("file://"):
-            root = src_uri[len("file://") :]
-            if not os.path.isdir(root):
-                raise TransferError(f"source {src_uri} does not exist (no directory {root})")
-        filt = (
-            f" matching include={list(include)} exclude={list(exclude)}"
-            if (include or exclude)
-            else ""
-        )
-        raise TransferError(f"no objects{filt} under source {src_uri}")
+        found = self.one("SELECT 1 FROM src LIMIT 1") is not None
+        check_found(int(found), self.problems, src_uri, include, exclude)
 
     def add_destination(
         self, store: ObjectStore, on_count: Callable[[int], None] | None = None

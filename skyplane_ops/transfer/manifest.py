@@ -23,6 +23,7 @@ from gateway_agent.stores.base import (
 )
 from gateway_agent.stores.errors import KeyNotSupportedError, StoreError
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.listrows import listed
 
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 64 * MiB
@@ -123,37 +124,52 @@ def split(info: ObjectInfo, part_size: int, multipart: bool) -> list[Segment]:
     ]
 
 
-def list_source(
+def source_totals(
     store: ObjectStore,
     src_uri: str,
     include: Sequence[str],
     exclude: Sequence[str],
-    problems: list[SkippedEntry] | None = None,
-) -> list[ObjectInfo]:
-    """The source objects to copy, sorted by key. Entries the listing left out (a local
-    store's links, loops, unreadable folders; each already logged as a warning) are appended
-    to ``problems`` when given: the ``error`` ones mean the copy cannot be complete."""
+) -> tuple[int, int]:
+    """(objects, bytes) of the source objects to copy, counted as the listing streams: nothing
+    per object is kept, whatever the count (what a plan is sized from)."""
+    count = nbytes = 0
     try:
-        objects = [o for o in store.list() if matches(o.key, include, exclude)]
+        for batch in listed(store, versions=False):
+            for row in batch:
+                if matches(row[0], include, exclude):
+                    count += 1
+                    nbytes += row[1]
     except StoreError as exc:
         raise TransferError(f"cannot list source {src_uri}: {exc}") from exc
-    if problems is not None and isinstance(store, ReportsSkips):
+    problems: list[SkippedEntry] = []
+    if isinstance(store, ReportsSkips):
         problems.extend(p for p in store.skipped if matches(p.key, include, exclude) or p.error)
-    if not objects and problems and any(p.error for p in problems):
-        bad = next(p for p in problems if p.error)
+    check_found(count, problems, src_uri, include, exclude)
+    return count, nbytes
+
+
+def check_found(
+    count: int,
+    problems: Sequence[SkippedEntry],
+    src_uri: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+) -> None:
+    """Refuse a source listing that found nothing to copy, saying why: nothing readable,
+    no such folder, or nothing matching the filters."""
+    if count:
+        return
+    bad = next((p for p in problems if p.error), None)
+    if bad is not None:
         raise TransferError(f"nothing readable under source {src_uri}: {bad.key!r}: {bad.reason}")
-    if not objects and src_uri.startswith("file://"):
+    if src_uri.startswith("file://"):
         root = src_uri[len("file://") :]
         if not os.path.isdir(root):
             raise TransferError(f"source {src_uri} does not exist (no directory {root})")
-    if not objects:
-        filt = (
-            f" matching include={list(include)} exclude={list(exclude)}"
-            if (include or exclude)
-            else ""
-        )
-        raise TransferError(f"no objects{filt} under source {src_uri}")
-    return sorted(objects, key=lambda o: o.key)
+    filt = ""
+    if include or exclude:
+        filt = f" matching include={list(include)} exclude={list(exclude)}"
+    raise TransferError(f"no objects{filt} under source {src_uri}")
 
 
 def refused_names(dst: ObjectStore, objects: Iterable[ObjectInfo]) -> dict[str, str]:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from gateway_agent.stores.base import ObjectInfo, ObjectStore
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.manifest import matches, same_object
+from skyplane_ops.transfer.manifest import matches
 
 log = logging.getLogger(__name__)
 
@@ -74,60 +72,3 @@ def delete_extra(
         deleted += 1
         log.info("deleted %s (absent from the source)", key)
     return deleted, failed
-
-
-@dataclass
-class Preview:
-    """What a run would do (``--dry-run``): objects to copy and destination objects to delete."""
-
-    copy: list[tuple[str, int]] = field(default_factory=list)
-    delete: list[str] = field(default_factory=list)
-    skipped: int = 0
-    max_delete: int | None = None
-
-    @property
-    def delete_refused(self) -> bool:
-        return self.max_delete is not None and len(self.delete) > self.max_delete
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "copy": [{"key": k, "size": s} for k, s in self.copy],
-            "delete": list(self.delete),
-            "skipped": self.skipped,
-            "delete_refused": self.delete_refused,
-        }
-
-    def lines(self) -> list[str]:
-        out = [f"would copy {k} ({s} bytes)" for k, s in self.copy]
-        out += [f"would delete {k}" for k in self.delete]
-        tail = (
-            f"dry run: {len(self.copy)} to copy, {len(self.delete)} to delete, "
-            f"{self.skipped} up to date"
-        )
-        if self.delete_refused:
-            tail += f"; the deletes exceed --max-delete {self.max_delete}: the run would refuse"
-        return [*out, tail]
-
-
-def preview(
-    objects: Sequence[ObjectInfo],
-    existing: Mapping[str, ObjectInfo] | None,
-    *,
-    include: Sequence[str],
-    exclude: Sequence[str],
-    delete: bool,
-    max_delete: int | None,
-    keep: Sequence[str] = (),
-) -> Preview:
-    """The dry run: ``existing`` is the destination listing (None when not syncing)."""
-    if existing is None:
-        return Preview(copy=[(o.key, o.size) for o in objects])
-    todo = [o for o in objects if o.key not in existing or not same_object(o, existing[o.key])]
-    source_keys = {o.key for o in objects}
-    gone = extra_keys(existing, source_keys, include, exclude, keep) if delete else []
-    return Preview(
-        copy=[(o.key, o.size) for o in todo],
-        delete=gone,
-        skipped=len(objects) - len(todo),
-        max_delete=max_delete if delete else None,
-    )

@@ -1,6 +1,6 @@
 """The checks and views of a transfer request that need no fleet: option ranges and overlap
-(``check_request``), the journal lock (``transfer_lock``) and the dry run (``preview_transfer``).
-Faces call them before planning or provisioning anything."""
+(``check_request``), the journal lock (``transfer_lock``) and the one listing of a run
+(``list_request``). Faces call them before planning or provisioning anything."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway_agent.stores.base import ObjectInfo, ObjectStore, SkippedEntry
+from gateway_agent.stores.base import ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError
 from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import mirror, sidelist
+from skyplane_ops.transfer import sidelist
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.checks import check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock, default_journal_dir, transfer_key
-from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE, list_source
+from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
 from skyplane_ops.transfer.overlap import check_disjoint
 
 
@@ -28,13 +28,10 @@ def open_side(uri: str, options: Mapping[str, Any] | None, side: str) -> ObjectS
         raise TransferError(f"cannot open {side} {uri}: {exc}") from exc
 
 
-def check_destination(dst: ObjectStore, dst_uri: str, full: bool) -> dict[str, ObjectInfo]:
-    """Fail early when the destination does not exist; with ``full`` return its listing."""
+def check_destination(dst: ObjectStore, dst_uri: str) -> None:
+    """Fail early when the destination does not exist (one listing request)."""
     try:
-        if not full:
-            next(iter(dst.list()), None)
-            return {}
-        return {o.key: o for o in dst.list()}
+        next(iter(dst.list()), None)
     except BucketNotFoundError as exc:
         raise TransferError(f"destination {dst_uri} does not exist: {exc}") from exc
     except StoreError as exc:
@@ -143,7 +140,7 @@ def fill_listing(
     checked to exist."""
     on_count = None if progress is None else (lambda n: progress(n, 0))
     if not sync:
-        check_destination(open_side(dst_uri, dst_options, "destination"), dst_uri, full=False)
+        check_destination(open_side(dst_uri, dst_options, "destination"), dst_uri)
         if source:
             catalog.add_source(src, src_uri, include, exclude, on_count)
         return
@@ -190,35 +187,3 @@ def list_request(
         catalog.close()
         raise
     return Listing(catalog)
-
-
-def preview_transfer(
-    src_uri: str,
-    dst_uri: str,
-    *,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    sync: bool = False,
-    delete: bool = False,
-    max_delete: int | None = None,
-) -> mirror.Preview:
-    """The dry run: what ``run_transfer`` would copy and (with ``delete``) delete; no fleet."""
-    check_request(
-        src_uri, dst_uri, src_options=src_options, dst_options=dst_options, max_delete=max_delete
-    )
-    src = open_side(src_uri, src_options, "source")
-    dst = open_side(dst_uri, dst_options, "destination")
-    problems: list[SkippedEntry] = []
-    objects = list_source(src, src_uri, include, exclude, problems)
-    existing = check_destination(dst, dst_uri, full=sync or delete)
-    return mirror.preview(
-        objects,
-        existing if (sync or delete) else None,
-        include=include,
-        exclude=exclude,
-        delete=delete,
-        max_delete=max_delete,
-        keep=[p.key for p in problems],
-    )

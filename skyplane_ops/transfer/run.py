@@ -213,7 +213,7 @@ class _Run:
                 source=fresh,
             )
         else:
-            check_destination(dst, self.dst_uri, full=False)
+            check_destination(dst, self.dst_uri)
         try:
             return self._run(
                 listing.catalog, src, dst, journal, secret, sync, delete, max_delete, progress,

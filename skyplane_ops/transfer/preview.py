@@ -1,0 +1,144 @@
+"""The dry run (``--dry-run``): what a run would copy, skip, fail and delete.
+
+It lists into the run's on-disk catalog and decides there, with the run's own code
+(``todo.plan_todo``), so it says exactly what the run would do, and its memory does not grow
+with the object count: the lines and the JSON are read back a page at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+from skyplane_ops.transfer.catalog import TODO, Catalog, dec
+from skyplane_ops.transfer.request import check_request, list_request, open_side
+from skyplane_ops.transfer.todo import Todo, plan_todo
+
+
+@dataclass
+class Preview:
+    """A dry run's answer: counts, and the keys left in the catalog, streamed on demand.
+    Close it (or use it as a context manager) to remove the catalog's scratch file."""
+
+    catalog: Catalog
+    todo: Todo
+    max_delete: int | None = None
+
+    @property
+    def delete_refused(self) -> bool:
+        """Whether the run would refuse every delete (``--max-delete`` exceeded)."""
+        return self.max_delete is not None and self.todo.to_delete > self.max_delete
+
+    def copies(self) -> Iterator[tuple[str, int]]:
+        """(key, size) of each object the run would copy, in key order."""
+        for raw, size in self.catalog.pages("key, size", "src", f"state = {TODO}"):
+            yield dec(raw), int(size)
+
+    def deletes(self) -> Iterator[str]:
+        """Destination keys ``sync --delete`` would remove, in key order."""
+        for (raw,) in self.catalog.pages("key", "dst", "extra = 1"):
+            yield dec(raw)
+
+    def failures(self) -> Iterator[tuple[str, str]]:
+        """(key, why) of objects the run would fail before moving a byte (unreadable at the
+        source, a name the destination cannot hold)."""
+        for raw, why in self.catalog.pages("key, why", "outcome", "kind = 'failed'"):
+            yield dec(raw), str(why)
+
+    def lines(self) -> Iterator[str]:
+        yield from (f"would copy {k} ({s} bytes)" for k, s in self.copies())
+        yield from (f"would fail {k}: {why}" for k, why in self.failures())
+        yield from (f"would delete {k}" for k in self.deletes())
+        todo = self.todo
+        tail = (
+            f"dry run: {todo.objects} to copy, {todo.to_delete} to delete, "
+            f"{todo.skipped} up to date"
+        )
+        if todo.unread:
+            tail += f", {todo.unread} would fail"
+        if self.delete_refused:
+            tail += f"; the deletes exceed --max-delete {self.max_delete}: the run would refuse"
+        yield tail
+
+    def write_json(self, out: TextIO) -> None:
+        """The answer as one JSON object, written as it is read: ``copy`` [{key, size}],
+        ``fail`` [{key, why}], ``delete`` [key], ``skipped``, ``delete_refused``."""
+        out.write("{")
+        _array(out, "copy", ({"key": k, "size": s} for k, s in self.copies()))
+        out.write(",")
+        _array(out, "fail", ({"key": k, "why": w} for k, w in self.failures()))
+        out.write(",")
+        _array(out, "delete", self.deletes())
+        tail = {"skipped": self.todo.skipped, "delete_refused": self.delete_refused}
+        out.write(f",\n  {json.dumps(tail)[1:-1]}\n}}\n")
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    def __enter__(self) -> Preview:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _array(out: TextIO, name: str, items: Iterable[Any]) -> None:
+    out.write(f"\n  {json.dumps(name)}: [")
+    sep = "\n    "
+    for item in items:
+        out.write(sep + json.dumps(item))
+        sep = ",\n    "
+    out.write("\n  ]" if sep != "\n    " else "]")
+
+
+def preview_transfer(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    sync: bool = False,
+    delete: bool = False,
+    max_delete: int | None = None,
+    journal_dir: str | Path | None = None,
+) -> Preview:
+    """The dry run: what ``run_transfer`` would copy and (with ``delete``) delete; no fleet.
+    The catalog is a scratch file under ``journal_dir`` (the default journal folder)."""
+    check_request(
+        src_uri, dst_uri, src_options=src_options, dst_options=dst_options, max_delete=max_delete
+    )
+    listing = list_request(
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        include=include,
+        exclude=exclude,
+        sync=sync or delete,
+        journal_dir=journal_dir,
+    )
+    catalog = listing.catalog
+    try:
+        dst = open_side(dst_uri, dst_options, "destination")
+        todo = plan_todo(
+            catalog,
+            dst,
+            dst_uri,
+            include,
+            exclude,
+            sync=sync or delete,
+            delete=delete,
+            max_delete=None,  # reported (``delete_refused``), not raised
+        )
+    except BaseException:
+        catalog.close()
+        raise
+    return Preview(catalog, todo, max_delete if delete else None)
