@@ -2,12 +2,17 @@
 
 Native checksums are compared when both stores report the same algorithm (e.g. CRC32C on GCS
 and S3); otherwise the bytes are read back and CRC32C'd on both sides, in ranges, with a few
-threads. Only counts and at most a handful of example keys are kept: the result goes into
-Dagster metadata, which must stay small.
+threads. The listings go through a scratch SQLite file, not memory; only counts and at most a
+handful of example keys are kept: the result goes into Dagster metadata, which must stay small.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import sqlite3
+import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,6 +24,7 @@ from gateway_agent.stores.base import ObjectInfo
 
 SAMPLE = 5
 _READ = 8 * 1024 * 1024
+_PAGE = 1000  # listing rows per insert, objects per read-back round
 
 
 @dataclass
@@ -119,10 +125,11 @@ def _crc32c_of(store: Any, key: str, size: int) -> str:
     return f"{crc:08x}:{offset}"
 
 
-def _native_pair(a: ObjectInfo, b: ObjectInfo) -> tuple[str, str, str] | None:
+def _native_pair(a: dict[str, str], b: dict[str, str]) -> tuple[str, str, str] | None:
+    """The first checksum algorithm both listings report: (name, source's, replica's)."""
     for algo in ("crc32c", "md5", "sha256", "crc64nvme"):
-        if algo in a.checksums and algo in b.checksums:
-            return algo, a.checksums[algo], b.checksums[algo]
+        if algo in a and algo in b:
+            return algo, a[algo], b[algo]
     return None
 
 
@@ -135,49 +142,103 @@ def compare_listings(
     checksums: str = "auto",
     threads: int = 8,
 ) -> Comparison:
-    """Compare two listings (keys relative to each store's root) and, per ``checksums``, bytes."""
+    """Compare two listings (keys relative to each store's root) and, per ``checksums``, bytes.
+
+    The listings are streamed into a scratch SQLite file and compared there in key order, so
+    the check's memory does not grow with the object count (a million objects held as two
+    dicts of ``ObjectInfo`` took ~2 GiB); objects to read back go a page at a time."""
     if checksums not in ("auto", "native", "off"):
         raise ValueError(f"checksums must be auto, native or off, not {checksums!r}")
-    src = {o.key: o for o in src_items}
-    dst = {o.key: o for o in dst_items}
-    cmp = Comparison(
-        src_objects=len(src),
-        dst_objects=len(dst),
-        src_bytes=sum(o.size for o in src.values()),
-        dst_bytes=sum(o.size for o in dst.values()),
+    with tempfile.TemporaryDirectory(prefix="skyplane-compare-") as folder:
+        db = sqlite3.connect(os.path.join(folder, "compare.sqlite"))
+        try:
+            return _compare(db, src_store, dst_store, src_items, dst_items, checksums, threads)
+        finally:
+            db.close()
+
+
+def _load(db: sqlite3.Connection, table: str, items: Iterable[ObjectInfo]) -> None:
+    db.execute(f"CREATE TABLE {table}(key BLOB PRIMARY KEY, size INTEGER, ck TEXT) WITHOUT ROWID")
+    rows = ((_blob(o.key), o.size, json.dumps(o.checksums) if o.checksums else None) for o in items)
+    while batch := list(itertools.islice(rows, _PAGE)):
+        db.executemany(f"INSERT OR REPLACE INTO {table} VALUES(?,?,?)", batch)
+    db.commit()
+
+
+def _blob(key: str) -> bytes:
+    """A key as bytes (a local name may not be UTF-8): sorted as S3 sorts, back by ``_key``."""
+    return key.encode("utf-8", "surrogatepass")
+
+
+def _key(blob: bytes) -> str:
+    return blob.decode("utf-8", "surrogatepass")
+
+
+def _compare(
+    db: sqlite3.Connection,
+    src_store: Any,
+    dst_store: Any,
+    src_items: Iterable[ObjectInfo],
+    dst_items: Iterable[ObjectInfo],
+    checksums: str,
+    threads: int,
+) -> Comparison:
+    db.execute("PRAGMA journal_mode=OFF")
+    db.execute("PRAGMA synchronous=OFF")
+    _load(db, "a", src_items)
+    _load(db, "b", dst_items)
+    (n_a, b_a), (n_b, b_b) = (
+        db.execute(f"SELECT count(*), coalesce(sum(size), 0) FROM {t}").fetchone()
+        for t in ("a", "b")
     )
-    for key in sorted(src.keys() - dst.keys()):
-        _note(cmp, "missing", cmp.missing, key)
-    for key in sorted(dst.keys() - src.keys()):
-        _note(cmp, "extra", cmp.extra, key)
-    to_read: list[str] = []
-    for key in sorted(src.keys() & dst.keys()):
-        a, b = src[key], dst[key]
-        if a.size != b.size:
+    cmp = Comparison(src_objects=n_a, dst_objects=n_b, src_bytes=b_a, dst_bytes=b_b)
+    for kind, bucket, this, other in (
+        ("missing", cmp.missing, "a", "b"),
+        ("extra", cmp.extra, "b", "a"),
+    ):
+        query = (
+            f"SELECT key FROM {this} WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {other} o WHERE o.key = {this}.key) ORDER BY key"
+        )
+        for (blob,) in db.execute(query):
+            _note(cmp, kind, bucket, _key(blob))
+    to_read: list[tuple[str, int]] = []
+
+    def read_back() -> None:
+        def both(item: tuple[str, int]) -> tuple[str, bool]:
+            key, size = item
+            return key, _crc32c_of(src_store, key, size) == _crc32c_of(dst_store, key, size)
+
+        cmp.methods.add("crc32c (read back)")
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            for key, same in pool.map(both, to_read):
+                cmp.checksummed += 1
+                if not same:
+                    _note(cmp, "checksum", cmp.checksum_mismatch, key)
+        to_read.clear()
+
+    pairs = db.execute(
+        "SELECT a.key, a.size, b.size, a.ck, b.ck FROM a JOIN b ON a.key = b.key ORDER BY a.key"
+    )
+    for blob, size, dst_size, ck_a, ck_b in pairs:
+        key = _key(blob)
+        if size != dst_size:
             _note(cmp, "size", cmp.size_mismatch, key)
             continue
         if checksums == "off":
             continue
-        native = _native_pair(a, b)
+        native = _native_pair(json.loads(ck_a), json.loads(ck_b)) if ck_a and ck_b else None
         if native is not None:
             cmp.methods.add(native[0])
             cmp.checksummed += 1
             if native[1] != native[2]:
                 _note(cmp, "checksum", cmp.checksum_mismatch, key)
         elif checksums == "auto":
-            to_read.append(key)
+            to_read.append((key, size))
+            if len(to_read) >= _PAGE:
+                read_back()
     if to_read:
-        cmp.methods.add("crc32c (read back)")
-
-        def both(key: str) -> tuple[str, bool]:
-            size = src[key].size
-            return key, _crc32c_of(src_store, key, size) == _crc32c_of(dst_store, key, size)
-
-        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            for key, same in pool.map(both, to_read):
-                cmp.checksummed += 1
-                if not same:
-                    _note(cmp, "checksum", cmp.checksum_mismatch, key)
+        read_back()
     return cmp
 
 

@@ -93,8 +93,11 @@ def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) 
     for key in run_partition_keys(context, spec.partitions_def):
         prefix = prefix_for(key, spec.partition_prefix) if key is not None else ""
         src_uri = join_uri(spec.source.uri, prefix)
+        objects = nbytes = 0  # counted as the listing streams: nothing kept per object
         try:
-            listing = list(skyplane.open_store(src_uri).list())
+            for info in skyplane.open_store(src_uri).list():
+                objects += 1
+                nbytes += info.size
         except Exception as exc:
             raise _fail(skyplane, context, f"cannot list {src_uri}", exc) from None
         units.append(
@@ -102,8 +105,8 @@ def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) 
                 "partition": key,
                 "prefix": prefix,
                 "src_uri": src_uri,
-                "objects": len(listing),
-                "bytes": sum(o.size for o in listing),
+                "objects": objects,
+                "bytes": nbytes,
             }
         )
     total_bytes = sum(u["bytes"] for u in units)
