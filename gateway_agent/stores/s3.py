@@ -6,7 +6,8 @@ Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 ``list_page_size`` (keys per ListObjectsV2 page, default 1000), ``checksums`` ("crc32c", the
 default, or "off" for S3-compatible services that refuse S3's additional checksums),
 ``fast_put`` (default true: PutObject of bodies under 1 MiB skips boto3's request pipeline,
-see ``_s3put``; false sends every request through boto3).
+see ``_s3fast``; false sends every PutObject through boto3), ``fast_list`` (the same for
+ListObjectsV2 pages, default true).
 Credentials come from boto3's normal chain (env, profile, instance role).
 
 Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
@@ -29,9 +30,10 @@ them back. Bodies under 1 MiB go without ``Expect: 100-continue``.
 from __future__ import annotations
 
 import base64
+import builtins
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway_agent.checksum import crc32c
@@ -40,11 +42,10 @@ from gateway_agent.stores._common import (
     check_part_number,
     check_range,
     error_for_status,
-    paginate,
     require_parts,
 )
-from gateway_agent.stores._s3put import FAST_PUT_MAX, FastPut, Unsupported, fast_put_for
-from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores._s3fast import FAST_PUT_MAX, FastPath, Listed, Unsupported, fast_path_for
+from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -71,6 +72,7 @@ _OPTIONS = frozenset(
         "list_page_size",
         "checksums",
         "fast_put",
+        "fast_list",
     }
 )
 _TRANSIENT_CODES = {
@@ -96,6 +98,8 @@ _DENIED_CODES = {
     "403",
 }
 _NOT_FOUND_KEY = {"NoSuchKey", "404", "NotFound"}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
 
 
 class S3Store(CloudStore):
@@ -143,12 +147,14 @@ class S3Store(CloudStore):
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
         for op in ("PutObject", "UploadPart"):
             self._client.meta.events.register(f"before-sign.s3.{op}", _no_continue_when_small)
-        fast = opts.get("fast_put", True)
-        if not isinstance(fast, bool):
-            raise InvalidURIError(f"{self.uri}: option fast_put must be true or false")
-        self._fast: FastPut | None = None
-        if fast:
-            self._fast = fast_put_for(self._client, session, self._bucket, opts)
+        for name in ("fast_put", "fast_list"):
+            if not isinstance(opts.get(name, True), bool):
+                raise InvalidURIError(f"{self.uri}: option {name} must be true or false")
+        path = None
+        if opts.get("fast_put", True) or opts.get("fast_list", True):
+            path = fast_path_for(self._client, session, self._bucket, opts)
+        self._fast: FastPath | None = path if opts.get("fast_put", True) else None
+        self._fast_list: FastPath | None = path if opts.get("fast_list", True) else None
 
     def _crc_args(self, data: bytes) -> dict[str, str]:
         """What PutObject/UploadPart send so S3 checks the body and keeps its CRC32C."""
@@ -214,33 +220,63 @@ class S3Store(CloudStore):
         return False
 
     # -- protocol ------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def _pages(self, prefix: str) -> Iterator[list[Listed]]:
+        """The listing under ``prefix``, a page at a time: (key, size, ETag, LastModified)."""
         full = self._parsed.key(prefix)
         skip = len(self._parsed.prefix)
+        token: str | None = None
+        while True:
+            fast = self._fast_list
+            if fast is not None:
+                try:
+                    items, token = self._call(
+                        "list", prefix, fast.list_page, full, token, self._page_size
+                    )
+                except Unsupported:
+                    self._fast_list = None  # another region: boto3 follows, from this page on
+                    continue
+            else:
+                items, token = self._boto3_page(prefix, full, token)
+            yield [(name[skip:], size, etag, modified) for name, size, etag, modified in items]
+            if not token:
+                return
 
-        def fetch(token: str | None) -> tuple[list[dict[str, Any]], str | None]:
-            more = {"ContinuationToken": token} if token else {}
-            page = self._call(
-                "list",
-                prefix,
-                self._client.list_objects_v2,
-                Bucket=self._bucket,
-                Prefix=full,
-                MaxKeys=self._page_size,
-                **more,
-            )
-            truncated = page.get("IsTruncated")
-            return page.get("Contents", []), page.get(
-                "NextContinuationToken"
-            ) if truncated else None
+    def _boto3_page(
+        self, prefix: str, full: str, token: str | None
+    ) -> tuple[list[Listed], str | None]:
+        more = {"ContinuationToken": token} if token else {}
+        page = self._call(
+            "list",
+            prefix,
+            self._client.list_objects_v2,
+            Bucket=self._bucket,
+            Prefix=full,
+            MaxKeys=self._page_size,
+            **more,
+        )
+        items = [
+            (i["Key"], int(i["Size"]), i.get("ETag"), i.get("LastModified"))
+            for i in page.get("Contents", [])
+        ]
+        return items, page.get("NextContinuationToken") if page.get("IsTruncated") else None
 
-        for item in paginate(fetch):
-            yield self._info(
-                item["Key"][skip:],
-                item["Size"],
-                item.get("ETag"),
-                item.get("LastModified"),
-            )
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        for page in self._pages(prefix):
+            for key, size, etag, modified in page:
+                yield self._info(key, size, etag, modified)
+
+    def list_rows(
+        self, prefix: str = "", *, versions: bool = True
+    ) -> Iterator[builtins.list[ListRow]]:
+        """``list`` as plain tuples, a page at a time (no ``ObjectInfo`` per object): the
+        version is the ETag, the checksums an MD5 ETag, as ``list`` reports them."""
+        for page in self._pages(prefix):
+            rows: builtins.list[ListRow] = []
+            for key, size, etag, modified in page:
+                tag = etag.strip('"') if etag else None
+                sums = f'{{"md5": "{tag}"}}' if tag and _MD5.match(tag) else None
+                rows.append((key, size, _micros(modified), sums, tag, tag))
+            yield rows
 
     def head(self, key: str) -> ObjectInfo:
         try:
@@ -400,6 +436,13 @@ class S3Store(CloudStore):
 
     def delete(self, key: str) -> None:
         self._on_key("delete", key, self._client.delete_object)
+
+
+def _micros(modified: datetime | None) -> int | None:
+    """Microseconds since the epoch, as the catalog keeps listing times."""
+    if modified is None:
+        return None
+    return (modified - _EPOCH) // _US
 
 
 def _no_continue_when_small(request: Any, **_: Any) -> None:

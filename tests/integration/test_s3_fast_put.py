@@ -1,4 +1,4 @@
-"""The S3 store's fast PutObject path (``_s3put``) on real servers and sockets.
+"""The S3 store's fast PutObject and ListObjectsV2 paths (``_s3fast``) on real servers and sockets.
 
 * Signatures: a moto_server that enforces IAM auth (``INITIAL_NO_AUTH_ACTION_COUNT``) checks
   the SigV4 signature of every request (moto recomputes it with botocore's S3SigV4Auth); the
@@ -9,6 +9,10 @@
   byte of every PUT body, the write is refused and nothing lands.
 * The path is taken: boto3's own PutObject handler must not fire, the fast path's counter
   must equal the writes; with ``fast_put: false`` the reverse.
+* Listings: the fast path's pages (signed, checked by moto) give exactly what boto3's give,
+  entry for entry (keys that need URL-encoding, sizes, ETags, times, rows for the catalog),
+  page by page; a missing bucket is the same typed error; a region redirect hands over to
+  boto3 mid-listing.
 """
 
 from __future__ import annotations
@@ -98,6 +102,53 @@ def test_fast_put_is_signed_as_s3_expects(signed_moto: dict[str, str]) -> None:
             assert store.head(key).checksums["crc32c"] == crc32c_b64(body)
 
 
+def _boto3_lists(store: S3Store) -> list[str]:
+    seen: list[str] = []
+    store._client.meta.events.register(
+        "before-send.s3.ListObjectsV2", lambda request, **_: seen.append(request.url)
+    )
+    return seen
+
+
+def test_fast_list_gives_what_boto3_gives(signed_moto: dict[str, str]) -> None:
+    from skyplane_ops.transfer.listrows import listed
+
+    creds = {k: v for k, v in signed_moto.items() if k.startswith("AWS_")}
+    keys = [*KEYS, "sp ace/x", "ctl\x01char", "q?uery#frag", "plus+/+"]
+    with environ(creds):
+        fast = _open(signed_moto["endpoint"], "signed", list_page_size=3)
+        slow = _open(signed_moto["endpoint"], "signed", list_page_size=3, fast_list=False)
+        for key in keys:
+            fast.write(key, key.encode() * 3)
+        boto_lists = _boto3_lists(fast)
+        got = list(fast.list())
+        assert boto_lists == [] and fast._fast_list is not None
+        assert fast._fast_list.pages == -(-len(set(keys)) // 3)  # pages of 3, all signed
+        want = list(slow.list())
+        assert got == want and sorted(o.key for o in got) == sorted(set(keys))
+        assert all(o.modified is not None and o.version for o in got)
+        # The catalog's rows: what ``listed`` makes of boto3's ObjectInfo, field for field.
+        rows = [r for page in fast.list_rows() for r in page]
+        slow_rows = [
+            r
+            for page in listed(
+                _open(signed_moto["endpoint"], "signed", fast_list=False, list_page_size=3)
+            )
+            for r in page
+        ]
+        assert rows == slow_rows
+        assert [o.key for o in fast.list("dir/")] == ["dir/a b.txt"]
+
+
+def test_fast_list_of_a_missing_bucket_is_typed(moto_s3: Any) -> None:
+    from gateway_agent.stores.errors import BucketNotFoundError
+
+    store = _open(moto_s3.options["endpoint_url"], f"gone-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(BucketNotFoundError):
+        list(store.list())
+    assert store._fast_list is not None and store._fast_list.pages == 1
+
+
 def test_fast_put_with_wrong_secret_is_refused(signed_moto: dict[str, str]) -> None:
     creds = {"AWS_ACCESS_KEY_ID": signed_moto["AWS_ACCESS_KEY_ID"]}
     creds["AWS_SECRET_ACCESS_KEY"] = "not-" + signed_moto["AWS_SECRET_ACCESS_KEY"]
@@ -179,6 +230,22 @@ class ScriptedS3:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def do_GET(self) -> None:  # ListObjectsV2: the scripted error, else one object
+                outer.agents.append(self.headers.get("User-Agent", ""))
+                status, code = script.pop(0) if script else (200, "")
+                self.send_response(status)
+                out = (
+                    b"<ListBucketResult><EncodingType>url</EncodingType><IsTruncated>false</IsTruncated>"
+                    b"<Contents><Key>pre/a%20b"
+                    b"</Key><Size>3</Size><ETag>&quot;e&quot;</ETag><LastModified>"
+                    b"2026-01-02T03:04:05.678Z</LastModified></Contents></ListBucketResult>"
+                    if status == 200
+                    else f"<Error><Code>{code}</Code><Message>m</Message></Error>".encode()
+                )
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
             def do_PUT(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.agents.append(self.headers.get("User-Agent", ""))
@@ -236,3 +303,27 @@ def test_region_redirect_hands_over_to_boto3() -> None:
         store.write("b", b"two")
         assert store._fast is None and len(boto_puts) == 2  # boto3 from the redirect on
         assert len(server.agents) == 3 and "fast-put" in server.agents[0]
+
+
+def test_list_redirect_hands_over_to_boto3() -> None:
+    with _scripted([(301, "PermanentRedirect")]) as server:
+        with environ({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}):
+            store = _open(server.endpoint, "moved")
+        boto_lists = _boto3_lists(store)
+        got = list(store.list())
+        assert [(o.key, o.size, o.etag) for o in got] == [("a b", 3, "e")]
+        assert store._fast_list is None and len(boto_lists) == 1
+        assert len(server.agents) == 2 and "fast-put" in server.agents[0]
+
+
+def test_keys_are_decoded_only_when_the_server_encoded_them() -> None:
+    from gateway_agent.stores._s3fast import parse_list_page
+
+    page = (
+        b"<ListBucketResult>{enc}<IsTruncated>true</IsTruncated><NextContinuationToken>t+1"
+        b"</NextContinuationToken><Contents><Key>a%2Bb+c</Key><Size>1</Size></Contents>"
+        b"</ListBucketResult>"
+    )
+    encoded = page.replace(b"{enc}", b"<EncodingType>url</EncodingType>")
+    assert parse_list_page(encoded) == ([("a+b c", 1, None, None)], "t+1")
+    assert parse_list_page(page.replace(b"{enc}", b"")) == ([("a%2Bb+c", 1, None, None)], "t+1")

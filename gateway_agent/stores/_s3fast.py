@@ -1,4 +1,4 @@
-"""PutObject of small whole objects without botocore's request pipeline.
+"""PutObject of small whole objects and ListObjectsV2 pages without botocore's request pipeline.
 
 Why: a boto3 ``put_object`` of 1 KiB costs about 1 ms of CPU (parameter validation,
 serialization, ~20 event handlers, endpoint rules, signing, response parsing); against an
@@ -10,14 +10,20 @@ and ``x-amz-sdk-checksum-algorithm``), signed by botocore's own :class:`S3SigV4A
 client's credentials (session tokens and refreshes included), sent over a pooled keep-alive
 urllib3 connection without ``Expect: 100-continue``.
 
-It covers what the S3 store's ``write`` does with a small body and nothing else. Errors come
-back the way the boto3 path reports them (a botocore ``ClientError`` with S3's code and HTTP
-status, a :class:`TransientStoreError` for a dropped connection or timeout), so the store's
-retry policy and error mapping apply unchanged. :func:`fast_put_for` answers None where the
-path does not apply (no credentials, another signature version, access point ARNs, S3 Express
-buckets, an HTTP proxy from the environment), and :class:`Unsupported` is raised when S3
-answers with a redirect (a bucket in another region than the client's): the caller then
-turns the path off and lets boto3, which follows region redirects, do the rest.
+Listing is the same story: botocore parses a page of 1,000 objects through its shape model in
+about 70 ms (a verification listing of 10k objects: 0.7 s of one core). ``list_page`` sends
+the ListObjectsV2 request botocore would (``encoding-type=url``, keys decoded the way botocore
+decodes them) and reads the answer with ElementTree: about 5 ms a page.
+
+It covers what the S3 store's ``write`` does with a small body and what its listing reads of
+a page, nothing else. Errors come back the way the boto3 path reports them (a botocore
+``ClientError`` with S3's code and HTTP status, a :class:`TransientStoreError` for a dropped
+connection or timeout), so the store's retry policy and error mapping apply unchanged.
+:func:`fast_path_for` answers None where the path does not apply (no credentials, another
+signature version, access point ARNs, S3 Express buckets, an HTTP proxy from the environment),
+and :class:`Unsupported` is raised when S3 answers with a redirect (a bucket in another region
+than the client's): the caller then turns the path off and lets boto3, which follows region
+redirects, do the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import os
 import threading
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,8 +49,8 @@ class Unsupported(Exception):
     """S3 wants this request elsewhere (another region): boto3 must take over."""
 
 
-class FastPut:
-    """Signs and sends PutObject requests for one bucket; thread-safe."""
+class FastPath:
+    """Signs and sends PutObject and ListObjectsV2 requests for one bucket; thread-safe."""
 
     def __init__(
         self,
@@ -62,6 +69,10 @@ class FastPut:
         self.base_url = base_url
         origin = urlsplit(base_url)
         self._origin = len(f"{origin.scheme}://{origin.netloc}")
+        # The bucket's own URL for bucket-level requests: ``/bucket`` path-style (no trailing
+        # slash, as botocore sends it), ``/`` on a virtual-hosted name.
+        path = origin.path.rstrip("/") or "/"
+        self.bucket_url = f"{origin.scheme}://{origin.netloc}{path}"
         self._credentials = credentials
         self._region = region
         self._user_agent = f"{user_agent} skyplane-ops/fast-put"
@@ -78,7 +89,8 @@ class FastPut:
         )
         self._pool.ConnectionCls = one_write_connection(base_url.startswith("https:"))
         self._lock = threading.Lock()
-        self.sent = 0  # requests sent this way (a test shows the path is taken)
+        self.sent = 0  # PUTs sent this way (a test shows the path is taken)
+        self.pages = 0  # listing pages fetched this way
 
     def url(self, name: str) -> str:
         """The object's URL, its name encoded as botocore's serializer encodes ``Key``."""
@@ -86,45 +98,108 @@ class FastPut:
 
         return self.base_url + str(percent_encode(name, safe="/~"))
 
-    def put(self, name: str, data: bytes, crc32c_b64: str | None) -> dict[str, str | None]:
-        """One PutObject; returns what the store reads of the answer (ETag and checksum)."""
+    def _send(
+        self, method: str, url: str, data: bytes, headers: dict[str, str], operation: str
+    ) -> Any:
+        """``url`` signed (SigV4, the client's credentials) and sent; the urllib3 answer when
+        it is a 200, else the error boto3 would raise for ``operation``."""
         import urllib3
         from botocore.auth import S3SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        url = self.url(name)
-        headers = {"User-Agent": self._user_agent}
-        if crc32c_b64 is not None:
-            headers |= dict(zip(_SIGNED, ("CRC32C", crc32c_b64), strict=True))
-        request = AWSRequest("PUT", url, data=data, headers=headers)
+        request = AWSRequest(
+            method, url, data=data, headers={"User-Agent": self._user_agent, **headers}
+        )
         # As botocore marks a PutObject: over TLS with a checksum header the payload is not
         # hashed again for the signature (UNSIGNED-PAYLOAD); over plain HTTP it is.
-        request.context["has_streaming_input"] = True
+        request.context["has_streaming_input"] = method == "PUT"
         S3SigV4Auth(self._credentials.get_frozen_credentials(), "s3", self._region).add_auth(
             request
         )
-        with self._lock:
-            self.sent += 1
         try:
             resp = self._pool.urlopen(
-                "PUT",
+                method,
                 url[self._origin :],
-                body=data,
+                body=data or None,
                 headers=dict(request.headers.items()),
                 retries=False,
             )
         except urllib3.exceptions.HTTPError as exc:
             raise TransientStoreError(
-                f"PUT {urlsplit(url).netloc}: connection failed", code=type(exc).__name__
+                f"{method} {urlsplit(url).netloc}: connection failed", code=type(exc).__name__
             ) from None
         if resp.status == 200:
-            got = resp.headers
-            return {
-                "ETag": got.get("ETag"),
-                "ChecksumCRC32C": got.get("x-amz-checksum-crc32c"),
-                "ChecksumType": got.get("x-amz-checksum-type"),
-            }
-        raise _client_error(resp.status, resp.data, resp.headers)
+            return resp
+        raise _client_error(resp.status, resp.data, resp.headers, operation)
+
+    def put(self, name: str, data: bytes, crc32c_b64: str | None) -> dict[str, str | None]:
+        """One PutObject; returns what the store reads of the answer (ETag and checksum)."""
+        headers = {}
+        if crc32c_b64 is not None:
+            headers = dict(zip(_SIGNED, ("CRC32C", crc32c_b64), strict=True))
+        with self._lock:
+            self.sent += 1
+        got = self._send("PUT", self.url(name), data, headers, "PutObject").headers
+        return {
+            "ETag": got.get("ETag"),
+            "ChecksumCRC32C": got.get("x-amz-checksum-crc32c"),
+            "ChecksumType": got.get("x-amz-checksum-type"),
+        }
+
+    def list_page(
+        self, prefix: str, token: str | None, max_keys: int
+    ) -> tuple[list[Listed], str | None]:
+        """One ListObjectsV2 page of names under ``prefix`` (the full name prefix) after
+        ``token``: (name, size, ETag, LastModified) per object, and the next page's token (None
+        after the last page)."""
+        from botocore.utils import percent_encode
+
+        query = {"list-type": "2", "encoding-type": "url", "max-keys": str(max_keys)}
+        query["prefix"] = prefix
+        if token:
+            query["continuation-token"] = token
+        # Encoded and sorted as SigV4's canonical query string wants it (botocore signs the
+        # query of the URL as it stands).
+        url = (
+            self.bucket_url
+            + "?"
+            + "&".join(f"{k}={percent_encode(v)}" for k, v in sorted(query.items()))
+        )
+        with self._lock:
+            self.pages += 1
+        return parse_list_page(self._send("GET", url, b"", {}, "ListObjectsV2").data)
+
+
+Listed = tuple[str, int, str | None, datetime | None]
+
+
+def parse_list_page(body: bytes) -> tuple[list[Listed], str | None]:
+    """A ListObjectsV2 answer (``encoding-type=url``): its objects and the next token."""
+    from botocore.compat import unquote_str
+
+    root = ET.fromstring(body)
+    ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+    key_tag, size_tag, etag_tag, time_tag = (
+        ns + t for t in ("Key", "Size", "ETag", "LastModified")
+    )
+    # Keys come URL-encoded only where the server says so (as botocore decodes): a service
+    # that ignores ``encoding-type`` sends them as they are, '%' and '+' included.
+    decode = unquote_str if root.findtext(ns + "EncodingType") == "url" else str
+    items: list[Listed] = []
+    for entry in root.iter(ns + "Contents"):
+        fields = {child.tag: child.text for child in entry}
+        modified = fields.get(time_tag)
+        items.append(
+            (
+                decode(fields[key_tag] or ""),
+                int(fields[size_tag] or 0),
+                fields.get(etag_tag),
+                datetime.fromisoformat(modified) if modified else None,
+            )
+        )
+    truncated = (root.findtext(ns + "IsTruncated") or "").lower() == "true"
+    token = root.findtext(ns + "NextContinuationToken") if truncated else None
+    return items, token or None
 
 
 def one_write_connection(tls: bool) -> type[Any]:
@@ -160,7 +235,7 @@ def one_write_connection(tls: bool) -> type[Any]:
     return OneWrite
 
 
-def _client_error(status: int, body: bytes, headers: Any) -> Exception:
+def _client_error(status: int, body: bytes, headers: Any, operation: str) -> Exception:
     """S3's error answer as the ``ClientError`` boto3 would raise (code from the XML body)."""
     from botocore.exceptions import ClientError
 
@@ -176,10 +251,10 @@ def _client_error(status: int, body: bytes, headers: Any) -> Exception:
         return Unsupported(f"{code} (region {headers.get('x-amz-bucket-region')})")
     answer: Any = {"Error": {"Code": code, "Message": message}}
     answer["ResponseMetadata"] = {"HTTPStatusCode": status}
-    return ClientError(answer, "PutObject")
+    return ClientError(answer, operation)
 
 
-def fast_put_for(client: Any, session: Any, bucket: str, opts: dict[str, Any]) -> FastPut | None:
+def fast_path_for(client: Any, session: Any, bucket: str, opts: dict[str, Any]) -> FastPath | None:
     """The fast path for ``bucket`` as ``client`` would address it, or None where it does
     not apply (then every PutObject goes through boto3)."""
     from botocore.utils import get_environ_proxies
@@ -200,7 +275,7 @@ def fast_put_for(client: Any, session: Any, bucket: str, opts: dict[str, Any]) -
         return None
     # The region boto3 signs for; a bucket elsewhere answers a redirect and boto3 takes over.
     region = client.meta.region_name or "us-east-1"
-    return FastPut(
+    return FastPath(
         f"{parts.scheme}://{parts.netloc}{parts.path[:-1]}",
         credentials,
         region,
