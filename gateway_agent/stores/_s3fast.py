@@ -29,12 +29,14 @@ redirects, do the rest.
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from gateway_agent.stores import _rawhttp
 from gateway_agent.stores.errors import TransientStoreError
 
 # Bodies at or above this size go through boto3 (its 100-continue handshake is worth it there,
@@ -63,7 +65,6 @@ class FastPath:
         read_timeout: float,
         user_agent: str,
     ) -> None:
-        import urllib3
         from botocore.httpsession import get_cert_path
 
         self.base_url = base_url
@@ -73,21 +74,28 @@ class FastPath:
         # slash, as botocore sends it), ``/`` on a virtual-hosted name.
         path = origin.path.rstrip("/") or "/"
         self.bucket_url = f"{origin.scheme}://{origin.netloc}{path}"
+        # The Host header as http.client sends it (no default port); signed as sent.
+        default = ":443" if origin.scheme == "https" else ":80"
+        self._host = origin.netloc.removesuffix(default)
         self._credentials = credentials
         self._region = region
         self._user_agent = f"{user_agent} skyplane-ops/fast-put"
-        tls: dict[str, Any] = {}
+        bundle = None
         if base_url.startswith("https:"):
             bundle = os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)
-            tls = {"cert_reqs": "CERT_REQUIRED", "ca_certs": bundle}
-        self._pool = urllib3.connection_from_url(
-            base_url,
-            maxsize=max_pool,
-            retries=False,
-            timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
-            **tls,
-        )
-        self._pool.ConnectionCls = one_write_connection(base_url.startswith("https:"))
+        self._raw: _rawhttp.Connections | None = None
+        self._pool: Any = None
+        if _rawhttp.available:
+            self._raw = _rawhttp.Connections(
+                origin.hostname or "",
+                origin.port or (443 if origin.scheme == "https" else 80),
+                tls=ssl.create_default_context(cafile=bundle) if bundle else None,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                max_idle=max_pool,
+            )
+        else:
+            self._pool = _urllib3_pool(base_url, bundle, max_pool, connect_timeout, read_timeout)
         self._lock = threading.Lock()
         self.sent = 0  # PUTs sent this way (a test shows the path is taken)
         self.pages = 0  # listing pages fetched this way
@@ -100,37 +108,33 @@ class FastPath:
 
     def _send(
         self, method: str, url: str, data: bytes, headers: dict[str, str], operation: str
-    ) -> Any:
-        """``url`` signed (SigV4, the client's credentials) and sent; the urllib3 answer when
-        it is a 200, else the error boto3 would raise for ``operation``."""
-        import urllib3
+    ) -> _rawhttp.Answer:
+        """``url`` signed (SigV4, the client's credentials) and sent; the answer when it is a
+        200, else the error boto3 would raise for ``operation``."""
         from botocore.auth import S3SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        request = AWSRequest(
-            method, url, data=data, headers={"User-Agent": self._user_agent, **headers}
-        )
+        headers = {"Host": self._host, "User-Agent": self._user_agent, **headers}
+        request = AWSRequest(method, url, data=data, headers=headers)
         # As botocore marks a PutObject: over TLS with a checksum header the payload is not
         # hashed again for the signature (UNSIGNED-PAYLOAD); over plain HTTP it is.
         request.context["has_streaming_input"] = method == "PUT"
         S3SigV4Auth(self._credentials.get_frozen_credentials(), "s3", self._region).add_auth(
             request
         )
+        signed = dict(request.headers.items())
         try:
-            resp = self._pool.urlopen(
-                method,
-                url[self._origin :],
-                body=data or None,
-                headers=dict(request.headers.items()),
-                retries=False,
-            )
-        except urllib3.exceptions.HTTPError as exc:
+            if self._raw is not None:
+                answer = self._raw.request(method, url[self._origin :], signed, data)
+            else:
+                answer = _urllib3_send(self._pool, method, url[self._origin :], signed, data)
+        except OSError as exc:
             raise TransientStoreError(
                 f"{method} {urlsplit(url).netloc}: connection failed", code=type(exc).__name__
             ) from None
-        if resp.status == 200:
-            return resp
-        raise _client_error(resp.status, resp.data, resp.headers, operation)
+        if answer.status == 200:
+            return answer
+        raise _client_error(answer.status, answer.data, answer.headers, operation)
 
     def put(self, name: str, data: bytes, crc32c_b64: str | None) -> dict[str, str | None]:
         """One PutObject; returns what the store reads of the answer (ETag and checksum)."""
@@ -141,7 +145,7 @@ class FastPath:
             self.sent += 1
         got = self._send("PUT", self.url(name), data, headers, "PutObject").headers
         return {
-            "ETag": got.get("ETag"),
+            "ETag": got.get("etag"),
             "ChecksumCRC32C": got.get("x-amz-checksum-crc32c"),
             "ChecksumType": got.get("x-amz-checksum-type"),
         }
@@ -200,6 +204,37 @@ def parse_list_page(body: bytes) -> tuple[list[Listed], str | None]:
     truncated = (root.findtext(ns + "IsTruncated") or "").lower() == "true"
     token = root.findtext(ns + "NextContinuationToken") if truncated else None
     return items, token or None
+
+
+def _urllib3_pool(
+    base_url: str, bundle: str | None, max_pool: int, connect_timeout: float, read_timeout: float
+) -> Any:
+    """Without httptools: a urllib3 pool, its connections writing head and body at once."""
+    import urllib3
+
+    tls = {"cert_reqs": "CERT_REQUIRED", "ca_certs": bundle} if bundle else {}
+    pool = urllib3.connection_from_url(
+        base_url,
+        maxsize=max_pool,
+        retries=False,
+        timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
+        **tls,
+    )
+    pool.ConnectionCls = one_write_connection(base_url.startswith("https:"))
+    return pool
+
+
+def _urllib3_send(
+    pool: Any, method: str, target: str, headers: dict[str, str], data: bytes
+) -> _rawhttp.Answer:
+    import urllib3
+
+    try:
+        resp = pool.urlopen(method, target, body=data or None, headers=headers, retries=False)
+    except urllib3.exceptions.HTTPError as exc:
+        raise ConnectionError(str(exc)) from None
+    got = {k.lower(): v for k, v in resp.headers.items()}
+    return _rawhttp.Answer(resp.status, got, resp.data)
 
 
 def one_write_connection(tls: bool) -> type[Any]:

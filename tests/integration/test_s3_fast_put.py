@@ -327,3 +327,20 @@ def test_keys_are_decoded_only_when_the_server_encoded_them() -> None:
     encoded = page.replace(b"{enc}", b"<EncodingType>url</EncodingType>")
     assert parse_list_page(encoded) == ([("a+b c", 1, None, None)], "t+1")
     assert parse_list_page(page.replace(b"{enc}", b"")) == ([("a%2Bb+c", 1, None, None)], "t+1")
+
+
+def test_without_httptools_the_fast_path_uses_urllib3(
+    moto_s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway_agent.stores import _rawhttp
+
+    monkeypatch.setattr(_rawhttp, "available", False)
+    bucket = f"nohttptools-{uuid.uuid4().hex[:8]}"
+    moto_s3.make_bucket(bucket)
+    store = _open(moto_s3.options["endpoint_url"], bucket, list_page_size=1)
+    assert store._fast is not None and store._fast._raw is None
+    boto_puts, boto_lists = _boto3_puts(store), _boto3_lists(store)
+    for key in ("a", "b c"):
+        assert store.write(key, key.encode()).checksums["crc32c"] == crc32c_b64(key.encode())
+    assert [o.key for o in store.list()] == ["a", "b c"]
+    assert store._fast.sent == 2 and store._fast.pages == 2 and boto_puts == boto_lists == []
