@@ -22,7 +22,7 @@ client) and of every gateway (VmRSS and anonymous memory, sampled every 50 ms fr
 is deleted before rclone runs, and the source after its last run (peak disk: 2x the size).
 
 Usage: ``python benchmarks/bigfile.py [--sizes 4,32] [--nets loopback,wan] [--buffer-mib 512]
-[--wan-mbit 800] [--repeat 1] [--warmup 1] [--cold] [--work DIR]``.
+[--wan-mbit 800] [--repeat 1] [--warmup 1] [--cold] [--ours-args ARGS] [--work DIR]``.
 
 - ``--repeat N``: the tools alternate N times, who goes first alternating too, and the median
   run of each is shown (all times and the highest RSS of any run are kept).
@@ -86,6 +86,7 @@ def timed_cli(cmd: list[str], env: dict[str, str], state: Path) -> dict[str, Any
     doc = json.loads(out.read_text())
     run["phases"] = {k: round(float(v), 2) for k, v in doc.get("phases", {}).items()}
     run["steps"] = {k: round(float(v), 2) for k, v in doc.get("steps", {}).items()}
+    run["plan"] = doc.get("plan_summary")
     run["verification"] = (doc.get("verification") or {}).get("method")
     out.unlink()
     return run
@@ -127,7 +128,7 @@ def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[s
     nbytes = (src / "big.bin").stat().st_size
     row: dict[str, Any] = {"net": net, "gib": round(nbytes / GiB, 2)}
     cli = [*cli_command(), "cp", f"file://{src}", f"file://{ours}"]
-    cli += ["--journal-dir", str(state), "--no-progress", "--json"]
+    cli += ["--journal-dir", str(state), "--no-progress", "--json", *args.ours_args.split()]
     if net == "loopback":
         cli += [*REGIONS, "--backend-options", json.dumps({"buffer_mib": args.buffer_mib})]
     else:
@@ -217,6 +218,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--cold", action="store_true", help="empty the page cache before every run (root)"
+    )
+    parser.add_argument(
+        "--ours-args", default="", help="more arguments for our CLI, e.g. '--connections 2'"
     )
     parser.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
     parser.add_argument("--out", default=str(RESULTS / "bigfile.json"))
