@@ -12,7 +12,10 @@ refuses a body that does not match; neither reads anything back. Ours verifies t
 (``verify="full"``: sizes, and the CRC32C that each PUT's answer vouched for; ``--verify-size``:
 sizes only). Before the copies, a calibration with rclone at ``--transfers 64`` straight to the
 server (no proxy) shows what the server and this machine can do at all; the server's own CPU
-time per request is printed too.
+time per request is printed too. The server's files and the source tree live under ``--work``
+(default: ``/dev/shm`` where it exists): the server writes a file and renames it per PUT, and on
+this machine's disk that cost varies fourfold between runs (0.14-0.72 ms of server CPU per
+request), which bounded both tools by the disk instead of by the latency under test.
 
 CPU per object is printed per process (from /proc/PID/stat and getrusage): the control plane
 (this process), the source and sink gateways (startup included), the server, the proxy, and
@@ -21,7 +24,8 @@ gateways' objects in flight per job (default: the engine's); ``--store-options``
 options as JSON (e.g. ``'{"fast_put": false}'`` for the boto3-only path).
 
 Usage: ``python benchmarks/s3_latency.py [--quick] [--count N] [--delay 0.02 [0.05 ...]]
-[--gateways 1] [--download] [--verify-size] [--object-threads N] [--store-options JSON]``.
+[--gateways 1] [--download] [--verify-size] [--object-threads N] [--store-options JSON]
+[--work DIR]``.
 Writes ``benchmarks/results/s3_latency.json``.
 """
 
@@ -164,17 +168,23 @@ def main() -> int:
     parser.add_argument("--verify-size", action="store_true")
     parser.add_argument("--object-threads", type=int, default=None)
     parser.add_argument("--store-options", default="{}", help="S3 store options (JSON)")
+    parser.add_argument(
+        "--work",
+        default="/dev/shm" if Path("/dev/shm").is_dir() else None,
+        help="folder for the server's files and the source tree (default: /dev/shm)",
+    )
     args = parser.parse_args()
     dispatch = DispatchOptions(object_threads=args.object_threads) if args.object_threads else None
     count = args.count or (2000 if args.quick else 10_000)
     verify = "size" if args.verify_size else "full"
     os.environ.update(KEYS)  # the gateways inherit the credentials
     os.environ.pop("AWS_CA_BUNDLE", None)
-    work = Path(tempfile.mkdtemp(prefix="skyplane-s3lat-"))
+    work = Path(tempfile.mkdtemp(prefix="skyplane-s3lat-", dir=args.work))
     os.environ.setdefault("SKYPLANE_OPS_HOME", str(work / "home"))
     row: dict[str, Any] = {"objects": count, "object_bytes": 1024, "verify": verify}
     row |= {"gateways_per_region": args.gateways, "rclone_transfers": 16, "cases": []}
     row |= {"object_threads": args.object_threads, "store_options": json.loads(args.store_options)}
+    row["work"] = str(work.parent)
     try:
         make_tree(work / "src", count)
         with run_s3_server(work / "server") as server:
