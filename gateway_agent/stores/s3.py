@@ -6,8 +6,9 @@ Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 ``list_page_size`` (keys per ListObjectsV2 page, default 1000), ``checksums`` ("crc32c", the
 default, or "off" for S3-compatible services that refuse S3's additional checksums),
 ``fast_put`` (default true: PutObject of bodies under 1 MiB skips boto3's request pipeline,
-see ``_s3fast``; false sends every PutObject through boto3), ``fast_list`` (the same for
-ListObjectsV2 pages, default true).
+see ``_s3fast``; false sends every PutObject through boto3), ``fast_get`` (the same for
+GetObject of ranges under 1 MiB, default true), ``fast_list`` (the same for ListObjectsV2
+pages, default true).
 Credentials come from boto3's normal chain (env, profile, instance role).
 
 Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
@@ -44,7 +45,7 @@ from gateway_agent.stores._common import (
     error_for_status,
     require_parts,
 )
-from gateway_agent.stores._s3fast import FAST_PUT_MAX, FastPath, Listed, Unsupported, fast_path_for
+from gateway_agent.stores._s3fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
 from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
@@ -72,6 +73,7 @@ _OPTIONS = frozenset(
         "list_page_size",
         "checksums",
         "fast_put",
+        "fast_get",
         "fast_list",
     }
 )
@@ -147,14 +149,16 @@ class S3Store(CloudStore):
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
         for op in ("PutObject", "UploadPart"):
             self._client.meta.events.register(f"before-sign.s3.{op}", _no_continue_when_small)
-        for name in ("fast_put", "fast_list"):
-            if not isinstance(opts.get(name, True), bool):
+        fast = {name: opts.get(name, True) for name in ("fast_put", "fast_get", "fast_list")}
+        for name, on in fast.items():
+            if not isinstance(on, bool):
                 raise InvalidURIError(f"{self.uri}: option {name} must be true or false")
         path = None
-        if opts.get("fast_put", True) or opts.get("fast_list", True):
+        if any(fast.values()):
             path = fast_path_for(self._client, session, self._bucket, opts)
-        self._fast: FastPath | None = path if opts.get("fast_put", True) else None
-        self._fast_list: FastPath | None = path if opts.get("fast_list", True) else None
+        self._fast: FastPath | None = path if fast["fast_put"] else None
+        self._fast_get: FastPath | None = path if fast["fast_get"] else None
+        self._fast_list: FastPath | None = path if fast["fast_list"] else None
 
     def _crc_args(self, data: bytes) -> dict[str, str]:
         """What PutObject/UploadPart send so S3 checks the body and keeps its CRC32C."""
@@ -313,6 +317,12 @@ class S3Store(CloudStore):
             kwargs["Range"] = f"bytes={start}-{end}"
 
         def get(**kw: Any) -> bytes:
+            fast = self._fast_get
+            if fast is not None and length is not None and length < FAST_BODY_MAX:
+                try:
+                    return fast.get(name, start, length, kw.get("IfMatch"))
+                except Unsupported:
+                    self._fast_get = None  # another region: boto3 follows, from now on
             body = self._client.get_object(**kw)["Body"]
             try:
                 return bytes(body.read())
@@ -337,7 +347,7 @@ class S3Store(CloudStore):
         crc = self._crc_args(data)
         fast = self._fast
         resp: Mapping[str, Any] | None = None
-        if fast is not None and len(data) < FAST_PUT_MAX:
+        if fast is not None and len(data) < FAST_BODY_MAX:
             name = self._name(key)
             try:
                 resp = self._call("write", key, fast.put, name, data, crc.get("ChecksumCRC32C"))

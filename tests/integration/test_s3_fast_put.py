@@ -1,4 +1,5 @@
-"""The S3 store's fast PutObject and ListObjectsV2 paths (``_s3fast``) on real servers and sockets.
+"""The S3 store's fast PutObject, GetObject and ListObjectsV2 paths (``_s3fast``) on real
+servers and sockets.
 
 * Signatures: a moto_server that enforces IAM auth (``INITIAL_NO_AUTH_ACTION_COUNT``) checks
   the SigV4 signature of every request (moto recomputes it with botocore's S3SigV4Auth); the
@@ -13,6 +14,9 @@
   entry for entry (keys that need URL-encoding, sizes, ETags, times, rows for the catalog),
   page by page; a missing bucket is the same typed error; a region redirect hands over to
   boto3 mid-listing.
+* Reads: the fast path's ranged GETs (signed, checked by moto) read what boto3 reads, range
+  for range, and fail the same typed way (a missing object, a pinned version that changed, a
+  start past the end); ranges of 1 MiB and more, and reads to the end, go through boto3.
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
-from gateway_agent.stores.errors import AccessDeniedError, ObjectNotFoundError, StoreError
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    ObjectNotFoundError,
+    SourceChangedError,
+    StoreError,
+)
 from gateway_agent.stores.s3 import S3Store, crc32c_b64
 from tests.fixtures.emulators import BIN, _free_port, _server, environ
 from tests.integration.http_proxy import CountingProxy
@@ -100,6 +109,50 @@ def test_fast_put_is_signed_as_s3_expects(signed_moto: dict[str, str]) -> None:
         for key, body in data.items():
             assert store.read(key) == body
             assert store.head(key).checksums["crc32c"] == crc32c_b64(body)
+
+
+def _boto3_gets(store: S3Store) -> list[str]:
+    seen: list[str] = []
+    store._client.meta.events.register(
+        "before-send.s3.GetObject", lambda request, **_: seen.append(request.url)
+    )
+    return seen
+
+
+def test_fast_get_reads_what_boto3_reads(signed_moto: dict[str, str]) -> None:
+    creds = {k: v for k, v in signed_moto.items() if k.startswith("AWS_")}
+    with environ(creds):
+        fast = _open(signed_moto["endpoint"], "signed")
+        slow = _open(signed_moto["endpoint"], "signed", fast_get=False)
+        boto_gets = _boto3_gets(fast)
+        bodies = {k: (k.encode() * 50)[:333] for k in KEYS}
+        for key, body in bodies.items():
+            fast.write(key, body)
+        ranges = [(0, 333), (0, 1), (100, 50), (300, 100), (332, 1)]
+        for key in KEYS:
+            for start, length in ranges:
+                got = fast.read(key, start, length)
+                assert got == slow.read(key, start, length) == bodies[key][start : start + length]
+            etag = fast.head(key).version
+            assert etag is not None
+            assert fast.read(key, 0, 333, etag) == bodies[key]
+        assert fast.read("plain", 333, 10) == slow.read("plain", 333, 10) == b""  # past the end
+        assert fast._fast_get is not None and boto_gets == []
+        assert fast._fast_get.gets == len(KEYS) * (len(ranges) + 1) + 1
+        listed = fast.head("plain").version
+        assert listed is not None and fast.read("plain", 0, 5, listed) == bodies["plain"][:5]
+        fast.write("plain", b"rewritten")
+        for store in (fast, slow):
+            with pytest.raises(SourceChangedError):
+                store.read("plain", 0, 5, listed)
+            with pytest.raises(ObjectNotFoundError):
+                store.read("never-written", 0, 5)
+        assert boto_gets == []
+        # Big ranges and reads to the end stream through boto3.
+        fast.write("big", b"z" * (1024 * 1024))
+        assert fast.read("big", 0, 1024 * 1024) == b"z" * (1024 * 1024)
+        assert fast.read("plain") == b"rewritten"
+        assert len(boto_gets) == 2
 
 
 def _boto3_lists(store: S3Store) -> list[str]:
