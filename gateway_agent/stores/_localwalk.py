@@ -10,6 +10,12 @@ skipped entry, a loop or a dangling link too) or ``store`` (``-l``: the link its
 object ``NAME.rclonelink`` whose content is the link's target). FIFOs, sockets and devices are
 skipped (reading a FIFO would block). A folder or file that cannot be read is recorded as an
 *error* entry and the walk goes on; only an unreadable starting folder fails the listing.
+
+A walk can be one *share* of ``shares``: only the entries of the starting folder whose name
+hashes (CRC32 of the name's bytes) to ``share`` are followed, so ``shares`` walks, in as many
+processes, list disjoint parts that together are the whole listing. The hash of a name does
+not depend on the folder's other entries: a file created or removed during the walks moves no
+other entry from one share to another (an index into the sorted folder would).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import logging
 import operator
 import os
 import stat
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -63,6 +70,8 @@ class Walk(Generic[T]):
     skipped: list[SkippedEntry] = field(default_factory=list)
     # Names the store keeps for itself; only asked about names starting with ".".
     hidden: Callable[[str, str], bool] = lambda base, name: False
+    share: int = 0  # this walk follows the starting folder's entries of this share only
+    shares: int = 1
 
     def skip(self, key: str, reason: str, error: bool = False) -> None:
         """Record an entry left out (once per store, however often it is listed) and warn
@@ -75,6 +84,9 @@ class Walk(Generic[T]):
             _WARNED.add(said)
             log.warning("%s %r: %s", "cannot list" if error else "skipped", key, reason)
 
+    def in_share(self, name: str) -> bool:
+        return zlib.crc32(os.fsencode(name)) % self.shares == self.share
+
     def wanted(self, key: str) -> bool:
         return key.startswith(self.prefix)
 
@@ -82,12 +94,19 @@ class Walk(Generic[T]):
         return folder_key.startswith(self.prefix) or self.prefix.startswith(folder_key)
 
     def tree(
-        self, directory: str, base: str, ancestors: frozenset[tuple[int, int]]
+        self,
+        directory: str,
+        base: str,
+        ancestors: frozenset[tuple[int, int]],
+        split: bool = False,
     ) -> Iterator[list[T]]:
-        """Entries under ``directory`` (whose key prefix is ``base``), sorted by name."""
+        """Entries under ``directory`` (whose key prefix is ``base``), sorted by name; with
+        ``split`` (the starting folder) only those of this walk's share."""
         try:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=_NAME)
+                if split and self.shares > 1:
+                    entries = [e for e in entries if self.in_share(e.name)]
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:

@@ -126,6 +126,17 @@ class ListsRows(Protocol):
 
 
 @runtime_checkable
+class ListsInShares(Protocol):
+    """Optional: ``list_rows`` split into ``shares`` disjoint parts that together are the
+    whole listing (entries and ``skipped``), for a store whose listing is CPU work in this
+    process (a local folder's walk): the caller lists the shares in as many processes."""
+
+    def list_share(
+        self, share: int, shares: int, prefix: str = "", *, versions: bool = True
+    ) -> Iterator[list[ListRow]]: ...
+
+
+@runtime_checkable
 class SupportsNameCheck(Protocol):
     """Optional (every real backend has it): refuse a key this store cannot hold before any
     byte is sent, with :class:`~gateway_agent.stores.errors.KeyNotSupportedError`."""

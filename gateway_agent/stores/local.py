@@ -169,14 +169,28 @@ class LocalStore:
         without ``versions``, version and etag are None (nothing will pin or compare them)."""
         return self._walk(prefix, file_row if versions else file_row_unversioned)
 
+    def list_share(
+        self, share: int, shares: int, prefix: str = "", *, versions: bool = True
+    ) -> Iterator[builtins.list[ListRow]]:
+        """``list_rows`` of one share of ``shares`` (see :mod:`._localwalk`): the walk is
+        Python work per file, so a caller lists the shares in as many processes at once."""
+        if not 0 <= share < shares:
+            raise ValueError(f"share {share} of {shares}")
+        info = file_row if versions else file_row_unversioned
+        return self._walk(prefix, info, share, shares)
+
     def _walk(
-        self, prefix: str, info: Callable[[str, os.stat_result, int | None], T]
+        self,
+        prefix: str,
+        info: Callable[[str, os.stat_result, int | None], T],
+        share: int = 0,
+        shares: int = 1,
     ) -> Iterator[builtins.list[T]]:
         folder, _, _ = prefix.rpartition("/")
         if folder and any(segment_problem(s, False) for s in folder.split("/")):
             return  # no file can have a key under such a folder
         start = self._root + "/" + folder if folder else self._root
-        walk = Walk(self.uri, prefix, self.links, info, self.skipped, self._hidden)
+        walk = Walk(self.uri, prefix, self.links, info, self.skipped, self._hidden, share, shares)
         try:
             st = os.stat(start)
         except (FileNotFoundError, NotADirectoryError):
@@ -186,7 +200,7 @@ class LocalStore:
         if not os.access(start, os.R_OK | os.X_OK):
             raise AccessDeniedError(f"list {self.uri}{prefix!r}: permission denied", code="EACCES")
         yield from walk.tree(
-            start, folder + "/" if folder else "", frozenset({(st.st_dev, st.st_ino)})
+            start, folder + "/" if folder else "", frozenset({(st.st_dev, st.st_ino)}), True
         )
 
     @staticmethod

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway_agent.stores.base import (
+    ListRow,
     ObjectInfo,
     ObjectStore,
     ReportsSkips,
@@ -43,6 +44,7 @@ from gateway_agent.stores.base import (
 )
 from gateway_agent.stores.errors import StoreError
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer import splitlist
 from skyplane_ops.transfer.listrows import (
     BATCH,
     checksums_json,
@@ -201,19 +203,23 @@ class Catalog:
         include: Sequence[str],
         exclude: Sequence[str],
         on_count: Callable[[int], None] | None = None,
+        split: bool = True,
     ) -> None:
-        """Stream the filtered source listing into ``src``; refuse one that found nothing."""
+        """Stream the filtered source listing into ``src``; refuse one that found nothing.
+        ``split``: a local folder is walked in two processes (``splitlist``) when it can be."""
         filtered = bool(include or exclude)
-        count = 0
-        sql = "INSERT OR REPLACE INTO src(key,size,mtime,ck,version,etag) VALUES(?,?,?,?,?,?)"
+        columns = "key,size,mtime,ck,version,etag"
+        sql = f"INSERT OR REPLACE INTO src({columns}) VALUES(?,?,?,?,?,?)"
+
+        def kept(batch: list[ListRow]) -> list[ListRow]:
+            return [r for r in batch if matches(r[0], include, exclude)] if filtered else batch
+
         try:
-            for batch in regrouped(listed(store)):
-                if filtered:
-                    batch = [r for r in batch if matches(r[0], include, exclude)]
-                self._many(sql, batch)
-                count += len(batch)
-                if on_count is not None:
-                    on_count(count)
+            splitlist.insert_listing(
+                self.db, self.lock, self._scratch("src"), store, sql, columns, kept,
+                versions=True, on_count=on_count, split=split,
+                explain=lambda exc: f"cannot list source {src_uri}: {exc}",
+            )  # fmt: skip
         except StoreError as exc:
             raise TransferError(f"cannot list source {src_uri}: {exc}") from exc
         if isinstance(store, ReportsSkips):
@@ -221,6 +227,25 @@ class Catalog:
                 p for p in store.skipped if matches(p.key, include, exclude) or p.error
             )
         self._check_source(src_uri, include, exclude)
+
+    def _scratch(self, name: str) -> Path:
+        """A scratch file next to the catalog for a listing another process writes."""
+        return self.path.with_name(f"{self.path.stem}-{name}.sqlite")
+
+    def insert_listing(
+        self,
+        store: ObjectStore,
+        sql: str,
+        columns: str,
+        convert: splitlist.Convert,
+        *,
+        versions: bool,
+    ) -> int:
+        """``splitlist.insert_listing`` into this catalog; the number of rows."""
+        return splitlist.insert_listing(
+            self.db, self.lock, self._scratch("side"), store, sql, columns, convert,
+            versions=versions,
+        )  # fmt: skip
 
     def _check_source(self, src_uri: str, include: Sequence[str], exclude: Sequence[str]) -> None:
         found = self.one("SELECT 1 FROM src LIMIT 1") is not None

@@ -137,7 +137,7 @@ def fill_listing(
     """List the source (with ``source``) and, with ``sync``, the destination into ``catalog``,
     both at once: the destination in a child process (``sidelist``), so a re-sync takes the
     longer of the two listings, not their sum. Without ``sync`` the destination is only
-    checked to exist."""
+    checked to exist, and a local source is walked in two halves at once (``splitlist``)."""
     on_count = None if progress is None else (lambda n: progress(n, 0))
     if not sync:
         check_destination(open_side(dst_uri, dst_options, "destination"), dst_uri)
@@ -146,8 +146,8 @@ def fill_listing(
         return
     finish = sidelist.start(catalog, dst_uri, dst_options)
     try:
-        if source:
-            catalog.add_source(src, src_uri, include, exclude, on_count)
+        if source:  # not in two halves: the destination's child has the other core
+            catalog.add_source(src, src_uri, include, exclude, on_count, split=False)
     except BaseException:
         finish(True)
         raise

@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from gateway_agent.checksum import crc32c
-from gateway_agent.stores.base import ListsRows, ObjectStore
+from gateway_agent.stores.base import ListRow, ObjectStore
 from gateway_agent.stores.errors import StoreError
-from skyplane_ops.transfer.catalog import BATCH, COMMITTED, TODO, Catalog, dec, enc
+from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.catalog import BATCH, COMMITTED, TODO, Catalog, dec
 from skyplane_ops.transfer.checksum import crc32c_b64, crc32c_combine
 
 # 8 MiB: large enough for few calls, small enough that the allocator reuses its buffers (each
@@ -227,17 +227,13 @@ _VOUCHED = (
 )
 
 
-def _got_rows(dst: ObjectStore) -> Iterator[tuple[str | bytes, int, int | None]]:
-    """(key, size, listed CRC32C) of each destination object: from plain rows where the store
-    lists them (a local folder: no ``ObjectInfo`` per file; 100k files: ~0.3 s less)."""
-    if isinstance(dst, ListsRows):
-        for batch in dst.list_rows(versions=False):
-            for key, size, _modified, sums, _version, _etag in batch:
-                crc = _crc_int(json.loads(sums).get("crc32c")) if sums else None
-                yield key, size, crc  # catalog.write encodes a key SQLite cannot take as text
-        return
-    for i in dst.list():
-        yield enc(i.key), i.size, _crc_int(i.checksums.get("crc32c"))
+def _got_rows(batch: list[ListRow]) -> list[tuple[str, int, int | None]]:
+    """(key, size, listed CRC32C) of each destination object of a listing batch (the insert
+    encodes a key SQLite cannot take as text)."""
+    return [
+        (key, size, _crc_int(json.loads(sums).get("crc32c")) if sums else None)
+        for key, size, _modified, sums, _version, _etag in batch
+    ]
 
 
 def verify_catalog(
@@ -247,12 +243,16 @@ def verify_catalog(
     destination listing is streamed into ``got`` and compared in SQL; only objects the listing
     carried no CRC32C for, and (``full``) no write vouched for, are looked at one by one (HEAD
     or read-back), a page at a time, by ``threads`` at once (the work is waiting on the store:
-    I/O or a request's latency)."""
+    I/O or a request's latency). A local folder is listed in two processes at once
+    (``splitlist``)."""
     objects = int(catalog.one("SELECT count(*) FROM exp"))
     catalog.run("DELETE FROM got")
     try:
-        catalog.write("INSERT OR IGNORE INTO got VALUES(?,?,?)", _got_rows(dst))
-    except StoreError as exc:
+        catalog.insert_listing(
+            dst, "INSERT OR IGNORE INTO got(key,size,crc) VALUES(?,?,?)", "key,size,crc",
+            _got_rows, versions=False,
+        )  # fmt: skip
+    except (StoreError, TransferError) as exc:  # TransferError: the listing's second process
         return Verification("failed", objects, method, [f"cannot list destination: {exc}"])
     # Objects whose writes were vouched for (``vouch``, see the module doc) and that the listing
     # shows with their size: a HEAD or a read-back would only repeat what the write's check said.

@@ -136,5 +136,11 @@ def listings_without_versions(monkeypatch: Any) -> None:
     def rows(self: LocalStore, prefix: str = "", *, versions: bool = True) -> Any:
         return real_rows(self, prefix, versions=False)  # the catalog's listing path
 
+    real_share = LocalStore.list_share
+
+    def share(self: LocalStore, i: int, n: int, prefix: str = "", *, versions: bool = True) -> Any:
+        return real_share(self, i, n, prefix, versions=False)  # a listing in two processes
+
     monkeypatch.setattr(LocalStore, "list", listing)
     monkeypatch.setattr(LocalStore, "list_rows", rows)
+    monkeypatch.setattr(LocalStore, "list_share", share)
