@@ -275,7 +275,7 @@ def wheelhouse() -> Path:
         check=True,
     ).stdout.strip()
     dest = Path(".cache") / "wheelhouse-test" / f"py{version}"
-    if not list(dest.glob("zstandard-*.whl")):
+    if not (list(dest.glob("zstandard-*.whl")) and list(dest.glob("httptools-*.whl"))):
         try:
             build_wheelhouse(dest, python_version=version)
         except ProvisionError as exc:
@@ -299,7 +299,8 @@ def test_agent_dependencies_come_from_an_uploaded_wheelhouse(
     try:
         (gw,) = fleet.gateways
         assert GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref)).health()
-        assert (Path(gw.resources["remote_dir"]) / "deps" / "zstandard").is_dir()
+        deps = Path(gw.resources["remote_dir"]) / "deps"
+        assert (deps / "zstandard").is_dir() and (deps / "httptools").is_dir()
         cmdline = Path(f"/proc/{gw.resources['pid']}/cmdline").read_bytes()
         assert cmdline.startswith(SYSTEM_PYTHON.encode())
     finally:
