@@ -50,13 +50,17 @@ ALLOW_ALL = {"Effect": "Allow", "Action": "*", "Resource": "*"}
 POLICY = {"Version": "2012-10-17", "Statement": [ALLOW_ALL]}
 
 
-def _boto3_puts(store: S3Store) -> list[str]:
-    """Records every PutObject that goes through boto3's pipeline."""
+def _through_boto3(store: S3Store, operation: str) -> list[str]:
+    """Records every request of ``operation`` that goes through boto3's pipeline."""
     seen: list[str] = []
     store._client.meta.events.register(
-        "before-send.s3.PutObject", lambda request, **_: seen.append(request.url)
+        f"before-send.s3.{operation}", lambda request, **_: seen.append(request.url)
     )
     return seen
+
+
+def _boto3_puts(store: S3Store) -> list[str]:
+    return _through_boto3(store, "PutObject")
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +90,9 @@ def signed_moto() -> Iterator[dict[str, str]]:
         yield {"endpoint": endpoint, **creds}
 
 
-def _open(endpoint: str, bucket: str, **extra: Any) -> S3Store:
+def _open(endpoint: str, bucket: str, prefix: str = "pre/", **extra: Any) -> S3Store:
     store = open_store(
-        f"s3://{bucket}/pre/", {"endpoint_url": endpoint, "region": "us-east-1", **extra}
+        f"s3://{bucket}/{prefix}", {"endpoint_url": endpoint, "region": "us-east-1", **extra}
     )
     assert isinstance(store, S3Store)
     return store
@@ -111,20 +115,12 @@ def test_fast_put_is_signed_as_s3_expects(signed_moto: dict[str, str]) -> None:
             assert store.head(key).checksums["crc32c"] == crc32c_b64(body)
 
 
-def _boto3_gets(store: S3Store) -> list[str]:
-    seen: list[str] = []
-    store._client.meta.events.register(
-        "before-send.s3.GetObject", lambda request, **_: seen.append(request.url)
-    )
-    return seen
-
-
 def test_fast_get_reads_what_boto3_reads(signed_moto: dict[str, str]) -> None:
     creds = {k: v for k, v in signed_moto.items() if k.startswith("AWS_")}
     with environ(creds):
-        fast = _open(signed_moto["endpoint"], "signed")
-        slow = _open(signed_moto["endpoint"], "signed", fast_get=False)
-        boto_gets = _boto3_gets(fast)
+        fast = _open(signed_moto["endpoint"], "signed", "get/")  # its own names
+        slow = _open(signed_moto["endpoint"], "signed", "get/", fast_get=False)
+        boto_gets = _through_boto3(fast, "GetObject")
         bodies = {k: (k.encode() * 50)[:333] for k in KEYS}
         for key, body in bodies.items():
             fast.write(key, body)
@@ -155,14 +151,6 @@ def test_fast_get_reads_what_boto3_reads(signed_moto: dict[str, str]) -> None:
         assert len(boto_gets) == 2
 
 
-def _boto3_lists(store: S3Store) -> list[str]:
-    seen: list[str] = []
-    store._client.meta.events.register(
-        "before-send.s3.ListObjectsV2", lambda request, **_: seen.append(request.url)
-    )
-    return seen
-
-
 def test_fast_list_gives_what_boto3_gives(signed_moto: dict[str, str]) -> None:
     from skyplane_ops.transfer.listrows import listed
 
@@ -173,7 +161,7 @@ def test_fast_list_gives_what_boto3_gives(signed_moto: dict[str, str]) -> None:
         slow = _open(signed_moto["endpoint"], "signed", list_page_size=3, fast_list=False)
         for key in keys:
             fast.write(key, key.encode() * 3)
-        boto_lists = _boto3_lists(fast)
+        boto_lists = _through_boto3(fast, "ListObjectsV2")
         got = list(fast.list())
         assert boto_lists == [] and fast._fast_list is not None
         assert fast._fast_list.pages == -(-len(set(keys)) // 3)  # pages of 3, all signed
@@ -362,7 +350,7 @@ def test_list_redirect_hands_over_to_boto3() -> None:
     with _scripted([(301, "PermanentRedirect")]) as server:
         with environ({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}):
             store = _open(server.endpoint, "moved")
-        boto_lists = _boto3_lists(store)
+        boto_lists = _through_boto3(store, "ListObjectsV2")
         got = list(store.list())
         assert [(o.key, o.size, o.etag) for o in got] == [("a b", 3, "e")]
         assert store._fast_list is None and len(boto_lists) == 1
@@ -392,7 +380,7 @@ def test_without_httptools_the_fast_path_uses_urllib3(
     moto_s3.make_bucket(bucket)
     store = _open(moto_s3.options["endpoint_url"], bucket, list_page_size=1)
     assert store._fast is not None and store._fast._raw is None
-    boto_puts, boto_lists = _boto3_puts(store), _boto3_lists(store)
+    boto_puts, boto_lists = _boto3_puts(store), _through_boto3(store, "ListObjectsV2")
     for key in ("a", "b c"):
         assert store.write(key, key.encode()).checksums["crc32c"] == crc32c_b64(key.encode())
     assert [o.key for o in store.list()] == ["a", "b c"]
