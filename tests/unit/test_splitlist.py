@@ -22,7 +22,7 @@ from gateway_agent.stores import open_store
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import forked, splitlist
+from skyplane_ops.transfer import splitlist
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.verify import verify_catalog
 
@@ -49,9 +49,21 @@ def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts forks, and lets this test process fork as a single-threaded CLI would."""
     seen: list[int] = []
     real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: seen.append(1) or real_fork())
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:  # the parent: note the child
+            seen.append(1)
+            children.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
     monkeypatch.setattr(threading, "active_count", lambda: 1)
+    children.clear()
     return seen
+
+
+children: list[int] = []  # pids of the forks the ``forks`` fixture saw, in the parent
 
 
 def _store(root: Path) -> LocalStore:
@@ -155,15 +167,6 @@ def test_a_parent_that_fails_stops_its_child(
     tmp_path: Path, forks: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _tree(tmp_path / "src")
-    children: list[int] = []
-    real_start = forked.start
-
-    def start(*args: Any) -> Any:
-        finish = real_start(*args)
-        children.append(1)
-        return finish
-
-    monkeypatch.setattr(forked, "start", start)
 
     def fail() -> None:
         raise StoreError("gone")
@@ -172,10 +175,10 @@ def test_a_parent_that_fails_stops_its_child(
     catalog = Catalog(tmp_path / "j")
     with pytest.raises(TransferError, match="cannot list source file://src/: gone"):
         catalog.add_source(_store(tmp_path / "src"), "file://src/", [], [])
-    assert children == [1] and forks == [1]
-    with pytest.raises(ChildProcessError):  # reaped: no child of this test is left
-        while os.waitpid(-1, os.WNOHANG) != (0, 0):
-            pass
+    assert forks == [1] and len(children) == 1
+    with pytest.raises(ChildProcessError):  # stopped and reaped: not a child any more
+        os.waitpid(children[0], os.WNOHANG)
+    assert not list((tmp_path / "j" / "catalog").glob("*-src.sqlite"))
     catalog.close()
 
 
