@@ -208,15 +208,14 @@ class Catalog:
         """Stream the filtered source listing into ``src``; refuse one that found nothing.
         ``split``: a local folder is walked in two processes (``splitlist``) when it can be."""
         filtered = bool(include or exclude)
-        columns = "key,size,mtime,ck,version,etag"
-        sql = f"INSERT OR REPLACE INTO src({columns}) VALUES(?,?,?,?,?,?)"
 
         def kept(batch: list[ListRow]) -> list[ListRow]:
             return [r for r in batch if matches(r[0], include, exclude)] if filtered else batch
 
         try:
             splitlist.insert_listing(
-                self.db, self.lock, self._scratch("src"), store, sql, columns, kept,
+                self.db, self.lock, self._scratch("src"), store,
+                "src", "key,size,mtime,ck,version,etag", kept,
                 versions=True, on_count=on_count, split=split,
                 explain=lambda exc: f"cannot list source {src_uri}: {exc}",
             )  # fmt: skip
@@ -235,16 +234,17 @@ class Catalog:
     def insert_listing(
         self,
         store: ObjectStore,
-        sql: str,
+        table: str,
         columns: str,
         convert: splitlist.Convert,
         *,
         versions: bool,
+        verb: str = "INSERT OR REPLACE",
     ) -> int:
-        """``splitlist.insert_listing`` into this catalog; the number of rows."""
+        """``splitlist.insert_listing`` into this catalog's ``table``; the number of rows."""
         return splitlist.insert_listing(
-            self.db, self.lock, self._scratch("side"), store, sql, columns, convert,
-            versions=versions,
+            self.db, self.lock, self._scratch("side"), store, table, columns, convert,
+            versions=versions, verb=verb,
         )  # fmt: skip
 
     def _check_source(self, src_uri: str, include: Sequence[str], exclude: Sequence[str]) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from gateway_agent.stores.base import ListRow, ListsInShares, ObjectStore, SkippedEntry
 from skyplane_ops.transfer import forked
-from skyplane_ops.transfer.listrows import insert_rows, listed, regrouped
+from skyplane_ops.transfer.listrows import dec, enc, insert_rows, listed, regrouped
 
 # A listing batch made into the table's rows (and filtered).
 Convert = Callable[[list[ListRow]], Sequence[Sequence[Any]]]
@@ -42,19 +42,21 @@ def insert_listing(
     lock: threading.RLock,
     scratch: Path,
     store: ObjectStore,
-    sql: str,
+    table: str,
     columns: str,
     convert: Convert,
     *,
     versions: bool,
+    verb: str = "INSERT OR REPLACE",
     on_count: Callable[[int], None] | None = None,
     split: bool = True,
     explain: Callable[[BaseException], str] = lambda exc: f"{type(exc).__name__}: {exc}",
 ) -> int:
-    """Insert ``store``'s listing into the table of ``sql`` (``INSERT ... INTO table(columns)
-    VALUES(...)``), each batch ``convert``-ed; the number of rows inserted. ``scratch``: the
-    child's file (removed after). Store errors here propagate; the child's come back as a
-    ``TransferError`` worded by ``explain``."""
+    """``verb`` (``INSERT OR REPLACE``/``OR IGNORE``) ``store``'s listing into ``table``'s
+    ``columns`` (comma-separated, ``key`` first), each batch ``convert``-ed; the number of
+    rows inserted. ``scratch``: the child's file (removed after). Store errors here propagate;
+    the child's come back as a ``TransferError`` worded by ``explain``."""
+    sql = _insert_sql(verb, table, columns)
     if not (split and splits(store)):
         whole = regrouped(listed(store, versions=versions))
         return _insert(db, lock, whole, sql, convert, on_count)
@@ -64,10 +66,10 @@ def insert_listing(
         side.execute(f"CREATE TABLE t({_keyed(columns)}) WITHOUT ROWID")
         side.execute("CREATE TABLE skipped(key, reason, error)")
         rows = regrouped(shared.list_share(1, SHARES, versions=versions))
-        _insert(side, threading.RLock(), rows, _into("t", columns, sql), convert, None)
+        _insert(side, threading.RLock(), rows, _insert_sql(verb, "t", columns), convert, None)
         side.executemany(
             "INSERT INTO skipped VALUES(?,?,?)",
-            [(s.key, s.reason, int(s.error)) for s in getattr(shared, "skipped", [])],
+            [(enc(s.key), s.reason, int(s.error)) for s in getattr(shared, "skipped", [])],
         )
 
     finish = forked.start(scratch, child, explain, "listing the second share")
@@ -79,7 +81,7 @@ def insert_listing(
             finish(True)
             raise
         finish(False)
-        count += _attach(db, lock, scratch, sql, columns, store)
+        count += _attach(db, lock, scratch, f"{verb} INTO {table}({columns})", columns, store)
     finally:
         scratch.unlink(missing_ok=True)
     if on_count is not None:
@@ -110,19 +112,17 @@ def _attach(
     db: sqlite3.Connection,
     lock: threading.RLock,
     scratch: Path,
-    sql: str,
+    into: str,
     columns: str,
     store: ObjectStore,
 ) -> int:
-    """Copy the child's rows in (key order, one statement) and its left-out entries into
-    ``store.skipped``; the number of rows."""
-    verb = sql.split(" INTO ", 1)[0]
-    table = sql.split(" INTO ", 1)[1].split("(", 1)[0].strip()
+    """Copy the child's rows in (``into``: ``INSERT ... INTO table(columns)``; key order, one
+    statement) and its left-out entries into ``store.skipped``; the number of rows."""
     with lock:
         db.execute("ATTACH DATABASE ? AS side", (str(scratch),))
         try:
             db.execute("BEGIN")
-            db.execute(f"{verb} INTO {table}({columns}) SELECT {columns} FROM side.t ORDER BY key")
+            db.execute(f"{into} SELECT {columns} FROM side.t ORDER BY key")
             db.execute("COMMIT")
             count = int(db.execute("SELECT count(*) FROM side.t").fetchone()[0])
             skipped = db.execute("SELECT key, reason, error FROM side.skipped").fetchall()
@@ -133,7 +133,9 @@ def _attach(
     mine: list[SkippedEntry] | None = getattr(store, "skipped", None)
     if mine is not None:
         known = set(mine)  # the child's list began as a copy of this one
-        mine.extend(e for k, r, x in skipped if (e := SkippedEntry(k, r, bool(x))) not in known)
+        mine.extend(
+            e for k, r, x in skipped if (e := SkippedEntry(dec(k), r, bool(x))) not in known
+        )
         mine.sort(key=lambda s: s.key)  # listing order, as one walk gives it
     return count
 
@@ -144,8 +146,6 @@ def _keyed(columns: str) -> str:
     return ", ".join(f"{n} PRIMARY KEY" if n == "key" else n for n in names)
 
 
-def _into(table: str, columns: str, sql: str) -> str:
-    """``sql``'s statement aimed at the child's table ``table``."""
-    verb = sql.split(" INTO ", 1)[0]
+def _insert_sql(verb: str, table: str, columns: str) -> str:
     marks = ",".join("?" * len(columns.split(",")))
     return f"{verb} INTO {table}({columns}) VALUES({marks})"

@@ -249,8 +249,7 @@ def verify_catalog(
     catalog.run("DELETE FROM got")
     try:
         catalog.insert_listing(
-            dst, "INSERT OR IGNORE INTO got(key,size,crc) VALUES(?,?,?)", "key,size,crc",
-            _got_rows, versions=False,
+            dst, "got", "key,size,crc", _got_rows, versions=False, verb="INSERT OR IGNORE",
         )  # fmt: skip
     except (StoreError, TransferError) as exc:  # TransferError: the listing's second process
         return Verification("failed", objects, method, [f"cannot list destination: {exc}"])

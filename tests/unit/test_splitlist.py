@@ -41,6 +41,8 @@ def _tree(root: Path, folders: int = 6, files: int = 7) -> dict[str, bytes]:
     os.mkfifo(root / "d1" / "fifo")  # skipped, in one share
     (root / "d4" / "ln").symlink_to(root / "d0")  # skipped (links=skip), maybe the other
     os.mkfifo(root / "zfifo")
+    for n in range(4):  # skipped entries whose names are not UTF-8, in both shares
+        os.mkfifo(os.fsencode(root) + b"/fifo-\xff-" + str(n).encode())
     return data
 
 
@@ -118,7 +120,8 @@ def test_catalog_lists_a_folder_in_two_processes(tmp_path: Path, forks: list[int
     columns = "key, size, mtime, ck, version, etag, state"
     assert list(split.pages(columns, "src")) == list(single.pages(columns, "src"))
     assert sorted(split.problems, key=repr) == sorted(single.problems, key=repr)
-    assert {p.key for p in split.problems} == {"d1/fifo", "d4/ln", "zfifo"}
+    odd = {os.fsdecode(b"fifo-\xff-" + str(n).encode()) for n in range(4)}
+    assert {p.key for p in split.problems} == {"d1/fifo", "d4/ln", "zfifo", *odd}
     assert not list((tmp_path / "j1" / "catalog").glob("*-src.sqlite"))  # scratch removed
     # Filters apply in both processes.
     filtered = Catalog(tmp_path / "j3")
