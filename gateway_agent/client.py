@@ -149,9 +149,11 @@ class GatewayClient:
     def submit_chunks(self, job_id: str, chunks: list[dict[str, Any]]) -> int:
         return int(self._call("POST", f"/v1/jobs/{job_id}/chunks", {"chunks": chunks})["accepted"])
 
-    def status(self, job_id: str, cursor: int = 0) -> dict[str, Any]:
-        """Counters and the events after ``cursor``; pass back the returned ``cursor`` next time."""
-        result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}/status?cursor={cursor}")
+    def status(self, job_id: str, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        """Counters and the events after ``cursor``; pass back the returned ``cursor`` next time.
+        ``wait`` > 0: the gateway answers when an event comes, after that long at most."""
+        query = f"cursor={cursor}" + (f"&wait={wait:g}" if wait > 0 else "")
+        result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}/status?{query}")
         return result
 
     def drop_path(self, job_id: str, path: str) -> dict[str, Any]:

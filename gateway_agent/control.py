@@ -2,7 +2,8 @@
 
 Endpoints (all under /v1): GET hello (unsigned: the gateway id a client signs for), GET
 health, POST shutdown, POST lease, POST jobs (start), POST jobs/ID/chunks (submit source
-descriptors), GET jobs/ID/status?cursor=N (incremental), POST jobs/ID/stop, POST
+descriptors), GET jobs/ID/status?cursor=N[&wait=S] (incremental; a long poll of at most
+``MAX_STATUS_WAIT_S``), POST jobs/ID/stop, POST
 jobs/ID/drop (a path declared dead), POST probe.
 
 What a stranger can make this server do is bounded: the request head is at most
@@ -36,6 +37,9 @@ HEAD_TIMEOUT_S = 5.0
 BODY_IDLE_S = 30.0
 MAX_PENDING = 64
 MAX_ACTIVE = 32
+# A status long poll holds its request (and one of the MAX_ACTIVE slots) at most this long;
+# clients time out after a second at the least.
+MAX_STATUS_WAIT_S = 0.5
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             411: "Length Required", 413: "Payload Too Large", 431: "Header Too Large",
             500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
@@ -173,7 +177,8 @@ class ControlServer:
             job_id, action = parts[2], parts[3]
             if action == "status" and method == "GET":
                 cursor = int(query.get("cursor", ["0"])[0])
-                return agent.job(job_id).status(cursor)
+                wait = min(MAX_STATUS_WAIT_S, max(0.0, float(query.get("wait", ["0"])[0])))
+                return agent.job(job_id).status(cursor, wait)
             if action == "chunks" and method == "POST":
                 return {"accepted": agent.job(job_id).submit(list(data.get("chunks", [])))}
             if action == "stop" and method == "POST":

@@ -148,6 +148,8 @@ class Job:
         self.error: str | None = None
         self.started = time.time()
         self._lock = threading.Lock()
+        # Signalled on every new event and on stop: a status call may wait for news (long poll).
+        self._news = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._source_q: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._sink_q: queue.Queue[InChunk | None] = queue.Queue()
@@ -277,6 +279,7 @@ class Job:
     def _event(self, **event: Any) -> None:
         with self._lock:
             self.events.append(event)
+            self._news.notify_all()
 
     def _hop_failed(self, nxt: str, message: str) -> None:
         self._fail(message, hop=[self.region, nxt])
@@ -293,6 +296,7 @@ class Job:
             elif self.error is None:
                 self.error = message
                 self.events.append({"t": "error", "why": message, "gateway": self.gateway_id})
+            self._news.notify_all()
 
     def _on_sent(self, item: OutChunk, wire_bytes: int) -> None:
         self._count(chunks_sent=1, bytes_sent=len(item.payload), wire_bytes_sent=wire_bytes)
@@ -301,9 +305,17 @@ class Job:
         self._count(chunks_lost=1)
         self._event(t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why)
 
-    def status(self, cursor: int = 0) -> dict[str, Any]:
-        """Counters plus the events after ``cursor`` (incremental, never the full history)."""
+    def status(self, cursor: int = 0, wait: float = 0.0) -> dict[str, Any]:
+        """Counters plus the events after ``cursor`` (incremental, never the full history).
+
+        ``wait`` > 0: a long poll; with no event after ``cursor`` yet, answer as soon as one
+        comes (or the job stops), after ``wait`` seconds at most. The control plane then
+        learns of a finished chunk at once instead of at its next poll."""
         with self._lock:
+            if wait > 0:
+                self._news.wait_for(
+                    lambda: len(self.events) > cursor or self._stop.is_set(), timeout=wait
+                )
             events = self.events[cursor:]
             return {
                 "job_id": self.job_id,
@@ -324,6 +336,8 @@ class Job:
         if self._stop.is_set():
             return
         self._stop.set()
+        with self._lock:
+            self._news.notify_all()  # long polls answer now
         self._budget.wake()  # sources waiting for a lease give up at once
         for pool in self._pools.values():
             pool.close()

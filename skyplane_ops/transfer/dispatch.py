@@ -22,7 +22,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -551,7 +552,15 @@ class Dispatcher:
                     f"({stats.chunks - pulled + len(pending)} chunks outstanding)"
                 )
             if pending or not exhausted:
-                time.sleep(self.options.poll_interval)
+                # Until a gateway has news (its long poll answers), at most one interval.
+                if polls:
+                    futures_wait(
+                        list(polls.values()),
+                        timeout=self.options.poll_interval,
+                        return_when=FIRST_COMPLETED,
+                    )
+                else:
+                    time.sleep(self.options.poll_interval)
         self._sender.wait()
         return stats
 
@@ -565,28 +574,33 @@ class Dispatcher:
         watch: HopWatch,
         pollers: ThreadPoolExecutor,
     ) -> dict[str, Any] | None:
-        """The status of ``gid`` if its last poll has answered (then the next one is sent)."""
+        """The status of ``gid`` if its last poll has answered; the next poll is then on its
+        way at once. Each poll waits at the gateway for news (up to ``poll_interval``), so a
+        finished chunk is seen when it lands, not up to two intervals later."""
         fut = polls.get(gid)
-        if fut is None:
-            polls[gid] = pollers.submit(self._quick[gid].status, self.job_id, cursors[gid])
+        if fut is not None and not fut.done():
             return None
-        if not fut.done():
-            return None
-        del polls[gid]
-        now = time.monotonic()
-        try:
-            st = fut.result()
-        except GatewayError as exc:
-            if exc.status:  # it answered, with an error: that is not a liveness question
-                g = self._by_id[gid]
-                raise TransferError(
-                    f"gateway {gid} in region {g.region} ({g.host}:{g.control_port}) failed: {exc}"
-                ) from exc
-            refused = isinstance(exc.__cause__, ConnectionRefusedError)
-            watch.unanswered(gid, str(exc), now, refused)
-            return None
-        watch.answered(gid, st["counters"], now)
-        cursors[gid] = st["cursor"]
+        st = None
+        if fut is not None:
+            del polls[gid]
+            now = time.monotonic()
+            try:
+                st = fut.result()
+            except GatewayError as exc:
+                if exc.status:  # it answered, with an error: that is not a liveness question
+                    g = self._by_id[gid]
+                    raise TransferError(
+                        f"gateway {gid} in region {g.region} ({g.host}:{g.control_port}) "
+                        f"failed: {exc}"
+                    ) from exc
+                refused = isinstance(exc.__cause__, ConnectionRefusedError)
+                watch.unanswered(gid, str(exc), now, refused)
+                return None  # asked again on the next round, not in a tight loop
+            watch.answered(gid, st["counters"], now)
+            cursors[gid] = st["cursor"]
+        polls[gid] = pollers.submit(
+            self._quick[gid].status, self.job_id, cursors[gid], self.options.poll_interval
+        )
         return st
 
     def _on_error(
