@@ -19,6 +19,10 @@ NAME_MAX = 255
 
 def segment_problem(segment: str, top: bool) -> str | None:
     """Why a local folder cannot hold this key segment as a file name, or None."""
+    # The common name first (this runs for every object of a transfer): not starting with a
+    # dot, and short enough that even 4 UTF-8 bytes a character stay within NAME_MAX.
+    if segment and segment[0] != "." and len(segment) <= NAME_MAX // 4:
+        return None
     if segment in ("", ".", ".."):
         return f"a local path cannot have an empty, '.' or '..' segment ({segment!r})"
     if len(os.fsencode(segment)) > NAME_MAX:
