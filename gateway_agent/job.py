@@ -47,6 +47,11 @@ ZERO_COPY_SCHEMES = frozenset({"file", "null"})
 
 # How long stopping a job waits for its readers and writers to finish their current call.
 STOP_GRACE_S = 5.0
+# Readers of batched small objects from a store of local calls at once: their reads are
+# system calls of microseconds, run inline, so more threads at it only contend for the
+# interpreter (8 of them cost the source ~5 % of its CPU at 100k small files). Big ranges are
+# read by every reader thread at once, as before.
+LOCAL_BATCH_READERS = 2
 
 COUNTERS = (
     "chunks_read",
@@ -171,6 +176,7 @@ class Job:
         # small objects per second.
         self._object_threads = max(1, int(spec.get("object_threads", 64)))
         self._objects_pool: ThreadPoolExecutor | None = None
+        self._local_batch_readers = threading.BoundedSemaphore(LOCAL_BATCH_READERS)
         if not any(region in r for r in self.routes.values()):
             raise JobError(f"gateway region {region!r} is on no path of job {self.job_id}")
         self._build_pools()
@@ -641,7 +647,11 @@ class Job:
                 piece[:] = part
                 return crc32c(piece)
 
-            crcs = self._each(read_one, range(len(segs)), _local_calls(store))
+            if _local_calls(store):
+                with self._local_batch_readers:
+                    crcs = self._each(read_one, range(len(segs)), True)
+            else:
+                crcs = self._each(read_one, range(len(segs)))
             data = view
             full = crc32c(view)
         self._count(chunks_read=1, bytes_read=total)

@@ -58,10 +58,11 @@ class Chunk:
     # Indexes of segments whose write the destination store vouched for (it checked the body
     # against the source's CRC32C and said so in its answer): verification need not ask again.
     vouched: tuple[int, ...] = ()
+    # Summed once: the dispatcher weighs its window of chunks by bytes at every round.
+    nbytes: int = field(init=False)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(s.length for s in self.segments)
+    def __post_init__(self) -> None:
+        self.nbytes = sum(s.length for s in self.segments)
 
 
 def fingerprint(info: ObjectInfo) -> list[object]:

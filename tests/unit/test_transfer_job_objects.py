@@ -4,7 +4,9 @@ fails only itself, after the others finished (no call left running behind the er
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +93,54 @@ def test_the_local_store_declares_local_calls(tmp_path: Path) -> None:
     from gateway_agent.stores import open_store
 
     assert open_store(f"file://{tmp_path}").capabilities.local_calls
+
+
+def test_batches_from_a_store_of_local_calls_are_read_two_at_a_time(tmp_path: Path) -> None:
+    """Eight reader threads with batches from a folder: at most ``LOCAL_BATCH_READERS`` read at
+    once (more only contend for the interpreter); each batch is still read whole and right."""
+    from gateway_agent.flow import Lease
+    from gateway_agent.job import LOCAL_BATCH_READERS
+    from gateway_agent.stores import open_store
+
+    for i in range(8 * 6):
+        (tmp_path / f"o{i:02d}").write_bytes(bytes([i]) * 100)
+    store: Any = open_store(f"file://{tmp_path}")
+    inside, most, lock = 0, 0, threading.Lock()
+    real = store.read_into
+
+    def counted(*args: object, **kwargs: object) -> int:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        try:
+            time.sleep(0.01)  # a slow disk: without the gate, eight batches would overlap
+            return int(real(*args, **kwargs))
+        finally:
+            with lock:
+                inside -= 1
+
+    store.read_into = counted
+    job = _job(8)
+    job._src = store
+    chunks: list[bytes] = []
+
+    def read(c: int) -> None:
+        segs = [{"key": f"o{i:02d}", "offset": 0, "length": 100} for i in range(c * 6, c * 6 + 6)]
+        got = job._read_chunk({"chunk": c, "path": "0", "segs": segs}, 600, Lease(job._budget, 0))
+        assert got is not None
+        with lock:
+            chunks.append(bytes(got.payload))
+
+    try:
+        threads = [threading.Thread(target=read, args=(c,)) for c in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        job.stop()
+    assert sorted(chunks) == sorted(
+        b"".join(bytes([i]) * 100 for i in range(c * 6, c * 6 + 6)) for c in range(8)
+    )
+    assert 1 <= most <= LOCAL_BATCH_READERS
