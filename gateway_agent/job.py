@@ -577,18 +577,18 @@ class Job:
     def _read_segment(store: ObjectStore, seg: dict[str, Any]) -> bytes:
         """One segment, pinned to the version the listing saw (when the manifest carries one):
         a torn or changed object raises instead of being read."""
-        key = seg["key"]
+        key, offset, length = seg["key"], int(seg.get("offset", 0)), int(seg["length"])
         try:
             if seg.get("version") is not None:
-                data = store.read(key, int(seg["offset"]), int(seg["length"]), seg["version"])
+                data = store.read(key, offset, length, seg["version"])
             else:
-                data = store.read(key, int(seg["offset"]), int(seg["length"]))
+                data = store.read(key, offset, length)
         except StoreError as exc:
             bad = _source_problem(key, exc)
             if bad is None:
                 raise
             raise bad from None
-        if len(data) != int(seg["length"]):
+        if len(data) != length:
             raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
         return data
 
@@ -599,7 +599,7 @@ class Job:
         """``_read_segment`` into ``view`` (exactly the segment's length)."""
         key = seg["key"]
         try:
-            n = store.read_into(key, int(seg["offset"]), view, seg.get("version"))
+            n = store.read_into(key, int(seg.get("offset", 0)), view, seg.get("version"))
         except StoreError as exc:
             bad = _source_problem(key, exc)
             if bad is None:

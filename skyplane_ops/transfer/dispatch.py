@@ -37,7 +37,7 @@ from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
 from skyplane_ops.provision.lease import LINGER_S, keep_alive
 from skyplane_ops.transfer.liveness import DeadPath, HopWatch
-from skyplane_ops.transfer.manifest import Chunk
+from skyplane_ops.transfer.manifest import Chunk, Segment
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
 from skyplane_ops.transfer.submitter import Submitter
 
@@ -321,17 +321,7 @@ class Dispatcher:
             "chunk": chunk.chunk_id,
             "path": str(path),
             "attempt": chunk.attempts,
-            "segs": [
-                {
-                    "key": s.key,
-                    "offset": s.offset,
-                    "length": s.length,
-                    "part": s.part,
-                    "upload_id": uploads.get(s.key) if s.part >= 1 else None,
-                    "version": s.version,
-                }
-                for s in chunk.segments
-            ],
+            "segs": [_segment(s, uploads) for s in chunk.segments],
         }
 
     def _submit(self, chunks: list[Chunk], uploads: Mapping[str, str]) -> None:
@@ -744,6 +734,22 @@ class Dispatcher:
                 stop_one(gid)
         else:
             list(pollers.map(stop_one, started))
+
+
+def _segment(s: Segment, uploads: Mapping[str, str]) -> dict[str, Any]:
+    """A segment as the gateways read it: ``key`` and ``length``, plus ``offset``, ``part``
+    with ``upload_id`` and ``version`` only where they say something (a whole object of an
+    unversioned store is two fields: its metadata is encoded and decoded at every gateway of
+    the path, per object)."""
+    d: dict[str, Any] = {"key": s.key, "length": s.length}
+    if s.offset:
+        d["offset"] = s.offset
+    if s.part >= 1:
+        d["part"] = s.part
+        d["upload_id"] = uploads.get(s.key)
+    if s.version is not None:
+        d["version"] = s.version
+    return d
 
 
 class _Flight:
