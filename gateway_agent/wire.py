@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gateway_agent.auth import derive_key, mac
 from gateway_agent.checksum import crc32c
+from gateway_agent.flow import Buffer
 
 MAGIC = b"SKYG\x01"
 CHALLENGE_BYTES = 32
@@ -230,7 +231,7 @@ def _read_sealed(
     sock: socket.socket,
     session: Session,
     header: tuple[int, int, int, int, int, int, int],
-    buffer: bytearray | None,
+    buffer: Buffer | None,
     want_crc: Callable[[dict[str, Any]], bool] | None,
 ) -> Frame:
     """Inverse of ``_send_sealed``: records are opened into ``buffer`` one by one (and, at a
@@ -286,7 +287,7 @@ def read_body(
     session: Session,
     header: tuple[int, int, int, int, int, int, int],
     decompressor: Any = None,
-    buffer: bytearray | None = None,
+    buffer: Buffer | None = None,
     want_crc: Callable[[dict[str, Any]], bool] | None = None,
     meta_b: bytes | None = None,
     meta_read: dict[str, Any] | None = None,
