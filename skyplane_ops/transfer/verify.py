@@ -257,17 +257,15 @@ def verify_catalog(
     # shows with their size: a HEAD or a read-back would only repeat what the write's check said.
     # Counted as native when the store itself checked (S3's answer), else as write-checked.
     trust = method == "full"
-    native, vouched = (
-        int(n or 0)
-        for n in catalog.one(
-            f"SELECT sum(g.crc IS NOT NULL), sum(g.crc IS NULL AND {_VOUCHED}) "
-            "FROM exp e JOIN got g ON g.key = e.key AND g.size = e.size"
+    # Objects the listing carries a matching CRC32C for (a scan of ``got``: no join for a
+    # listing without checksums); the vouched ones are counted from the look pass below.
+    listed = int(
+        catalog.one(
+            "SELECT count(*) FROM got g JOIN exp e ON e.key = g.key AND e.size = g.size "
+            "AND e.crc = g.crc WHERE g.crc IS NOT NULL"
         )
     )
-    vouched = vouched if trust else 0
-    by_store = "crc32c" in dst.capabilities.native_checksums
-    written = 0 if by_store else vouched
-    native += vouched if by_store else 0
+    native = listed
     # One pass over the objects that fail or need a look (missing, another size, another CRC32C
     # in the listing, or none and no vouch), in key order: exp and got are both keyed.
     rows = (
@@ -295,19 +293,27 @@ def verify_catalog(
             read_back += not by_store
         page.clear()
 
+    looked = 0  # rows of the look pass; every other object passed on its listing alone
     with ThreadPoolExecutor(max_workers=threads) as pool:  # threads start on first use only
         for k, size, crc, gsize, gcrc, _v in catalog.pages("*", rows, look):
+            looked += 1
             if gsize is None:
                 failures.append(f"{dec(k)}: missing at the destination")
             elif gsize != size:
                 failures.append(f"{dec(k)}: size {gsize} != {size}")
             elif gcrc is not None:
+                native += 1  # the store's own checksum, and it disagrees
                 failures.append(f"{dec(k)}: crc32c mismatch")
             else:
                 page.append((dec(k), size, crc))
                 if len(page) >= 4 * BATCH // 5:
                     flush()
         flush()
+    # Passed without a look: a matching listed CRC32C, else (``full`` only) a vouched write.
+    vouched = objects - looked - listed if trust else 0
+    by_store = "crc32c" in dst.capabilities.native_checksums
+    written = 0 if by_store else vouched
+    native += vouched if by_store else 0
     return Verification(
         "failed" if failures else "passed",
         objects,
