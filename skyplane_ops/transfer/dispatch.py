@@ -52,16 +52,15 @@ def _start_on(client: GatewayClient, *, spec: dict[str, Any]) -> dict[str, Any]:
     return client.start_job(spec)
 
 
-def _status_of(client: GatewayClient, *, job_id: str, cursor: int) -> dict[str, Any]:
-    return client.status(job_id, cursor)
-
-
 # Chunk descriptors per submit request, and segments per request: a batch of small objects is
 # one chunk of up to 256 segments, so the request body stays a few hundred KiB.
 SUBMIT_BATCH = 500
 SUBMIT_SEGMENTS = 4096
 # Chunks pulled from the catalog and submitted at a time when topping up the window.
 SUBMIT_SLICE = 16
+# Status polls per gateway and ``poll_interval`` at most (a poll is a long poll: it answers
+# when the gateway has news, so at most this many answers per interval carry news).
+POLL_GAPS = 4
 # TCP connections per hop at most when the hop's receivers listen on a loopback address.
 LOOPBACK_CONNECTIONS = 8
 
@@ -200,6 +199,9 @@ class Dispatcher:
             for g in self.gateways
         }
         self._alive = [True] * len(self.routes)
+        # When each gateway was last asked for its status, and the least time between asks.
+        self._asked: dict[str, float] = {}
+        self._poll_gap = self.options.poll_interval / POLL_GAPS
         self._chunk_path: dict[int, int] = {}
         self._by_id = {g.gateway_id: g for g in self.gateways}
         self._secret = secret
@@ -575,14 +577,13 @@ class Dispatcher:
                 )
             if pending or not exhausted:
                 # Until a gateway has news (its long poll answers), at most one interval.
+                # A gateway without a poll in flight is due again after one gap.
+                idle = len(polls) < len(self.clients)
+                timeout = self._poll_gap if idle else self.options.poll_interval
                 if polls:
-                    futures_wait(
-                        list(polls.values()),
-                        timeout=self.options.poll_interval,
-                        return_when=FIRST_COMPLETED,
-                    )
+                    futures_wait(list(polls.values()), timeout=timeout, return_when=FIRST_COMPLETED)
                 else:
-                    time.sleep(self.options.poll_interval)
+                    time.sleep(timeout)
         self._sender.wait()
         return stats
 
@@ -597,7 +598,8 @@ class Dispatcher:
         pollers: ThreadPoolExecutor,
     ) -> dict[str, Any] | None:
         """The status of ``gid`` if its last poll has answered; the next poll is then on its
-        way at once. Each poll waits at the gateway for news (up to ``poll_interval``), so a
+        way at once (or once a gap of ``poll_interval / POLL_GAPS`` since the last one has
+        passed). Each poll waits at the gateway for news (up to ``poll_interval``), so a
         finished chunk is seen when it lands, not up to two intervals later."""
         fut = polls.get(gid)
         if fut is not None and not fut.done():
@@ -620,6 +622,12 @@ class Dispatcher:
                 return None  # asked again on the next round, not in a tight loop
             watch.answered(gid, st["counters"], now)
             cursors[gid] = st["cursor"]
+        # At most one poll per gap and gateway: one that answers at once every time (an agent
+        # without long polls, a stopped job) is not asked in a tight loop.
+        now = time.monotonic()
+        if now - self._asked.get(gid, float("-inf")) < self._poll_gap:
+            return st
+        self._asked[gid] = now
         polls[gid] = pollers.submit(
             self._quick[gid].status, self.job_id, cursors[gid], self.options.poll_interval
         )
