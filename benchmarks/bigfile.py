@@ -54,7 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bigfile_wan import SRC_SITE, WAN_DST, profile, rclone_over_link, wan_backend
-from scale import REGIONS, RESULTS, bench_env, cli_command, timed
+from scale import REGIONS, RESULTS, bench_env, cli_command, timed, timed_cli, where_it_went
 
 MiB = 1024 * 1024
 SETTLE_S = 5.0  # past the kernel's free page reporting delay (2 s) and its batches
@@ -77,19 +77,6 @@ def generate(path: Path, gib: float) -> int:
     if path.stat().st_size != total:
         raise RuntimeError(f"generated {path.stat().st_size} bytes, wanted {total}")
     return total
-
-
-def timed_cli(cmd: list[str], env: dict[str, str], state: Path) -> dict[str, Any]:
-    """``scale.timed`` plus where the CLI's time went (its ``--json`` phases and steps)."""
-    out = state.parent / "cli.json"
-    run = timed(["sh", "-c", 'exec "$@" > "$0"', str(out), *cmd], env, state)
-    doc = json.loads(out.read_text())
-    run["phases"] = {k: round(float(v), 2) for k, v in doc.get("phases", {}).items()}
-    run["steps"] = {k: round(float(v), 2) for k, v in doc.get("steps", {}).items()}
-    run["plan"] = doc.get("plan_summary")
-    run["verification"] = (doc.get("verification") or {}).get("method")
-    out.unlink()
-    return run
 
 
 def _check(side: str, copy: Path, nbytes: int, run: dict[str, Any]) -> None:
@@ -200,8 +187,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"{gws:>26} {row['gateway_limit_mib']:5d} {c['main_rss_mib']:6.0f}"
         )
         if o.get("phases"):
-            where = {**o["phases"], **{f"transfer.{k}": v for k, v in o["steps"].items() if v}}
-            print(f"{'':>17} ours: " + ", ".join(f"{k} {v:g}" for k, v in where.items()))
+            print(f"{'':>17} ours: {where_it_went(o)}")
         if len(o.get("all_seconds", [])) > 1:
             print(f"{'':>17} all runs (s): ours {o['all_seconds']}, rclone {c['all_seconds']}")
 

@@ -163,6 +163,25 @@ def timed(cmd: list[str], env: dict[str, str], state_dir: Path | None = None) ->
     }
 
 
+def timed_cli(cmd: list[str], env: dict[str, str], state: Path) -> dict[str, Any]:
+    """``timed`` plus where the CLI's time went (its ``--json`` phases and steps)."""
+    out = state.parent / "cli.json"
+    run = timed(["sh", "-c", 'exec "$@" > "$0"', str(out), *cmd], env, state)
+    doc = json.loads(out.read_text())
+    run["phases"] = {k: round(float(v), 2) for k, v in doc.get("phases", {}).items()}
+    run["steps"] = {k: round(float(v), 2) for k, v in doc.get("steps", {}).items()}
+    run["plan"] = doc.get("plan_summary")
+    run["verification"] = (doc.get("verification") or {}).get("method")
+    out.unlink()
+    return run
+
+
+def where_it_went(run: dict[str, Any]) -> str:
+    """A CLI run's phases and its transfer's steps, on one line."""
+    steps = {f"transfer.{k}": v for k, v in run.get("steps", {}).items() if v}
+    return ", ".join(f"{k} {v:g}" for k, v in {**run.get("phases", {}), **steps}.items())
+
+
 def cli_command() -> list[str]:
     """The CLI of this checkout (``PYTHONPATH`` is set to it by ``bench_env``)."""
     return [sys.executable, "-m", "skyplane_ops.cli"]
@@ -225,8 +244,8 @@ def run_count(work: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
     row: dict[str, Any] = {"objects": count}
     # One destination on disk at a time (a million 1 KiB files take ~4 GiB of blocks): each
     # tool copies, re-syncs, is checked and its copy deleted before the other one runs.
-    row["ours"] = timed([*cli, "cp", f"file://{src}", f"file://{ours}", *common], env, state)
-    row["ours_resync"] = timed(
+    row["ours"] = timed_cli([*cli, "cp", f"file://{src}", f"file://{ours}", *common], env, state)
+    row["ours_resync"] = timed_cli(
         [*cli, "sync", f"file://{src}", f"file://{ours}", *common], env, state
     )
     _check_and_drop("ours", ours, count)
@@ -260,6 +279,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"{r['ours_resync']['seconds']:8.1f}/{r['rclone_resync']['seconds']:<8.1f} "
             f"{r['ours_resync']['main_rss_mib']:4.0f}+{r['ours_resync']['other_rss_mib']:<4.0f}"
         )
+        for key in ("ours", "ours_resync"):
+            if r[key].get("phases"):
+                print(f"{'':>9} {key}: {where_it_went(r[key])}")
     by_count = {r["objects"]: r["ours"]["seconds"] for r in rows}
     if 100_000 in by_count and 1_000_000 in by_count:
         print(f"time 1M / 100k: {by_count[1_000_000] / by_count[100_000]:.1f}x (linear: 10x)")
