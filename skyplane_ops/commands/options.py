@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from skyplane_ops import api
 
@@ -95,14 +96,18 @@ def deprecated_alias(old: str, new: str, dest: str, **kwargs: Any) -> Decorator:
         )
         ctx.meta.setdefault("skyplane_aliases", {})[dest] = value
 
-    return click.option(old, hidden=True, expose_value=False, callback=remember, **kwargs)
+    # A name of its own: one shared with ``dest`` makes click hand this callback the value
+    # given under ``new``, and a user of the new spelling is told it is deprecated.
+    name = "deprecated_" + old.lstrip("-").replace("-", "_")
+    return click.option(old, name, hidden=True, expose_value=False, callback=remember, **kwargs)
 
 
 def merge_aliases(ctx: click.Context, params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` with the values given through deprecated spellings (new names win)."""
+    """``params`` with the values given through deprecated spellings (new names win when
+    given; their defaults do not)."""
     for dest, value in ctx.meta.get("skyplane_aliases", {}).items():
-        if params.get(dest) in (None, (), False):
-            params[dest] = value
+        if ctx.get_parameter_source(dest) in (None, ParameterSource.DEFAULT):
+            params[dest] = value  # the new spelling was not given: its default gives way
     return params
 
 
