@@ -259,9 +259,9 @@ class _Prices(Protocol):
 
 
 class _Throughput(Protocol):
-    """Today's grid: ``as_dict()`` + ``connections``; optionally ``links()`` (duck-typed: a
-    mapping edge -> object with the ``LinkEstimate`` fields of ``profiles.throughput``) and
-    ``source(u, v)`` / ``measured_at(u, v)`` for provenance."""
+    """Today's grid: ``as_dict()`` + ``connections``; optionally ``links_of(edges)`` or
+    ``links()`` (duck-typed: a mapping edge -> object with the ``LinkEstimate`` fields of
+    ``profiles.throughput``) and ``source(u, v)`` / ``measured_at(u, v)`` for provenance."""
 
     connections: int
 
@@ -427,12 +427,14 @@ def _iso(value: Any) -> str | None:
 
 
 def read_links(grid: Any, edges: Mapping[Edge, float]) -> dict[Edge, LinkSpec]:
-    """Per-edge ``LinkSpec`` from the grid: ``links()`` if it has it, else today's grid
-    (``source(u, v)`` says measured/modelled; a measured value counts as an active profile)."""
+    """Per-edge ``LinkSpec`` from the grid: ``links_of(edges)`` or ``links()`` if it has
+    them, else today's grid (``source(u, v)`` says measured/modelled; a measured value counts
+    as an active profile)."""
+    links_of = getattr(grid, "links_of", None)
     links_fn = getattr(grid, "links", None)
     out: dict[Edge, LinkSpec] = {}
-    if callable(links_fn):
-        estimates = links_fn()
+    if callable(links_of) or callable(links_fn):
+        estimates = links_of(edges) if callable(links_of) else links_fn()
         for edge in edges:
             est = estimates.get(edge)
             if est is None:

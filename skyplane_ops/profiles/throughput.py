@@ -13,7 +13,7 @@ saturation rates, a region-pair cap and a finer source ("published", "profile", 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -101,16 +101,26 @@ class ThroughputGrid:
             }
         return dict(self._all_links)
 
+    def links_of(self, pairs: Iterable[Pair]) -> dict[Pair, LinkEstimate]:
+        """``links()`` of ``pairs`` only (those of distinct regions this grid has): a plan
+        reads a few edges, and the whole grid is ~15k pairs."""
+        return {
+            k: self._link_records.get(k) or self._derived_link(k)
+            for k in pairs
+            if k in self._values and k[0] != k[1]
+        }
+
     def with_catalog(self, catalog: RegionCatalog) -> ThroughputGrid:
-        """The same figures and link records (as ``links()`` gives them, so a subclass's
-        records survive) over a larger catalog, e.g. with custom regions added."""
+        """The same figures and link records over a larger catalog, e.g. with custom regions
+        added. Only the explicit records are handed on: the new grid derives the others from
+        the same figures, times and connection count, as this one does."""
         return ThroughputGrid(
             catalog,
             self._values,
             connections=self.connections,
             provenance=self.provenance,
             measured_at=self._measured_at,
-            links=self.links(),
+            links=self._link_records,
         )
 
     def __len__(self) -> int:

@@ -112,3 +112,21 @@ def test_links_cover_every_pair_and_survive_merge_and_export(tmp_path: Path) -> 
     again = load_measured_grid(out, base.catalog)
     assert again.link(A, B) == link
     assert again.links() == merged.links()
+
+
+def test_links_of_a_few_pairs_and_a_wider_catalog_give_what_links_gives(tmp_path: Path) -> None:
+    """The planner reads its edges' links with ``links_of``; custom regions widen the catalog
+    with ``with_catalog``: both must agree with the whole ``links()``, measured pairs too."""
+    base = load_default_profile().throughput
+    path = tmp_path / "m.csv"
+    path.write_text(
+        "src,dst,gbps,connections,measured_at\n"
+        f"{A},{B},0.5,4,2026-11-01T12:00:00Z\n"
+        f"{A},{B},2.0,64,2026-11-01T12:00:05Z\n"
+    )
+    merged = base.merge(load_measured_grid(path, base.catalog))
+    whole = merged.links()
+    wanted = [(A, B), (B, A), (A, A), (A, "nowhere:at-all")]
+    assert merged.links_of(wanted) == {(A, B): whole[(A, B)], (B, A): whole[(B, A)]}
+    assert merged.links_of(wanted)[(A, B)].source == "profile"
+    assert merged.with_catalog(merged.catalog).links() == whole
