@@ -106,6 +106,24 @@ def plan_todo(
     return Todo(objects, nbytes, skipped, failed, to_delete)
 
 
+def nothing_to_do(catalog: Catalog, *, delete: bool) -> bool:
+    """Whether a sync's ``plan_todo`` would find nothing to copy, delete or report, told by a
+    read-only look that stops at the first object that needs work. Marking costs a rewrite of
+    every row (0.12 s at 100k), which a re-sync of an unchanged tree does not need. A
+    destination object missing from the source counts as work under ``delete`` even where the
+    filters or a skipped entry keep it: ``plan_todo`` decides those exactly."""
+    if any(p.error for p in catalog.problems):
+        return False
+    differs = catalog.one(
+        f"SELECT 1 FROM src WHERE state = {TODO} AND NOT EXISTS "
+        f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {_SAME}) LIMIT 1"
+    )
+    if differs is not None:
+        return False
+    extra = "SELECT 1 FROM dst WHERE NOT EXISTS (SELECT 1 FROM src s WHERE s.key = dst.key) LIMIT 1"
+    return not delete or catalog.one(extra) is None
+
+
 def whole_limit(part_size: int, caps: Capabilities) -> int:
     """Objects up to this size are one segment (written whole); larger ones multipart."""
     if not caps.multipart:

@@ -14,7 +14,7 @@ from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer
 from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
 from skyplane_ops.transfer.request import Listing, open_side
 from skyplane_ops.transfer.result import TransferResult
-from skyplane_ops.transfer.todo import plan_todo
+from skyplane_ops.transfer.todo import nothing_to_do, plan_todo
 
 
 def _up_to_date(base: dict[str, Any], skipped: int, seconds: float) -> TransferResult:
@@ -53,18 +53,22 @@ def sync_up_to_date(
     if not listing.has_destination:
         raise TransferError("internal error: sync_up_to_date needs the destination listing")
     dst = open_side(dst_uri, dst_options, "destination")
-    todo = plan_todo(
-        listing.catalog,
-        dst,
-        dst_uri,
-        include,
-        exclude,
-        sync=True,
-        delete=delete,
-        max_delete=max_delete,
-    )
-    if todo.objects or todo.unread or todo.to_delete:
-        return None
+    if nothing_to_do(listing.catalog, delete=delete):
+        skipped = listing.objects
+    else:
+        todo = plan_todo(
+            listing.catalog,
+            dst,
+            dst_uri,
+            include,
+            exclude,
+            sync=True,
+            delete=delete,
+            max_delete=max_delete,
+        )
+        if todo.objects or todo.unread or todo.to_delete:
+            return None
+        skipped = todo.skipped
     directory = Path(journal_dir) if journal_dir else default_journal_dir()
     Journal(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude)).remove()
     listing.close()
@@ -75,4 +79,4 @@ def sync_up_to_date(
         "dst_uri": dst_uri,
         "steps": {"list": round(time.monotonic() - t0, 3)},
     }
-    return _up_to_date(base, todo.skipped, time.monotonic() - t0)
+    return _up_to_date(base, skipped, time.monotonic() - t0)

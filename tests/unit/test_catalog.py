@@ -97,6 +97,44 @@ def test_sync_comparison_in_sql_matches_same_object(tmp_path: Path) -> None:
     catalog.close()
 
 
+@pytest.mark.parametrize(
+    ("dst_keys", "delete", "unreadable", "expected"),
+    [
+        (("a", "b"), False, False, True),  # the same tree
+        (("a",), False, False, False),  # b missing at the destination
+        (("a", "b", "c"), False, False, True),  # c extra, kept without --delete
+        (("a", "b", "c"), True, False, False),  # c extra, a mirror-delete candidate
+        (("a", "b"), True, False, True),
+        (("a", "b"), False, True, False),  # an unreadable source entry is reported
+    ],
+)
+def test_nothing_to_do_agrees_with_plan_todo(
+    tmp_path: Path, dst_keys: tuple[str, ...], delete: bool, unreadable: bool, expected: bool
+) -> None:
+    """The read-only look a re-sync takes first says "nothing to do" exactly when
+    ``plan_todo`` finds nothing to copy, delete or report; a size change counts too."""
+    from gateway_agent.stores.base import SkippedEntry
+    from skyplane_ops.transfer.todo import nothing_to_do
+
+    for changed in (False, True):
+        catalog = Catalog(tmp_path / f"{changed}")
+        catalog.add_source(
+            ListStore([ObjectInfo(k, 5, modified=T0) for k in "ab"]), "mem://s/", [], []
+        )  # type: ignore[arg-type]
+        if unreadable:
+            catalog.problems.append(SkippedEntry("z", "cannot read: EACCES", True))
+        sizes = {k: 6 if changed and k == "a" else 5 for k in dst_keys}
+        dst = ListStore([ObjectInfo(k, sizes[k], modified=T0) for k in dst_keys])
+        catalog.add_destination(dst)  # type: ignore[arg-type]
+        quick = nothing_to_do(catalog, delete=delete)
+        todo = plan_todo(
+            catalog, dst, "mem://d/", [], [], sync=True, delete=delete, max_delete=None
+        )  # type: ignore[arg-type]
+        exact = not (todo.objects or todo.unread or todo.to_delete)
+        assert quick == exact == (expected and not changed), (changed, todo)
+        catalog.close()
+
+
 def test_mirror_candidates_and_max_delete(tmp_path: Path) -> None:
     catalog = Catalog(tmp_path)
     catalog.add_source(ListStore([ObjectInfo("a", 1)]), "mem://s/", [], [])  # type: ignore[arg-type]
