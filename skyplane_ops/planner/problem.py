@@ -433,8 +433,12 @@ def read_links(grid: Any, edges: Mapping[Edge, float]) -> dict[Edge, LinkSpec]:
     links_of = getattr(grid, "links_of", None)
     links_fn = getattr(grid, "links", None)
     out: dict[Edge, LinkSpec] = {}
-    if callable(links_of) or callable(links_fn):
-        estimates = links_of(edges) if callable(links_of) else links_fn()
+    estimates: Mapping[Edge, Any] | None = None
+    if callable(links_of):
+        estimates = links_of(edges)
+    elif callable(links_fn):
+        estimates = links_fn()
+    if estimates is not None:
         for edge in edges:
             est = estimates.get(edge)
             if est is None:
