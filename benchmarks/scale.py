@@ -7,7 +7,8 @@ under ``--work`` (default: a temporary folder), then copied ``file:// -> file://
   end verification on, as a user gets them), and
 * ``rclone copy --transfers 16 --checkers 16``,
 
-and each is run again on the unchanged tree (``skyplane-ops sync`` / ``rclone copy``). Reported
+and each is run again on the unchanged tree (``skyplane-ops sync`` / ``rclone copy``), then once
+more after ``UPDATED`` (10) source files were rewritten (the daily sync of a few changes). Reported
 per run: seconds, objects/s, peak RSS of the CLI and of every gateway (sampled from ``/proc``
 every 50 ms over the whole process tree), and the disk used by the CLI's state (journal
 folder, its peak while running). Both tools run on the same machine one after the other.
@@ -50,6 +51,26 @@ def generate(root: Path, count: int, size: int = 1024) -> None:
             folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"o{i:07d}.bin", "wb") as fh:
             fh.write(i.to_bytes(8, "big") + body[8:])
+
+
+UPDATED = 10
+
+
+def rewrite_some(root: Path, count: int, round_: int) -> None:
+    """Rewrite ``UPDATED`` files spread over the tree with new content of a new size."""
+    for j in range(UPDATED):
+        i = j * count // UPDATED
+        path = root / f"p{i // 1000:04d}" / f"o{i:07d}.bin"
+        path.write_bytes(os.urandom(1024 + round_ * 7 + j))
+
+
+def check_updated(side: str, src: Path, dst: Path, count: int) -> None:
+    """The rewritten files arrived (a sync that copied nothing must not look fast)."""
+    for j in range(UPDATED):
+        i = j * count // UPDATED
+        rel = Path(f"p{i // 1000:04d}") / f"o{i:07d}.bin"
+        if (src / rel).read_bytes() != (dst / rel).read_bytes():
+            raise RuntimeError(f"{side}: {rel} was not updated by the sync")
 
 
 def _children(pid: int) -> list[int]:
@@ -245,14 +266,19 @@ def run_count(work: Path, count: int, env: dict[str, str]) -> dict[str, Any]:
     # One destination on disk at a time (a million 1 KiB files take ~4 GiB of blocks): each
     # tool copies, re-syncs, is checked and its copy deleted before the other one runs.
     row["ours"] = timed_cli([*cli, "cp", f"file://{src}", f"file://{ours}", *common], env, state)
-    row["ours_resync"] = timed_cli(
-        [*cli, "sync", f"file://{src}", f"file://{ours}", *common], env, state
-    )
+    sync = [*cli, "sync", f"file://{src}", f"file://{ours}", *common]
+    row["ours_resync"] = timed_cli(sync, env, state)
+    rewrite_some(src, count, 1)
+    row["ours_update"] = timed_cli(sync, env, state)
+    check_updated("ours", src, ours, count)
     _check_and_drop("ours", ours, count)
     row["rclone"] = timed(rclone, env)
     row["rclone_resync"] = timed(rclone, env)
+    rewrite_some(src, count, 2)
+    row["rclone_update"] = timed(rclone, env)
+    check_updated("rclone", src, theirs, count)
     _check_and_drop("rclone", theirs, count)
-    for key in ("ours", "rclone", "ours_resync", "rclone_resync"):
+    for key in ("ours", "rclone", "ours_resync", "rclone_resync", "ours_update", "rclone_update"):
         row[key]["objects_per_s"] = round(count / row[key]["seconds"], 1)
         row[key].pop("stdout_tail", None)
     row["ratio"] = round(row["ours"]["objects_per_s"] / row["rclone"]["objects_per_s"], 3)
@@ -279,8 +305,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"{r['ours_resync']['seconds']:8.1f}/{r['rclone_resync']['seconds']:<8.1f} "
             f"{r['ours_resync']['main_rss_mib']:4.0f}+{r['ours_resync']['other_rss_mib']:<4.0f}"
         )
-        for key in ("ours", "ours_resync"):
-            if r[key].get("phases"):
+        if "ours_update" in r:
+            print(
+                f"{'':>9} sync after {UPDATED} files changed: ours "
+                f"{r['ours_update']['seconds']:.2f} s, rclone {r['rclone_update']['seconds']:.2f} s"
+            )
+        for key in ("ours", "ours_resync", "ours_update"):
+            if r.get(key, {}).get("phases"):
                 print(f"{'':>9} {key}: {where_it_went(r[key])}")
     by_count = {r["objects"]: r["ours"]["seconds"] for r in rows}
     if 100_000 in by_count and 1_000_000 in by_count:

@@ -332,23 +332,20 @@ def _execute(args: ArgsNS, sync: bool) -> int:
     )
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
     try:
-        with _early_gateways(args, sync, backend_options) as early:
-            return _locked(args, sync, delete, max_delete, dispatch, backend_options, view, early)
+        return _locked(args, sync, delete, max_delete, dispatch, backend_options, view)
     finally:
         view.close()
         lock.release()
 
 
 @contextmanager
-def _early_gateways(
-    args: ArgsNS, sync: bool, backend_options: dict[str, Any]
-) -> Iterator[Any | None]:
-    """A ``cp`` on the local backend starts the gateways of its source and destination region
-    (every plan has them) before listing, so they boot on the core the listing leaves idle;
-    not a sync, which may find nothing to do (and lists on both cores). Provision adopts
-    them; whatever it did not adopt is stopped on the way out."""
+def _early_gateways(args: ArgsNS, backend_options: dict[str, Any]) -> Iterator[Any | None]:
+    """On the local backend, start the gateways of the source and destination region (every
+    plan has them) ahead of provision: a ``cp`` before listing, so they boot on the core the
+    listing leaves idle; a sync once its listing found work, so they boot while it plans.
+    Provision adopts them; whatever it did not adopt is stopped on the way out."""
     early = None
-    if args.backend == "local" and not sync and args.src_region and args.dst_region:
+    if args.backend == "local" and args.src_region and args.dst_region:
         try:
             early = api.start_early(
                 [args.src_region, args.dst_region],
@@ -372,13 +369,29 @@ def _locked(
     dispatch: Any,
     backend_options: dict[str, Any],
     view: RunView,
-    early: Any,
 ) -> int:
-    """List, plan, provision, transfer (+ verify) and always tear down, under the lock;
-    ``early``: the gateways ``_early_gateways`` started, for provision to adopt.
+    """List, plan, provision, transfer (+ verify) and always tear down, under the lock.
 
     One listing for the whole run: it sizes the plan, lets an up-to-date sync skip planning
     and gateways, and is handed to the engine instead of listing again."""
+    if sync:  # no gateway before the listing: it may find nothing to do, and lists on both cores
+        listing, volume_gb, done = _list(args, sync, delete, max_delete, view)
+        if done is not None:
+            return _report(args, done, None, view, 0)
+        with _early_gateways(args, backend_options) as early:
+            return _run(args, sync, delete, max_delete, dispatch, backend_options, view, early,
+                        listing, volume_gb)  # fmt: skip
+    with _early_gateways(args, backend_options) as early:
+        listing, volume_gb, _ = _list(args, sync, delete, max_delete, view)
+        return _run(args, sync, delete, max_delete, dispatch, backend_options, view, early,
+                    listing, volume_gb)  # fmt: skip
+
+
+def _list(
+    args: ArgsNS, sync: bool, delete: bool, max_delete: int | None, view: RunView
+) -> tuple[Any, float, api.TransferResult | None]:
+    """The run's one listing, its volume in GB, and, for a sync with nothing to do, its
+    result."""
     with view.phase("list", args.src) as note:
         listing = api.list_request(
             args.src,
@@ -410,8 +423,22 @@ def _locked(
             if sync
             else None
         )
-    if done is not None:
-        return _report(args, done, None, view, 0)
+    return listing, volume_gb, done
+
+
+def _run(
+    args: ArgsNS,
+    sync: bool,
+    delete: bool,
+    max_delete: int | None,
+    dispatch: Any,
+    backend_options: dict[str, Any],
+    view: RunView,
+    early: Any,
+    listing: Any,
+    volume_gb: float,
+) -> int:
+    """Plan, provision (adopting ``early``'s gateways), transfer, always tear down."""
     with view.phase("plan", f"{args.src_region} -> {args.dst_region}") as note:
         plan = make_plan(args, volume_gb, backend_options)
         note["done"] = f"{len(plan.paths)} path(s), {plan.predicted_gbps:.2f} Gbit/s predicted"
