@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,6 +47,17 @@ Exit status: 0 done; 2 error (nothing lost: re-run to resume); 3 partial (some o
 failed or changed, the rest is verified: re-run to copy them); 130/143 interrupted by
 SIGINT/SIGTERM (the gateways are torn down first).
 """
+
+
+@dataclass(frozen=True)
+class _How:
+    """What the verb and its checked options make of a run (``args`` holds the rest)."""
+
+    sync: bool
+    delete: bool
+    max_delete: int | None
+    dispatch: Any
+    backend_options: dict[str, Any]
 
 
 def _transfer_options(verb: str) -> Any:
@@ -332,7 +344,7 @@ def _execute(args: ArgsNS, sync: bool) -> int:
     )
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
     try:
-        return _locked(args, sync, delete, max_delete, dispatch, backend_options, view)
+        return _locked(args, _How(sync, delete, max_delete, dispatch, backend_options), view)
     finally:
         view.close()
         lock.release()
@@ -361,35 +373,23 @@ def _early_gateways(args: ArgsNS, backend_options: dict[str, Any]) -> Iterator[A
             early.cancel()
 
 
-def _locked(
-    args: ArgsNS,
-    sync: bool,
-    delete: bool,
-    max_delete: int | None,
-    dispatch: Any,
-    backend_options: dict[str, Any],
-    view: RunView,
-) -> int:
+def _locked(args: ArgsNS, how: _How, view: RunView) -> int:
     """List, plan, provision, transfer (+ verify) and always tear down, under the lock.
 
     One listing for the whole run: it sizes the plan, lets an up-to-date sync skip planning
     and gateways, and is handed to the engine instead of listing again."""
-    if sync:  # no gateway before the listing: it may find nothing to do, and lists on both cores
-        listing, volume_gb, done = _list(args, sync, delete, max_delete, view)
+    if how.sync:  # no gateway before listing: it may find nothing to do, and lists on 2 cores
+        listing, volume_gb, done = _list(args, how, view)
         if done is not None:
             return _report(args, done, None, view, 0)
-        with _early_gateways(args, backend_options) as early:
-            return _run(args, sync, delete, max_delete, dispatch, backend_options, view, early,
-                        listing, volume_gb)  # fmt: skip
-    with _early_gateways(args, backend_options) as early:
-        listing, volume_gb, _ = _list(args, sync, delete, max_delete, view)
-        return _run(args, sync, delete, max_delete, dispatch, backend_options, view, early,
-                    listing, volume_gb)  # fmt: skip
+        with _early_gateways(args, how.backend_options) as early:
+            return _run(args, how, view, early, listing, volume_gb)
+    with _early_gateways(args, how.backend_options) as early:
+        listing, volume_gb, _ = _list(args, how, view)
+        return _run(args, how, view, early, listing, volume_gb)
 
 
-def _list(
-    args: ArgsNS, sync: bool, delete: bool, max_delete: int | None, view: RunView
-) -> tuple[Any, float, api.TransferResult | None]:
+def _list(args: ArgsNS, how: _How, view: RunView) -> tuple[Any, float, api.TransferResult | None]:
     """The run's one listing, its volume in GB, and, for a sync with nothing to do, its
     result."""
     with view.phase("list", args.src) as note:
@@ -400,7 +400,7 @@ def _list(
             dst_options=args.dst_options,
             include=args.include,
             exclude=args.exclude,
-            sync=sync,
+            sync=how.sync,
             journal_dir=args.journal_dir,
             progress=view.listing,
         )
@@ -415,32 +415,21 @@ def _list(
                 dst_options=args.dst_options,
                 include=args.include,
                 exclude=args.exclude,
-                delete=delete,
-                max_delete=max_delete,
+                delete=how.delete,
+                max_delete=how.max_delete,
                 journal_dir=args.journal_dir,
                 part_size=args.chunk_mib * api.MiB,
             )
-            if sync
+            if how.sync
             else None
         )
     return listing, volume_gb, done
 
 
-def _run(
-    args: ArgsNS,
-    sync: bool,
-    delete: bool,
-    max_delete: int | None,
-    dispatch: Any,
-    backend_options: dict[str, Any],
-    view: RunView,
-    early: Any,
-    listing: Any,
-    volume_gb: float,
-) -> int:
+def _run(args: ArgsNS, how: _How, view: RunView, early: Any, listing: Any, volume_gb: float) -> int:
     """Plan, provision (adopting ``early``'s gateways), transfer, always tear down."""
     with view.phase("plan", f"{args.src_region} -> {args.dst_region}") as note:
-        plan = make_plan(args, volume_gb, backend_options)
+        plan = make_plan(args, volume_gb, how.backend_options)
         note["done"] = f"{len(plan.paths)} path(s), {plan.predicted_gbps:.2f} Gbit/s predicted"
     fleet: api.GatewayFleet | None = None
     status = 0
@@ -449,7 +438,7 @@ def _run(
             fleet = api.provision(
                 plan,
                 backend=args.backend,
-                backend_options=backend_options,
+                backend_options=how.backend_options,
                 transfer_id=early.transfer_id if early is not None else api.new_transfer_id("cp"),
                 tags={"skyplane-ops:command": "cp"},
                 max_per_region=args.local_gateways_per_region if args.backend == "local" else None,
@@ -468,14 +457,14 @@ def _run(
                     include=args.include,
                     exclude=args.exclude,
                     journal_dir=args.journal_dir,
-                    sync=sync,
-                    delete=delete,
-                    max_delete=max_delete,
+                    sync=how.sync,
+                    delete=how.delete,
+                    max_delete=how.max_delete,
                     wait_lock=args.wait_lock,
                     progress=None if view.mode == "off" else view.transfer,
                     part_size=args.chunk_mib * api.MiB,
                     verify=args.verify,
-                    dispatch=dispatch,
+                    dispatch=how.dispatch,
                     listing=listing,
                 )
             except api.PartialTransferError as exc:
@@ -485,7 +474,7 @@ def _run(
     finally:
         if fleet is not None:
             with view.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
-                api.deprovision(fleet, backend_options=backend_options)
+                api.deprovision(fleet, backend_options=how.backend_options)
     return _report(args, result, plan, view, status)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,19 +93,24 @@ def test_bad_source_and_bad_rate_name_the_field(tmp_path: Path) -> None:
         load_measured_grid(path, catalog)
 
 
-def test_links_cover_every_pair_and_survive_merge_and_export(tmp_path: Path) -> None:
-    base = load_default_profile().throughput
-    links = base.links()
-    assert links.keys() == base.as_dict().keys()
-    sources = {link.source for link in links.values()}
-    assert sources <= {"published", "model"} and "model" in sources
+def _measured_over(base: Any, tmp_path: Path) -> Any:
+    """``base`` with A -> B measured at 4 and 64 connections laid over it."""
     path = tmp_path / "m.csv"
     path.write_text(
         "src,dst,gbps,connections,measured_at\n"
         f"{A},{B},0.5,4,2026-11-01T12:00:00Z\n"
         f"{A},{B},2.0,64,2026-11-01T12:00:05Z\n"
     )
-    merged = base.merge(load_measured_grid(path, base.catalog))
+    return base.merge(load_measured_grid(path, base.catalog))
+
+
+def test_links_cover_every_pair_and_survive_merge_and_export(tmp_path: Path) -> None:
+    base = load_default_profile().throughput
+    links = base.links()
+    assert links.keys() == base.as_dict().keys()
+    sources = {link.source for link in links.values()}
+    assert sources <= {"published", "model"} and "model" in sources
+    merged = _measured_over(base, tmp_path)
     link = merged.link(A, B)
     assert (link.source, link.per_conn_gbps, link.sat_gbps) == ("profile", 0.125, 2.0)
     out = tmp_path / "export.parquet"
@@ -118,13 +124,7 @@ def test_links_of_a_few_pairs_and_a_wider_catalog_give_what_links_gives(tmp_path
     """The planner reads its edges' links with ``links_of``; custom regions widen the catalog
     with ``with_catalog``: both must agree with the whole ``links()``, measured pairs too."""
     base = load_default_profile().throughput
-    path = tmp_path / "m.csv"
-    path.write_text(
-        "src,dst,gbps,connections,measured_at\n"
-        f"{A},{B},0.5,4,2026-11-01T12:00:00Z\n"
-        f"{A},{B},2.0,64,2026-11-01T12:00:05Z\n"
-    )
-    merged = base.merge(load_measured_grid(path, base.catalog))
+    merged = _measured_over(base, tmp_path)
     whole = merged.links()
     wanted = [(A, B), (B, A), (A, A), (A, "nowhere:at-all")]
     assert merged.links_of(wanted) == {(A, B): whole[(A, B)], (B, A): whole[(B, A)]}
