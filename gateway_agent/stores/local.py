@@ -190,7 +190,7 @@ class LocalStore:
         if folder and any(segment_problem(s, False) for s in folder.split("/")):
             return  # no file can have a key under such a folder
         start = self._root + "/" + folder if folder else self._root
-        walk = Walk(self.uri, prefix, self.links, info, self.skipped, self._hidden, share, shares)
+        walk = Walk(self.uri, prefix, self.links, info, self.skipped, self.reserved, share, shares)
         try:
             st = os.stat(start)
         except (FileNotFoundError, NotADirectoryError):
@@ -204,7 +204,8 @@ class LocalStore:
         )
 
     @staticmethod
-    def _hidden(base: str, name: str) -> bool:
+    def reserved(base: str, name: str) -> bool:
+        """Whether ``name`` in the folder of keys ``base`` is the store's own (never listed)."""
         return name.startswith(TMP_PREFIX) or (base == "" and name == STAGING)
 
     def head(self, key: str) -> ObjectInfo:

@@ -393,6 +393,22 @@ def _list(args: ArgsNS, how: _How, view: RunView) -> tuple[Any, float, api.Trans
     """The run's one listing, its volume in GB, and, for a sync with nothing to do, its
     result."""
     with view.phase("list", args.src) as note:
+        quick = how.sync and api.quick_up_to_date(
+            args.src,
+            args.dst,
+            transfer_id=api.new_transfer_id("cp"),
+            src_options=args.src_options,
+            dst_options=args.dst_options,
+            include=args.include,
+            exclude=args.exclude,
+            delete=how.delete,
+            journal_dir=args.journal_dir,
+            part_size=args.chunk_mib * api.MiB,
+            progress=view.listing,
+        )
+        if quick:
+            note["done"] = f"{quick.objects_skipped:,} objects up to date"
+            return None, 0.0, quick
         listing = api.list_request(
             args.src,
             args.dst,

@@ -1,17 +1,22 @@
 """``sync_up_to_date``: a sync with nothing to copy or delete is answered from its listing
-alone, before any plan or gateway (the engine, ``run.py``, is never started for it)."""
+alone, before any plan or gateway (the engine, ``run.py``, is never started for it).
+``quick_up_to_date`` answers it between two local folders before any listing
+(``quickcheck``)."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
 from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
+from skyplane_ops.transfer.quickcheck import TreeCheck, trees_same
 from skyplane_ops.transfer.request import Listing, open_side
 from skyplane_ops.transfer.result import TransferResult
 from skyplane_ops.transfer.todo import nothing_to_do, plan_todo
@@ -69,9 +74,60 @@ def sync_up_to_date(
         if todo.objects or todo.unread or todo.to_delete:
             return None
         skipped = todo.skipped
+    listing.close()
+    return _done(
+        src_uri, dst_uri, transfer_id, include, exclude, journal_dir, part_size, skipped, t0
+    )
+
+
+def quick_up_to_date(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    transfer_id: str,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    delete: bool = False,
+    journal_dir: str | Path | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+    progress: Callable[[int, int], None] | None = None,
+) -> TransferResult | None:
+    """The result of a sync between two local folders that is certainly up to date, told
+    without listing into a catalog (``quickcheck``), or None: list, and ask
+    ``sync_up_to_date``. The caller holds the journal lock."""
+    t0 = time.monotonic()
+    src = open_side(src_uri, src_options, "source")
+    dst = open_side(dst_uri, dst_options, "destination")
+    if not (isinstance(src, LocalStore) and isinstance(dst, LocalStore)):
+        return None
+    check = TreeCheck(
+        os.fspath(src.root), os.fspath(dst.root), include, exclude, delete, LocalStore.reserved
+    )
+    counted = None if progress is None else (lambda n: progress(n, n))
+    found = trees_same(check, counted)
+    if found is None or found[0] == 0:  # an empty source is refused by the listing
+        return None
+    return _done(
+        src_uri, dst_uri, transfer_id, include, exclude, journal_dir, part_size, found[0], t0
+    )
+
+
+def _done(
+    src_uri: str,
+    dst_uri: str,
+    transfer_id: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    journal_dir: str | Path | None,
+    part_size: int,
+    skipped: int,
+    t0: float,
+) -> TransferResult:
+    """Remove the journal as a clean run would, and say the sync was up to date."""
     directory = Path(journal_dir) if journal_dir else default_journal_dir()
     Journal(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude)).remove()
-    listing.close()
     base = {
         "transfer_id": transfer_id,
         "job_id": f"job-{uuid.uuid4().hex[:12]}",
