@@ -67,6 +67,9 @@ class Capabilities:
     # Bytes the sink CRC-checked before such a write are vouched for: verification needs only
     # their size from the listing (a read-back right after the write reads the page cache).
     checked_writes: bool = False
+    # Keys are the paths of files in a folder tree (the local store): a key one such store
+    # listed is a name every such store can hold, so a copy between two checks no names.
+    file_names: bool = False
 
 
 @runtime_checkable

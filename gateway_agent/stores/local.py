@@ -98,6 +98,7 @@ class LocalStore:
         min_part_size=0,
         local_calls=True,
         checked_writes=True,
+        file_names=True,
     )
 
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):

@@ -246,6 +246,7 @@ class _Run:
             sync=sync,
             delete=delete,
             max_delete=max_delete,
+            names_fit=src.capabilities.file_names and dst.capabilities.file_names,
         )
         skipped = todo.skipped
         self.step("list")

@@ -63,8 +63,11 @@ def plan_todo(
     sync: bool,
     delete: bool,
     max_delete: int | None,
+    names_fit: bool = False,
 ) -> Todo:
-    """Mark the catalog's objects; idempotent (a sync checked up to date, then run, repeats it)."""
+    """Mark the catalog's objects; idempotent (a sync checked up to date, then run, repeats it).
+    ``names_fit``: every source key is known to be a name the destination holds (between two
+    stores of ``Capabilities.file_names``), so none is checked (0.09 s per 100k keys)."""
     # An unreadable entry is a failed object: reported, and it stops the mirror delete.
     unread = [(p.key, f"source: {p.reason}") for p in catalog.problems if p.error]
     catalog.set_outcome("failed", unread, FAILED)
@@ -91,7 +94,7 @@ def plan_todo(
             f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {_SAME})"
         )
     # Names the destination cannot hold are failed objects before any byte moves.
-    check = getattr(dst, "check_name", None)
+    check = None if names_fit else getattr(dst, "check_name", None)
     if check is not None:
         refused: list[tuple[str, str]] = []
         for (raw,) in catalog.pages("key", "src", f"state = {TODO}"):

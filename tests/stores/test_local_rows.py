@@ -146,3 +146,27 @@ def test_unversioned_rows_drop_only_version_and_etag(tmp_path: Path) -> None:
     full = [r for b in store.list_rows() for r in b]
     light = [r for b in store.list_rows(versions=False) for r in b]
     assert light == [(*r[:4], None, None) for r in full]
+
+
+def test_every_name_a_folder_lists_is_one_another_folder_holds(tmp_path: Path) -> None:
+    """``Capabilities.file_names``: a copy between two local folders checks no names (the
+    engine's ``plan_todo(names_fit=True)``), because every key one lists passes the other's
+    ``check_name``: odd names, the longest name, dot names, a stored link."""
+    from tests.faults._names import COMMON, NEWLINE, NOT_UTF8
+
+    src = tmp_path / "src"
+    names = [*COMMON, NEWLINE, NOT_UTF8, "n" * 255, ".hidden", "a/.b/..c", "%00", "sp ace"]
+    for name in names:
+        path = src / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    (src / "link").symlink_to("a")
+    (src / ".%staging").mkdir()  # the store's own names are never listed
+    (src / ".%tmp-x").write_bytes(b"t")
+    lister = open_store(f"file://{src}", {"links": "store"})
+    other = open_store(f"file://{tmp_path / 'dst'}")
+    assert lister.capabilities.file_names and other.capabilities.file_names
+    keys = [o.key for o in lister.list()]
+    assert len(keys) == len(set(names)) + 1  # and the link, as NAME.rclonelink
+    for key in keys:
+        other.check_name(key)  # type: ignore[attr-defined]
