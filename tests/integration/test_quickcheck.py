@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +20,12 @@ import pytest
 
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops import api, cli
-from skyplane_ops.transfer import forked
 from skyplane_ops.transfer.quickcheck import TreeCheck, same_share, trees_same
 from skyplane_ops.transfer.uptodate import quick_up_to_date, sync_up_to_date
 
 FILES = {f"p{d}/o{i:03d}.bin": 10 + i for d in range(3) for i in range(40)} | {"top.txt": 7}
 NS = 1_000_000_000
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _tree(root: Path) -> None:
@@ -121,24 +123,50 @@ def test_quick_answer_is_the_catalogs(trees: tuple[Path, Path], tmp_path: Path, 
         assert exact == quick
 
 
+# The two-process path runs in a fresh interpreter: this one may run other tests' threads,
+# and a process with threads does not fork (``forked.forkable``).
+_FORKED = """
+import json, sys
+from gateway_agent.stores.local import LocalStore
+from skyplane_ops.transfer import forked
+from skyplane_ops.transfer.quickcheck import TreeCheck, same_share, trees_same
+src, dst, change = sys.argv[1:4]
+check = TreeCheck(src, dst, reserved=LocalStore.reserved)
+assert forked.forkable()
+out = {"whole": trees_same(check), "halves": [same_share(check, k, 2) for k in (0, 1)]}
+if change != "-":  # a file of share int(change), by this interpreter's string hash
+    share = int(change)
+    names = sorted(n for n in json.loads(sys.argv[4]) if hash(n.rsplit("/", 1)[-1]) % 2 == share)
+    with open(dst + "/" + names[0], "wb") as fh:
+        fh.write(b"changed")
+    out["changed"] = trees_same(check)
+print(json.dumps(out))
+"""
+
+
+def _forked(src: Path, dst: Path, change: str = "-") -> dict[str, object]:
+    argv = [sys.executable, "-c", _FORKED, str(src), str(dst), change, json.dumps(list(FILES))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 def test_counts_files_and_bytes_of_both_shares(trees: tuple[Path, Path]) -> None:
     src, dst = trees
-    check = TreeCheck(str(src), str(dst), reserved=LocalStore.reserved)
-    want = (len(FILES), sum(FILES.values()))
-    assert forked.forkable()  # so the child's share is walked in a child
-    assert trees_same(check) == want
-    halves = [same_share(check, k, 2) for k in (0, 1)]
-    assert all(h is not None for h in halves)
-    assert tuple(map(sum, zip(*halves, strict=True))) == want  # type: ignore[arg-type]
+    out = _forked(src, dst)
+    want = [len(FILES), sum(FILES.values())]
+    assert out["whole"] == want
+    halves = out["halves"]
+    assert isinstance(halves, list) and all(h is not None for h in halves)
+    assert [sum(x) for x in zip(*halves, strict=True)] == want
 
 
 @pytest.mark.parametrize("share", [0, 1])
 def test_a_difference_in_either_share_is_found(trees: tuple[Path, Path], share: int) -> None:
     """The forked child's share (odd name hashes) counts as much as this process's."""
     src, dst = trees
-    key = next(k for k in FILES if hash(k.rsplit("/", 1)[-1]) % 2 == share)
-    (dst / key).write_bytes(b"changed")
-    assert trees_same(TreeCheck(str(src), str(dst), reserved=LocalStore.reserved)) is None
+    out = _forked(src, dst, str(share))
+    assert out["whole"] is not None and out["changed"] is None
 
 
 def test_without_a_fork_the_answer_is_the_same(trees: tuple[Path, Path]) -> None:
