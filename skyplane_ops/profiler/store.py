@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from skyplane_ops.profiler.errors import GridStoreError
 from skyplane_ops.profiler.records import (
+    SOURCE_PASSIVE,
     Measurement,
     from_table,
     latest_per_pair,
@@ -389,9 +390,11 @@ class GridStore:
         ]
 
     def export(self, path: str, version: str | None = None) -> int:
-        """Write the latest row per pair as a measured-grid file (.parquet or .csv) that
-        ``skyplane-ops plan --measured-grid`` and ``load_measured_grid`` read; returns rows."""
-        rows = sorted(self.latest(version).values(), key=lambda r: (r.src, r.dst))
+        """Write a measured-grid file (.parquet or .csv) that ``skyplane-ops plan
+        --measured-grid`` and ``load_measured_grid`` read; returns rows. Per pair: every row
+        of its newest profiler run (each connection count: the per-connection and saturation
+        rates the store's plans use come from them all) and the newest row when it is newer."""
+        rows = sorted(export_rows(self.read_version(version)), key=lambda r: (r.src, r.dst))
         table = to_table(rows)
         try:
             if path.endswith(".csv"):
@@ -407,3 +410,17 @@ class GridStore:
     def iter_history(self) -> Iterator[tuple[str, list[Measurement]]]:
         for version in self.versions():
             yield version, self.read_version(version)
+
+
+def export_rows(rows: list[Measurement]) -> list[Measurement]:
+    """The rows ``export`` writes: each pair's newest active run whole (as ``link_estimates``
+    reads it), plus the pair's newest row when that run does not hold it (a passive one)."""
+    active = latest_per_pair([r for r in rows if r.source != SOURCE_PASSIVE and r.run_id])
+    out = [
+        r
+        for r in rows
+        if r.source != SOURCE_PASSIVE and r.pair in active and r.run_id == active[r.pair].run_id
+    ]
+    held = {id(r) for r in out}
+    out += [r for r in latest_per_pair(rows).values() if id(r) not in held]
+    return out

@@ -209,3 +209,22 @@ def test_durations() -> None:
     assert parse_duration(12) == 12
     with pytest.raises(ProfilerError):
         parse_duration("three days")
+
+
+def test_export_plans_like_the_store_with_several_connection_counts(tmp_path: Path) -> None:
+    """A run probed at 4 and 64 flows gives per-connection and saturation rates from both;
+    the exported file must carry both rows, or ``--measured-grid`` plans on another link
+    (it did: the newest row alone, a flaky plan in test_dagster_definitions)."""
+    store = GridStore(str(tmp_path / "grid"))
+    store.append(m(A, B, 2.0, T0, conns=4))
+    store.append(m(A, B, 9.0, T0 + timedelta(seconds=1), conns=64))
+    store.append(m(A, B, 1.0, T0 - timedelta(days=1), run="r0", conns=64))  # an older run
+    store.publish()
+    path = str(tmp_path / "grid.parquet")
+    assert store.export(path) == 2
+    base = load_default_profile().throughput
+    from_store = planner_grid(store, base).links_of([(A, B)])[(A, B)]
+    from_file = load_measured_grid(path, base.catalog).links_of([(A, B)])[(A, B)]
+    assert from_store.per_conn_gbps == pytest.approx(from_file.per_conn_gbps)
+    assert from_store.sat_gbps == pytest.approx(from_file.sat_gbps)
+    assert from_store.scaled_gbps(16) == pytest.approx(from_file.scaled_gbps(16))
