@@ -104,7 +104,8 @@ class LocalStore:
     def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
         self.uri = str(parsed)
         opts = check_options(options, frozenset({"fsync", "links"}), self.uri)
-        self._fsync = bool(opts.get("fsync", False))
+        # Writes reach the disk before they return: each waits for it (a sink overlaps them).
+        self.fsync = bool(opts.get("fsync", False))
         self.links = str(opts.get("links", "skip"))
         if self.links not in LINK_MODES:
             raise InvalidURIError(f"option links must be one of {LINK_MODES}, not {self.links!r}")
@@ -115,7 +116,7 @@ class LocalStore:
         self._parts = StagedUploads(
             self.root,
             self.uri,
-            fsync=self._fsync,
+            fsync=self.fsync,
             path=self._path,
             error=self._error,
             max_parts=self.capabilities.max_parts,
@@ -321,7 +322,7 @@ class LocalStore:
             return self._write_link(key, link, bytes(data))
         dest = self._path(key)
         try:
-            st = create_file(dest, lambda fd: write_all(fd, data), fsync=self._fsync)
+            st = create_file(dest, lambda fd: write_all(fd, data), fsync=self.fsync)
         except OSError as exc:
             raise self._error(exc, "write", key) from None
         return written_info(key, st)
@@ -343,7 +344,7 @@ class LocalStore:
                 where.append(i)
             except StoreError as exc:
                 results[i] = exc
-        for i, err in zip(where, create_many(plain, fsync=self._fsync), strict=True):
+        for i, err in zip(where, create_many(plain, fsync=self.fsync), strict=True):
             if err is not None:
                 results[i] = self._error(err, "write", items[i][0])
         return results
@@ -377,7 +378,7 @@ class LocalStore:
                 def fill(fd: int) -> None:
                     copy_into(src.fileno(), fd)
 
-                st = create_file(dest, fill, fsync=self._fsync)
+                st = create_file(dest, fill, fsync=self.fsync)
         except OSError as exc:
             raise self._error(exc, "copy", src_key) from None
         return written_info(dst_key, st)

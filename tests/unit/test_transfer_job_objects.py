@@ -144,3 +144,76 @@ def test_batches_from_a_store_of_local_calls_are_read_two_at_a_time(tmp_path: Pa
         b"".join(bytes([i]) * 100 for i in range(c * 6, c * 6 + 6)) for c in range(8)
     )
     assert 1 <= most <= LOCAL_BATCH_READERS
+
+
+def _overlap_of_batch_writes(
+    tmp_path: Path, options: dict[str, Any], hold: float
+) -> tuple[int, list[bytes]]:
+    """Eight writer threads each write a batched chunk of six small objects to a folder (with
+    store ``options``); (most batches inside the store at once, what landed). Each batch
+    stays in the store until another one is in too, or ``hold`` seconds."""
+    from gateway_agent.checksum import crc32c
+    from gateway_agent.flow import Lease
+    from gateway_agent.job import InChunk
+    from gateway_agent.stores import open_store
+
+    store: Any = open_store(f"file://{tmp_path}", options)
+    inside, most, lock = 0, 0, threading.Lock()
+    overlapped = threading.Event()
+    real = store.write_batch
+
+    def counted(*args: object, **kwargs: object) -> Any:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+            if most > 1:
+                overlapped.set()
+        try:
+            overlapped.wait(hold)  # a slow call: without the gate, batches overlap
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                inside -= 1
+
+    store.write_batch = counted
+    job = _job(8)
+    job._dst, job._dst_uri = store, f"file://{tmp_path}"
+    events: list[dict[str, Any]] = []
+    job._event = lambda **kw: events.append(kw)  # type: ignore[method-assign]
+
+    def write(c: int) -> None:
+        body = [bytes([i]) * 100 for i in range(c * 6, c * 6 + 6)]
+        segs = [{"key": f"o{i:02d}", "offset": 0, "length": 100} for i in range(c * 6, c * 6 + 6)]
+        meta = {"chunk": c, "segs": segs, "crcs": [crc32c(b) for b in body]}
+        payload = b"".join(body)
+        job._write_chunk(InChunk(meta, payload, crc32c(payload), Lease(job._budget, 0)))
+
+    try:
+        threads = [threading.Thread(target=write, args=(c,)) for c in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        job.stop()
+    assert sorted(e["chunk"] for e in events if e["t"] == "done") == list(range(8))
+    return most, [(tmp_path / f"o{i:02d}").read_bytes() for i in range(48)]
+
+
+def test_batches_to_a_folder_are_written_one_at_a_time(tmp_path: Path) -> None:
+    """At most ``LOCAL_BATCH_WRITERS`` writers write batches to a folder at once (more only
+    contend for the interpreter); every object lands whole."""
+    from gateway_agent.job import LOCAL_BATCH_WRITERS
+
+    most, landed = _overlap_of_batch_writes(tmp_path, {}, hold=0.02)
+    assert most == LOCAL_BATCH_WRITERS == 1
+    assert landed == [bytes([i]) * 100 for i in range(48)]
+
+
+def test_batches_to_a_folder_that_flushes_every_write_overlap(tmp_path: Path) -> None:
+    """With ``fsync`` every write waits for the disk: batches are written by every writer at
+    once, so the waits overlap."""
+    most, landed = _overlap_of_batch_writes(tmp_path, {"fsync": True}, hold=5)
+    assert most > 1
+    assert landed == [bytes([i]) * 100 for i in range(48)]
