@@ -33,7 +33,7 @@ from skyplane_ops.transfer.request import list_request as list_request
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
-from skyplane_ops.transfer.uptodate import quick_up_to_date as quick_up_to_date
+from skyplane_ops.transfer.uptodate import quick_listing as quick_listing
 from skyplane_ops.transfer.uptodate import sync_up_to_date as sync_up_to_date
 
 if TYPE_CHECKING:
@@ -257,8 +257,8 @@ transfer = run_transfer
 # to call before planning or provisioning), ``preview_transfer`` (the dry run) and
 # ``transfer_lock`` (the journal lock, for faces to take before provisioning), ``list_request``
 # (one listing per run, handed to ``transfer(listing=...)``), ``sync_up_to_date`` (a sync
-# with nothing to do, answered without a plan or fleet) and ``quick_up_to_date`` (the same
-# between two local folders, answered before any listing).
+# with nothing to do, answered without a plan or fleet) and ``quick_listing`` (the same
+# between two local folders, answered before any listing, or a listing of what differs).
 
 
 def deprovision(

@@ -181,6 +181,25 @@ class LocalStore:
         info = file_row if versions else file_row_unversioned
         return self._walk(prefix, info, share, shares)
 
+    def rows_of(
+        self, keys: Sequence[str], *, versions: bool = True
+    ) -> builtins.list[ListRow | None]:
+        """The ``list_rows`` row of each key, looked up instead of listed; None where the key
+        names no file (nothing there, or a folder or link: the listing would show no such
+        file either). For a few keys of a large tree (a sync's changed files)."""
+        info = file_row if versions else file_row_unversioned
+        rows: builtins.list[ListRow | None] = []
+        for key in keys:
+            try:
+                st = os.lstat(self._root + "/" + check_key(key))
+            except (FileNotFoundError, NotADirectoryError):
+                rows.append(None)
+                continue
+            except OSError as exc:
+                raise self._error(exc, "list", key) from None
+            rows.append(info(key, st) if stat.S_ISREG(st.st_mode) else None)
+        return rows
+
     def _walk(
         self,
         prefix: str,

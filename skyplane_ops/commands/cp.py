@@ -404,13 +404,13 @@ def _list(args: ArgsNS, how: _How, view: RunView) -> tuple[Any, float, api.Trans
             "journal_dir": args.journal_dir,
             "part_size": args.chunk_mib * api.MiB,
         }
-        quick = how.sync and api.quick_up_to_date(
+        quick = how.sync and api.quick_listing(
             args.src, args.dst, src_options=args.src_options, progress=view.listing, **asked
         )
-        if quick:
+        if isinstance(quick, api.TransferResult):
             note["done"] = f"{quick.objects_skipped:,} objects up to date"
             return None, 0.0, quick
-        listing = api.list_request(
+        listing = quick or api.list_request(
             args.src,
             args.dst,
             src_options=args.src_options,

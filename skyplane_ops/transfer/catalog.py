@@ -141,6 +141,9 @@ class Catalog:
         self.db.create_function("same_ck", 2, _same_ck, deterministic=True)
         self.lock = threading.RLock()
         self.has_destination = False
+        # Source objects (and their bytes) known to be the same at the destination and left
+        # out of both tables: a quick walk's (``uptodate.quick_listing``); counted as skipped.
+        self.outside: tuple[int, int] = (0, 0)
         self.problems: list[SkippedEntry] = []
         self._finalizer = weakref.finalize(self, _drop, self.path, self.db)
 

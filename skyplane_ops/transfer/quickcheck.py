@@ -1,30 +1,32 @@
-"""Is one local folder already a copy of another? Told folder by folder, without a catalog.
+"""Which files of one local folder lack an equal copy in another? Told folder by folder,
+without a catalog.
 
-A re-sync of an unchanged tree is two listings and a comparison. Through the catalog that is a
-row per file on each side (a tuple and an insert each: ~0.8 s for 100k files on two cores, where
-rclone needs ~0.7 s). Between two local folders the question can be answered in place: each
-folder is read on both sides (``scandir``), each source file and its copy are ``lstat``-ed, and
-the walk stops at the first file that differs. Two processes share the work: a forked child
-takes the files whose name hashes odd (a fork keeps the parent's string hash), this process the
-even ones; both read every folder, which is cheap next to the ``lstat``s.
+A sync is two listings and a comparison. Through the catalog that is a row per file on each
+side (a tuple and an insert each: ~0.8 s for 100k files on two cores, where rclone needs
+~0.7 s), however few files changed. Between two local folders the question can be answered in
+place: each folder is read on both sides (``scandir``), each source file and its copy are
+``lstat``-ed, and a source file without an equal copy is named. Two processes share the work: a
+forked child takes the files whose name hashes odd (a fork keeps the parent's string hash),
+this process the even ones; both read every folder, which is cheap next to the ``lstat``s.
 
-The answer is certain or it is None. Anything out of the ordinary (a link, a FIFO, a folder that
-cannot be read, a file missing or different, under ``delete`` a destination entry the source
-lacks) answers None, and the caller lists both sides into the catalog, which decides exactly and
-words every error and warning. So None costs the time walked, never a wrong answer: a file
-called equal here is one ``todo.nothing_to_do`` would skip (the same size, and a destination
-time not older in nanoseconds, so not older in the microseconds the catalog keeps).
-
-Subfolders are walked greatest name first: a data lake's new partitions sort last, so a sync
-that has work usually finds it in its first folder.
+The answer is certain or it is None. ``Walked`` counts the files with an equal copy (the same
+size, and a copy not older in nanoseconds: one ``todo.plan_todo`` would skip, since the catalog
+keeps microseconds) and names the others (no copy, or another size or an older one). Anything
+out of the ordinary (a link, a FIFO, a folder that cannot be read, a copy that is not a file or
+folder like its source, under ``delete`` a destination entry the source lacks) answers None,
+and so do more than ``MOST_DIFFERENT`` differing files (a first copy: listing is then as
+short, and the named keys would grow with the tree). None costs the time walked, never a
+wrong answer: the caller lists both sides into the catalog, which decides exactly and words
+every error and warning.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from skyplane_ops.transfer import forked
 from skyplane_ops.transfer.manifest import matches
@@ -33,7 +35,11 @@ from skyplane_ops.transfer.manifest import matches
 Reserved = Callable[[str, str], bool]
 Counted = Callable[[int], None]
 REPORT_EVERY = 5000  # files between the child's progress lines
+# Differing files a walk names before it gives up (None): ~100 bytes each, in each process.
+MOST_DIFFERENT = 65_536
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# A folder to walk: (key prefix, source path, copy path or None when the copy has no folder).
+Folder = tuple[str, str, str | None]
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,20 @@ class TreeCheck:
         return not (self.include or self.exclude) or matches(key, self.include, self.exclude)
 
 
+@dataclass
+class Walked:
+    """What a walk found: the source files with an equal copy (count, bytes), and the keys of
+    the others (no copy, or a different one), in no particular order."""
+
+    equal: int = 0
+    equal_bytes: int = 0
+    different: list[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> int:
+        return self.equal + len(self.different)
+
+
 def same_share(
     check: TreeCheck,
     share: int = 0,
@@ -59,47 +79,55 @@ def same_share(
     *,
     stop: Callable[[], bool] = lambda: False,
     counted: Counted | None = None,
-) -> tuple[int, int] | None:
-    """(files, bytes) of this share's source files when every one has an equal copy, or None.
-    ``stop`` is asked before each folder (the other share found work); ``counted`` is told the
-    files compared so far after each folder."""
-    stack = [("", check.src, check.dst)]
-    files = size = 0
+) -> Walked | None:
+    """What this share of the source files found (see ``Walked``), or None. ``stop`` is asked
+    before each folder (the other share gave up); ``counted`` is told the files compared so far
+    after each folder."""
+    stack: list[Folder] = [("", check.src, check.dst)]
+    walked = Walked()
     while stack:
         if stop():
             return None
         base, src, dst = stack.pop()
         try:
-            found = _same_folder(check, src, dst, base, share, shares)
+            folders = _same_folder(check, src, dst, base, share, shares, walked)
         except OSError:  # unreadable, or changed while read: the catalog words it
             return None
-        if found is None:
+        if folders is None or len(walked.different) > MOST_DIFFERENT:
             return None
-        folders, n, b = found
-        files, size = files + n, size + b
-        stack.extend(sorted(folders))  # (key prefix, source, copy): greatest name popped first
+        stack.extend(sorted(folders))  # greatest name popped first
         if counted is not None:
-            counted(files)
-    return files, size
+            counted(walked.files)
+    return walked
 
 
 def _same_folder(
-    check: TreeCheck, src: str, dst: str, base: str, share: int, shares: int
-) -> tuple[list[tuple[str, str, str]], int, int] | None:
-    """One folder: its subfolders to walk, and its share's files and bytes, or None. Read
-    through open folders, so each ``lstat`` resolves one name, not a whole path."""
+    check: TreeCheck,
+    src: str,
+    dst: str | None,
+    base: str,
+    share: int,
+    shares: int,
+    walked: Walked,
+) -> list[Folder] | None:
+    """One folder: its subfolders to walk (its share's files are added to ``walked``), or None.
+    Read through open folders, so each ``lstat`` resolves one name, not a whole path. A
+    folder the copy lacks (``dst`` None) is read on the source side only."""
     src_fd = os.open(src, _FOLDER)
+    dst_fd = -1
     try:
-        dst_fd = os.open(dst, _FOLDER)
-        try:
-            with os.scandir(src_fd) as it:
-                entries = list(it)
+        with os.scandir(src_fd) as it:
+            entries = list(it)
+        there: dict[str, os.DirEntry[str]] = {}
+        if dst is not None:
+            dst_fd = os.open(dst, _FOLDER)
             with os.scandir(dst_fd) as it:
                 there = {e.name: e for e in it}
-            return _compare(check, entries, there, src, dst, base, share, shares)
-        finally:
-            os.close(dst_fd)
+        # Both folders stay open until the entries are compared: their stats resolve there.
+        return _compare(check, entries, there, src, dst, base, share, shares, walked)
     finally:
+        if dst_fd >= 0:
+            os.close(dst_fd)
         os.close(src_fd)
 
 
@@ -108,15 +136,17 @@ def _compare(
     entries: list[os.DirEntry[str]],
     there: dict[str, os.DirEntry[str]],
     src: str,
-    dst: str,
+    dst: str | None,
     base: str,
     share: int,
     shares: int,
-) -> tuple[list[tuple[str, str, str]], int, int] | None:
+    walked: Walked,
+) -> list[Folder] | None:
     reserved, delete = check.reserved, check.delete
     filtered = bool(check.include or check.exclude)
-    folders: list[tuple[str, str, str]] = []
-    files = size = 0
+    folders: list[Folder] = []
+    different = walked.different
+    equal = size = 0
     for entry in entries:  # the hot loop of a re-sync: a few checks per file, two lstats
         name = entry.name
         if name[0] == "." and reserved(base, name):
@@ -126,9 +156,10 @@ def _compare(
             if hash(name) % shares != share:
                 continue
         elif entry.is_dir(follow_symlinks=False):
-            if copy is None or not copy.is_dir(follow_symlinks=False):
+            if copy is not None and not copy.is_dir(follow_symlinks=False):
                 return None
-            folders.append((base + name + "/", src + "/" + name, dst + "/" + name))
+            inside = None if copy is None else f"{dst}/{name}"
+            folders.append((base + name + "/", src + "/" + name, inside))
             continue
         else:
             return None  # a link, FIFO, socket or device: the listing's rules decide
@@ -136,28 +167,32 @@ def _compare(
             if delete and copy is not None:
                 return None  # a copy of a filtered-out file is a delete candidate
             continue
-        if copy is None or not copy.is_file(follow_symlinks=False):
+        if copy is None:
+            different.append(base + name)
+            continue
+        if not copy.is_file(follow_symlinks=False):
             return None
         a, b = entry.stat(follow_symlinks=False), copy.stat(follow_symlinks=False)
         if a.st_size != b.st_size or b.st_mtime_ns < a.st_mtime_ns:
-            return None
-        files += 1
+            different.append(base + name)
+            continue
+        equal += 1
         size += a.st_size
     if delete and any(not (n[0] == "." and reserved(base, n)) for n in there):
         return None
-    return folders, files, size
+    walked.equal += equal
+    walked.equal_bytes += size
+    return folders
 
 
-def trees_same(check: TreeCheck, counted: Counted | None = None) -> tuple[int, int] | None:
-    """(files, bytes) of the source when the destination already holds an equal copy of every
-    source file (and, under ``delete``, nothing else), or None: ask the catalog.
-
-    In two processes when this one may fork (``forked.forkable``), else here alone."""
+def walk_trees(check: TreeCheck, counted: Counted | None = None) -> Walked | None:
+    """What the source's files found at the destination (see ``Walked``), or None: ask the
+    catalog. In two processes when this one may fork (``forked.forkable``), else here alone."""
     if not forked.forkable():
         return same_share(check, counted=counted)
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: the odd share, progress lines, then "= files bytes" or "-"
+    if pid == 0:  # the child: the odd share, progress lines, keys, then "= equal bytes" or "-"
         code = 1
         try:
             os.close(r)
@@ -177,14 +212,22 @@ def _child(check: TreeCheck, w: int) -> int:
             reported[0] = files
 
     got = same_share(check, 1, 2, counted=progress)
-    os.write(w, b"-\n" if got is None else b"= %d %d\n" % got)
+    if got is None:
+        os.write(w, b"-\n")
+        return 0
+    lines = [b"d %s\n" % json.dumps(key).encode() for key in got.different]
+    lines.append(b"= %d %d\n" % (got.equal, got.equal_bytes))
+    out = memoryview(b"".join(lines))
+    while out:
+        out = out[os.write(w, out) :]
     return 0
 
 
-def _parent(check: TreeCheck, r: int, pid: int, counted: Counted | None) -> tuple[int, int] | None:
+def _parent(check: TreeCheck, r: int, pid: int, counted: Counted | None) -> Walked | None:
     """The even share here while reading the child's lines; the child is always reaped."""
     said: list[bytes] = []  # the child's last word
     theirs = [0]  # files the child compared so far
+    keys: list[str] = []  # the differing files the child named
     pending = bytearray()
 
     def take(block: bool) -> None:
@@ -192,7 +235,7 @@ def _parent(check: TreeCheck, r: int, pid: int, counted: Counted | None) -> tupl
         os.set_blocking(r, block)
         while True:
             try:
-                data = os.read(r, 4096)
+                data = os.read(r, 65536)
             except BlockingIOError:
                 return
             if not data:
@@ -203,6 +246,8 @@ def _parent(check: TreeCheck, r: int, pid: int, counted: Counted | None) -> tupl
             for line in lines:
                 if line.startswith(b"+"):
                     theirs[0] += int(line[1:])
+                elif line.startswith(b"d "):
+                    keys.append(json.loads(line[2:]))
                 else:
                     said.append(bytes(line))
 
@@ -224,8 +269,10 @@ def _parent(check: TreeCheck, r: int, pid: int, counted: Counted | None) -> tupl
         reaped = True
         if status != 0 or not said or not said[0].startswith(b"= "):
             return None
-        files, size = (int(x) for x in said[0][2:].split())
-        return mine[0] + files, mine[1] + size
+        equal, size = (int(x) for x in said[0][2:].split())
+        mine.equal, mine.equal_bytes = mine.equal + equal, mine.equal_bytes + size
+        mine.different.extend(keys)
+        return mine
     finally:
         if not reaped:
             os.kill(pid, signal.SIGKILL)

@@ -103,12 +103,12 @@ class Listing:
 
     @property
     def objects(self) -> int:
-        """Source objects the filters select."""
-        return self.catalog.source_totals()[0]
+        """Source objects the filters select (those of ``Catalog.outside`` too)."""
+        return self.catalog.source_totals()[0] + self.catalog.outside[0]
 
     @property
     def total_bytes(self) -> int:
-        return self.catalog.source_totals()[1]
+        return self.catalog.source_totals()[1] + self.catalog.outside[1]
 
     @property
     def volume_gb(self) -> float:

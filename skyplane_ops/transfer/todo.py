@@ -104,7 +104,7 @@ def plan_todo(
                 refused.append((dec(raw), f"destination: {exc}"))
         catalog.set_outcome("failed", refused, REFUSED)
     objects, nbytes = catalog.source_totals(TODO)
-    skipped = catalog.source_totals(SKIPPED)[0]
+    skipped = catalog.source_totals(SKIPPED)[0] + catalog.outside[0]
     failed = int(catalog.one("SELECT count(*) FROM outcome WHERE kind = 'failed'"))
     return Todo(objects, nbytes, skipped, failed, to_delete)
 

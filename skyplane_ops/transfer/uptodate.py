@@ -1,7 +1,7 @@
 """``sync_up_to_date``: a sync with nothing to copy or delete is answered from its listing
 alone, before any plan or gateway (the engine, ``run.py``, is never started for it).
-``quick_up_to_date`` answers it between two local folders before any listing
-(``quickcheck``)."""
+``quick_listing`` answers it between two local folders before any listing (``quickcheck``),
+or lists only the files that differ."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from gateway_agent.stores.base import ListRow
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
 from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
-from skyplane_ops.transfer.quickcheck import TreeCheck, trees_same
+from skyplane_ops.transfer.quickcheck import TreeCheck, Walked, walk_trees
 from skyplane_ops.transfer.request import Listing, open_side
 from skyplane_ops.transfer.result import TransferResult
 from skyplane_ops.transfer.todo import nothing_to_do, plan_todo
@@ -80,7 +82,7 @@ def sync_up_to_date(
     )
 
 
-def quick_up_to_date(
+def quick_listing(
     src_uri: str,
     dst_uri: str,
     *,
@@ -93,10 +95,13 @@ def quick_up_to_date(
     journal_dir: str | Path | None = None,
     part_size: int = DEFAULT_PART_SIZE,
     progress: Callable[[int, int], None] | None = None,
-) -> TransferResult | None:
-    """The result of a sync between two local folders that is certainly up to date, told
-    without listing into a catalog (``quickcheck``), or None: list, and ask
-    ``sync_up_to_date``. The caller holds the journal lock."""
+) -> TransferResult | Listing | None:
+    """A sync between two local folders, walked before any listing (``quickcheck``): the
+    result of one that is certainly up to date; else a ``Listing`` of only the files the walk
+    found different, with both sides' rows (the files it found the same are counted as
+    skipped: ``Catalog.outside``), for ``sync_up_to_date`` and the transfer as any listing; or
+    None when the walk is not sure: list with ``list_request``. The caller holds the journal
+    lock."""
     t0 = time.monotonic()
     src = open_side(src_uri, src_options, "source")
     dst = open_side(dst_uri, dst_options, "destination")
@@ -106,12 +111,42 @@ def quick_up_to_date(
         os.fspath(src.root), os.fspath(dst.root), include, exclude, delete, LocalStore.reserved
     )
     counted = None if progress is None else (lambda n: progress(n, n))
-    found = trees_same(check, counted)
-    if found is None or found[0] == 0:  # an empty source is refused by the listing
+    walked = walk_trees(check, counted)
+    if walked is None or walked.files == 0:  # an empty source is refused by the listing
         return None
+    if walked.different:
+        return _listing_of(walked, src, dst, journal_dir)
     return _done(
-        src_uri, dst_uri, transfer_id, include, exclude, journal_dir, part_size, found[0], t0
+        src_uri, dst_uri, transfer_id, include, exclude, journal_dir, part_size, walked.equal, t0
     )
+
+
+def _listing_of(
+    walked: Walked, src: LocalStore, dst: LocalStore, journal_dir: str | Path | None
+) -> Listing | None:
+    """A catalog of the differing files' rows on both sides, looked up as the listings would
+    show them; None when a source file is no longer one (the listing words what it is)."""
+    keys = sorted(walked.different)
+    catalog = Catalog(Path(journal_dir) if journal_dir else default_journal_dir())
+    try:
+        src_rows = src.rows_of(keys)
+        if any(row is None for row in src_rows):
+            catalog.close()
+            return None
+        catalog.write(
+            "INSERT OR REPLACE INTO src(key,size,mtime,ck,version,etag) VALUES(?,?,?,?,?,?)",
+            cast(list[ListRow], src_rows),
+        )
+        catalog.write(
+            "INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)",
+            (row[:4] for row in dst.rows_of(keys, versions=False) if row is not None),
+        )
+    except BaseException:
+        catalog.close()
+        raise
+    catalog.has_destination = True
+    catalog.outside = (walked.equal, walked.equal_bytes)
+    return Listing(catalog)
 
 
 def _done(

@@ -250,7 +250,8 @@ def looks_up(catalog: Catalog, objects: int) -> bool:
     few, not a million (a listing of 1M took 6 s on a folder, minutes on an object store)."""
     if not catalog.has_destination:
         return False
-    return objects * LOOKUP_SHARE < int(catalog.one("SELECT count(*) FROM dst"))
+    held = int(catalog.one("SELECT count(*) FROM dst")) + catalog.outside[0]
+    return objects * LOOKUP_SHARE < held
 
 
 def _head_into_got(dst: ObjectStore, catalog: Catalog, threads: int) -> None:

@@ -1,8 +1,11 @@
-"""The re-sync check between two local folders (``quickcheck``): real trees, real forks.
+"""The sync walk between two local folders (``quickcheck``, ``quick_listing``): real trees,
+real forks.
 
 The rule it must keep: whenever it says "up to date", the catalog's exact path (list both
-sides, ``sync_up_to_date``) says so too, with the same count; anything it is not sure of is
-None. Each case changes a copied tree one way and asks both.
+sides, ``sync_up_to_date``) says so too, with the same count; whenever it hands over a listing
+of the files that differ, that listing plans exactly what the full one plans (the same objects
+to copy, skipped and to delete); anything it is not sure of is None. Each case changes a copied
+tree one way and asks both.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from pathlib import Path
 import pytest
 
 from gateway_agent.stores.local import LocalStore
+from gateway_agent.synthetic import open_any_store
 from skyplane_ops import api, cli
-from skyplane_ops.transfer.quickcheck import TreeCheck, same_share, trees_same
-from skyplane_ops.transfer.uptodate import quick_up_to_date, sync_up_to_date
+from skyplane_ops.transfer import verify
+from skyplane_ops.transfer.catalog import TODO, Catalog
+from skyplane_ops.transfer.listrows import dec
+from skyplane_ops.transfer.quickcheck import MOST_DIFFERENT, TreeCheck, same_share, walk_trees
+from skyplane_ops.transfer.request import Listing
+from skyplane_ops.transfer.todo import plan_todo
+from skyplane_ops.transfer.uptodate import quick_listing
 
 FILES = {f"p{d}/o{i:03d}.bin": 10 + i for d in range(3) for i in range(40)} | {"top.txt": 7}
 NS = 1_000_000_000
@@ -43,22 +52,45 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
     return src, dst
 
 
+Plan = tuple[list[str], int, int]  # (keys to copy, objects skipped, objects to delete)
+
+
+def _plan(listing: Listing, dst: Path, delete: bool, include: tuple[str, ...]) -> Plan:
+    """What a sync would do from ``listing`` (closed after)."""
+    store = open_any_store(f"file://{dst}", {})  # as the engine opens it
+    try:
+        todo = plan_todo(
+            listing.catalog, store, f"file://{dst}", include, (),
+            sync=True, delete=delete, max_delete=None,
+        )  # fmt: skip
+        keys = sorted(dec(k) for (k,) in listing.catalog.pages("key", "src", f"state = {TODO}"))
+        return keys, todo.skipped, todo.to_delete
+    finally:
+        listing.close()
+
+
 def _both(
     src: Path, dst: Path, tmp: Path, *, delete: bool = False, include: tuple[str, ...] = ()
-) -> tuple[int | None, int | None]:
-    """(quick count or None, the catalog path's count or None when it has work)."""
+) -> tuple[object, object]:
+    """(what the walk says, what the full listing says), each: the count of an up-to-date
+    sync, a ``Plan``, or None (the walk only: not sure)."""
     kw = {"include": include, "delete": delete, "journal_dir": tmp / "state"}
-    quick = quick_up_to_date(f"file://{src}", f"file://{dst}", transfer_id="t", **kw)  # type: ignore[arg-type]
-    listing = api.list_request(
-        f"file://{src}", f"file://{dst}", include=include, sync=True, journal_dir=tmp / "state"
-    )
-    exact = sync_up_to_date(listing, f"file://{src}", f"file://{dst}", transfer_id="t", **kw)  # type: ignore[arg-type]
-    if exact is None:
-        listing.close()
-    return (
-        None if quick is None else quick.objects_skipped,
-        None if exact is None else exact.objects_skipped,
-    )
+    uris = (f"file://{src}", f"file://{dst}")
+    answer = quick_listing(*uris, transfer_id="t", **kw)  # type: ignore[arg-type]
+    quick: object = answer
+    if isinstance(answer, Listing):
+        quick = _plan(answer, dst, delete, include)
+    elif answer is not None:
+        quick = answer.objects_skipped
+    listing = api.list_request(*uris, include=include, sync=True, journal_dir=tmp / "state")
+    return _counted(quick), _counted(_plan(listing, dst, delete, include))
+
+
+def _counted(answer: object) -> object:
+    """A plan with nothing to copy or delete as what ``sync_up_to_date`` says: the count."""
+    if isinstance(answer, tuple) and not answer[0] and not answer[2]:
+        return answer[1]
+    return answer
 
 
 def _older(path: Path) -> None:
@@ -86,15 +118,30 @@ def _file_became_a_folder(s: Path, d: Path) -> None:
     (d / "top.txt").mkdir()
 
 
+def _new_folder(s: Path, d: Path) -> None:
+    (s / "p9/deep").mkdir(parents=True)
+    (s / "p9/a.bin").write_bytes(b"a" * 11)
+    (s / "p9/deep/b.bin").write_bytes(b"b" * 12)
+
+
 Change = Callable[[Path, Path], object]
 CASES: dict[str, tuple[Change, bool, tuple[str, ...], bool]] = {
-    # name: (change to src/dst, delete, include, quick must answer)
+    # name: (change to src/dst, delete, include, the walk must answer)
     "same": (lambda s, d: None, False, (), True),
     "same, delete": (lambda s, d: None, True, (), True),
-    "size": (lambda s, d: (d / "p1/o007.bin").write_bytes(b"x"), False, (), False),
-    "copy older by 1 ns": (lambda s, d: _older(d / "p2/o039.bin"), False, (), False),
+    "size": (lambda s, d: (d / "p1/o007.bin").write_bytes(b"x"), False, (), True),
+    "size, delete": (lambda s, d: (d / "p1/o007.bin").write_bytes(b"x"), True, (), True),
+    "copy older by 1 ns": (lambda s, d: _older(d / "p2/o039.bin"), False, (), True),
     "copy newer": (lambda s, d: _newer(d / "p0/o000.bin"), False, (), True),
-    "missing copy": (lambda s, d: (d / "top.txt").unlink(), False, (), False),
+    "missing copy": (lambda s, d: (d / "top.txt").unlink(), False, (), True),
+    "missing copy, filtered in": (
+        lambda s, d: (d / "p0/o001.bin").unlink(),
+        False,
+        ("*.bin",),
+        True,
+    ),
+    "new folder": (_new_folder, False, (), True),
+    "new folder, delete": (_new_folder, True, (), True),
     "extra copy": (lambda s, d: (d / "p1/extra").write_bytes(b"e"), False, (), True),
     "extra copy, delete": (lambda s, d: (d / "p1/extra").write_bytes(b"e"), True, (), False),
     "extra folder, delete": (lambda s, d: (d / "new").mkdir(), True, (), False),
@@ -114,13 +161,11 @@ def test_quick_answer_is_the_catalogs(trees: tuple[Path, Path], tmp_path: Path, 
     change, delete, include, answers = CASES[name]
     src, dst = trees
     change(src, dst)
-    quick, exact = _both(src, dst, tmp_path, delete=delete, include=include)
+    quick, full = _both(src, dst, tmp_path, delete=delete, include=include)
     if answers:
-        assert quick is not None and quick == exact, (quick, exact)
+        assert quick is not None and quick == full, (quick, full)
     else:
         assert quick is None, quick
-    if quick is not None:  # "up to date" is never said where the catalog finds work
-        assert exact == quick
 
 
 # The two-process path runs in a fresh interpreter: this one may run other tests' threads,
@@ -129,17 +174,20 @@ _FORKED = """
 import json, sys
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.transfer import forked
-from skyplane_ops.transfer.quickcheck import TreeCheck, same_share, trees_same
+from skyplane_ops.transfer.quickcheck import TreeCheck, same_share, walk_trees
+def facts(w):
+    return None if w is None else [w.equal, w.equal_bytes, sorted(w.different)]
 src, dst, change = sys.argv[1:4]
 check = TreeCheck(src, dst, reserved=LocalStore.reserved)
 assert forked.forkable()
-out = {"whole": trees_same(check), "halves": [same_share(check, k, 2) for k in (0, 1)]}
+halves = [facts(same_share(check, k, 2)) for k in (0, 1)]
+out = {"whole": facts(walk_trees(check)), "halves": halves}
 if change != "-":  # a file of share int(change), by this interpreter's string hash
     share = int(change)
     names = sorted(n for n in json.loads(sys.argv[4]) if hash(n.rsplit("/", 1)[-1]) % 2 == share)
     with open(dst + "/" + names[0], "wb") as fh:
         fh.write(b"changed")
-    out["changed"] = trees_same(check)
+    out["changed"], out["name"] = facts(walk_trees(check)), names[0]
 print(json.dumps(out))
 """
 
@@ -154,19 +202,23 @@ def _forked(src: Path, dst: Path, change: str = "-") -> dict[str, object]:
 def test_counts_files_and_bytes_of_both_shares(trees: tuple[Path, Path]) -> None:
     src, dst = trees
     out = _forked(src, dst)
-    want = [len(FILES), sum(FILES.values())]
-    assert out["whole"] == want
+    assert out["whole"] == [len(FILES), sum(FILES.values()), []]
     halves = out["halves"]
     assert isinstance(halves, list) and all(h is not None for h in halves)
-    assert [sum(x) for x in zip(*halves, strict=True)] == want
+    assert [halves[0][0] + halves[1][0], halves[0][1] + halves[1][1]] == [
+        len(FILES),
+        sum(FILES.values()),
+    ]
 
 
 @pytest.mark.parametrize("share", [0, 1])
 def test_a_difference_in_either_share_is_found(trees: tuple[Path, Path], share: int) -> None:
-    """The forked child's share (odd name hashes) counts as much as this process's."""
+    """The forked child's share (odd name hashes) counts as much as this process's: the
+    changed file is named, the others counted."""
     src, dst = trees
     out = _forked(src, dst, str(share))
-    assert out["whole"] is not None and out["changed"] is None
+    name = out["name"]
+    assert out["changed"] == [len(FILES) - 1, sum(FILES.values()) - FILES[str(name)], [name]]
 
 
 def test_without_a_fork_the_answer_is_the_same(trees: tuple[Path, Path]) -> None:
@@ -178,9 +230,12 @@ def test_without_a_fork_the_answer_is_the_same(trees: tuple[Path, Path]) -> None
     other.start()
     try:
         pids_before = set(os.listdir("/proc/self/task"))
-        assert trees_same(check) == (len(FILES), sum(FILES.values()))
+        walked = walk_trees(check)
+        assert walked is not None
+        assert (walked.equal, walked.equal_bytes) == (len(FILES), sum(FILES.values()))
         (dst / "p2/o001.bin").write_bytes(b"changed")
-        assert trees_same(check) is None
+        walked = walk_trees(check)
+        assert walked is not None and walked.different == ["p2/o001.bin"]
         assert set(os.listdir("/proc/self/task")) == pids_before
     finally:
         release.set()
@@ -192,18 +247,43 @@ def test_stop_and_progress(trees: tuple[Path, Path]) -> None:
     check = TreeCheck(str(src), str(dst), reserved=LocalStore.reserved)
     assert same_share(check, stop=lambda: True) is None
     seen: list[int] = []
-    assert trees_same(check, seen.append) is not None
+    assert walk_trees(check, seen.append) is not None
     assert seen and seen == sorted(seen) and seen[-1] <= len(FILES)
 
 
-def test_cli_resync_of_an_unchanged_tree_lists_into_no_catalog(
+def test_too_many_differing_files_is_not_sure(
+    trees: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More differing files than ``MOST_DIFFERENT`` (a first copy): the walk gives up, so the
+    keys it holds stay bounded; the listing takes over."""
+    from skyplane_ops.transfer import quickcheck
+
+    src, dst = trees
+    check = TreeCheck(str(src), str(dst), reserved=LocalStore.reserved)
+    for key in list(FILES)[:5]:
+        (dst / key).unlink()
+    monkeypatch.setattr(quickcheck, "MOST_DIFFERENT", 5)
+    assert same_share(check) is not None
+    (dst / list(FILES)[5]).unlink()
+    assert same_share(check) is None
+    assert MOST_DIFFERENT >= 10_000  # a daily sync's changes fit
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def test_cli_sync_lists_into_a_catalog_only_what_differs(
     trees: tuple[Path, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``skyplane-ops sync`` answers an unchanged local tree before any listing; one changed
-    file sends it down the catalog's path, which copies it."""
+    """``skyplane-ops sync`` answers an unchanged local tree before any listing; a changed
+    file and a new partition are copied from a catalog of only those files (no listing of
+    either side), the rest counted as skipped; the end check looks the written files up."""
     src, dst = trees
     monkeypatch.setenv("SKYPLANE_OPS_HOME", str(tmp_path / "home"))
     listed: list[str] = []
@@ -214,15 +294,30 @@ def test_cli_resync_of_an_unchanged_tree_lists_into_no_catalog(
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(api, "list_request", list_request)
+    looked: list[int] = []
+    real_look = verify._head_into_got
+
+    def look(dst: object, catalog: Catalog, threads: int) -> None:
+        looked.append(int(catalog.one("SELECT count(*) FROM exp")))
+        real_look(dst, catalog, threads)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verify, "_head_into_got", look)
+    monkeypatch.setattr(verify, "LOOKUP_SHARE", 16)  # 3 written of 121 held: few enough here
     argv = ["sync", f"file://{src}", f"file://{dst}", "--src-region", "aws:us-east-1",
             "--dst-region", "aws:us-west-2", "--no-progress", "--json"]  # fmt: skip
-    capsys.readouterr()
-    assert cli.main(argv) == 0
-    result = json.loads(capsys.readouterr().out)
+    result = _cli(argv, capsys)
     assert (result["objects"], result["objects_skipped"]) == (0, len(FILES))
-    assert listed == []
     (src / "p1/o003.bin").write_bytes(b"new bytes")
-    assert cli.main(argv) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["objects"] == 1 and len(listed) == 1
-    assert (dst / "p1/o003.bin").read_bytes() == b"new bytes"
+    _new_folder(src, dst)
+    result = _cli([*argv, "--delete"], capsys)
+    assert (result["objects"], result["objects_skipped"]) == (3, len(FILES) - 1)
+    assert result["objects_deleted"] == 0
+    assert listed == []
+    for key in ("p1/o003.bin", "p9/a.bin", "p9/deep/b.bin"):
+        assert (dst / key).read_bytes() == (src / key).read_bytes()
+    verification = result["verification"]
+    assert isinstance(verification, dict) and verification["status"] == "passed"
+    assert verification["objects"] == 3 and looked == [3]  # not a listing of the whole copy
+    result = _cli(argv, capsys)
+    assert (result["objects"], result["objects_skipped"]) == (0, len(FILES) + 2)
+    assert listed == []

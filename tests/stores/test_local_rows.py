@@ -170,3 +170,17 @@ def test_every_name_a_folder_lists_is_one_another_folder_holds(tmp_path: Path) -
     assert len(keys) == len(set(names)) + 1  # and the link, as NAME.rclonelink
     for key in keys:
         other.check_name(key)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("versions", [True, False])
+def test_rows_looked_up_are_the_rows_listed(tmp_path: Path, versions: bool) -> None:
+    """``rows_of`` (a sync's few changed files, looked up) gives each file the row the
+    listing gives it, and None for a name that is no file (missing, a folder, a link, a
+    FIFO), as the listing shows none."""
+    _tree(tmp_path)
+    store: Any = open_store(f"file://{tmp_path}")
+    listed = {r[0]: r for b in store.list_rows(versions=versions) for r in b}
+    keys = [*sorted(listed), "missing", "a", "a/missing/deeper", "ln-file", "fifo", "a.txt/x"]
+    got = dict(zip(keys, store.rows_of(keys, versions=versions), strict=True))
+    assert {k: r for k, r in got.items() if r is not None} == listed
+    assert BAD in listed
