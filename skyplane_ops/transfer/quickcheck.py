@@ -88,9 +88,8 @@ def same_share(
     while stack:
         if stop():
             return None
-        base, src, dst = stack.pop()
         try:
-            folders = _same_folder(check, src, dst, base, share, shares, walked)
+            folders = _same_folder(check, stack.pop(), share, shares, walked)
         except OSError:  # unreadable, or changed while read: the catalog words it
             return None
         if folders is None or len(walked.different) > MOST_DIFFERENT:
@@ -102,17 +101,12 @@ def same_share(
 
 
 def _same_folder(
-    check: TreeCheck,
-    src: str,
-    dst: str | None,
-    base: str,
-    share: int,
-    shares: int,
-    walked: Walked,
+    check: TreeCheck, folder: Folder, share: int, shares: int, walked: Walked
 ) -> list[Folder] | None:
     """One folder: its subfolders to walk (its share's files are added to ``walked``), or None.
     Read through open folders, so each ``lstat`` resolves one name, not a whole path. A
-    folder the copy lacks (``dst`` None) is read on the source side only."""
+    folder the copy lacks (no copy path) is read on the source side only."""
+    _, src, dst = folder
     src_fd = os.open(src, _FOLDER)
     dst_fd = -1
     try:
@@ -124,7 +118,7 @@ def _same_folder(
             with os.scandir(dst_fd) as it:
                 there = {e.name: e for e in it}
         # Both folders stay open until the entries are compared: their stats resolve there.
-        return _compare(check, entries, there, src, dst, base, share, shares, walked)
+        return _compare(check, entries, there, folder, share, shares, walked)
     finally:
         if dst_fd >= 0:
             os.close(dst_fd)
@@ -135,13 +129,12 @@ def _compare(
     check: TreeCheck,
     entries: list[os.DirEntry[str]],
     there: dict[str, os.DirEntry[str]],
-    src: str,
-    dst: str | None,
-    base: str,
+    folder: Folder,
     share: int,
     shares: int,
     walked: Walked,
 ) -> list[Folder] | None:
+    base, src, dst = folder
     reserved, delete = check.reserved, check.delete
     filtered = bool(check.include or check.exclude)
     folders: list[Folder] = []

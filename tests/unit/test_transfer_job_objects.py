@@ -24,6 +24,19 @@ def _job(object_threads: int) -> Job:
     return Job(spec, gateway_id="gw", region="here", secret=b"s" * 32, budget=ByteBudget(1 << 20))
 
 
+def _in_eight_threads(job: Job, fn: Any) -> None:
+    """``fn(c)`` for chunks 0..7, each in a thread of its own (as eight readers or writers),
+    then the job is stopped."""
+    try:
+        threads = [threading.Thread(target=fn, args=(c,)) for c in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        job.stop()
+
+
 def test_objects_of_a_chunk_run_concurrently() -> None:
     job = _job(8)
     gate = threading.Barrier(8, timeout=30)  # passes only if 8 calls run at the same time
@@ -132,14 +145,7 @@ def test_batches_from_a_store_of_local_calls_are_read_two_at_a_time(tmp_path: Pa
         with lock:
             chunks.append(bytes(got.payload))
 
-    try:
-        threads = [threading.Thread(target=read, args=(c,)) for c in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    finally:
-        job.stop()
+    _in_eight_threads(job, read)
     assert sorted(chunks) == sorted(
         b"".join(bytes([i]) * 100 for i in range(c * 6, c * 6 + 6)) for c in range(8)
     )
@@ -189,14 +195,7 @@ def _overlap_of_batch_writes(
         payload = b"".join(body)
         job._write_chunk(InChunk(meta, payload, crc32c(payload), Lease(job._budget, 0)))
 
-    try:
-        threads = [threading.Thread(target=write, args=(c,)) for c in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-    finally:
-        job.stop()
+    _in_eight_threads(job, write)
     assert sorted(e["chunk"] for e in events if e["t"] == "done") == list(range(8))
     return most, [(tmp_path / f"o{i:02d}").read_bytes() for i in range(48)]
 
