@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from gateway_agent import wire
+from gateway_agent.crc32c_math import crc32c_b64
 from gateway_agent.flow import Lease
 from gateway_agent.job_base import (
     COUNTERS,
@@ -29,7 +30,7 @@ from gateway_agent.job_base import (
     JobError,
     ObjectFailed,
 )
-from gateway_agent.job_sink import ZERO_COPY_SCHEMES, SinkRole, crc32c_b64
+from gateway_agent.job_sink import ZERO_COPY_SCHEMES, SinkRole
 from gateway_agent.job_source import SourceRole
 from gateway_agent.pool import OutboundPool, OutChunk
 

@@ -6,7 +6,6 @@ followed without the rest of ``Job``.
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -14,6 +13,7 @@ from functools import partial
 from typing import Any, cast
 
 from gateway_agent.checksum import crc32c
+from gateway_agent.crc32c_math import crc32c_b64
 from gateway_agent.job_base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import ObjectStore, SupportsWriteBatch
 from gateway_agent.stores.errors import KeyNotSupportedError
@@ -34,11 +34,6 @@ def _pieces_match(
     if len(pieces) == 1:
         return [crcs[0] == whole]
     return [crc32c(piece) == crc for (_seg, piece), crc in zip(pieces, crcs, strict=True)]
-
-
-def crc32c_b64(crc: int) -> str:
-    """A CRC32C as S3 and GCS report it: 4 big-endian bytes, base64."""
-    return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
 
 
 def _serial_batches(store: ObjectStore) -> bool:
