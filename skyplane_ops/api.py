@@ -468,6 +468,7 @@ _LAZY: dict[str, str] = {
     "DispatchOptions": "skyplane_ops.transfer.dispatch",
     "PartialTransferError": "skyplane_ops.transfer.result",
     "EXIT_PARTIAL": "skyplane_ops.transfer.result",
+    "path_warnings": "skyplane_ops.transfer.result",
     "MiB": "skyplane_ops.transfer.manifest",
     "JsonProgress": "skyplane_ops.transfer.progress",
 }
@@ -504,6 +505,7 @@ if TYPE_CHECKING:
     from skyplane_ops.transfer.progress import JsonProgress as JsonProgress
     from skyplane_ops.transfer.result import EXIT_PARTIAL as EXIT_PARTIAL
     from skyplane_ops.transfer.result import PartialTransferError as PartialTransferError
+    from skyplane_ops.transfer.result import path_warnings as path_warnings
 
     plan_profile_run = _plan_run
     describe_resources = _describe

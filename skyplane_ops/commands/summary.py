@@ -53,11 +53,4 @@ def summary_lines(result: api.TransferResult, phases: dict[str, float]) -> list[
         )
     if extra:
         lines.append("  " + "; ".join(extra))
-    for p in result.paths:
-        if p.get("under"):
-            lines.append(
-                f"warning: path {' -> '.join(p['regions'])} delivered "
-                f"{p['achieved_gbps']:.3f} of {p['predicted_gbps']:.3f} Gbit/s predicted "
-                f"({p['ratio']:.0%}); recorded for the next plan"
-            )
-    return lines
+    return lines + api.path_warnings(result.paths)

@@ -2,7 +2,9 @@
 
 ``after_transfer`` is called at the end of ``run_transfer``. Per path of the plan it compares
 what the path delivered (its bytes over the time until its last chunk landed) with the plan's
-prediction; a path under ``UNDER_RATIO`` of it is reported (returned, and logged). Every hop of
+prediction; a path that carried enough to judge (``MIN_PASSIVE_BYTES`` over
+``MIN_PASSIVE_SECONDS``) and delivered under ``UNDER_RATIO`` of it is reported (returned, and
+logged). Every hop of
 every path becomes a passive ``Measurement`` (bytes, seconds, connections, VM class, time) in
 the store the plan was made on (``plan.details["grid"]["store"]``, else the default store),
 then a new version is published so the next plan sees it (``profiler.links`` says how
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from skyplane_ops.profiler.links import UNDER_RATIO
+from skyplane_ops.profiler.links import MIN_PASSIVE_BYTES, MIN_PASSIVE_SECONDS, UNDER_RATIO
 from skyplane_ops.profiler.records import SOURCE_PASSIVE, Measurement, utcnow
 
 log = logging.getLogger(__name__)
@@ -46,10 +48,16 @@ class PathReport:
         return self.achieved_gbps / self.predicted_gbps if self.predicted_gbps > 0 else None
 
     @property
+    def judged(self) -> bool:
+        """Carried enough for long enough to say how fast the path is (the bar a passive
+        row must pass to count in a plan): a few KiB in a few ms are start-up, not a rate."""
+        return self.bytes >= MIN_PASSIVE_BYTES and self.seconds >= MIN_PASSIVE_SECONDS
+
+    @property
     def under(self) -> bool:
-        """Delivered under ``UNDER_RATIO`` of its prediction (reported; the next plan sees it)."""
+        """Delivered under ``UNDER_RATIO`` of its prediction, on enough data to judge."""
         ratio = self.ratio
-        return ratio is not None and ratio < UNDER_RATIO
+        return self.judged and ratio is not None and ratio < UNDER_RATIO
 
     def to_dict(self) -> dict[str, Any]:
         ratio = self.ratio
@@ -169,6 +177,7 @@ def after_transfer(
         if report.under:
             log.warning("%s: under %.0f%% of the plan", report.describe(), UNDER_RATIO * 100)
     uri = passive_store(plan, backend)
+    recorded = False
     if uri and reports:
         try:
             from skyplane_ops.profiler.store import GridStore
@@ -177,6 +186,8 @@ def after_transfer(
             for row in hop_measurements(plan, reports, backend, run_id):
                 store.append(row)
             store.publish()
+            recorded = True
         except Exception:
             log.warning("could not record the transfer's rates in %s", uri, exc_info=True)
-    return [r.to_dict() for r in reports]
+    # "recorded": the next plan sees it (a path judged too small is stored but not counted).
+    return [{**r.to_dict(), "recorded": recorded and r.judged} for r in reports]

@@ -83,13 +83,7 @@ class TransferResult:
             )
         if extra:
             lines.append("; ".join(extra))
-        for p in self.paths:
-            if p.get("under"):
-                lines.append(
-                    f"warning: path {' -> '.join(p['regions'])} delivered "
-                    f"{p['achieved_gbps']:.3f} of {p['predicted_gbps']:.3f} Gbit/s predicted "
-                    f"({p['ratio']:.0%}); recorded for the next plan"
-                )
+        lines += path_warnings(self.paths)
         return "\n".join(lines)
 
 
@@ -138,6 +132,17 @@ def partial_error(
 ) -> PartialTransferError:
     cls = PartialTransferError if failed else SourceChangedError
     return cls(result, failed, changed)
+
+
+def path_warnings(paths: list[dict[str, Any]]) -> list[str]:
+    """One line per path that delivered well under its prediction (``PathReport.under``)."""
+    return [
+        f"warning: path {' -> '.join(p['regions'])} delivered {p['achieved_gbps']:.3f} of "
+        f"{p['predicted_gbps']:.3f} Gbit/s predicted ({p['ratio']:.0%})"
+        + ("; recorded for the next plan" if p.get("recorded") else "")
+        for p in paths
+        if p.get("under")
+    ]
 
 
 def _size(n: int) -> str:

@@ -14,6 +14,7 @@ from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
 from skyplane_ops.profiler import GridStore, planner_grid
 from skyplane_ops.profiler.passive import ENV_STORE, after_transfer, passive_store
 from skyplane_ops.profiles import load_default_profile
+from skyplane_ops.transfer.result import path_warnings
 
 S, R, D = "aws:us-east-1", "aws:us-east-2", "aws:us-west-2"
 
@@ -69,6 +70,24 @@ def test_loopback_transfers_are_never_recorded_unless_a_scratch_store_is_named(
     assert passive_store(_plan(store_uri), "local") == str(tmp_path / "scratch")
     monkeypatch.setenv("SKYPLANE_OPS_PASSIVE", "0")
     assert passive_store(_plan(store_uri), "ssh") is None
+
+
+def test_a_slow_path_is_only_called_slow_on_enough_data_and_recorded_only_if_it_was(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A path that moved a few KiB in a few ms (a small sync) measured start-up, not a
+    rate: no warning. The warning says "recorded for the next plan" only where it was."""
+    monkeypatch.delenv(ENV_STORE, raising=False)
+    store_uri = str(tmp_path / "grid")
+    tiny = after_transfer(_plan(store_uri), "ssh", "job-4", ROUTES, {0: 4096}, {0: 0.03})
+    assert tiny[0]["ratio"] < 0.01 and not tiny[0]["under"] and path_warnings(tiny) == []
+    slow = {0: GB}, {0: 20}  # 0.4 of the 1 Gbit/s planned, over 20 s
+    recorded = after_transfer(_plan(store_uri), "ssh", "job-5", ROUTES, *slow)
+    assert recorded[0]["under"] and recorded[0]["recorded"]
+    assert path_warnings(recorded)[0].endswith("(40%); recorded for the next plan")
+    loopback = after_transfer(_plan(store_uri), "local", "job-6", ROUTES, *slow)
+    assert loopback[0]["under"] and not loopback[0]["recorded"]
+    assert path_warnings(loopback)[0].endswith("(40%)")
 
 
 def test_a_broken_store_never_fails_the_transfer(tmp_path: Path, monkeypatch) -> None:
