@@ -193,6 +193,19 @@ def plan(
     return result
 
 
+def check_regions(regions: Sequence[str], *, fleet: FleetUniverse | None = None) -> None:
+    """Every region is in the catalog (or, with ``fleet``, in the user's fleet): for faces to
+    call before listing, so a misspelt region fails in milliseconds, not after a listing."""
+    if fleet is not None:
+        fleet.check_ends(regions)
+        return
+    from skyplane_ops.profiles.loader import default_catalog
+
+    catalog = default_catalog()
+    for region in regions:
+        catalog.resolve(region)  # UnknownRegionError, with the closest ids
+
+
 def vms_for(
     plan_or_vms: TransferPlan | Mapping[str, int], *, max_per_region: int | None = None
 ) -> dict[str, int]:

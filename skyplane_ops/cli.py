@@ -37,7 +37,7 @@ EXAMPLES = """
 \b
 Examples:
   skyplane-ops plan --src aws:us-east-1 --dst gcp:europe-west4 --volume-gb 500
-  skyplane-ops cp ./data s3://bucket/data --src-region local --dst-region aws:us-east-1
+  skyplane-ops cp ./data s3://bucket/data --src-region aws:us-east-1 --dst-region aws:eu-west-1
   skyplane-ops deprovision --older-than 1w
   eval "$(skyplane-ops completion bash)"
 """

@@ -23,6 +23,8 @@ class UnknownRegionError(SkyplaneOpsError):
         self.region = region
         self.suggestions = suggestions or []
         hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
+        if not hint and ":" not in region:  # e.g. "local": an id names its provider
+            hint = "; region ids are provider:region from the catalog, e.g. aws:us-east-1"
         super().__init__(f"unknown region {region!r}{hint}")
 
 

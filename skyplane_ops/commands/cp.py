@@ -5,7 +5,8 @@ A thin face over ``skyplane_ops.api``: the source is listed once to size the pla
 ``--grid-store``); the chosen backend (``local`` by default: gateways as local processes, no
 cloud account; ``--backend-options`` for ssh/netns/aws) provisions the plan's regions
 (``api.provision``); ``api.transfer`` moves and verifies the data; the fleet is torn down on
-success, failure, Ctrl-C and SIGTERM alike. Progress goes to stderr (``progress_view``); the
+success, failure, Ctrl-C and SIGTERM alike. ``--fleet`` runs on a fleet a pipeline's own
+provision step started (the plan stays in its gateways) and leaves it running. Progress goes to stderr (``progress_view``); the
 summary to stdout (text, or one JSON object with ``--json``).
 """
 
@@ -20,33 +21,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from skyplane_ops import api
 from skyplane_ops.commands.base import to_args
-from skyplane_ops.commands.options import (
-    backend_option,
-    backend_options_option,
-    compose,
-    deprecated_alias,
-    dry_run_option,
-    json_option,
-    plan_arguments,
-    plan_options,
-    store_options,
-    to_uri,
-)
+from skyplane_ops.commands.cp_options import CP_EPILOG, SYNC_EPILOG, transfer_options
+from skyplane_ops.commands.options import plan_arguments, to_uri
 from skyplane_ops.commands.progress_view import RunView, pick_mode
 from skyplane_ops.commands.summary import summary_lines
 
 TransferError = api.TransferError
 ArgsNS = SimpleNamespace
-
-EXIT_STATUS = """
-\b
-Exit status: 0 done; 2 error (nothing lost: re-run to resume); 3 partial (some objects
-failed or changed, the rest is verified: re-run to copy them); 130/143 interrupted by
-SIGINT/SIGTERM (the gateways are torn down first).
-"""
 
 
 @dataclass(frozen=True)
@@ -60,141 +45,8 @@ class _How:
     backend_options: dict[str, Any]
 
 
-def _transfer_options(verb: str) -> Any:
-    """Every option ``cp`` and ``sync`` share, in the order ``--help`` shows them."""
-    return compose(
-        click.argument("src", metavar="SRC"),
-        click.argument("dst", metavar="DST"),
-        click.option(
-            "--src-region",
-            required=True,
-            metavar="REGION",
-            help="region of the source, e.g. aws:us-east-1 (local stores: any region id)",
-        ),
-        click.option(
-            "--dst-region", required=True, metavar="REGION", help="region of the destination"
-        ),
-        store_options("src"),
-        store_options("dst"),
-        click.option(
-            "--plan", "plan_file", metavar="FILE", help="use this plan JSON instead of planning"
-        ),
-        plan_options(),
-        backend_option(default="local"),
-        backend_options_option(),
-        click.option(
-            "--local-gateways-per-region",
-            type=int,
-            metavar="N",
-            default=1,
-            show_default=True,
-            help="local backend only: gateway processes per region at most",
-        ),
-        click.option(
-            "--connections-per-hop",
-            "connections",
-            type=int,
-            default=None,
-            metavar="N",
-            help="TCP connections per hop, i.e. per pair of gateways on a path (per hop; "
-            "default: the plan's). The per-VM cap is --max-connections-per-vm",
-        ),
-        deprecated_alias("--connections", "--connections-per-hop", "connections", type=int),
-        click.option(
-            "--chunk-mib",
-            type=int,
-            metavar="MIB",
-            default=64,
-            show_default=True,
-            help="chunk and multipart part size, in MiB",
-        ),
-        click.option(
-            "--include",
-            multiple=True,
-            metavar="GLOB",
-            help="copy only keys matching GLOB (repeatable)",
-        ),
-        click.option(
-            "--exclude", multiple=True, metavar="GLOB", help="skip keys matching GLOB (repeatable)"
-        ),
-        click.option(
-            "--encrypt",
-            type=click.Choice(["all", "cross-cloud", "none"]),
-            is_flag=False,
-            flag_value="all",
-            default="none",
-            show_default=True,
-            help="AES-GCM per frame on every hop (all, what --encrypt alone means) or only "
-            "between providers (cross-cloud)",
-        ),
-        click.option("--compress", is_flag=True, help="zstd on every hop"),
-        click.option(
-            "-L",
-            "--copy-links",
-            "copy_links",
-            is_flag=True,
-            help="local source: follow symbolic links (default: skip them with a warning)",
-        ),
-        click.option(
-            "-l",
-            "--links",
-            "store_links",
-            is_flag=True,
-            help="local stores: copy symbolic links as NAME.rclonelink objects (and back)",
-        ),
-        click.option(
-            "--verify",
-            type=click.Choice(["full", "read-back", "size"]),
-            default="full",
-            show_default=True,
-            help="end check of every object: full (size + CRC32C from the store's checksum or "
-            "a checked write, else read back), read-back (read back whatever the store has no "
-            "checksum for) or size only",
-        ),
-        click.option(
-            "--journal-dir", metavar="DIR", default=None, help="where resume journals live"
-        ),
-        click.option(
-            "--wait-lock",
-            is_flag=True,
-            help="wait for another run of the same transfer instead of stopping",
-        ),
-        dry_run_option(f"list what {verb} would copy (and delete) without starting anything"),
-        json_option("the result (and progress events on stderr)"),
-        click.option(
-            "--no-progress", is_flag=True, help="print no progress on stderr, only the summary"
-        ),
-        # Tests only: JSON {region-or-gateway-id: hooks}; local gateways then honour them.
-        click.option("--gateway-test-hooks", default=None, hidden=True),
-    )
-
-
-CP_EPILOG = (
-    """
-\b
-Examples:
-  skyplane-ops cp ./data s3://bucket/data --src-region local --dst-region aws:us-east-1 \\
-      --dst-options '{"endpoint_url": "http://127.0.0.1:9000"}'
-  skyplane-ops cp s3://a/x gs://b/x --src-region aws:us-east-1 --dst-region gcp:us-central1 \\
-      --min-throughput-gbps 10 --max-vms-per-region 4
-  skyplane-ops cp s3://a/x ./copy --src-region aws:us-east-1 --dst-region local --dry-run
-"""
-    + EXIT_STATUS
-)
-SYNC_EPILOG = (
-    """
-\b
-Examples:
-  skyplane-ops sync ./site az://web/site --src-region local --dst-region azure:westeurope
-  skyplane-ops sync s3://a/x s3://b/x --src-region aws:us-east-1 --dst-region aws:eu-west-1 \\
-      --delete --max-delete 100 --dry-run
-"""
-    + EXIT_STATUS
-)
-
-
 @click.command(epilog=CP_EPILOG)
-@_transfer_options("cp")
+@transfer_options("cp")
 @click.option("--sync", is_flag=True, help="copy only objects missing or different at DST")
 @click.pass_context
 def cp(ctx: click.Context, **params: Any) -> int:
@@ -202,13 +54,14 @@ def cp(ctx: click.Context, **params: Any) -> int:
 
     SRC and DST are store URIs (s3://, gs://, az://, file://) or plain local paths. The source
     is listed, a route is planned, gateways are started, the data is streamed, checksummed
-    and verified, and the gateways are always torn down. Re-running resumes.
+    and verified, and the gateways are always torn down (with --fleet: a running fleet is
+    used and left running). Re-running resumes.
     """
-    return _execute(to_args(ctx, params), sync=bool(params["sync"]))
+    return _execute(_args(ctx, params), sync=bool(params["sync"]))
 
 
 @click.command(epilog=SYNC_EPILOG)
-@_transfer_options("sync")
+@transfer_options("sync")
 @click.option(
     "--delete",
     is_flag=True,
@@ -224,7 +77,21 @@ def cp(ctx: click.Context, **params: Any) -> int:
 @click.pass_context
 def sync(ctx: click.Context, **params: Any) -> int:
     """Copy only the objects missing or different at DST (like rclone sync; --delete mirrors)."""
-    return _execute(to_args(ctx, params), sync=True)
+    return _execute(_args(ctx, params), sync=True)
+
+
+def _args(ctx: click.Context, params: dict[str, Any]) -> ArgsNS:
+    """The run's ``args``; with ``--fleet`` the backend is the fleet's (a different
+    ``--backend`` given with it is a usage error)."""
+    args = to_args(ctx, params)
+    if args.fleet is not None:
+        given = ctx.get_parameter_source("backend") not in (None, ParameterSource.DEFAULT)
+        if given and args.backend != args.fleet.backend:
+            raise click.UsageError(
+                f"--backend {args.backend} does not match --fleet, a {args.fleet.backend} fleet"
+            )
+        args.backend = args.fleet.backend
+    return args
 
 
 def _links(args: ArgsNS) -> str | None:
@@ -237,7 +104,8 @@ def make_plan(
     args: ArgsNS, volume_gb: float, backend_options: dict[str, Any] | None = None
 ) -> api.TransferPlan:
     """``api.plan`` with the command's bound and limits (or the plan JSON of ``--plan``); on
-    the ssh backend with an inventory (or netns with a grid) the plan stays in that fleet."""
+    the ssh backend with an inventory (or netns with a grid) the plan stays in that fleet, and
+    with ``--fleet`` in the regions and gateway counts of the running fleet."""
     if args.plan_file:
         try:
             with open(args.plan_file) as fh:
@@ -249,8 +117,17 @@ def make_plan(
         args.dst_region,
         volume_gb,
         **plan_arguments(args),
-        fleet=api.FleetUniverse.from_backend(args.backend, backend_options),
+        fleet=_universe(args, backend_options),
     )
+
+
+def _universe(args: ArgsNS, backend_options: dict[str, Any] | None) -> Any:
+    """Where the plan may go: the backend's hosts (ssh inventory, netns grid), and with
+    ``--fleet`` only the running fleet's gateways; None: anywhere in the catalog."""
+    universe = api.FleetUniverse.from_backend(args.backend, backend_options)
+    if getattr(args, "fleet", None) is not None:
+        universe = api.FleetUniverse.standing(args.fleet, universe)
+    return universe
 
 
 def _backend_options(args: ArgsNS, hooks: dict[str, Any]) -> dict[str, Any]:
@@ -331,6 +208,10 @@ def _execute(args: ArgsNS, sync: bool) -> int:
     if args.dry_run:
         return _dry_run(args, sync, delete, max_delete)
     backend_options = _backend_options(args, hooks)  # bad options fail before any listing
+    if not args.plan_file:  # and so do regions outside the catalog (or the fleet)
+        api.check_regions(
+            [args.src_region, args.dst_region], fleet=_universe(args, backend_options)
+        )
     # The journal lock next: a second identical run stops (or waits) before any listing,
     # planning or gateway; held until the fleet is gone.
     lock = api.transfer_lock(
@@ -357,7 +238,7 @@ def _early_gateways(args: ArgsNS, backend_options: dict[str, Any]) -> Iterator[A
     listing leaves idle; a sync once its listing found work, so they boot while it plans.
     Provision adopts them; whatever it did not adopt is stopped on the way out."""
     early = None
-    if args.backend == "local" and args.src_region and args.dst_region:
+    if args.fleet is None and args.backend == "local" and args.src_region and args.dst_region:
         try:
             early = api.start_early(
                 [args.src_region, args.dst_region],
@@ -432,24 +313,31 @@ def _list(args: ArgsNS, how: _How, view: RunView) -> tuple[Any, float, api.Trans
 
 
 def _run(args: ArgsNS, how: _How, view: RunView, early: Any, listing: Any, volume_gb: float) -> int:
-    """Plan, provision (adopting ``early``'s gateways), transfer, always tear down."""
+    """Plan, provision (adopting ``early``'s gateways), transfer, always tear down; with
+    ``--fleet`` the running fleet is used and left running."""
     with view.phase("plan", f"{args.src_region} -> {args.dst_region}") as note:
         plan = make_plan(args, volume_gb, how.backend_options)
         note["done"] = f"{len(plan.paths)} path(s), {plan.predicted_gbps:.2f} Gbit/s predicted"
-    fleet: api.GatewayFleet | None = None
+    fleet: api.GatewayFleet | None = args.fleet
+    ours = fleet is None  # a fleet this run starts is this run's to tear down
     status = 0
     try:
-        with view.phase("provision", f"{args.backend} backend") as note:
-            fleet = api.provision(
-                plan,
-                backend=args.backend,
-                backend_options=how.backend_options,
-                transfer_id=early.transfer_id if early is not None else api.new_transfer_id("cp"),
-                tags={"skyplane-ops:command": "cp"},
-                max_per_region=args.local_gateways_per_region if args.backend == "local" else None,
-                early=early,
-            )
-            note["done"] = f"{len(fleet.gateways)} gateway(s)"
+        if fleet is None:
+            with view.phase("provision", f"{args.backend} backend") as note:
+                fleet = api.provision(
+                    plan,
+                    backend=args.backend,
+                    backend_options=how.backend_options,
+                    transfer_id=early.transfer_id
+                    if early is not None
+                    else api.new_transfer_id("cp"),
+                    tags={"skyplane-ops:command": "cp"},
+                    max_per_region=args.local_gateways_per_region
+                    if args.backend == "local"
+                    else None,
+                    early=early,
+                )
+                note["done"] = f"{len(fleet.gateways)} gateway(s)"
         with view.phase("transfer", f"{args.src} -> {args.dst}") as note:
             try:
                 result = api.transfer(
@@ -477,7 +365,7 @@ def _run(args: ArgsNS, how: _How, view: RunView, early: Any, listing: Any, volum
                 print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
             note["done"] = f"verification {result.verification.get('status', 'n/a')}"
     finally:
-        if fleet is not None:
+        if ours and fleet is not None:
             with view.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
                 api.deprovision(fleet, backend_options=how.backend_options)
     return _report(args, result, plan, view, status)

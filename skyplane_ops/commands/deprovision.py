@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +19,7 @@ from skyplane_ops.commands.options import (
     DURATION,
     backend_option,
     backend_options_option,
+    fleet_option,
     inventory_option,
     transfer_id_option,
 )
@@ -43,7 +43,7 @@ Examples:
     default=None,
     help="resources older than this (e.g. 30m, 2h, 1d, 1w)",
 )
-@click.option("--fleet", metavar="FILE", default=None, help="exactly the fleet in this JSON file")
+@fleet_option("exactly the fleet in this JSON file")
 @backend_option(default=None, multiple=True)
 @backend_options_option()
 @inventory_option()
@@ -157,12 +157,8 @@ def _default_backends(options: dict[str, dict[str, object]]) -> list[str]:
     return backends
 
 
-def _deprovision_fleet(path: str, options: dict[str, dict[str, object]]) -> int:
-    """Deprovision one fleet from its JSON (what ``skyplane-ops provision`` printed)."""
-    try:
-        fleet = api.GatewayFleet.from_json(Path(path).read_text())
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise api.ProvisionError(f"cannot read fleet {path}: {exc}") from exc
+def _deprovision_fleet(fleet: api.GatewayFleet, options: dict[str, dict[str, object]]) -> int:
+    """Deprovision one fleet (``--fleet``: what ``skyplane-ops provision`` printed)."""
     backend_options = dict(options.get(fleet.backend, {}))
     if fleet.backend == "mixed":
         backend_options = {k: v for k, v in options.items() if k in api.PROVIDERS}

@@ -65,8 +65,23 @@ class JsonObject(click.ParamType):
         return data
 
 
+class FleetFile(click.ParamType):
+    """A fleet JSON file (what ``skyplane-ops provision --output`` wrote) -> ``GatewayFleet``."""
+
+    name = "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, api.GatewayFleet):
+            return value
+        try:
+            return api.GatewayFleet.from_json(Path(str(value)).read_text())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.fail(f"cannot read fleet {value}: {exc}", param, ctx)
+
+
 DURATION = Duration()
 JSON_OBJECT = JsonObject()
+FLEET_FILE = FleetFile()
 
 
 def compose(*decorators: Decorator) -> Decorator:
@@ -178,6 +193,10 @@ def store_options(side: str) -> Decorator:
 
 def json_option(what: str = "the result") -> Decorator:
     return click.option("--json", "as_json", is_flag=True, help=f"print {what} as JSON")
+
+
+def fleet_option(help_text: str) -> Decorator:
+    return click.option("--fleet", type=FLEET_FILE, default=None, help=help_text)
 
 
 def dry_run_option(what: str) -> Decorator:

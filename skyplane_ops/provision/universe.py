@@ -65,6 +65,23 @@ class FleetUniverse:
             return cls({r: RegionAttrs(id=r, hosts=hosts) for r in dict.fromkeys(names)}, backend)
         return None
 
+    @classmethod
+    def standing(cls, fleet: Any, base: FleetUniverse | None = None) -> FleetUniverse:
+        """The universe of a fleet that is already running (``cp --fleet``): its regions,
+        each with as many hosts as it has gateways. A region the backend's own universe
+        (``base``: an inventory's prices and caps) knows keeps its attributes."""
+        counts: dict[str, int] = {}
+        for gateway in fleet.gateways:
+            counts[gateway.region] = counts.get(gateway.region, 0) + 1
+        if not counts:
+            raise ProvisionError(f"fleet {fleet.transfer_id} has no gateways")
+        known = base.regions if base is not None else {}
+        regions = {
+            r: dataclasses.replace(known[r], hosts=n) if r in known else RegionAttrs(id=r, hosts=n)
+            for r, n in counts.items()
+        }
+        return cls(regions, fleet.backend)
+
     def ids(self) -> list[str]:
         return list(self.regions)
 

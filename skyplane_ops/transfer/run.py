@@ -192,8 +192,9 @@ class _Run:
         try:
             secret = load_secret(self.fleet.secret_ref)
         except OSError as exc:
+            gone = " (deprovisioned already?)" if isinstance(exc, FileNotFoundError) else ""
             raise TransferError(
-                f"cannot read the fleet secret {self.fleet.secret_ref}: {exc}"
+                f"cannot read the secret of fleet {self.fleet.transfer_id}{gone}: {exc}"
             ) from exc
         src = open_side(self.src_uri, self.src_options, "source")
         dst = open_side(self.dst_uri, self.dst_options, "destination")

@@ -163,3 +163,17 @@ def test_backend_options_reach_the_backend_and_bad_ones_are_one_line_errors(
         assert proc.returncode == 2, err
         assert message in err and "Traceback" not in err, err
     assert agents_of(home) == [] and read_tree(dst) == {}
+
+
+def test_a_region_outside_the_catalog_fails_before_any_listing(tmp_path: Path) -> None:
+    """The source does not even exist: the region is what the one-line error is about."""
+    home, dst = tmp_path / "home", tmp_path / "dst"
+    for region, hint in (
+        ("local", "region ids are provider:region from the catalog, e.g. aws:us-east-1"),
+        ("aws:us-east1", "did you mean aws:us-east-1"),
+    ):
+        bad = ["--src-region", region, "--dst-region", "aws:us-west-2"]
+        proc = _cli(home, "cp", "file:///nonexistent/dir", f"file://{dst}", *bad)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and f"unknown region {region!r}; {hint}" in err, err
+        assert "nonexistent" not in err and not dst.exists()

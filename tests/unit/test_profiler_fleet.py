@@ -102,6 +102,28 @@ def test_plan_uses_only_fleet_regions_and_hosts(tmp_path: Path) -> None:
     assert plan.egress_cost_usd == pytest.approx(10.0 * 0.01 * via_c)
 
 
+def test_a_running_fleet_is_a_universe_of_its_gateways(tmp_path: Path) -> None:
+    """``cp --fleet``: a fleet with A and B only (C, a relay the inventory has, was not
+    started) plans on the direct link; the inventory's prices stay with its regions."""
+    from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+
+    fleet = GatewayFleet.create(
+        "t1", "ssh", [Gateway(f"g{i}", r, "h", 1, 2) for i, r in enumerate([A, B, B])], "ref"
+    )
+    inventory = FleetUniverse.from_backend("ssh", {"inventory": _inventory()})
+    universe = FleetUniverse.standing(fleet, inventory)
+    assert universe.regions[B] == RegionAttrs(id=B, hosts=2, vm_usd_per_hour=0.5)
+    assert universe.ids() == [A, B]
+    store = _store(tmp_path, {(A, B): 0.1, (A, C): 1.0, (C, B): 1.0})
+    plan = api.plan(A, B, 10.0, grid_store=store, fleet=universe, provisioning_seconds=0)
+    assert [p.regions for p in plan.paths] == [(A, B)]
+    bare = FleetUniverse.standing(fleet)  # no inventory: the fleet's regions and counts alone
+    assert bare.regions == {A: RegionAttrs(id=A, hosts=1), B: RegionAttrs(id=B, hosts=2)}
+    empty = GatewayFleet.create("t2", "ssh", [], "ref")
+    with pytest.raises(ProvisionError, match="has no gateways"):
+        FleetUniverse.standing(empty)
+
+
 def test_plan_without_measurements_between_own_sites_is_infeasible(tmp_path: Path) -> None:
     store = _store(tmp_path, {(A, C): 1.0})
     universe = FleetUniverse.from_backend("ssh", {"inventory": _inventory()})

@@ -1,0 +1,172 @@
+"""The options ``skyplane-ops cp`` and ``skyplane-ops sync`` share, and their help epilogs.
+
+A module of its own so that ``cp.py`` holds only what a run does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from skyplane_ops.commands.options import (
+    backend_option,
+    backend_options_option,
+    compose,
+    deprecated_alias,
+    dry_run_option,
+    fleet_option,
+    json_option,
+    plan_options,
+    store_options,
+)
+
+EXIT_STATUS = """
+\b
+Exit status: 0 done; 2 error (nothing lost: re-run to resume); 3 partial (some objects
+failed or changed, the rest is verified: re-run to copy them); 130/143 interrupted by
+SIGINT/SIGTERM (the gateways are torn down first).
+"""
+
+
+def transfer_options(verb: str) -> Any:
+    """Every option ``cp`` and ``sync`` share, in the order ``--help`` shows them."""
+    return compose(
+        click.argument("src", metavar="SRC"),
+        click.argument("dst", metavar="DST"),
+        click.option(
+            "--src-region",
+            required=True,
+            metavar="REGION",
+            help="region of the source, e.g. aws:us-east-1 (a local folder: the catalog "
+            "region nearest to it)",
+        ),
+        click.option(
+            "--dst-region", required=True, metavar="REGION", help="region of the destination"
+        ),
+        store_options("src"),
+        store_options("dst"),
+        click.option(
+            "--plan", "plan_file", metavar="FILE", help="use this plan JSON instead of planning"
+        ),
+        plan_options(),
+        backend_option(default="local"),
+        backend_options_option(),
+        fleet_option(
+            "run on this fleet (the JSON of skyplane-ops provision --output) instead of "
+            "starting one; it is left running for the next run (skyplane-ops deprovision "
+            "--fleet FILE ends it) and the plan uses only its regions and gateways"
+        ),
+        click.option(
+            "--local-gateways-per-region",
+            type=int,
+            metavar="N",
+            default=1,
+            show_default=True,
+            help="local backend only: gateway processes per region at most",
+        ),
+        click.option(
+            "--connections-per-hop",
+            "connections",
+            type=int,
+            default=None,
+            metavar="N",
+            help="TCP connections per hop, i.e. per pair of gateways on a path (per hop; "
+            "default: the plan's). The per-VM cap is --max-connections-per-vm",
+        ),
+        deprecated_alias("--connections", "--connections-per-hop", "connections", type=int),
+        click.option(
+            "--chunk-mib",
+            type=int,
+            metavar="MIB",
+            default=64,
+            show_default=True,
+            help="chunk and multipart part size, in MiB",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="copy only keys matching GLOB (repeatable)",
+        ),
+        click.option(
+            "--exclude", multiple=True, metavar="GLOB", help="skip keys matching GLOB (repeatable)"
+        ),
+        click.option(
+            "--encrypt",
+            type=click.Choice(["all", "cross-cloud", "none"]),
+            is_flag=False,
+            flag_value="all",
+            default="none",
+            show_default=True,
+            help="AES-GCM per frame on every hop (all, what --encrypt alone means) or only "
+            "between providers (cross-cloud)",
+        ),
+        click.option("--compress", is_flag=True, help="zstd on every hop"),
+        click.option(
+            "-L",
+            "--copy-links",
+            "copy_links",
+            is_flag=True,
+            help="local source: follow symbolic links (default: skip them with a warning)",
+        ),
+        click.option(
+            "-l",
+            "--links",
+            "store_links",
+            is_flag=True,
+            help="local stores: copy symbolic links as NAME.rclonelink objects (and back)",
+        ),
+        click.option(
+            "--verify",
+            type=click.Choice(["full", "read-back", "size"]),
+            default="full",
+            show_default=True,
+            help="end check of every object: full (size + CRC32C from the store's checksum or "
+            "a checked write, else read back), read-back (read back whatever the store has no "
+            "checksum for) or size only",
+        ),
+        click.option(
+            "--journal-dir", metavar="DIR", default=None, help="where resume journals live"
+        ),
+        click.option(
+            "--wait-lock",
+            is_flag=True,
+            help="wait for another run of the same transfer instead of stopping",
+        ),
+        dry_run_option(f"list what {verb} would copy (and delete) without starting anything"),
+        json_option("the result (and progress events on stderr)"),
+        click.option(
+            "--no-progress", is_flag=True, help="print no progress on stderr, only the summary"
+        ),
+        # Tests only: JSON {region-or-gateway-id: hooks}; local gateways then honour them.
+        click.option("--gateway-test-hooks", default=None, hidden=True),
+    )
+
+
+CP_EPILOG = (
+    """
+\b
+Examples:
+  skyplane-ops cp ./data s3://bucket/data --src-region aws:us-east-1 --dst-region aws:eu-west-1 \\
+      --dst-options '{"endpoint_url": "http://127.0.0.1:9000"}'
+  skyplane-ops cp s3://a/x gs://b/x --src-region aws:us-east-1 --dst-region gcp:us-central1 \\
+      --min-throughput-gbps 10 --max-vms-per-region 4
+  skyplane-ops cp s3://a/x ./copy --src-region aws:us-east-1 --dst-region aws:us-east-1 --dry-run
+  skyplane-ops provision --vms aws:us-east-1=1 --vms aws:eu-west-1=1 --output fleet.json
+  skyplane-ops cp s3://a/x s3://b/x --src-region aws:us-east-1 --dst-region aws:eu-west-1 \\
+      --fleet fleet.json   # again and again; then: skyplane-ops deprovision --fleet fleet.json
+"""
+    + EXIT_STATUS
+)
+SYNC_EPILOG = (
+    """
+\b
+Examples:
+  skyplane-ops sync ./site az://web/site --src-region azure:northeurope \\
+      --dst-region azure:westeurope
+  skyplane-ops sync s3://a/x s3://b/x --src-region aws:us-east-1 --dst-region aws:eu-west-1 \\
+      --delete --max-delete 100 --dry-run
+"""
+    + EXIT_STATUS
+)
