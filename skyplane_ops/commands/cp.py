@@ -6,8 +6,8 @@ A thin face over ``skyplane_ops.api``: the source is listed once to size the pla
 cloud account; ``--backend-options`` for ssh/netns/aws) provisions the plan's regions
 (``api.provision``); ``api.transfer`` moves and verifies the data; the fleet is torn down on
 success, failure, Ctrl-C and SIGTERM alike. ``--fleet`` runs on a fleet a pipeline's own
-provision step started (the plan stays in its gateways) and leaves it running. Progress goes to stderr (``progress_view``); the
-summary to stdout (text, or one JSON object with ``--json``).
+provision step started (the plan stays in its gateways) and leaves it running. Progress goes
+to stderr (``progress_view``); the summary to stdout (text, or one JSON object with ``--json``).
 """
 
 from __future__ import annotations
