@@ -76,8 +76,18 @@ def file_version(st: os.stat_result) -> str:
     return f"{st.st_size}-{st.st_mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}"
 
 
+def changed_at(st: os.stat_result) -> float:
+    """When the file last changed, as far as the file system can tell: the later of its mtime
+    and ctime. The mtime alone can be put back (a tarball extracted over the file, ``cp -p``,
+    ``touch -d``); the ctime cannot, and moves with any such change. A versioned listing (a
+    source's) reports this time, so sync copies a file replaced by one of the same size and an
+    older mtime; it also copies one whose mode or links changed, which is wasted, not wrong."""
+    return st.st_mtime if st.st_mtime_ns >= st.st_ctime_ns else st.st_ctime
+
+
 def file_info(key: str, st: os.stat_result, size: int | None = None) -> ObjectInfo:
-    """What ``list`` and ``head`` report for a file (once per listed file: kept lean)."""
+    """What ``list`` and ``head`` report for a file (once per listed file: kept lean); its
+    time is ``changed_at``."""
     mtime_ns, st_size = st.st_mtime_ns, st.st_size
     version = f"{st_size}-{mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}"  # file_version
     return ObjectInfo(
@@ -85,17 +95,18 @@ def file_info(key: str, st: os.stat_result, size: int | None = None) -> ObjectIn
         st_size if size is None else size,
         f"{mtime_ns:x}-{st_size:x}",
         {},
-        datetime.fromtimestamp(st.st_mtime, UTC),
+        datetime.fromtimestamp(changed_at(st), UTC),
         version,
+        None if st.st_mtime_ns >= st.st_ctime_ns else datetime.fromtimestamp(st.st_mtime, UTC),
     )
 
 
 def file_row(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
     """``file_info`` as the plain tuple of ``list_rows``: the same facts, no objects. The time
-    is the microseconds ``datetime.fromtimestamp(st.st_mtime)`` holds (its half-even rounding
-    of the float), so both forms give one fingerprint."""
+    is the microseconds ``datetime.fromtimestamp(changed_at(st))`` holds (its half-even
+    rounding of the float), so both forms give one fingerprint."""
     mtime_ns, st_size = st.st_mtime_ns, st.st_size
-    frac, whole = math.modf(st.st_mtime)
+    frac, whole = math.modf(changed_at(st))
     return (
         key,
         st_size if size is None else size,
@@ -109,7 +120,10 @@ def file_row(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
 
 def file_row_unversioned(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
     """``file_row`` without version and etag: what a listing compared by size and time needs
-    (a sync's destination), without formatting two strings per file."""
+    (a sync's destination), without formatting two strings per file. Its time is the mtime,
+    when the file's bytes were last written: a copy's ctime also moves when it gets another
+    name (a hard-link snapshot of the replica) or mode, which says nothing of its bytes and
+    must not make an old copy look newer than its changed source."""
     frac, whole = math.modf(st.st_mtime)
     size = st.st_size if size is None else size
     return (key, size, int(whole) * 1_000_000 + round(frac * 1e6), None, None, None)

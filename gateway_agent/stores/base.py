@@ -31,6 +31,10 @@ class ObjectInfo:
     checksums: dict[str, str] = field(default_factory=dict)
     modified: datetime | None = None
     version: str | None = None
+    # When the bytes were last written, where the store tells it apart from ``modified``: a
+    # local file's mtime, while ``modified`` is the later of its mtime and ctime. A sync
+    # compares a destination by it (see ``ListRow``).
+    written: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,9 @@ class ReportsSkips(Protocol):
 
 
 # ``list_rows``' form of an ObjectInfo: (key, size, modified as integer microseconds since the
-# epoch or None, checksums as sorted-key JSON or None, version, etag).
+# epoch or None, checksums as sorted-key JSON or None, version, etag). With versions (a source)
+# the time is the object's last change the store can tell; without (a sync's destination),
+# when its bytes were written. They differ for local files only (``_localfiles.changed_at``).
 ListRow = tuple[str, int, int | None, str | None, str | None, str | None]
 
 

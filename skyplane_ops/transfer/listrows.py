@@ -56,7 +56,8 @@ def listed(
         return
     batch: list[ListRow] = []
     for o in store.list(prefix):
-        batch.append((o.key, o.size, micros(o.modified), checksums_json(o), o.version, o.etag))
+        when = o.modified if versions or o.written is None else o.written
+        batch.append((o.key, o.size, micros(when), checksums_json(o), o.version, o.etag))
         if len(batch) >= BATCH:
             yield batch
             batch = []

@@ -227,12 +227,14 @@ def make_chunks(
 
 def same_object(src: ObjectInfo, dst: ObjectInfo) -> bool:
     """Sync's test: equal size and, where both sides report one, an equal checksum; otherwise
-    the destination must not be older than the source."""
+    the destination's bytes must not be older than the source's last change (``written``
+    against ``modified``: for local files the mtime against the later of mtime and ctime)."""
     if src.size != dst.size:
         return False
     common = set(src.checksums) & set(dst.checksums)
     if common:
         return all(src.checksums[k] == dst.checksums[k] for k in common)
-    if src.modified and dst.modified:
-        return dst.modified >= src.modified
+    written = dst.written or dst.modified
+    if src.modified and written:
+        return written >= src.modified
     return True

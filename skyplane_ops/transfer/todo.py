@@ -36,7 +36,8 @@ from skyplane_ops.transfer.manifest import (
 )
 
 # Sync's test (``manifest.same_object``) in SQL: equal size and, where both sides report a
-# common checksum, equal checksums; otherwise the destination must not be older.
+# common checksum, equal checksums; otherwise the destination must not be older. The source's
+# rows (versioned) carry its last change, the destination's when its bytes were written.
 _SAME = """src.size = d.size AND coalesce(
     CASE WHEN src.ck IS NOT NULL AND d.ck IS NOT NULL THEN same_ck(src.ck, d.ck) END,
     CASE WHEN src.mtime IS NULL OR d.mtime IS NULL THEN 1 ELSE d.mtime >= src.mtime END)"""

@@ -11,9 +11,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gateway_agent.stores import open_store
 from skyplane_ops.transfer import SourceChangedError, run_transfer
 from skyplane_ops.transfer.request import list_request
 from tests.integration.transfer_helpers import (
@@ -108,6 +110,49 @@ def test_resync_with_work_still_runs_the_fleet_and_the_delete_rules(
     result = json.loads(proc.stdout)
     assert result["objects"] == 1 and result["objects_skipped"] == 24
     assert (dst / "d" / "3").read_bytes() == b"new content"
+
+
+def _replace_keeping_old_mtime(path: Path) -> bytes:
+    """Other bytes of the same size, the mtime put an hour before the old one (a tarball
+    extracted over the file): only the ctime moves forward."""
+    st = path.stat()
+    blob = os.urandom(st.st_size)
+    path.write_bytes(blob)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 3600 * 10**9))
+    return blob
+
+
+def test_resync_copies_a_file_replaced_with_its_old_mtime(
+    copied: tuple[Path, Path, Path, dict[str, object]],
+) -> None:
+    """Between two folders (the walk, then the catalog when the walk hands over): the
+    replaced file's ctime is newer than its copy, so it is copied, and only it."""
+    src, dst, home, _ = copied
+    blob = _replace_keeping_old_mtime(src / "d" / "7")
+    proc = _cli(home, "sync", f"file://{src}", f"file://{dst}", *REGIONS, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["objects"], result["objects_skipped"]) == (1, 24)
+    assert (dst / "d" / "7").read_bytes() == blob
+    assert read_tree(dst) == read_tree(src)
+
+
+def test_resync_to_s3_copies_a_file_replaced_with_its_old_mtime(
+    tmp_path: Path, moto_s3: Any
+) -> None:
+    """To an object store the copy's time is its upload's (``LastModified``): the replaced
+    file's old mtime is older than that, its ctime is not."""
+    src, home = tmp_path / "src", tmp_path / "home"
+    write_dataset(src, {f"d/{i}": 1500 for i in range(5)})
+    bucket, options = moto_s3.make_bucket("replaced"), json.dumps(moto_s3.options)
+    argv = ["sync", f"file://{src}", bucket, *REGIONS, "--dst-options", options, "--json"]
+    proc = _cli(home, *argv)
+    assert proc.returncode == 0, proc.stderr
+    blob = _replace_keeping_old_mtime(src / "d" / "2")
+    proc = _cli(home, *argv)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["objects"] >= 1
+    assert open_store(bucket, moto_s3.options).read("d/2") == blob
 
 
 def test_resync_keeps_the_overlap_refusal(tmp_path: Path) -> None:

@@ -140,12 +140,22 @@ def test_catalog_rows_are_the_same_either_way(
     assert tables[0][0], "the source rows are there"
 
 
-def test_unversioned_rows_drop_only_version_and_etag(tmp_path: Path) -> None:
+def test_unversioned_rows_drop_version_and_etag_and_carry_the_write_time(tmp_path: Path) -> None:
+    """A sync's destination is compared by when its bytes were written (the mtime), a source
+    by its last change (the later of mtime and ctime): ``_tree`` puts some mtimes before the
+    ctime (the two times differ) and some after (they are the same)."""
     _tree(tmp_path)
     store = open_store(f"file://{tmp_path}", {"links": "store"})
     full = [r for b in store.list_rows() for r in b]
     light = [r for b in store.list_rows(versions=False) for r in b]
-    assert light == [(*r[:4], None, None) for r in full]
+    written = {o.key: micros(o.written or o.modified) for o in store.list()}
+    assert light == [(r[0], r[1], written[r[0]], r[3], None, None) for r in full]
+    changed = {r[0]: r[2] for r in full}
+    moved_back = [key for key in changed if written[key] != changed[key]]
+    assert moved_back and len(moved_back) < len(full)
+    for key in moved_back:
+        st = os.lstat(tmp_path / key)
+        assert written[key] < changed[key] and st.st_mtime_ns < st.st_ctime_ns
 
 
 def test_every_name_a_folder_lists_is_one_another_folder_holds(tmp_path: Path) -> None:
