@@ -220,6 +220,7 @@ def main() -> int:
     if args.cold and os.geteuid() != 0:
         parser.error("--cold empties the page cache: it needs root")
     base = Path(args.work) if args.work else Path(tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for gib in sizes:
         need = 2 * gib * GiB + GiB

@@ -20,8 +20,10 @@ import hashlib
 import importlib.util
 import io
 import os
+import py_compile
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +53,8 @@ KEEP_BUNDLES = 5
 
 @dataclass(frozen=True)
 class AgentBundle:
-    """A built bundle: the zip on disk and the digest that names it on remote hosts."""
+    """A built bundle: the zip on disk and the digest that names it on remote hosts (of its
+    sources and bytecode tag: ``sources_digest``)."""
 
     path: Path
     digest: str
@@ -68,35 +71,78 @@ def _package_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def bundle_bytes(package_dir: Path | None = None) -> bytes:
-    """Zip the agent package's ``.py`` files (no caches), deterministically."""
+def _bytecode(path: Path, arcname: str, scratch: Path) -> bytes:
+    """``path`` compiled by this interpreter as an unchecked hash-based ``.pyc`` (no
+    timestamp: the same bytes for the same source)."""
+    out = scratch / "module.pyc"
+    py_compile.compile(
+        str(path),
+        cfile=str(out),
+        dfile=arcname,
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    return out.read_bytes()
+
+
+def _sources(package_dir: Path | None) -> list[tuple[str, Path]]:
+    """The agent's ``.py`` files as (name in the zip, path), in a fixed order."""
     root = package_dir or _package_dir()
     if not (root / "__main__.py").exists():
         raise ProvisionError(
             f"{root} has no __main__.py: the agent cannot run as 'python -m {AGENT_PACKAGE}'"
         )
+    return [
+        (f"{AGENT_PACKAGE}/{path.relative_to(root).as_posix()}", path)
+        for path in sorted(root.rglob("*.py"))
+        if "__pycache__" not in path.parts
+    ]
+
+
+def bundle_bytes(package_dir: Path | None = None) -> bytes:
+    """Zip the agent package's ``.py`` files, each with its bytecode, deterministically.
+
+    Python never writes bytecode for modules imported from a zip, so without it every agent
+    start compiled the package again (0.16 s against 0.10 s to import the agent here). The
+    ``.pyc`` files are this interpreter's: a host whose Python differs finds another magic
+    number in them and compiles the ``.py`` next to them, as before. They are unchecked hash
+    based (no clock involved), yet two processes may write them apart by a reference flag
+    (marshal follows the process's reference counts): a bundle is named by its sources
+    (``sources_digest``), not by these bytes."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(root.rglob("*.py")):
-            if "__pycache__" in path.parts:
-                continue
-            arcname = f"{AGENT_PACKAGE}/{path.relative_to(root).as_posix()}"
-            info = zipfile.ZipInfo(arcname, date_time=_EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, path.read_bytes())
+    with (
+        zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf,
+        tempfile.TemporaryDirectory() as scratch,
+    ):
+        for arcname, path in _sources(package_dir):
+            compiled = _bytecode(path, arcname, Path(scratch))
+            for name, data in ((arcname, path.read_bytes()), (arcname + "c", compiled)):
+                info = zipfile.ZipInfo(name, date_time=_EPOCH)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, data)
     return buf.getvalue()
+
+
+def sources_digest(package_dir: Path | None = None) -> str:
+    """What names a bundle: its sources and the bytecode's interpreter, hashed without
+    compiling anything (a run finds its bundle built in 2 ms, not 0.1 s)."""
+    digest = hashlib.sha256(f"{sys.implementation.cache_tag}\0".encode())
+    for arcname, path in _sources(package_dir):
+        digest.update(f"{arcname}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def build_bundle(package_dir: Path | None = None, out_dir: Path | None = None) -> AgentBundle:
     """Build the bundle into ``$SKYPLANE_OPS_HOME/bundles`` (reused when sources are unchanged)."""
-    data = bundle_bytes(package_dir)
-    digest = hashlib.sha256(data).hexdigest()
+    digest = sources_digest(package_dir)
     target_dir = out_dir or private_dir("bundles")
     path = target_dir / f"gateway_agent-{digest[:12]}.zip"
     if not path.exists():
+        target_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
+        tmp.write_bytes(bundle_bytes(package_dir))
         tmp.replace(path)
         # Keep a few recent bundles (running fleets may still use them), drop the rest.
         old = sorted(target_dir.glob("gateway_agent-*.zip"), key=lambda p: p.stat().st_mtime)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
+import gateway_agent
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import UnknownBackendError, get_provisioner
 from skyplane_ops.provision.bundle import build_bundle, bundle_bytes
@@ -109,14 +114,75 @@ def test_transfer_ids_are_checked(bad: str) -> None:
         check_transfer_id(bad)
 
 
+def _sources_in(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return {n: zf.read(n) for n in zf.namelist() if n.endswith(".py")}
+
+
 def test_bundle_is_deterministic_and_holds_only_the_agent(tmp_path: Path) -> None:
-    assert bundle_bytes() == bundle_bytes()
+    assert _sources_in(bundle_bytes()) == _sources_in(bundle_bytes())
     bundle = build_bundle(out_dir=tmp_path)
     names = zipfile.ZipFile(bundle.path).namelist()
     assert "gateway_agent/__main__.py" in names
-    assert all(n.startswith("gateway_agent/") and n.endswith(".py") for n in names)
+    assert all(n.startswith("gateway_agent/") and n.endswith((".py", ".pyc")) for n in names)
+    sources = {n for n in names if n.endswith(".py")}
+    assert {n + "c" for n in sources} == set(names) - sources  # bytecode beside every source
     assert not any("skyplane_ops" in n or "__pycache__" in n for n in names)
     assert bundle.remote_name == f"gateway_agent-{bundle.digest[:12]}.zip"
+    # Another process names it alike (its bytecode may differ by a reference flag: marshal
+    # writes what the process's reference counts say, so a bundle is named by its sources).
+    code = "from skyplane_ops.provision.bundle import sources_digest as d; print(d())"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert other.stdout.decode().strip() == bundle.digest
+    # Named by its sources (nothing compiled to find it): an edited source is a new bundle.
+    package = tmp_path / "pkg" / "gateway_agent"
+    shutil.copytree(Path(gateway_agent.__file__).parent, package)
+    first = build_bundle(package, out_dir=tmp_path / "out")
+    assert build_bundle(package, out_dir=tmp_path / "out") == first
+    (package / "wire.py").write_text((package / "wire.py").read_text() + "\n# edited\n")
+    edited = build_bundle(package, out_dir=tmp_path / "out")
+    assert edited.digest != first.digest and edited.path.exists() and first.path.exists()
+
+
+# Run with the bundle alone on the path: counts the agent modules compiled from source.
+_COMPILES = """
+import builtins, sys
+real, compiled = builtins.compile, []
+def spy(source, filename, *args, **kwargs):
+    if "gateway_agent" in str(filename):
+        compiled.append(filename)
+    return real(source, filename, *args, **kwargs)
+builtins.compile = spy
+import gateway_agent.agent, gateway_agent.job_sink, gateway_agent.stores.local
+assert ".zip" in gateway_agent.agent.__file__, gateway_agent.agent.__file__
+print(len(compiled))
+"""
+
+
+def _compiles(bundle: Path) -> int:
+    code = f"import sys; sys.path[:0] = [{str(bundle)!r}]\n{_COMPILES}"
+    # -I: no PYTHONPATH, no checkout on the path; the agent can only come from the bundle.
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def test_bundle_bytecode_is_used_and_another_python_compiles_the_source(tmp_path: Path) -> None:
+    """This interpreter imports the agent from the bundle without compiling a module; a
+    Python of another version (its bytecode's magic number differs: simulated by changing
+    it) falls back to the sources beside it."""
+    bundle = build_bundle(out_dir=tmp_path)
+    assert _compiles(bundle.path) == 0
+    foreign = tmp_path / "foreign.zip"
+    with zipfile.ZipFile(bundle.path) as src, zipfile.ZipFile(foreign, "w") as out:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith(".pyc"):
+                data = bytes([data[0] ^ 0xFF]) + data[1:]
+            out.writestr(info, data)
+    assert _compiles(foreign) > 10
 
 
 def test_testbed_plan_scales_the_grid_per_direction() -> None:
