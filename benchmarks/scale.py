@@ -24,7 +24,12 @@ reuses them. At 100k objects on tmpfs that was 4.7 s cold and 3.4 s warm for us,
 and 4.4 s for rclone. Without a warm-up, whichever tool went first paid it (here always ours,
 at the first count).
 
-Usage: ``python benchmarks/scale.py [--counts 10000,100000] [--full] [--warmup 1] [--work DIR]``
+``--repeat N`` (default 1) times N copies by each tool, in turn, and shows the median one (the
+highest memory of any): single runs of one count vary by 10-20% here, which a ratio of two
+counts (linearity: 1M within 12x of 100k) doubles.
+
+Usage: ``python benchmarks/scale.py [--counts 10000,100000] [--full] [--warmup 1] [--repeat 1]
+[--work DIR]``
 (``--full``: 10k, 100k and 1M; run it alone: other work on the machine skews both tools).
 Writes ``benchmarks/results/scale.json``.
 """
@@ -251,7 +256,22 @@ def check_disk(work: Path, count: int, size: int = 1024) -> None:
         )
 
 
-def run_count(work: Path, count: int, env: dict[str, str], warmup: int = 1) -> dict[str, Any]:
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median time, with every run's seconds and the highest memory of any run
+    (a memory target holds in every run, not in the median one)."""
+    ranked = sorted(runs, key=lambda r: r["seconds"])
+    median = {**ranked[len(ranked) // 2], "all_seconds": [r["seconds"] for r in runs]}
+    for key in ("main_rss_mib", "state_peak_mib"):
+        median[key] = max(r[key] for r in runs)
+    median["gateway_rss_mib"] = [
+        max(v) for v in zip(*(r["gateway_rss_mib"] for r in runs), strict=False)
+    ]
+    return median
+
+
+def run_count(
+    work: Path, count: int, env: dict[str, str], warmup: int = 1, repeat: int = 1
+) -> dict[str, Any]:
     src, ours, theirs = work / "src", work / "dst-ours", work / "dst-rclone"
     state = work / "state"
     for d in (src, ours, theirs, state):
@@ -274,26 +294,32 @@ def run_count(work: Path, count: int, env: dict[str, str], warmup: int = 1) -> d
         "--config",
         "/dev/null",
     ]
-    row: dict[str, Any] = {"objects": count, "warmup": warmup}
+    row: dict[str, Any] = {"objects": count, "warmup": warmup, "repeat": repeat}
     ours_cp = [*cli, "cp", f"file://{src}", f"file://{ours}", *common]
-    for _ in range(warmup):  # untimed: both tools then start with the kernel's caches warm
-        timed_cli(ours_cp, env, state)
+    copies: dict[str, list[dict[str, Any]]] = {"ours": [], "rclone": []}
+    # Warm-ups (untimed: both tools then start with the kernel's caches warm) and all but the
+    # last timed copy, each tool in turn.
+    for i in range(warmup + repeat - 1):
+        run = timed_cli(ours_cp, env, state)
         shutil.rmtree(state, ignore_errors=True)
-        _check_and_drop("ours (warm-up)", ours, count)
+        _check_and_drop("ours", ours, count)
         ours.mkdir()
-        timed(rclone, env)
-        _check_and_drop("rclone (warm-up)", theirs, count)
+        theirs_run = timed(rclone, env)
+        _check_and_drop("rclone", theirs, count)
         theirs.mkdir()
+        if i >= warmup:
+            copies["ours"].append(run)
+            copies["rclone"].append(theirs_run)
     # One destination on disk at a time (a million 1 KiB files take ~4 GiB of blocks): each
     # tool copies, re-syncs, is checked and its copy deleted before the other one runs.
-    row["ours"] = timed_cli(ours_cp, env, state)
+    row["ours"] = median_run([*copies["ours"], timed_cli(ours_cp, env, state)])
     sync = [*cli, "sync", f"file://{src}", f"file://{ours}", *common]
     row["ours_resync"] = timed_cli(sync, env, state)
     rewrite_some(src, count, 1)
     row["ours_update"] = timed_cli(sync, env, state)
     check_updated("ours", src, ours, count)
     _check_and_drop("ours", ours, count)
-    row["rclone"] = timed(rclone, env)
+    row["rclone"] = median_run([*copies["rclone"], timed(rclone, env)])
     row["rclone_resync"] = timed(rclone, env)
     rewrite_some(src, count, 2)
     row["rclone_update"] = timed(rclone, env)
@@ -347,8 +373,16 @@ def main() -> int:
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed copies by each tool first, per count"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="timed copies by each tool, in turn, per count: the median one is shown",
+    )
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
+    if args.repeat < 1 or args.warmup < 0:
+        parser.error("--repeat takes 1 or more, --warmup 0 or more")
     counts = [int(c) for c in args.counts.split(",") if c]
     if args.full:
         counts = sorted({*counts, 10_000, 100_000, 1_000_000})
@@ -358,7 +392,7 @@ def main() -> int:
     rows = []
     try:
         for count in counts:
-            rows.append(run_count(work, count, env, args.warmup))
+            rows.append(run_count(work, count, env, args.warmup, args.repeat))
             print_table(rows[-1:])
     finally:
         if not args.work:
