@@ -21,7 +21,7 @@ from scale import REPO, timed
 
 sys.path.insert(0, str(REPO))
 
-from skyplane_ops.provision.netns import Testbed
+from skyplane_ops.provision.testbed import Testbed
 
 SRC_SITE, WAN_DST = "site:src", "site:dst"
 PORT = 18080

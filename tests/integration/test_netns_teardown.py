@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from skyplane_ops.provision.netns import Testbed, list_namespaces
+from skyplane_ops.provision.netns_host import list_namespaces
+from skyplane_ops.provision.testbed import Testbed
 
 pytestmark = [
     pytest.mark.netns,
