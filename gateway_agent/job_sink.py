@@ -16,7 +16,11 @@ from gateway_agent.checksum import crc32c
 from gateway_agent.crc32c_math import crc32c_b64
 from gateway_agent.job_base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import ObjectStore, SupportsWriteBatch
-from gateway_agent.stores.errors import KeyNotSupportedError
+from gateway_agent.stores.errors import KeyBlockedError, KeyNotSupportedError
+
+# A destination problem of one object's name (the store cannot hold it, or something of
+# another kind holds its place): that object fails, the chunk's others go again.
+_NAME_PROBLEMS = (KeyNotSupportedError, KeyBlockedError)
 
 # Stores that accept any buffer and are done with it when the call returns; SDK-backed stores
 # get ``bytes`` (they may retry, hash or hold on to the body).
@@ -122,7 +126,7 @@ class SinkRole(JobBase):
             info = store.write(seg["key"], data)
             if checked:
                 return True
-        except KeyNotSupportedError as exc:  # this name only; the chunk's others go again
+        except _NAME_PROBLEMS as exc:  # this name only; the chunk's others go again
             raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
         native = "crc32c" in store.capabilities.native_checksums
         stored = info.checksums.get("crc32c") if native else None
@@ -136,7 +140,7 @@ class SinkRole(JobBase):
         is raised after the others landed (a name the store cannot hold fails only itself)."""
         errors = store.write_batch([(seg["key"], piece) for seg, piece in pieces])
         for (seg, _piece), exc in zip(pieces, errors, strict=True):
-            if isinstance(exc, KeyNotSupportedError):
+            if isinstance(exc, _NAME_PROBLEMS):
                 raise ObjectFailed("failed", seg["key"], "destination", str(exc))
             if exc is not None:
                 raise exc

@@ -55,6 +55,15 @@ class KeyNotSupportedError(InvalidURIError):
     there under its name, everything else can."""
 
 
+class KeyBlockedError(StoreError):
+    """The destination holds something of another kind under this name: a file where one of
+    the key's folders must be, or a folder where its file goes (a local disk).
+
+    A per-object problem of the *destination*, like :class:`KeyNotSupportedError`: this object
+    cannot be written until the user moves what is in the way (nothing is ever removed to make
+    room), everything else can."""
+
+
 class SourceChangedError(StoreError):
     """A read pinned to a listed version found another version (or no object): the object was
     rewritten or deleted after it was listed.

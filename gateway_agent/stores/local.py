@@ -68,6 +68,7 @@ from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo, Skipped
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     InvalidURIError,
+    KeyBlockedError,
     KeyNotSupportedError,
     ObjectNotFoundError,
     SourceChangedError,
@@ -76,6 +77,10 @@ from gateway_agent.stores.errors import (
 from gateway_agent.stores.uri import StoreURI
 
 __all__ = ["STAGING", "LocalStore", "file_version", "segment_problem"]
+
+# Operations that put a file in place under its key: there, ENOTDIR and EISDIR mean something
+# of another kind holds the key's place (``KeyBlockedError``), not a missing key.
+_PLACING = ("write", "complete_multipart")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -147,6 +152,8 @@ class LocalStore:
     def _error(self, exc: OSError, op: str, key: str = "") -> StoreError:
         where = f"{op} {self.uri}{key!r}" if key else f"{op} {self.uri}"
         code = errno.errorcode.get(exc.errno or 0, "OSError")
+        if op in _PLACING and isinstance(exc, NotADirectoryError | IsADirectoryError):
+            return KeyBlockedError(f"{where}: {self._in_the_way(key)}", code=code)
         if isinstance(exc, PermissionError) or exc.errno in (
             errno.EROFS,
             errno.EPERM,
@@ -156,6 +163,19 @@ class LocalStore:
         if isinstance(exc, FileNotFoundError | NotADirectoryError | IsADirectoryError):
             return ObjectNotFoundError(f"{where}: no such key", code=code)
         return StoreError(f"{where}: {exc.strerror or code} ({code})", code=code)
+
+    def _in_the_way(self, key: str) -> str:
+        """What holds ``key``'s place: the first of its folders that is a file, or a folder
+        under its own name (what ENOTDIR and EISDIR mean when a file is put in place)."""
+        parts = key.split("/")
+        for n in range(1, len(parts)):
+            prefix = "/".join(parts[:n])
+            path = self._root + "/" + prefix
+            if os.path.lexists(path) and not os.path.isdir(path):
+                return f"{prefix!r} is a file, not a folder (nothing was removed to make room)"
+        if os.path.isdir(self._root + "/" + key):
+            return f"{key!r} is a folder (nothing was removed to make room)"
+        return "something else holds this name (nothing was removed to make room)"
 
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:

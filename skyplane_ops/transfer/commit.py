@@ -16,7 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gateway_agent.stores.base import ObjectStore
-from gateway_agent.stores.errors import StoreError, UploadNotFoundError
+from gateway_agent.stores.errors import (
+    KeyBlockedError,
+    KeyNotSupportedError,
+    StoreError,
+    UploadNotFoundError,
+)
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.catalog import TODO, Catalog, dec, enc
 from skyplane_ops.transfer.journal import Journal
@@ -76,22 +81,28 @@ def complete_uploads(
     todo: Sequence[Completion],
     journal: Journal,
     verify: str,
-) -> dict[str, str]:
+) -> tuple[dict[str, str], dict[str, str]]:
     """Complete each upload and journal it at once, so a re-run never completes it twice.
 
     Every completion is attempted; if any fails, ``TransferError`` names it (the journal keeps
     the completed ones). An upload the store no longer knows may have been completed by an
     earlier run that stopped before journaling it: with ``verify`` ``"full"`` or
-    ``"read-back"`` it is left to the CRC32C check (never vouched for: ``vouch_multipart``);
-    the returned dict maps such keys to the store's message.
+    ``"read-back"`` it is left to the CRC32C check (never vouched for: ``vouch_multipart``).
+    Returns ({key: the store's message} of those, {key: why} of objects whose name the
+    destination cannot take: a per-object failure, their uploads kept staged and journaled so
+    the run after the user clears the way only completes them).
     """
     unconfirmed: dict[str, str] = {}
+    blocked: dict[str, str] = {}
     failures: list[tuple[str, StoreError]] = []
 
     def complete(item: Completion) -> None:
         key = item.key
         try:
             dst.complete_multipart(key, uploads[key], item.parts)
+        except (KeyBlockedError, KeyNotSupportedError) as exc:
+            blocked[key] = f"destination: {exc}"
+            return
         except UploadNotFoundError as exc:
             if verify == "size":
                 failures.append((key, exc))
@@ -114,7 +125,7 @@ def complete_uploads(
             f"uploads are journaled in {journal.path}: fix the cause and re-run the same "
             "command to resume"
         )
-    return unconfirmed
+    return unconfirmed, blocked
 
 
 def abort_changed(

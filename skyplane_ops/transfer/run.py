@@ -383,7 +383,13 @@ class _Run:
             )
             if k in uploads
         ]  # fmt: skip
-        unconfirmed = complete_uploads(dst, self.dst_uri, uploads, to_complete, journal, verify)
+        unconfirmed, blocked = complete_uploads(
+            dst, self.dst_uri, uploads, to_complete, journal, verify
+        )
+        if blocked:  # failed like an object the sink could not name; not expected there
+            catalog.set_outcome("failed", sorted(blocked.items()), FAILED)
+            catalog.write("DELETE FROM exp WHERE key = ?", [(enc(k),) for k in blocked])
+            failed.update(blocked)
         vouch_multipart(catalog, limit, unconfirmed)
         self.step("commit")
         verification = verify_catalog(dst, catalog, verify)

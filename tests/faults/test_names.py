@@ -147,6 +147,47 @@ def test_unreadable_folder_is_a_per_object_error_and_the_next_run_copies_it(
     assert tree(dst) == tree(src)
 
 
+def test_a_destination_name_held_by_another_kind_fails_only_its_objects(
+    dirs: tuple[Path, Path, Path],
+) -> None:
+    """A file where a key needs a folder (``d`` for ``d/1``), a folder where a key's file goes
+    (``e.txt/``): those objects fail with the cause, at the destination; nothing there is
+    removed to make room; the rest lands; once the user moves them, the next run copies all."""
+    src, dst, home = dirs
+    for key in ("ok.txt", "d/1", "d/2", "e.txt", "f/ok"):
+        _write(src, key, os.urandom(200))
+    _write(src, "big/x.bin", os.urandom(3 * MiB))  # 1 MiB parts: placed at commit
+    _write(dst, "d", b"a file the user keeps")
+    _write(dst, "e.txt/keep", b"a folder the user keeps")
+    _write(dst, "big", b"a file where the big object's folder goes")
+    rc, out, err = finish(cp(home, src, dst))
+    assert rc == 3, (out, err)
+    assert "Traceback" not in err
+    failures = "\n".join(ln for ln in err.splitlines() if "not copied: " in ln)
+    assert "'d/1': destination:" in failures and "'d' is a file, not a folder" in failures
+    assert "'e.txt': destination:" in failures and "'e.txt' is a folder" in failures, err
+    assert "'big/x.bin': destination:" in failures and "'big' is a file" in failures, err
+    result = json.loads(out)
+    assert (result["objects"], result["objects_failed"]) == (2, 4), result
+    assert result["verification"]["status"] == "passed"
+    assert tree(dst) == {
+        b"d": b"a file the user keeps",
+        b"e.txt/keep": b"a folder the user keeps",
+        b"big": b"a file where the big object's folder goes",
+        b"ok.txt": (src / "ok.txt").read_bytes(),
+        b"f/ok": (src / "f/ok").read_bytes(),
+    }
+    for path in (dst / "d", dst / "e.txt/keep", dst / "big"):
+        path.unlink()
+    (dst / "e.txt").rmdir()
+    rc, out, err = finish(cp(home, src, dst))
+    assert rc == 0, err
+    assert tree(dst) == tree(src)
+    # The big object's 3 parts stayed staged and journaled: this run only completed it (an
+    # aborted upload would resume only the 2 chunks of the objects copied before).
+    assert json.loads(out)["chunks_resumed"] >= 3
+
+
 @pytest.mark.skipif(not userns_available(), reason=NO_USERNS)
 def test_folder_made_unreadable_mid_run_fails_only_its_objects(
     dirs: tuple[Path, Path, Path],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_agent.stores import KeyNotSupportedError, _localbatch, open_store
+from gateway_agent.stores import KeyBlockedError, KeyNotSupportedError, _localbatch, open_store
 
 
 def _body(key: str, size: int = 4096) -> bytes:
@@ -49,6 +49,33 @@ def test_a_batch_lands_and_a_bad_name_fails_only_itself(tmp_path: Path) -> None:
     assert os.readlink(tmp_path / "ln") == "a/1"
     assert sorted(o.key for o in store.list()) == ["a/1", "b/c/2", "ln.rclonelink", "old/x"]
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".%")]
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_a_name_held_by_another_kind_fails_only_itself_and_is_left_alone(
+    tmp_path: Path, fsync: bool
+) -> None:
+    """A file where a key needs a folder, a folder where a key's file goes: each of those
+    items fails with ``KeyBlockedError`` naming what is in the way; nothing there is touched
+    (whole writes and multipart completion say the same)."""
+    store = open_store(f"file://{tmp_path}", {"fsync": fsync})
+    (tmp_path / "d").write_bytes(b"keep me")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "keep").write_bytes(b"keep me too")
+    items = [("d/1", memoryview(b"x")), ("ok", memoryview(b"y")), ("e", memoryview(b"z"))]
+    errors = store.write_batch(items)
+    assert [type(e) for e in errors] == [KeyBlockedError, type(None), KeyBlockedError]
+    assert "'d' is a file, not a folder" in str(errors[0])
+    assert "'e' is a folder" in str(errors[2])
+    with pytest.raises(KeyBlockedError, match="'d' is a file"):
+        store.write("d/deeper/2", b"x")
+    upload = store.create_multipart("e")
+    store.upload_part("e", upload, 1, b"part")
+    with pytest.raises(KeyBlockedError, match="'e' is a folder"):
+        store.complete_multipart("e", upload, [1])
+    assert (tmp_path / "d").read_bytes() == b"keep me"
+    assert (tmp_path / "e" / "keep").read_bytes() == b"keep me too"
+    assert (tmp_path / "ok").read_bytes() == b"y"
 
 
 def test_a_durable_batch_flushes_every_file_before_naming_any(
