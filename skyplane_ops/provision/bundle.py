@@ -72,8 +72,8 @@ def _package_dir() -> Path:
 
 
 def _bytecode(path: Path, arcname: str, scratch: Path) -> bytes:
-    """``path`` compiled by this interpreter as an unchecked hash-based ``.pyc`` (no
-    timestamp: the same bytes for the same source)."""
+    """``path`` compiled by this interpreter as an unchecked hash-based ``.pyc``: no timestamp
+    to check, so it is used as is wherever this interpreter imports the bundle."""
     out = scratch / "module.pyc"
     py_compile.compile(
         str(path),
@@ -100,7 +100,8 @@ def _sources(package_dir: Path | None) -> list[tuple[str, Path]]:
 
 
 def bundle_bytes(package_dir: Path | None = None) -> bytes:
-    """Zip the agent package's ``.py`` files, each with its bytecode, deterministically.
+    """Zip the agent package's ``.py`` files, each with its bytecode, in a fixed order with
+    fixed times.
 
     Python never writes bytecode for modules imported from a zip, so without it every agent
     start compiled the package again (0.16 s against 0.10 s to import the agent here). The
