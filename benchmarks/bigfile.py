@@ -13,7 +13,11 @@ copied ``file:// -> file://`` on each network of ``--nets``:
   itself, and a WebDAV server writing straight to the destination folder is its lightest way
   to receive across a link: the same bytes cross the same shaped link, from the same disk to
   the same disk. Our time is the whole command (planning, provisioning the two namespaces and
-  gateways, teardown); rclone's starts once its server answers.
+  gateways, teardown); rclone's starts once its server answers;
+* ``relays`` (root): the emulated WAN of ``wan.py``: the same direct link, plus two relay sites
+  with links of ``--relay-mbit`` to both ends (and 20 Mbit/s between them). Ours plans on its
+  profile of the four sites and may split the file over the relays; rclone, a point-to-point
+  tool, copies over the direct link exactly as in ``wan``.
 
 Gateways run with a byte budget of ``--buffer-mib``; checksums and end verification are on,
 as a user gets them. Reported per run: seconds, MB/s, peak RSS of the CLI (or the rclone
@@ -21,8 +25,9 @@ client) and of every gateway (VmRSS and anonymous memory, sampled every 50 ms fr
 ``/proc``) against the target "byte budget + 150 MiB". Only one copy exists at a time: ours
 is deleted before rclone runs, and the source after its last run (peak disk: 2x the size).
 
-Usage: ``python benchmarks/bigfile.py [--sizes 4,32] [--nets loopback,wan] [--buffer-mib 512]
-[--wan-mbit 800] [--repeat 1] [--warmup 1] [--cold] [--ours-args ARGS] [--work DIR]``.
+Usage: ``python benchmarks/bigfile.py [--sizes 4,32] [--nets loopback,wan,relays]
+[--buffer-mib 512] [--wan-mbit 800] [--relay-mbit 400] [--repeat 1] [--warmup 1] [--cold]
+[--ours-args ARGS] [--work DIR]``.
 
 - ``--repeat N``: the tools alternate N times, who goes first alternating too, and the median
   run of each is shown (all times and the highest RSS of any run are kept).
@@ -53,7 +58,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bigfile_wan import SRC_SITE, WAN_DST, profile, rclone_over_link, wan_backend
+from bigfile_wan import SRC_SITE, WAN_DST, net_grid, profile, rclone_over_link, wan_backend
 from scale import REGIONS, RESULTS, bench_env, cli_command, timed, timed_cli, where_it_went
 
 MiB = 1024 * 1024
@@ -119,11 +124,14 @@ def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[s
     if net == "loopback":
         cli += [*REGIONS, "--backend-options", json.dumps({"buffer_mib": args.buffer_mib})]
     else:
-        grid = work / "grid"
-        if not grid.exists():
-            profile(args.wan_mbit, grid, env)
-        cli += wan_backend(args.wan_mbit, args.buffer_mib, grid)
+        links = net_grid(net, args.wan_mbit, args.relay_mbit)
+        store = work / f"grid-{net}"
+        if not store.exists():
+            profile(links, store, env)
+        cli += wan_backend(links, args.buffer_mib, store)
         row["link_mbit"] = args.wan_mbit
+        if net == "relays":
+            row["relay_mbit"] = args.relay_mbit
 
     def run_ours() -> dict[str, Any]:
         ours.mkdir(parents=True)
@@ -170,6 +178,15 @@ def run_net(net: str, src: Path, work: Path, args: argparse.Namespace) -> dict[s
     return row
 
 
+def paths_line(paths: list[dict[str, Any]]) -> str:
+    """Each path of a run: its hops (site names without ``site:``), share and achieved Mbit/s."""
+    return ", ".join(
+        f"{'>'.join(r.removeprefix('site:') for r in p['regions'])} "
+        f"{p['share']:.2f} at {(p['achieved_gbps'] or 0) * 1000:.0f} Mbit/s"
+        for p in paths
+    )
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'net':>9} {'file':>6} {'ours s':>7} {'rc s':>7} {'ours MB/s':>9} {'rc MB/s':>8} "
@@ -188,6 +205,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
         if o.get("phases"):
             print(f"{'':>17} ours: {where_it_went(o)}")
+        if len(o.get("paths", [])) > 1:
+            print(f"{'':>17} paths: {paths_line(o['paths'])}")
         if len(o.get("all_seconds", [])) > 1:
             print(f"{'':>17} all runs (s): ours {o['all_seconds']}, rclone {c['all_seconds']}")
 
@@ -195,9 +214,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="4,32", help="file sizes, GiB, comma-separated")
-    parser.add_argument("--nets", default="loopback,wan", help="loopback and/or wan (root)")
+    parser.add_argument(
+        "--nets", default="loopback,wan,relays", help="loopback, wan, relays (the WANs: root)"
+    )
     parser.add_argument("--buffer-mib", type=int, default=512, help="gateway byte budget")
-    parser.add_argument("--wan-mbit", type=float, default=800.0, help="WAN link, Mbit/s")
+    parser.add_argument("--wan-mbit", type=float, default=800.0, help="direct link, Mbit/s")
+    parser.add_argument(
+        "--relay-mbit", type=float, default=400.0, help="each relay link (relays), Mbit/s"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each tool per case")
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed runs of each tool first (like hyperfine)"
@@ -213,10 +237,10 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [float(s) for s in args.sizes.split(",") if s]
     nets = [n for n in args.nets.split(",") if n]
-    if set(nets) - {"loopback", "wan"}:
-        parser.error("--nets takes loopback and/or wan")
-    if "wan" in nets and os.geteuid() != 0:
-        parser.error("the netns WAN needs root")
+    if set(nets) - {"loopback", "wan", "relays"}:
+        parser.error("--nets takes loopback, wan and relays")
+    if set(nets) & {"wan", "relays"} and os.geteuid() != 0:
+        parser.error("the netns WANs need root")
     if args.cold and os.geteuid() != 0:
         parser.error("--cold empties the page cache: it needs root")
     base = Path(args.work) if args.work else Path(tempfile.gettempdir())

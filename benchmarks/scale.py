@@ -204,6 +204,10 @@ def timed_cli(cmd: list[str], env: dict[str, str], state: Path) -> dict[str, Any
     run["phases"] = {k: round(float(v), 2) for k, v in doc.get("phases", {}).items()}
     run["steps"] = {k: round(float(v), 2) for k, v in doc.get("steps", {}).items()}
     run["plan"] = doc.get("plan_summary")
+    run["paths"] = [  # each path's share and achieved rate
+        {k: path.get(k) for k in ("regions", "share", "achieved_gbps", "seconds")}
+        for path in doc.get("paths", [])
+    ]
     run["verification"] = (doc.get("verification") or {}).get("method")
     out.unlink()
     return run
