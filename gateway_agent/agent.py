@@ -186,6 +186,10 @@ class Agent:
             _shut(sock)
         return {**result, "connections_cut": len(cut)}
 
+    def leave_out(self, job_id: str, gateway_id: str) -> dict[str, Any]:
+        """A gateway of a job died while its region has others: send it nothing more."""
+        return self.job(job_id).leave_out(gateway_id)
+
     def stop_job(self, job_id: str) -> dict[str, Any]:
         job = self.job(job_id)
         job.stop()

@@ -161,6 +161,13 @@ class GatewayClient:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/drop", {"path": path})
         return result
 
+    def leave_out(self, job_id: str, gateway_id: str) -> dict[str, Any]:
+        """Tell the gateway that next-hop gateway ``gateway_id`` is dead (see
+        ``Job.leave_out``)."""
+        body = {"gateway": gateway_id}
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/leave", body)
+        return result
+
     def stop_job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/stop", {})
         return result

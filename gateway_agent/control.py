@@ -185,6 +185,8 @@ class ControlServer:
                 return agent.stop_job(job_id)
             if action == "drop" and method == "POST":
                 return agent.drop_path(job_id, str(data.get("path", "")))
+            if action == "leave" and method == "POST":
+                return agent.leave_out(job_id, str(data.get("gateway", "")))
         return None
 
     def stats(self) -> dict[str, int]:

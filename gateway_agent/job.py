@@ -181,6 +181,13 @@ class Job(SourceRole, SinkRole):
                 pool.drop(lambda meta: str(meta.get("path")) in dropped)
         return {"dropped": sorted(dropped)}
 
+    def leave_out(self, gateway_id: str) -> dict[str, Any]:
+        """The control plane found next-hop gateway ``gateway_id`` dead while its region has
+        others: send nothing more to it (``OutboundPool.leave_out``)."""
+        why = f"gateway {gateway_id} is dead (control plane)"
+        left = [nxt for nxt, pool in self._pools.items() if pool.leave_out(gateway_id, why)]
+        return {"left_out": gateway_id, "pools": left}
+
     def on_frame(
         self,
         meta: dict[str, Any],

@@ -3,7 +3,9 @@
 All connections towards one next-hop region pull from one shared queue, so a chunk goes to
 whichever connection is free (no round-robin): a slow connection or a slow gateway simply takes
 fewer chunks. A failed send reports the chunk as lost (the control plane re-sends it) and the
-connection reconnects with backoff; a next hop that stays unreachable is a job error.
+connection reconnects with backoff. A next-hop gateway that stays unreachable is left out for
+the rest of the job, its connections closed, while the region has other gateways; when none is
+left the hop is a job error (the control plane routes around it or fails naming it).
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class OutboundPool:
         self._cb = callbacks
         self._free: queue.Queue[Conn] = queue.Queue()
         self._conns = [Conn(p) for p in peers for _ in range(max(1, connections_per_peer))]
+        self._peers = {p.gateway_id for p in peers}
+        self.gone: set[str] = set()  # next-hop gateways left out after they became unreachable
         for c in self._conns:
             self._free.put(c)
         self.aborted = False
@@ -210,6 +214,9 @@ class OutboundPool:
                 conn = self._free.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if conn.peer.gateway_id in self.gone:
+                conn.close()  # out of service for good: not put back
+                continue
             if conn.stale(self.io_timeout / 2):
                 conn.close()
             if conn.sock is not None:
@@ -221,20 +228,46 @@ class OutboundPool:
                 self._free.put(conn)
                 return None
             except (OSError, wire.HandshakeError) as exc:
-                self._free.put(conn)
-                self._cb.fatal(
+                conn.close()
+                why = (
                     f"next hop {conn.peer.gateway_id} ({self.region}) at "
                     f"{conn.peer.host}:{conn.peer.port} is unreachable: {exc}"
                 )
-                return None
+                if not self.leave_out(conn.peer.gateway_id, why):
+                    self._free.put(conn)
+                    self._cb.fatal(why)
+                    return None
         return None
 
+    def leave_out(self, gateway_id: str, why: str) -> bool:
+        """Stop using ``gateway_id`` (unreachable, or dead by the control plane's word) if the
+        region has another gateway not left out: its connections are cut, so sends in progress
+        fail at once (their chunks are reported lost, their budget released) instead of
+        waiting out the I/O timeout on a stopped peer. False when it is the last one (the hop
+        is then dead: that is the control plane's call)."""
+        if gateway_id not in self._peers or not self._peers - self.gone - {gateway_id}:
+            return False
+        if gateway_id not in self.gone:
+            self.gone.add(gateway_id)
+            log.warning("%s; its chunks go to the region's other gateways", why)
+            for c in self._conns:
+                if c.peer.gateway_id == gateway_id:
+                    for sock in (c.sock, c.connecting):
+                        if sock is not None:
+                            try:
+                                sock.shutdown(socket.SHUT_RDWR)
+                            except OSError:
+                                pass
+        return True
+
     def give_back(self, conn: Conn, broken: bool = False) -> None:
-        """Return a borrowed connection; a broken one reconnects on its next use."""
-        if broken:
+        """Return a borrowed connection; a broken one reconnects on its next use, one to a
+        gateway left out is closed for good."""
+        if broken or conn.peer.gateway_id in self.gone:
             conn.close()
         conn.last_used = time.monotonic()
-        self._free.put(conn)
+        if conn.peer.gateway_id not in self.gone:
+            self._free.put(conn)
 
     def _run(self) -> None:
         while not self._cb.stopped():

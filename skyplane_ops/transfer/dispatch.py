@@ -131,6 +131,7 @@ class Dispatcher(JobSpecs, Liveness):
         self._asked: dict[str, float] = {}
         self._poll_gap = self.options.poll_interval / POLL_GAPS
         self._chunk_path: dict[int, int] = {}
+        self._left: set[str] = set()  # dead gateways whose regions carry on without them
         self._by_id = {g.gateway_id: g for g in self.gateways}
         self._secret = secret
         self._src_uri = src_uri
@@ -273,6 +274,8 @@ class Dispatcher(JobSpecs, Liveness):
             for gid in self.clients:
                 if failure is not None:
                     break
+                if gid in self._left:
+                    continue
                 try:
                     st = self._poll(gid, polls, cursors, watch, pollers)
                 except TransferError as exc:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from gateway_agent.client import GatewayClient, GatewayError
@@ -22,6 +23,10 @@ from skyplane_ops.transfer.manifest import Chunk
 
 # The dispatcher's logger: its records keep the name they had before this module was split out.
 log = logging.getLogger("skyplane_ops.transfer.dispatch")
+
+
+def _leave_out(client: GatewayClient, *, job_id: str, gid: str) -> dict[str, Any]:
+    return client.leave_out(job_id, gid)
 
 
 class Liveness(Submission):
@@ -137,6 +142,7 @@ class Liveness(Submission):
         pending: dict[int, Chunk],
         stats: DispatchStats,
     ) -> None:
+        self._leave_out_dead(watch, pending, stats)
         outstanding: dict[int, int] = {}
         for cid in pending:
             p = self._chunk_path.get(cid)
@@ -144,6 +150,48 @@ class Liveness(Submission):
                 outstanding[p] = outstanding.get(p, 0) + 1
         for dead in watch.check(time.monotonic(), outstanding):
             self._path_died(dead, pending, stats)
+
+    def _leave_out_dead(
+        self, watch: HopWatch, pending: dict[int, Chunk], stats: DispatchStats
+    ) -> None:
+        """A gateway dead while its region has live ones: the region carries on without it.
+
+        It gets no more chunks or polls, and the pending chunks it may hold go again: at a
+        source, those submitted to it; at a relay or sink, every pending chunk of a path
+        through its region (which of them it holds is not known; a copy that still lands
+        first is taken, the other ignored). The gateways sending to it leave it out once they
+        cannot reach it (``OutboundPool``). A region whose gateways are all dead is not this
+        method's: ``HopWatch`` declares its paths dead."""
+        now = time.monotonic()
+        for gid in self.clients:
+            if gid in self._left or not watch.gateway_dead(gid, now):
+                continue
+            region = self._by_id[gid].region
+            if not any(
+                g != gid and not watch.gateway_dead(g, now) for g in watch.by_region[region]
+            ):
+                continue
+            self._left.add(gid)
+            watch.leave_out(gid)
+            self._tell_live(f"leaving out {gid}", partial(_leave_out, job_id=self.job_id, gid=gid))
+            again = [
+                c
+                for cid, c in pending.items()
+                if (p := self._chunk_path.get(cid)) is not None
+                and self._alive[p]
+                and region in self.routes[p][0]
+                and (region != self.routes[p][0][0] or c.source == gid)
+            ]
+            why = watch.last_error.get(gid, "no answer")
+            stats.dead_hops.append(
+                f"gateway {gid} in {region} died ({why}); {len(again)} chunk(s) went to the "
+                "region's other gateways"
+            )
+            log.warning("%s", stats.dead_hops[-1])
+            stats.rerouted += len(again)
+            watch.grace(now)  # the gateways left take on its share
+            if again:
+                self._submit(again, self._uploads)
 
     def _path_died(self, dead: DeadPath, pending: dict[int, Chunk], stats: DispatchStats) -> None:
         """Send the dead path's chunks along the others, or fail naming the hop."""
@@ -162,19 +210,26 @@ class Liveness(Submission):
 
     def _drop_everywhere(self, path: int) -> None:
         """Tell every live gateway of the job that ``path`` is dead, so budget held by chunks
-        waiting for it is freed for the other paths (best effort, in parallel, bounded)."""
-        now = time.monotonic()
-        live = [g for g in self._started if not self._watch.gateway_dead(g, now)]
+        waiting for it is freed for the other paths."""
+        self._tell_live(f"dropping path {path}", lambda c: c.drop_path(self.job_id, str(path)))
 
-        def drop(gid: str) -> None:
+    def _tell_live(self, what: str, call: Callable[[GatewayClient], Any]) -> None:
+        """``call`` every live gateway of the job (best effort, in parallel, one short attempt
+        each)."""
+        now = time.monotonic()
+        live = [
+            g for g in self._started if g not in self._left and not self._watch.gateway_dead(g, now)
+        ]
+
+        def one(gid: str) -> None:
             try:
-                self._quick[gid].drop_path(self.job_id, str(path))
+                call(self._quick[gid])
             except GatewayError as exc:
-                log.debug("dropping path %s on %s: %s", path, gid, exc)
+                log.debug("%s on %s: %s", what, gid, exc)
 
         if live:
             with ThreadPoolExecutor(max_workers=len(live)) as pool:
-                list(pool.map(drop, live))
+                list(pool.map(one, live))
 
     def stop(self, pollers: ThreadPoolExecutor | None = None) -> None:
         """Stop the job on every gateway it was started on (best effort, in parallel, one short

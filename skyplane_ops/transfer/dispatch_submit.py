@@ -54,6 +54,7 @@ class Submission:
     _path_bytes: list[int]
     _outstanding: list[int]
     _chunk_path: dict[int, int]
+    _left: set[str]  # gateways left out after they died (their regions have others)
     _sender: Submitter
 
     def _call(self, gateway_id: str, fn: Callable[[GatewayClient], Any]) -> Any:
@@ -82,7 +83,8 @@ class Submission:
     def _pick_source(self, path: int, nbytes: int) -> str:
         region = self.routes[path][0][0]
         gid = min(
-            (g.gateway_id for g in self.fleet.in_region(region)), key=lambda i: self._assigned[i]
+            (g.gateway_id for g in self.fleet.in_region(region) if g.gateway_id not in self._left),
+            key=lambda i: self._assigned[i],
         )
         self._assigned[gid] += nbytes
         return gid
@@ -100,7 +102,7 @@ class Submission:
         for c in chunks:
             path = self._pick_path(c.nbytes)
             self._chunk_path[c.chunk_id] = path
-            gid = self._pick_source(path, c.nbytes)
+            gid = c.source = self._pick_source(path, c.nbytes)
             per_gateway.setdefault(gid, []).append(self._descriptor(c, path, uploads))
         for gid, descs in per_gateway.items():
             batch: list[dict[str, Any]] = []

@@ -9,9 +9,11 @@ A path is declared dead when one of its regions has no gateway that answered for
 ``hop_timeout`` seconds, or when it has chunks outstanding, none of them finished for
 ``hop_timeout`` and some region on it received no bytes for that long; the dead hop is the one
 into the first such region. A refused connection (the process is gone) counts after
-``refused_grace`` seconds instead. Stalls are judged only while no gateway of a live path has
-been silent for half the hop timeout: a silent gateway starves its neighbours' other paths
-(their budget waits for it), so it must be found dead first.
+``refused_grace`` seconds instead. A gateway dead while its region has live ones is the
+dispatcher's to handle (``leave_out``): its region lives on in the others. Stalls are judged
+only while no gateway of a live path has been silent for half the hop timeout: a silent
+gateway starves its neighbours' other paths (their budget waits for it), so it must be found
+dead first.
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ class HopWatch:
 
     def chunk_finished(self, path: int, now: float) -> None:
         self.finished[path] = now
+
+    def leave_out(self, gid: str) -> None:
+        """Judge ``gid``'s region by its other gateways from now on (it died; they carry on)."""
+        for gids in self.by_region.values():
+            if gid in gids:
+                gids.remove(gid)
 
     def grace(self, now: float) -> None:
         """Restart the no-progress clocks (after rerouting, the paths left take on more work;

@@ -58,6 +58,9 @@ class Chunk:
     # Indexes of segments whose write the destination store vouched for (it checked the body
     # against the source's CRC32C and said so in its answer): verification need not ask again.
     vouched: tuple[int, ...] = ()
+    # The source gateway it was last submitted to (set by the dispatcher): if that gateway
+    # dies while its region has others, the chunk goes to one of them.
+    source: str = ""
     # Summed once: the dispatcher weighs its window of chunks by bytes at every round.
     nbytes: int = field(init=False)
 

@@ -43,6 +43,8 @@ class TransferResult:
     objects_changed: int = 0
     objects_deleted: int = 0  # by sync --delete
     first_errors: list[str] = field(default_factory=list)  # at most 5, one line each
+    # Hops and gateways that died during the run and were routed around (at most 5 lines).
+    routed_around: list[str] = field(default_factory=list)
     # Per path: predicted vs achieved Gbit/s ("under": below 0.7 of the prediction).
     paths: list[dict[str, Any]] = field(default_factory=list)
     # Seconds per engine step: list, prepare, move, check_source, commit, verify, record.
@@ -83,6 +85,7 @@ class TransferResult:
             )
         if extra:
             lines.append("; ".join(extra))
+        lines += [f"routed around: {line}" for line in self.routed_around]
         lines += path_warnings(self.paths)
         return "\n".join(lines)
 

@@ -457,6 +457,7 @@ class _Run:
             objects_changed=len(changed),
             objects_deleted=deleted,
             first_errors=notes[:5],
+            routed_around=stats.dead_hops[:5],
         )
         if changed or failed:
             for line in notes:

@@ -236,6 +236,7 @@ class KillCase:
     bytes_resent_on_resume: int | None = None
     gateways_left_after_s: float | None = None
     problems: list[str] = field(default_factory=list)
+    routed_around: list[str] = field(default_factory=list)  # from the completed run's result
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -297,8 +298,10 @@ def gateway_kill_case(
     paths: tuple[list[str], ...] = ([SRC, RELAY, DST],),
     big: int = 3,
     big_mib: int = 8,
+    vms: int = 1,
 ) -> KillCase:
-    """Kill one gateway of ``paths`` (src -> relay -> sink) mid-copy; check, resume, check."""
+    """Kill one gateway of ``paths`` (src -> relay -> sink) mid-copy; check, resume, check.
+    With ``vms`` > 1 the target's region has that many gateways, and the first is killed."""
     case = KillCase(target, sig)
     src, dst, journal = root / "src", root / "dst", root / "journal"
     src.mkdir(parents=True)
@@ -306,6 +309,7 @@ def gateway_kill_case(
     old, new = dataset(src, dst, big=big, big_mib=big_mib)
     total = sum(len(v) for v in new.values())
     plan = make_plan(*paths)
+    plan.vms[REGION_OF[target]] = vms
     prov, fleet = _fleet(plan, lease_s)
     pid = int(fleet.in_region(REGION_OF[target])[0].resources["pid"])
     seen = {"bytes": 0}
@@ -352,6 +356,7 @@ def gateway_kill_case(
         case.error = str(outcome["error"])[:300]
     else:
         case.outcome = "completed"  # rerouted or finished before the kill landed
+        case.routed_around = list(outcome["result"].routed_around)
     case.problems = nothing_lost(src, dst, old, new)
     if "error" not in outcome and read_tree(dst) != new:
         case.problems.append("completed, but the copy is not byte-identical")

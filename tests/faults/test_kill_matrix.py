@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults._gw_procs import cli_kill_case, gateway_kill_case, start_agent, wait_for
+from tests.faults._gw_procs import (
+    REGION_OF,
+    cli_kill_case,
+    gateway_kill_case,
+    start_agent,
+    wait_for,
+)
 from tests.integration.transfer_helpers import DST, RELAY, SRC
 
 HOP_TIMEOUT = 3.0
@@ -70,6 +76,23 @@ def test_a_stopped_relay_is_routed_around(tmp_path: Path) -> None:
     )  # fmt: skip
     assert case.problems == []
     assert case.outcome == "completed", case
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize("target", ["source", "relay", "sink"])
+def test_a_dead_gateway_among_live_ones_is_left_out(tmp_path: Path, target: str, sig: str) -> None:
+    """Two gateways in the signalled region: the other one carries the copy to the end,
+    byte-identical, and the result says which gateway was routed around."""
+    case = gateway_kill_case(
+        target, sig, tmp_path, hop_timeout=HOP_TIMEOUT, lease_s=LEASE, rate_bps=RATE_BPS,
+        vms=2, **SIZE,
+    )  # fmt: skip
+    assert case.problems == []
+    assert case.outcome == "completed", case
+    if not case.routed_around:  # the signal landed after the last chunk it held had landed
+        pytest.skip("the signalled gateway held no work when it died")
+    region = REGION_OF[target]
+    assert any(f"in {region} died" in line for line in case.routed_around), case
 
 
 def test_a_gateway_stops_when_its_lease_lapses(tmp_path: Path) -> None:
