@@ -72,6 +72,16 @@ class Conn:
         """Unused for so long that the receiver may have timed it out."""
         return self.sock is not None and time.monotonic() - self.last_used > idle_s
 
+    def cut(self) -> None:
+        """Shut the socket down (also mid-handshake), so a thread sending on it fails at once;
+        the thread closes it."""
+        for sock in (self.sock, self.connecting):
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
     def close(self) -> None:
         if self.sock is not None:
             try:
@@ -157,12 +167,7 @@ class OutboundPool:
         self.aborted = True
         self.drop(lambda meta: True)
         for c in self._conns:
-            for sock in (c.sock, c.connecting):
-                if sock is not None:
-                    try:
-                        sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
+            c.cut()
 
     def drain(self) -> None:
         """Release the budget of chunks still queued, and close connections (after a stop)."""
@@ -252,12 +257,7 @@ class OutboundPool:
             log.warning("%s; its chunks go to the region's other gateways", why)
             for c in self._conns:
                 if c.peer.gateway_id == gateway_id:
-                    for sock in (c.sock, c.connecting):
-                        if sock is not None:
-                            try:
-                                sock.shutdown(socket.SHUT_RDWR)
-                            except OSError:
-                                pass
+                    c.cut()
         return True
 
     def give_back(self, conn: Conn, broken: bool = False) -> None:
