@@ -70,8 +70,9 @@ class Agent:
         self._shutdown_lock = threading.Lock()
         self._lock = threading.Lock()
         self._data_socks: set[socket.socket] = set()
-        # (job, path) of the clear frame each inbound connection is reading (see drop_path)
-        self._frame_path: dict[socket.socket, tuple[str, str]] = {}
+        # (job, path, sending gateway) of the clear frame each inbound connection is reading
+        # (see drop_path and leave_out)
+        self._frame_path: dict[socket.socket, tuple[str, str, str]] = {}
         self._listener = socket.create_server((host, data_port), backlog=128, reuse_port=False)
         self.data_port: int = self._listener.getsockname()[1]
 
@@ -181,14 +182,25 @@ class Agent:
         half-read frames hold goes back to the paths still alive."""
         result = self.job(job_id).drop_path(path)
         with self._lock:
-            cut = [s for s, key in self._frame_path.items() if key == (job_id, path)]
+            cut = [s for s, key in self._frame_path.items() if key[:2] == (job_id, path)]
         for sock in cut:
             _shut(sock)
         return {**result, "connections_cut": len(cut)}
 
     def leave_out(self, job_id: str, gateway_id: str) -> dict[str, Any]:
-        """A gateway of a job died while its region has others: send it nothing more."""
-        return self.job(job_id).leave_out(gateway_id)
+        """A gateway of a job died while its region has others: send it nothing more, and cut
+        its connections caught mid-frame (a stopped sender), so the budget their half-read
+        frames hold goes back to the live gateways' frames."""
+        result = self.job(job_id).leave_out(gateway_id)
+        with self._lock:
+            cut = [
+                s
+                for s, (job, _path, sender) in self._frame_path.items()
+                if job == job_id and sender == gateway_id
+            ]
+        for sock in cut:
+            _shut(sock)
+        return {**result, "connections_cut": len(cut)}
 
     def stop_job(self, job_id: str) -> dict[str, Any]:
         job = self.job(job_id)
@@ -296,7 +308,11 @@ class Agent:
                     if not isinstance(meta, dict):
                         raise ValueError("frame metadata is not an object")
                     with self._lock:
-                        self._frame_path[sock] = (str(meta.get("job")), str(meta.get("path")))
+                        self._frame_path[sock] = (
+                            str(meta.get("job")),
+                            str(meta.get("path")),
+                            session.peer,
+                        )
                     if self._try_splice(sock, header, meta_b, meta, pipes):
                         continue
                 except (wire.ConnectionClosed, wire.UpstreamError, OSError, ValueError):

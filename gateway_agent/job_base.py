@@ -171,6 +171,7 @@ class JobBase:
                 callbacks,
                 encrypt=bool(hop.get("encrypt", False)),
                 compress_level=int(hop.get("compress_level", 0)),
+                sender=self.gateway_id,
             )
 
     def _store(self, which: str) -> ObjectStore:

@@ -112,8 +112,10 @@ class OutboundPool:
         encrypt: bool = False,
         compress_level: int = 0,
         io_timeout: float = wire.DATA_IO_TIMEOUT_S,
+        sender: str = "",
     ) -> None:
         self.region = region
+        self.sender = sender  # this gateway's id, named in each handshake
         self.io_timeout = io_timeout
         self.queue: queue.Queue[OutChunk | None] = queue.Queue()
         self.encrypt = encrypt
@@ -199,7 +201,7 @@ class OutboundPool:
             conn.connecting = sock
             try:
                 wire.tune_socket(sock)
-                session = wire.client_handshake(sock, self._secret, self.encrypt)
+                session = wire.client_handshake(sock, self._secret, self.encrypt, self.sender)
                 set_io_timeout(sock, self.io_timeout)
             except BaseException:
                 sock.close()

@@ -1,11 +1,13 @@
 """Data-connection wire format: authenticated handshake and chunk frames.
 
 A data connection is one-directional (sender -> receiver). The receiver speaks first with a
-random challenge; the sender proves it knows the per-transfer secret, the receiver proves it
-back, and only then are frames read. A frame is a fixed header, a JSON metadata block and a
-payload. The CRC32C in the header is over the *original* payload bytes; it is computed once at
-the source and checked at the sink. Per hop, payloads may be zstd-compressed and/or sealed with
-AES-GCM (key derived from the secret and both challenges; the header is the associated data).
+random challenge; the sender proves it knows the per-transfer secret and names its gateway
+(the proof covers the name: the receiver can cut a dead sender's connections), the receiver
+proves it back, and only then are frames read. A frame is a fixed header, a JSON metadata
+block and a payload. The CRC32C in the header is over the *original* payload bytes; it is
+computed once at the source and checked at the sink. Per hop, payloads may be
+zstd-compressed and/or sealed with AES-GCM (key derived from the secret and both challenges;
+the header is the associated data).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from gateway_agent.auth import derive_key, mac
 from gateway_agent.checksum import crc32c
 from gateway_agent.flow import Buffer
 
-MAGIC = b"SKYG\x01"
+WIRE_VERSION = 2  # 2: the sender names its gateway in the handshake
+MAGIC = b"SKYG" + bytes([WIRE_VERSION])
 CHALLENGE_BYTES = 32
 HANDSHAKE_TIMEOUT_S = 5.0
 # Kernel send/receive timeout on authenticated data connections: a peer that moves no bytes
@@ -104,6 +107,7 @@ class Session:
 
     aead: AESGCM | None
     seq: int = 0
+    peer: str = ""  # the sender's gateway id (receiver side; "" for a probe or a client)
     scratch: bytearray | None = None  # reused record buffer for sealing
 
     def next_nonce(self) -> bytes:
@@ -116,36 +120,49 @@ def _session_key(secret: bytes, challenge_s: bytes, challenge_c: bytes) -> AESGC
 
 
 def server_handshake(sock: socket.socket, secret: bytes) -> Session:
-    """Receiver side: challenge the peer; raise HandshakeError on a wrong secret."""
+    """Receiver side: challenge the peer; raise HandshakeError on a wrong secret. The
+    session's ``peer`` is the gateway the sender named (covered by its proof)."""
     sock.settimeout(HANDSHAKE_TIMEOUT_S)
     challenge_s = os.urandom(CHALLENGE_BYTES)
     try:
         sock.sendall(MAGIC + challenge_s)
-        reply = bytes(recv_exact(sock, CHALLENGE_BYTES + 1 + 32))
+        head = bytes(recv_exact(sock, CHALLENGE_BYTES + 2))
+        rest = bytes(recv_exact(sock, head[-1] + 32))
     except (OSError, ConnectionClosed) as exc:
         raise HandshakeError(f"handshake failed: {exc}") from exc
-    challenge_c, flags, proof = reply[:CHALLENGE_BYTES], reply[CHALLENGE_BYTES], reply[-32:]
-    want = mac(secret, b"client", challenge_s, challenge_c, bytes([flags]))
+    challenge_c, flags, name, proof = head[:CHALLENGE_BYTES], head[-2], rest[:-32], rest[-32:]
+    want = mac(secret, b"client", challenge_s, challenge_c, bytes([flags]), name)
     if not hmac.compare_digest(want, proof):
         raise HandshakeError("peer does not know the transfer secret")
     sock.sendall(mac(secret, b"server", challenge_c, challenge_s, bytes([flags])))
     sock.settimeout(None)
     aead = _session_key(secret, challenge_s, challenge_c) if flags & FLAG_ENCRYPT else None
-    return Session(aead)
+    return Session(aead, peer=name.decode("utf-8", "replace"))
 
 
-def client_handshake(sock: socket.socket, secret: bytes, encrypt: bool) -> Session:
-    """Sender side: answer the challenge and check the receiver knows the secret too."""
+def client_handshake(
+    sock: socket.socket, secret: bytes, encrypt: bool, sender: str = ""
+) -> Session:
+    """Sender side: answer the challenge, naming ``sender`` (this gateway's id, at most 255
+    bytes), and check the receiver knows the secret too."""
+    name = sender.encode()
+    if len(name) > 255:
+        raise ValueError(f"gateway id longer than 255 bytes: {sender[:40]!r}...")
     sock.settimeout(HANDSHAKE_TIMEOUT_S)
     try:
         hello = bytes(recv_exact(sock, len(MAGIC) + CHALLENGE_BYTES))
         if hello[: len(MAGIC)] != MAGIC:
+            if hello[: len(MAGIC) - 1] == MAGIC[:-1]:
+                raise HandshakeError(
+                    f"the gateway speaks wire version {hello[len(MAGIC) - 1]}, this one "
+                    f"{WIRE_VERSION}: start every gateway of a fleet from one release"
+                )
             raise HandshakeError("not a skyplane-ops gateway")
         challenge_s = hello[len(MAGIC) :]
         challenge_c = os.urandom(CHALLENGE_BYTES)
         flags = FLAG_ENCRYPT if encrypt else 0
-        proof = mac(secret, b"client", challenge_s, challenge_c, bytes([flags]))
-        sock.sendall(challenge_c + bytes([flags]) + proof)
+        proof = mac(secret, b"client", challenge_s, challenge_c, bytes([flags]), name)
+        sock.sendall(challenge_c + bytes([flags, len(name)]) + name + proof)
         answer = bytes(recv_exact(sock, 32))
     except (OSError, ConnectionClosed) as exc:
         raise HandshakeError(f"handshake failed: {exc}") from exc

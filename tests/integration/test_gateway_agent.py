@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway_agent import wire
 from gateway_agent.auth import load_secret, new_secret, write_secret
 from gateway_agent.client import GatewayClient, GatewayError, ProbeFailedError
 
@@ -183,3 +184,65 @@ def test_probe_methods_and_run_is_never_retried(tmp_path: Path) -> None:
     finally:
         dropper.shutdown(socket.SHUT_RDWR)
         dropper.close()
+
+
+def test_leave_out_cuts_only_the_dead_senders_half_sent_frame(tmp_path: Path) -> None:
+    """Two upstream gateways (played by this test over real handshakes) are each half-way
+    through a frame at a sink agent, holding its budget; ``leave_out`` of one cuts that
+    connection alone and its budget comes back (a stopped sender used to hold it for the
+    120 s I/O timeout)."""
+    proc, info, secret = _start(tmp_path, name="gw-sink", region="test:b")
+    conns: list[socket.socket] = []
+    try:
+        client = GatewayClient("127.0.0.1", info["control_port"], secret)
+        upstream = [{"id": f"gw-up-{i}", "host": "127.0.0.1", "data_port": 9} for i in (0, 1)]
+        sink = [{"id": "gw-sink", "host": "127.0.0.1", "data_port": info["data_port"]}]
+        spec = {
+            "job_id": "j-leave",
+            "routes": {"0": ["test:a", "test:b"]},
+            "gateways": {"test:a": upstream, "test:b": sink},
+            "dst_uri": "null://",
+        }
+        client.start_job(spec)
+        size = 4 * 1024 * 1024
+        for i in (0, 1):
+            # The frame's bytes as a sender puts them on the wire, then only half of them.
+            a, b = socket.socketpair()
+            meta = {"job": "j-leave", "chunk": i, "path": "0", "segs": [{"key": f"k{i}"}]}
+            sending = threading.Thread(
+                target=wire.send_frame, args=(a, wire.Session(None), meta, b"x" * size, 0)
+            )
+            sending.start()
+            frame = bytearray()
+            while len(frame) < size:
+                frame += b.recv(1 << 20)
+            sending.join()
+            a.close()
+            b.close()
+            sock = socket.create_connection(("127.0.0.1", info["data_port"]), timeout=10)
+            wire.client_handshake(sock, secret, encrypt=False, sender=f"gw-up-{i}")
+            sock.sendall(frame[: len(frame) // 2])
+            conns.append(sock)
+
+        def in_use() -> int:
+            return int(client.health()["buffer"]["in_use"])
+
+        deadline = time.monotonic() + 20
+        while in_use() < 2 * size:  # both half-read frames hold their lease
+            assert time.monotonic() < deadline, "the frames never took their budget"
+            time.sleep(0.05)
+        assert client.leave_out("j-leave", "gw-up-0")["connections_cut"] == 1
+        deadline = time.monotonic() + 20
+        while in_use() > size:
+            assert time.monotonic() < deadline, "the dead sender's budget did not come back"
+            time.sleep(0.05)
+        conns[0].settimeout(10)
+        assert conns[0].recv(1) == b""  # cut by the agent
+        conns[1].settimeout(0.5)
+        with pytest.raises(TimeoutError):  # the live sender's connection is still open
+            conns[1].recv(1)
+    finally:
+        for sock in conns:
+            sock.close()
+        proc.kill()
+        proc.wait()

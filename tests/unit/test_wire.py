@@ -100,6 +100,47 @@ def test_stranger_sending_garbage_is_dropped_fast() -> None:
         assert time.monotonic() - t0 < wire.HANDSHAKE_TIMEOUT_S + 1
 
 
+def test_the_sender_names_its_gateway_and_the_proof_covers_the_name() -> None:
+    srv, cli = _pair()
+    out: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: out.update(s=wire.server_handshake(srv, SECRET)))
+    t.start()
+    wire.client_handshake(cli, SECRET, encrypt=False, sender="gw-a-1")
+    t.join(5)
+    srv.close()
+    cli.close()
+    assert out["s"].peer == "gw-a-1"
+
+    # A sender that swaps the name after proving another one is refused.
+    srv, cli = _pair()
+    with srv, cli:
+        errors: list[Exception] = []
+
+        def serve() -> None:
+            try:
+                wire.server_handshake(srv, SECRET)
+            except wire.HandshakeError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        hello = bytes(wire.recv_exact(cli, len(wire.MAGIC) + wire.CHALLENGE_BYTES))
+        challenge_c = b"c" * wire.CHALLENGE_BYTES
+        proof = auth.mac(SECRET, b"client", hello[len(wire.MAGIC) :], challenge_c, b"\0", b"gw-a")
+        cli.sendall(challenge_c + bytes([0, 4]) + b"gw-b" + proof)
+        t.join(5)
+        assert errors and "does not know the transfer secret" in str(errors[0])
+
+
+def test_a_gateway_of_another_wire_version_is_named_as_such() -> None:
+    srv, cli = _pair()
+    with srv, cli:
+        srv.sendall(b"SKYG\x01" + b"x" * wire.CHALLENGE_BYTES)
+        named = f"wire version 1, this one {wire.WIRE_VERSION}"
+        with pytest.raises(wire.HandshakeError, match=named):
+            wire.client_handshake(cli, SECRET, encrypt=False)
+
+
 def test_control_signatures_reject_replay_and_tamper() -> None:
     v = auth.RequestVerifier(SECRET)
     body = b'{"a": 1}'
