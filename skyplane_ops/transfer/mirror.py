@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from gateway_agent.stores.base import ObjectInfo, ObjectStore
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.catalog import Catalog, dec
 from skyplane_ops.transfer.manifest import matches
 
 log = logging.getLogger(__name__)
@@ -72,3 +73,30 @@ def delete_extra(
         deleted += 1
         log.info("deleted %s (absent from the source)", key)
     return deleted, failed
+
+
+def delete_absent(
+    src: ObjectStore, dst: ObjectStore, catalog: Catalog, src_uri: str, listed_again: bool
+) -> tuple[int, dict[str, str]]:
+    """``sync --delete`` after a clean copy: (deleted, {key: why} of failed deletes).
+
+    Candidates are the catalog's ``dst.extra`` rows absent from a fresh source listing
+    (``now``); unless ``listed_again`` (the run listed the source after the copy already),
+    the source is listed here, and nothing is deleted if that fails.
+    """
+    if not catalog.one("SELECT 1 FROM dst WHERE extra = 1 LIMIT 1"):
+        return 0, {}
+    if not listed_again:
+        try:
+            catalog.add_now(src)
+        except StoreError as exc:
+            raise TransferError(
+                f"cannot list source {src_uri} again before deleting: {exc}; nothing was deleted"
+            ) from exc
+    keys = (
+        dec(k)
+        for (k,) in catalog.pages(
+            "key", "dst", "extra = 1 AND NOT EXISTS (SELECT 1 FROM now n WHERE n.key = dst.key)"
+        )
+    )
+    return delete_extra(dst, keys, ())

@@ -16,7 +16,7 @@ import pytest
 
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import run
+from skyplane_ops.transfer import finish
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.verify import LOOKUP_SHARE
 from tests.integration.transfer_helpers import (
@@ -77,12 +77,12 @@ def test_a_small_sync_looks_up_what_it_wrote_and_catches_a_missing_object(
 
         # The lookups see an object that vanished after its write, as a listing would.
         write_dataset(src, {"d2/f0002.bin": 9000}, seed=3)
-        real_verify = run.verify_catalog
+        real_verify = finish.verify_catalog
 
         def remove_then_verify(*args: Any, **kwargs: Any) -> Any:
             (dst / "d2" / "f0002.bin").unlink()
             return real_verify(*args, **kwargs)
 
-        monkeypatch.setattr(run, "verify_catalog", remove_then_verify)
+        monkeypatch.setattr(finish, "verify_catalog", remove_then_verify)
         with pytest.raises(TransferError, match=r"d2/f0002\.bin: missing at the destination"):
             copy_dirs(plan, fleet, (src, dst, journal), sync=True)

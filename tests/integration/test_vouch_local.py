@@ -16,7 +16,7 @@ import pytest
 from gateway_agent.stores import open_store
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import SourceChangedError, run
+from skyplane_ops.transfer import SourceChangedError, finish
 from skyplane_ops.transfer.catalog import SKIPPED, TODO, Catalog, enc
 from skyplane_ops.transfer.commit import vouch_multipart
 from skyplane_ops.transfer.verify import read_back_crc, relist_needed, verify_catalog
@@ -37,13 +37,13 @@ FILES = {"big.bin": 3 * MiB + 17, "a.txt": 5000, "b/c.txt": 300}
 
 def _tamper_before_verify(monkeypatch: pytest.MonkeyPatch, dst: Path, change: bytes) -> None:
     """Rewrite ``a.txt`` at the destination after the copy wrote it, before verification."""
-    real = run.verify_catalog
+    real = finish.verify_catalog
 
     def tampered(*args: Any, **kwargs: Any) -> Any:
         (dst / "a.txt").write_bytes(change)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run, "verify_catalog", tampered)
+    monkeypatch.setattr(finish, "verify_catalog", tampered)
 
 
 def test_full_reads_nothing_back_and_read_back_catches_a_same_size_rewrite(
@@ -128,14 +128,14 @@ def test_source_listed_again_only_without_versions(
     if not versions:
         listings_without_versions(monkeypatch)
     relisted: list[bool] = []
-    real = run.changed_objects
+    real = finish.changed_objects
 
     def change_then_relist(*args: Any) -> Any:
         relisted.append(True)
         (src / "x.txt").write_bytes(b"changed after it was read")
         return real(*args)
 
-    monkeypatch.setattr(run, "changed_objects", change_then_relist)
+    monkeypatch.setattr(finish, "changed_objects", change_then_relist)
     plan = make_plan([SRC, DST])
     with local_fleet(plan) as (_, fleet):
         if versions:

@@ -1,0 +1,62 @@
+"""``RunState``: one run's identity and clock, which every step of the engine reads."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.transfer.dispatch import plan_routes
+from skyplane_ops.transfer.result import TransferResult
+
+
+class RunState:
+    """What a run is (plan, fleet, both ends, filters, job id) and how long each step took."""
+
+    def __init__(
+        self,
+        plan: TransferPlan,
+        fleet: GatewayFleet,
+        src_uri: str,
+        dst_uri: str,
+        src_options: Mapping[str, Any] | None,
+        dst_options: Mapping[str, Any] | None,
+        include: Sequence[str],
+        exclude: Sequence[str],
+    ) -> None:
+        self.plan, self.fleet = plan, fleet
+        self.src_uri, self.dst_uri = src_uri, dst_uri
+        self.src_options, self.dst_options = src_options, dst_options
+        self.include, self.exclude = include, exclude
+        self.t0 = time.monotonic()
+        # Seconds per step (list, prepare, move, check_source, commit, verify, record), so a
+        # slow run says where its time went; see ``step``.
+        self.steps: dict[str, float] = {}
+        self._mark = self.t0
+        self.job_id = f"job-{uuid.uuid4().hex[:12]}"
+        self.route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
+
+    def step(self, name: str) -> None:
+        """Close step ``name``: the time since the previous step ended is booked to it."""
+        now = time.monotonic()
+        self.steps[name] = round(self.steps.get(name, 0.0) + now - self._mark, 3)
+        self._mark = now
+
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return time.monotonic() - self.t0
+
+    def result(self, **fields: Any) -> TransferResult:
+        """The run's result: its identity and steps, plus ``fields``."""
+        return TransferResult(
+            steps=self.steps,
+            transfer_id=self.fleet.transfer_id,
+            job_id=self.job_id,
+            src_uri=self.src_uri,
+            dst_uri=self.dst_uri,
+            route=self.route,
+            **fields,
+        )
