@@ -30,37 +30,37 @@ them back. Bodies under 1 MiB go without ``Expect: 100-continue``.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from typing import Any
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores._common import (
     CloudStore,
     check_part_number,
     check_range,
-    error_for_status,
     require_parts,
+)
+from gateway_agent.stores._s3answers import (
+    classify,
+    crc32c_b64,
+    full_object_crc32c,
+    micros,
+    no_continue_when_small,
 )
 from gateway_agent.stores._s3fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
 from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
 from gateway_agent.stores.errors import (
-    AccessDeniedError,
     BucketNotFoundError,
     InvalidURIError,
     ObjectNotFoundError,
     StoreError,
-    TransientStoreError,
     UploadNotFoundError,
 )
 from gateway_agent.stores.uri import StoreURI
 
 MIB = 1024 * 1024
-# Bodies below this go without ``Expect: 100-continue`` (see ``_no_continue_when_small``).
-EXPECT_CONTINUE_MIN = MIB
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 _OPTIONS = frozenset(
     {
@@ -77,31 +77,6 @@ _OPTIONS = frozenset(
         "fast_list",
     }
 )
-_TRANSIENT_CODES = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "InternalError",
-    "ServiceUnavailable",
-    "RequestLimitExceeded",
-    "503",
-    "500",
-}
-_DENIED_CODES = {
-    "AccessDenied",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "InvalidToken",
-    "ExpiredToken",
-    "AllAccessDisabled",
-    "AccountProblem",
-    "403",
-}
-_NOT_FOUND_KEY = {"NoSuchKey", "404", "NotFound"}
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 
 
 class S3Store(CloudStore):
@@ -148,7 +123,7 @@ class S3Store(CloudStore):
         session = boto3.session.Session()
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
         for op in ("PutObject", "UploadPart"):
-            self._client.meta.events.register(f"before-sign.s3.{op}", _no_continue_when_small)
+            self._client.meta.events.register(f"before-sign.s3.{op}", no_continue_when_small)
         fast = {name: opts.get(name, True) for name in ("fast_put", "fast_get", "fast_list")}
         for name, on in fast.items():
             if not isinstance(on, bool):
@@ -169,35 +144,8 @@ class S3Store(CloudStore):
     def _crc_kind(self, **kw: str) -> dict[str, str]:
         return kw if self._crc else {}
 
-    # -- errors --------------------------------------------------------------------------------
     def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            ConnectionError,
-            HTTPClientError,
-            NoCredentialsError,
-            PartialCredentialsError,
-        )
-
-        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-            return AccessDeniedError(f"{where}: no AWS credentials found", code="NoCredentials")
-        if isinstance(exc, ConnectionError | HTTPClientError):
-            return TransientStoreError(f"{where}: connection failed", code=type(exc).__name__)
-        if isinstance(exc, ClientError):
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            msg = f"{where}: {code or status}"
-            if code == "NoSuchBucket":
-                return BucketNotFoundError(msg, code=code, status=status)
-            if code == "NoSuchUpload":
-                return UploadNotFoundError(msg, code=code, status=status)
-            if code in _NOT_FOUND_KEY or (status == 404 and op in ("head", "read")):
-                return ObjectNotFoundError(msg, code=code, status=status)
-            return error_for_status(msg, code, status, _DENIED_CODES, _TRANSIENT_CODES)
-        if isinstance(exc, BotoCoreError):
-            return StoreError(f"{where}: {type(exc).__name__}", code=type(exc).__name__)
-        return None
+        return classify(exc, where, op)
 
     def _on_key(self, op: str, key: str, fn: Callable[..., Any], **params: Any) -> Any:
         """``fn(Bucket=..., Key=<full name of key>, **params)`` with retries and typed errors."""
@@ -279,7 +227,7 @@ class S3Store(CloudStore):
             for key, size, etag, modified in page:
                 tag = etag.strip('"') if etag else None
                 sums = f'{{"md5": "{tag}"}}' if tag and _MD5.match(tag) else None
-                rows.append((key, size, _micros(modified), sums, tag, tag))
+                rows.append((key, size, micros(modified), sums, tag, tag))
             yield rows
 
     def head(self, key: str) -> ObjectInfo:
@@ -446,38 +394,3 @@ class S3Store(CloudStore):
 
     def delete(self, key: str) -> None:
         self._on_key("delete", key, self._client.delete_object)
-
-
-def _micros(modified: datetime | None) -> int | None:
-    """Microseconds since the epoch, as the catalog keeps listing times."""
-    if modified is None:
-        return None
-    return (modified - _EPOCH) // _US
-
-
-def _no_continue_when_small(request: Any, **_: Any) -> None:
-    """botocore sends every PutObject/UploadPart with ``Expect: 100-continue``: headers, wait
-    for the server's go-ahead, then the body. That is one more round trip per request (a small
-    object costs two RTTs instead of one); worth it only for bodies large enough that sending
-    one in vain would cost more than the wait."""
-    body = request.body
-    size = len(body) if isinstance(body, bytes | bytearray) else getattr(body, "len", None)
-    if size is None and hasattr(body, "getbuffer"):
-        size = body.getbuffer().nbytes
-    if size is not None and size < EXPECT_CONTINUE_MIN and "Expect" in request.headers:
-        del request.headers["Expect"]
-
-
-def crc32c_b64(data: bytes) -> str:
-    """CRC32C as S3 (and GCS) write it: the 4 big-endian bytes, base64."""
-    return base64.b64encode(crc32c(data).to_bytes(4, "big")).decode("ascii")
-
-
-def full_object_crc32c(resp: Mapping[str, Any]) -> str | None:
-    """The object's CRC32C from a HEAD with ``ChecksumMode=ENABLED``, if it covers the whole
-    object: a composite checksum (CRC of the part CRCs, ``"...-N"``) is not comparable."""
-    crc = resp.get("ChecksumCRC32C")
-    kind = resp.get("ChecksumType")
-    if not crc or kind == "COMPOSITE" or (kind is None and "-" in str(crc)):
-        return None
-    return str(crc)

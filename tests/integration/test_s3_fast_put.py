@@ -32,13 +32,14 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
+from gateway_agent.stores._s3answers import crc32c_b64
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     ObjectNotFoundError,
     SourceChangedError,
     StoreError,
 )
-from gateway_agent.stores.s3 import S3Store, crc32c_b64
+from gateway_agent.stores.s3 import S3Store
 from tests.fixtures.emulators import BIN, _free_port, _server, environ
 from tests.integration.http_proxy import CountingProxy
 
