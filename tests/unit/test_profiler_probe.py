@@ -18,7 +18,7 @@ from gateway_agent.probe import (
     ProbeServer,
     run_probe,
 )
-from gateway_agent.wire import CHALLENGE_BYTES, MAGIC
+from gateway_agent.wire import CHALLENGE_BYTES, HANDSHAKE_TIMEOUT_S, MAGIC
 from tests.fixtures.ports import free_port
 
 
@@ -59,8 +59,13 @@ def test_unauthenticated_client_is_dropped(server: ProbeServer) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         hello = sock.recv(len(MAGIC) + CHALLENGE_BYTES)
         assert hello.startswith(MAGIC)
-        sock.sendall(b"\x00" * (CHALLENGE_BYTES + 1 + 32))
+        # A whole wire-v2 answer (challenge, flags, name length 0, proof), all zeros: a wrong
+        # proof, so the server closes at once (a short answer would wait out its timeout).
+        sock.sendall(b"\x00" * (CHALLENGE_BYTES + 2 + 32))
+        sock.settimeout(4 * HANDSHAKE_TIMEOUT_S)
+        t0 = time.monotonic()
         assert sock.recv(64) == b""  # closed without a server proof
+        assert time.monotonic() - t0 < HANDSHAKE_TIMEOUT_S  # refused, not timed out
 
 
 def test_unreachable_peer_is_a_probe_error() -> None:
