@@ -34,6 +34,7 @@ from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
 from skyplane_ops.transfer.uptodate import quick_listing as quick_listing
+from skyplane_ops.transfer.uptodate import sync_check as sync_check
 from skyplane_ops.transfer.uptodate import sync_up_to_date as sync_up_to_date
 
 if TYPE_CHECKING:
@@ -270,8 +271,9 @@ transfer = run_transfer
 # to call before planning or provisioning), ``preview_transfer`` (the dry run) and
 # ``transfer_lock`` (the journal lock, for faces to take before provisioning), ``list_request``
 # (one listing per run, handed to ``transfer(listing=...)``), ``sync_up_to_date`` (a sync
-# with nothing to do, answered without a plan or fleet) and ``quick_listing`` (the same
-# between two local folders, answered before any listing, or a listing of what differs).
+# with nothing to do, answered without a plan or fleet), ``quick_listing`` (the same
+# between two local folders, answered before any listing, or a listing of what differs) and
+# ``sync_check`` (both in turn: a sync's result when it has nothing to do, else its listing).
 
 
 def deprovision(
@@ -419,6 +421,22 @@ def copy(
         wait=bool(transfer_options.get("wait_lock", False)),
         **{k: v for k, v in transfer_options.items() if k == "part_size"},
     ):
+        if transfer_options.get("sync") or transfer_options.get("delete"):
+            # Nothing to copy or delete: answered from the listing, before any gateway.
+            got = sync_check(
+                src_uri,
+                dst_uri,
+                transfer_id=transfer_id or new_transfer_id("copy"),
+                dst_options=dst_options,
+                delete=bool(transfer_options.get("delete")),
+                max_delete=transfer_options.get("max_delete"),
+                journal_dir=transfer_options.get("journal_dir"),
+                **selection,
+                **{k: v for k, v in transfer_options.items() if k == "part_size"},
+            )
+            if isinstance(got, TransferResult):
+                return got
+            got.close()  # the transfer lists again
         volume_gb = source_volume_gb(src_uri, **selection)
         options = dict(plan_options or {})
         if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe

@@ -358,6 +358,41 @@ class SkyplaneHook(BaseHook):
 
     # -- transfers --------------------------------------------------------------------------
 
+    @staticmethod
+    def sync_up_to_date(
+        src: str,
+        dst: str,
+        *,
+        transfer_id: str,
+        journal_dir: str,
+        src_options: Mapping[str, Any] | None = None,
+        dst_options: Mapping[str, Any] | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> Any | None:
+        """A sync with nothing to copy or delete: its result, found from a listing of both
+        sides before any plan or gateway (``api.sync_check``, under the journal lock); None
+        when it has work to do (the transfer then lists again)."""
+        with (
+            exported_env(env or {}),
+            api.transfer_lock(src, dst, journal_dir=journal_dir, include=include, exclude=exclude),
+        ):
+            got = api.sync_check(
+                src,
+                dst,
+                transfer_id=transfer_id,
+                src_options=src_options,
+                dst_options=dst_options,
+                include=include,
+                exclude=exclude,
+                journal_dir=journal_dir,
+            )
+            if isinstance(got, api.TransferResult):
+                return got
+            got.close()
+            return None
+
     def transfer(
         self,
         plan: TransferPlan,

@@ -274,42 +274,39 @@ def _list(args: ArgsNS, how: _How, view: RunView) -> tuple[Any, float, api.Trans
     """The run's one listing, its volume in GB, and, for a sync with nothing to do, its
     result."""
     with view.phase("list", args.src) as note:
-        # What both up-to-date checks are told (the quick one between two local folders
-        # before any listing, ``sync_up_to_date`` from the listing).
-        asked: dict[str, Any] = {
-            "transfer_id": api.new_transfer_id("cp"),
-            "dst_options": args.dst_options,
-            "include": args.include,
-            "exclude": args.exclude,
-            "delete": how.delete,
-            "journal_dir": args.journal_dir,
-            "part_size": args.chunk_mib * api.MiB,
-        }
-        quick = how.sync and api.quick_listing(
-            args.src, args.dst, src_options=args.src_options, progress=view.listing, **asked
-        )
-        if isinstance(quick, api.TransferResult):
-            note["done"] = f"{quick.objects_skipped:,} objects up to date"
-            return None, 0.0, quick
-        listing = quick or api.list_request(
-            args.src,
-            args.dst,
-            src_options=args.src_options,
-            dst_options=args.dst_options,
-            include=args.include,
-            exclude=args.exclude,
-            sync=how.sync,
-            journal_dir=args.journal_dir,
-            progress=view.listing,
-        )
+        if how.sync:
+            got = api.sync_check(
+                args.src,
+                args.dst,
+                transfer_id=api.new_transfer_id("cp"),
+                src_options=args.src_options,
+                dst_options=args.dst_options,
+                include=args.include,
+                exclude=args.exclude,
+                delete=how.delete,
+                max_delete=how.max_delete,
+                journal_dir=args.journal_dir,
+                part_size=args.chunk_mib * api.MiB,
+                progress=view.listing,
+            )
+            if isinstance(got, api.TransferResult):
+                note["done"] = f"{got.objects_skipped:,} objects up to date"
+                return None, 0.0, got
+            listing = got
+        else:
+            listing = api.list_request(
+                args.src,
+                args.dst,
+                src_options=args.src_options,
+                dst_options=args.dst_options,
+                include=args.include,
+                exclude=args.exclude,
+                journal_dir=args.journal_dir,
+                progress=view.listing,
+            )
         volume_gb = listing.volume_gb
         note["done"] = f"{volume_gb:.3f} GB to consider"
-        done = (
-            api.sync_up_to_date(listing, args.src, args.dst, max_delete=how.max_delete, **asked)
-            if how.sync
-            else None
-        )
-    return listing, volume_gb, done
+    return listing, volume_gb, None
 
 
 def _run(args: ArgsNS, how: _How, view: RunView, early: Any, listing: Any, volume_gb: float) -> int:

@@ -19,7 +19,7 @@ from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
 from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
 from skyplane_ops.transfer.quickcheck import TreeCheck, Walked, walk_trees
-from skyplane_ops.transfer.request import Listing, open_side
+from skyplane_ops.transfer.request import Listing, list_request, open_side
 from skyplane_ops.transfer.result import TransferResult
 from skyplane_ops.transfer.todo import nothing_to_do, plan_todo
 
@@ -171,3 +171,49 @@ def _done(
         "steps": {"list": round(time.monotonic() - t0, 3)},
     }
     return _up_to_date(base, skipped, time.monotonic() - t0)
+
+
+def sync_check(
+    src_uri: str,
+    dst_uri: str,
+    *,
+    transfer_id: str,
+    src_options: Mapping[str, Any] | None = None,
+    dst_options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    delete: bool = False,
+    max_delete: int | None = None,
+    journal_dir: str | Path | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+    progress: Callable[[int, int], None] | None = None,
+) -> TransferResult | Listing:
+    """A sync's first step, before any plan or gateway: its result when it has nothing to copy
+    or delete (``quick_listing``, else ``sync_up_to_date`` on a listing of both sides), or the
+    listing to plan and transfer from (``run_transfer(listing=...)``, or close it). The caller
+    holds the journal lock."""
+    asked: dict[str, Any] = {
+        "transfer_id": transfer_id,
+        "dst_options": dst_options,
+        "include": include,
+        "exclude": exclude,
+        "delete": delete,
+        "journal_dir": journal_dir,
+        "part_size": part_size,
+    }
+    quick = quick_listing(src_uri, dst_uri, src_options=src_options, progress=progress, **asked)
+    if isinstance(quick, TransferResult):
+        return quick
+    listing = quick or list_request(
+        src_uri,
+        dst_uri,
+        src_options=src_options,
+        dst_options=dst_options,
+        include=include,
+        exclude=exclude,
+        sync=True,
+        journal_dir=journal_dir,
+        progress=progress,
+    )
+    done = sync_up_to_date(listing, src_uri, dst_uri, max_delete=max_delete, **asked)
+    return listing if done is None else done

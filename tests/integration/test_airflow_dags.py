@@ -123,6 +123,16 @@ with DAG("skyplane_test_paths", schedule=None, start_date=datetime(2024, 1, 1)):
         dst_region=DST_REGION,
         src_conn_id="aftest_aws",
     )
+
+with DAG("skyplane_test_sync", schedule=None, start_date=datetime(2024, 1, 1)):
+    SkyplaneCopyOperator(
+        task_id="sync_copy",
+        src=f"file://{BASE}/syncsrc/",
+        dst=f"file://{BASE}/syncdst/",
+        src_region=SRC_REGION,
+        dst_region=DST_REGION,
+        sync=True,
+    )
 '''
 
 
@@ -384,6 +394,34 @@ def test_deferred_transfer_retry_resumes_and_copy_xcom_stays_small(
     _assert_no_secret(logs.out + logs.err + _log_files_text(af))
     shutil.rmtree(tiny, ignore_errors=True)
     shutil.rmtree(af / "tiny-replica", ignore_errors=True)
+
+
+def test_copy_operator_sync_with_nothing_to_do_plans_and_starts_nothing(af: Path) -> None:
+    """An up-to-date sync is answered from the listing: no plan is made or stored and so no
+    fleet is provisioned (on a cloud backend: no VMs started for nothing)."""
+    src, dst = af / "syncsrc", af / "syncdst"
+    src.mkdir(exist_ok=True)
+    for i in range(20):
+        (src / f"f{i:02d}.bin").write_bytes(os.urandom(1000 + i))
+    first = _dag("skyplane_test_sync").test()
+    assert set(_states(first).values()) == {"success"}, _states(first)
+    copied = _xcom(first, "sync_copy")
+    assert copied["objects"] == 20 and copied["plan_uri"], copied
+
+    again = _dag("skyplane_test_sync").test()
+    assert set(_states(again).values()) == {"success"}, _states(again)
+    skipped = _xcom(again, "sync_copy")
+    assert skipped["objects"] == 0 and skipped["objects_skipped"] == 20, skipped
+    assert skipped["verification"]["method"] == "sync: up to date", skipped
+    assert skipped["plan_uri"] is None, skipped  # never planned, so never provisioned
+    assert not list((af / "work" / "plans").glob(f"{skipped['transfer_id']}*"))
+
+    (src / "f00.bin").write_bytes(os.urandom(5000))  # a change is still copied
+    changed = _xcom(_dag("skyplane_test_sync").test(), "sync_copy")
+    assert changed["objects"] == 1 and changed["plan_uri"], changed
+    for i in range(20):
+        name = f"f{i:02d}.bin"
+        assert (dst / name).read_bytes() == (src / name).read_bytes()
 
 
 def _trigger_status(trigger: Any) -> dict[str, Any] | None:

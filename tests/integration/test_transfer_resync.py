@@ -202,3 +202,34 @@ def test_handed_listing_keeps_the_versions_it_pinned(tmp_path: Path) -> None:
         )
     assert info.value.result.objects == 1
     assert (dst / "a").exists() and not (dst / "b").exists()
+
+
+def test_api_copy_sync_with_nothing_to_do_starts_no_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``api.copy(sync=True)`` of an unchanged tree is answered from the listing: the real
+    provisioner (counted, not replaced) is not called a second time."""
+    from skyplane_ops import api
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    data = write_dataset(src, {"a.bin": 3000, **{f"d/{i}": 100 for i in range(5)}})
+    started: list[str] = []
+    real = api.provision
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        started.append("fleet")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "provision", counted)
+    kwargs: dict[str, Any] = {
+        "src_region": "aws:us-east-1",
+        "dst_region": "aws:us-west-2",
+        "sync": True,
+        "journal_dir": str(tmp_path / "journal"),
+    }
+    first = api.copy(f"file://{src}", f"file://{dst}", **kwargs)
+    assert first.objects == 6 and started == ["fleet"]
+    again = api.copy(f"file://{src}", f"file://{dst}", **kwargs)
+    assert (again.objects, again.objects_skipped) == (0, 6)
+    assert started == ["fleet"]  # no second fleet
+    assert read_tree(dst) == data

@@ -15,6 +15,7 @@ from skyplane_ops.airflow.hooks import merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
 from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
 from skyplane_ops.airflow.operators.base import (
+    _as_list,
     _PlanningOperator,
     _transfer_task_defaults,
     _TransferringOperator,
@@ -106,12 +107,33 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         src_access = self.hook.store_access(self.src_conn_id)
         dst_access = self.hook.store_access(self.dst_conn_id)
         env = merge_env(src_access, dst_access)
+        work_dir = self.hook.settings.work_dir
+        journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
+        if self.sync:  # nothing to do: no plan, no gateways (on a cloud, no VMs to pay for)
+            done = self.hook.sync_up_to_date(
+                str(self.src),
+                str(self.dst),
+                transfer_id=transfer_id,
+                journal_dir=journal,
+                src_options=src_access.options,
+                dst_options=dst_access.options,
+                include=_as_list(self.include),
+                exclude=_as_list(self.exclude),
+                env=env,
+            )
+            if done is not None:
+                self.log.info(
+                    "sync %s: %d objects up to date, no plan and no gateways",
+                    transfer_id,
+                    done.objects_skipped,
+                )
+                return self._finish(
+                    context, done, transfer_id=transfer_id, plan=None, plan_uri=None, journal=None
+                )
         volume = self._volume(lambda: (src_access.options, env))
         plan, plan_uri = self._plan_and_store(str(self.dst_region), volume, transfer_id)
         self.log.info("plan %s (full plan at %s):\n%s", transfer_id, plan_uri, plan.to_text())
         persist_links(context, plan_uri, plan, route_stored=True)
-        work_dir = self.hook.settings.work_dir
-        journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
         job = self._job(
             transfer_id,
             journal,
