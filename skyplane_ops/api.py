@@ -421,6 +421,7 @@ def copy(
         wait=bool(transfer_options.get("wait_lock", False)),
         **{k: v for k, v in transfer_options.items() if k == "part_size"},
     ):
+        listing: Listing | None = None
         if transfer_options.get("sync") or transfer_options.get("delete"):
             # Nothing to copy or delete: answered from the listing, before any gateway.
             got = sync_check(
@@ -436,33 +437,40 @@ def copy(
             )
             if isinstance(got, TransferResult):
                 return got
-            got.close()  # the transfer lists again
-        volume_gb = source_volume_gb(src_uri, **selection)
-        options = dict(plan_options or {})
-        if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe
-            from skyplane_ops.provision.universe import FleetUniverse
-
-            options["fleet"] = FleetUniverse.from_backend(backend, backend_options)
-        the_plan = plan(src_region, dst_region, volume_gb, **options)
-        fleet = provision(
-            the_plan,
-            backend=backend,
-            backend_options=backend_options,
-            transfer_id=transfer_id,
-            tags=tags,
-        )
+            listing = got  # sizes the plan and is what the transfer copies from
         try:
-            return transfer(
-                the_plan,
-                fleet,
-                src_uri,
-                dst_uri,
-                dst_options=dst_options,
-                **selection,
-                **transfer_options,
+            volume_gb = (
+                listing.volume_gb if listing is not None else source_volume_gb(src_uri, **selection)
             )
+            options = dict(plan_options or {})
+            if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe
+                from skyplane_ops.provision.universe import FleetUniverse
+
+                options["fleet"] = FleetUniverse.from_backend(backend, backend_options)
+            the_plan = plan(src_region, dst_region, volume_gb, **options)
+            fleet = provision(
+                the_plan,
+                backend=backend,
+                backend_options=backend_options,
+                transfer_id=transfer_id,
+                tags=tags,
+            )
+            try:
+                return transfer(
+                    the_plan,
+                    fleet,
+                    src_uri,
+                    dst_uri,
+                    dst_options=dst_options,
+                    listing=listing,
+                    **selection,
+                    **transfer_options,
+                )
+            finally:
+                deprovision(fleet, backend_options=backend_options)
         finally:
-            deprovision(fleet, backend_options=backend_options)
+            if listing is not None:
+                listing.close()  # idempotent: the transfer closes it when it gets that far
 
 
 # ---- the faces' one door: lazy re-exports (costly modules load on first use) ----------------
