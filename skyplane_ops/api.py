@@ -7,8 +7,6 @@ small JSON-friendly objects (``TransferPlan``, ``GatewayFleet``, ``TransferResul
 
 from __future__ import annotations
 
-import dataclasses
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,15 +19,36 @@ from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
 from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
 from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
 from skyplane_ops.refresh_policy import publish_target as publish_target
+from skyplane_ops.sequence import CopyRun as CopyRun
+from skyplane_ops.sequence import Gateways as Gateways
+from skyplane_ops.sequence import RunEvents as RunEvents
+from skyplane_ops.sequence import run_copy as run_copy
+from skyplane_ops.sequence.fleet import (
+    LOCAL_MAX_GATEWAYS_PER_REGION as LOCAL_MAX_GATEWAYS_PER_REGION,
+)
+from skyplane_ops.sequence.fleet import deprovision as deprovision
+from skyplane_ops.sequence.fleet import new_transfer_id as new_transfer_id
+from skyplane_ops.sequence.fleet import provision as provision
+from skyplane_ops.sequence.fleet import start_early as start_early
+from skyplane_ops.sequence.fleet import vms_for as vms_for
+from skyplane_ops.sequence.planning import check_regions as check_regions
+from skyplane_ops.sequence.planning import plan as plan
+from skyplane_ops.sequence.planning import planning_profile as planning_profile
+from skyplane_ops.transfer import DispatchOptions as DispatchOptions
+from skyplane_ops.transfer import PlanOptions as PlanOptions
+from skyplane_ops.transfer import StoreLocation as StoreLocation
+from skyplane_ops.transfer import TransferRequest as TransferRequest
 from skyplane_ops.transfer import TransferResult as TransferResult
-from skyplane_ops.transfer import check_request, run_transfer
 from skyplane_ops.transfer import preview_transfer as preview_transfer
+from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer import transfer_lock as transfer_lock
+from skyplane_ops.transfer.listing import Listing as Listing
+from skyplane_ops.transfer.listing import list_request as list_request
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
-from skyplane_ops.transfer.request import Listing as Listing
-from skyplane_ops.transfer.request import list_request as list_request
+from skyplane_ops.transfer.request import as_request as as_request
+from skyplane_ops.transfer.request import request_from
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age
@@ -39,268 +58,33 @@ from skyplane_ops.transfer.uptodate import sync_up_to_date as sync_up_to_date
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
-    from skyplane_ops.profiles import Profile
-    from skyplane_ops.provision.universe import FleetUniverse
 
-# Gateways per region the local backend starts at most: one machine gains nothing from more
-# processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
-LOCAL_MAX_GATEWAYS_PER_REGION = 1
-
-
-def new_transfer_id(prefix: str = "sk") -> str:
-    """A short unique id that tags every resource of one transfer."""
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def planning_profile(
-    *,
-    profile_overrides: str | None = None,
-    measured_grid: str | None = None,
-    grid_store: str | None = None,
-    grid_store_options: Mapping[str, Any] | None = None,
-    gcp_tier: str = "premium",
-) -> tuple[Profile, dict[str, Any] | None]:
-    """The profile plans are made on, and where its measured grid came from (or None).
-
-    ``measured_grid`` is a grid file (CSV/Parquet); ``grid_store`` a profiler grid store whose
-    latest published version is laid over the modelled grid. An empty store means the model.
-    """
-    from skyplane_ops.errors import PlanningError
-    from skyplane_ops.profiles import load_profile
-
-    if measured_grid is not None and grid_store is not None:
-        raise PlanningError("give a measured_grid file or a grid_store, not both")
-    profile = load_profile(
-        overrides=profile_overrides, measured_grid=measured_grid, gcp_tier=gcp_tier
-    )
-    if grid_store is None:
-        return profile, ({"file": measured_grid} if measured_grid is not None else None)
-    from skyplane_ops.profiler import GridStore, planner_grid
-
-    store = GridStore(grid_store, grid_store_options)
-    version = store.latest_version()
-    if version is None:
-        return profile, {"store": grid_store, "version": None}
-    grid = planner_grid(store, profile.throughput, version=version)
-    return dataclasses.replace(profile, throughput=grid), {"store": grid_store, "version": version}
-
-
-def plan(
-    src_region: str,
-    dst_regions: str | Sequence[str],
-    volume_gb: float,
-    *,
-    min_throughput_gbps: float | None = None,
-    max_cost_usd: float | None = None,
-    deadline_seconds: float | None = None,
-    max_vms_per_region: int | None = None,
-    max_connections_per_vm: int | None = None,
-    max_relays: int = 1,
-    profile_overrides: str | None = None,
-    measured_grid: str | None = None,
-    grid_store: str | None = None,
-    grid_store_options: Mapping[str, Any] | None = None,
-    gcp_tier: str = "premium",
-    provisioning_seconds: float | None = None,
-    lp: bool = False,
-    exact_floor: bool = False,
-    frontier_points: int = 0,
-    backend: str | None = None,
-    provisioning_defaults: Mapping[str, float] | None = None,
-    relays_allow: Sequence[str] | None = None,
-    relays_deny: Sequence[str] | None = None,
-    measured_only: bool = False,
-    mip_gap: float | None = None,
-    completion_tolerance: float | None = None,
-    fleet: FleetUniverse | None = None,
-) -> TransferPlan:
-    """Plan a transfer on the default profile (plus overrides and measured throughput).
-
-    Measured throughput comes from a grid file (``measured_grid``) or from the latest version
-    a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
-    ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
-    inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
-    their own regions. At most one bound may be given; with none, the planner's default
-    applies (the cheapest plan finishing, provisioning included, within
-    ``completion_tolerance`` of the fastest; a cost ceiling is refined the same way).
-    Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
-    ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
-    default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
-    ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
-    ``completion_tolerance`` (plans within it of the fastest completion count as fast).
-    """
-    from skyplane_ops.errors import PlanningError
-    from skyplane_ops.planner import plan_transfer
-    from skyplane_ops.planner.problem import Objective, build_problem
-    from skyplane_ops.planner.provisioning import default_provisioning_seconds
-
-    bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
-    if len(bounds) > 1:
-        raise PlanningError(
-            "give at most one of min_throughput_gbps, max_cost_usd and deadline_seconds"
-        )
-    if volume_gb < 0:
-        raise PlanningError(f"volume must not be negative, got {volume_gb} GB")
-    profile, grid_source = planning_profile(
-        profile_overrides=profile_overrides,
-        measured_grid=measured_grid,
-        grid_store=grid_store,
-        grid_store_options=grid_store_options,
-        gcp_tier=gcp_tier,
-    )
-    objective: Objective = "max_throughput" if max_cost_usd is not None else "min_cost"
-    bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
-    extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
-    if provisioning_seconds is None:
-        provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
-    dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
-    if fleet is not None:
-        fleet.check_ends([src_region, *dst_list])
-        version = (grid_source or {}).get("version")
-        profile = fleet.profile(profile, grid_store, version)
-        extra["regions"] = fleet.ids()
-    problem = build_problem(
-        profile,
-        src_region,
-        dst_regions,
-        max(volume_gb, 1e-6),  # an empty source still gets a (trivial) plan
-        objective=objective,
-        bound=bound,
-        deadline_seconds=deadline_seconds,
-        max_vms=max_vms_per_region,
-        max_conns_per_vm=max_connections_per_vm,
-        max_relays=max_relays,
-        provisioning_seconds=provisioning_seconds,
-        relays_allow=relays_allow,
-        relays_deny=relays_deny,
-        measured_only=measured_only,
-        **extra,
-    )
-    if fleet is not None:
-        problem = fleet.constrain(problem)
-    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
-
-    result = plan_transfer(
-        problem,
-        lp=lp,
-        frontier_points=frontier_points,
-        exact_floor=exact_floor,
-        completion_tolerance=DEFAULT_COMPLETION_TOLERANCE
-        if completion_tolerance is None
-        else completion_tolerance,
-    )
-    if grid_source is not None:
-        result.details["grid"] = grid_source
-    return result
-
-
-def check_regions(regions: Sequence[str], *, fleet: FleetUniverse | None = None) -> None:
-    """Every region is in the catalog (or, with ``fleet``, in the user's fleet): for faces to
-    call before listing, so a misspelt region fails in milliseconds, not after a listing."""
-    if fleet is not None:
-        fleet.check_ends(regions)
-        return
-    from skyplane_ops.profiles.loader import default_catalog
-
-    catalog = default_catalog()
-    for region in regions:
-        catalog.resolve(region)  # UnknownRegionError, with the closest ids
-
-
-def vms_for(
-    plan_or_vms: TransferPlan | Mapping[str, int], *, max_per_region: int | None = None
-) -> dict[str, int]:
-    """Gateways to start per region: every region on a path of the plan, at least one each."""
-    if isinstance(plan_or_vms, TransferPlan):
-        used = {r for p in plan_or_vms.paths for r in p.regions}
-        used |= {plan_or_vms.src, *plan_or_vms.dsts}
-        vms = {r: max(1, int(plan_or_vms.vms.get(r, 1))) for r in used}
-    else:
-        vms = {r: int(n) for r, n in plan_or_vms.items()}
-    if max_per_region is not None:
-        vms = {r: min(n, max_per_region) for r, n in vms.items()}
-    return vms
-
-
-def provision(
-    plan_or_vms: TransferPlan | Mapping[str, int],
-    *,
-    backend: str = "local",
-    backend_options: Mapping[str, Any] | None = None,
-    transfer_id: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    max_per_region: int | None = None,
-    early: Any = None,
-) -> GatewayFleet:
-    """Start gateways for every region of the plan; cleans up its own partial state on error.
-
-    The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
-    ``max_per_region`` says otherwise, and adopts the agents of ``early`` (``start_early``).
-    """
-    from skyplane_ops.provision import get_provisioner
-
-    if max_per_region is None and backend == "local":
-        max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
-    provisioner = get_provisioner(backend, **dict(backend_options or {}))
-    extra = {"early": early} if early is not None and backend == "local" else {}
-    return provisioner.provision(
-        vms_for(plan_or_vms, max_per_region=max_per_region),
-        transfer_id=transfer_id or new_transfer_id(),
-        tags=dict(tags or {}),
-        **extra,
-    )
-
-
-def start_early(
-    regions: Sequence[str], *, transfer_id: str, backend_options: Mapping[str, Any] | None = None
-) -> Any:
-    """Local backend: start the agents of ``regions`` now (a plan's source and destination,
-    which every plan uses) so they boot while the source is listed; hand the result to
-    ``provision(..., early=...)`` with the same ``transfer_id``, and ``cancel()`` it after."""
-    from skyplane_ops.provision import get_provisioner
-
-    provisioner: Any = get_provisioner("local", **dict(backend_options or {}))
-    return provisioner.start_early(regions, transfer_id=transfer_id)
-
-
-# The transfer step is the engine's own entry point, not a copy of its signature: re-running it
-# with the same ``journal_dir`` resumes (only chunks not yet written are sent); ``part_size``,
-# ``verify`` and ``dispatch`` tune the engine.
+# The engine's entry point: ``transfer(plan, fleet, request)`` moves, checks, commits and
+# verifies; re-running it with the same request resumes (only chunks not yet written are sent).
 transfer = run_transfer
-# Also from the engine: ``check_request`` (option ranges, source/destination overlap: for faces
-# to call before planning or provisioning), ``preview_transfer`` (the dry run) and
-# ``transfer_lock`` (the journal lock, for faces to take before provisioning), ``list_request``
-# (one listing per run, handed to ``transfer(listing=...)``), ``sync_up_to_date`` (a sync
-# with nothing to do, answered without a plan or fleet), ``quick_listing`` (the same
-# between two local folders, answered before any listing, or a listing of what differs) and
-# ``sync_check`` (both in turn: a sync's result when it has nothing to do, else its listing).
 
 
-def deprovision(
-    fleet: GatewayFleet | None = None,
+def open_store(uri: str, options: Mapping[str, Any] | None = None) -> Any:
+    """The ``ObjectStore`` a URI names (cheap: no network call until the first operation);
+    a bad URI or option is a ``TransferError``."""
+    return StoreLocation(uri, dict(options or {})).open("store")
+
+
+def source_totals(
+    src_uri: str,
+    src_options: Mapping[str, Any] | None = None,
     *,
-    backend: str | None = None,
-    backend_options: Mapping[str, Any] | None = None,
-    transfer_id: str | None = None,
-) -> list[str]:
-    """Delete a fleet, or (with no fleet) every leftover tagged with ``transfer_id``.
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    allow_empty: bool = False,
+) -> tuple[int, int]:
+    """(objects, bytes) a transfer of ``src_uri`` would copy, counted as the listing streams;
+    an empty source is a ``TransferError`` unless ``allow_empty``."""
+    from skyplane_ops.transfer.manifest import source_totals as totals
 
-    Idempotent: deleting what is already gone is not an error. Returns what was deleted when
-    sweeping by tag (an empty list after deleting a known fleet).
-    """
-    from skyplane_ops.errors import ProvisionError
-    from skyplane_ops.provision import get_provisioner
-
-    name = backend or (fleet.backend if fleet is not None else None)
-    if name is None:
-        raise ProvisionError("deprovision needs a fleet or a backend name")
-    provisioner = get_provisioner(name, **dict(backend_options or {}))
-    if fleet is not None:
-        provisioner.deprovision(fleet)
-        return []
-    if transfer_id is None:
-        raise ProvisionError("deprovision needs a fleet or a transfer_id to sweep by tag")
-    return provisioner.sweep(transfer_id=transfer_id)
+    store = open_store(src_uri, src_options)
+    objects, nbytes = totals(store, src_uri, include, exclude, allow_empty=allow_empty)
+    return int(objects), int(nbytes)
 
 
 def source_volume_gb(
@@ -311,15 +95,7 @@ def source_volume_gb(
     exclude: Sequence[str] = (),
 ) -> float:
     """Size of what a transfer of ``src_uri`` would copy, in GB (for planning)."""
-    from gateway_agent.synthetic import open_any_store
-    from skyplane_ops.errors import TransferError
-    from skyplane_ops.transfer.manifest import source_totals
-
-    try:
-        store = open_any_store(src_uri, dict(src_options or {}))
-    except Exception as exc:
-        raise TransferError(f"cannot open source {src_uri}: {exc}") from exc
-    return source_totals(store, src_uri, include, exclude)[1] / 1e9
+    return source_totals(src_uri, src_options, include=include, exclude=exclude)[1] / 1e9
 
 
 def refresh_grid(
@@ -382,95 +158,31 @@ def refresh_grid(
 
 
 def copy(
-    src_uri: str,
-    dst_uri: str,
+    request: TransferRequest | str,
+    dst: str | None = None,
     *,
-    src_region: str,
-    dst_region: str,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
-    plan_options: Mapping[str, Any] | None = None,
-    transfer_id: str | None = None,
     tags: Mapping[str, str] | None = None,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    **transfer_options: Any,
+    events: RunEvents | None = None,
+    tuning: DispatchOptions | None = None,
+    **fields: Any,
 ) -> TransferResult:
-    """Plan, provision, transfer and always deprovision, in one call.
+    """Plan, provision, transfer and always deprovision, in one call: the run sequence
+    (``sequence.CopyRun``) on ``request``.
 
-    Option ranges and source/destination overlap are checked before anything is planned.
-    """
-    checked = ("part_size", "verify", "dispatch", "max_delete")
-    check_request(
-        src_uri,
-        dst_uri,
-        src_options=src_options,
-        dst_options=dst_options,
-        **{k: v for k, v in transfer_options.items() if k in checked},
+    ``request`` is a ``TransferRequest``, or the source URI with ``dst`` and the request's
+    fields as keywords (``src_region=``, ``dst_region=``, ``src_options=``, ``include=``,
+    ``sync=``, ``plan_options=``, ``dispatch=`` ... see ``TransferRequest.build``). Option
+    ranges and source/destination overlap are checked before anything is listed; a sync
+    with nothing to do starts no gateway."""
+    if not isinstance(request, TransferRequest) and "dispatch" in fields and tuning is None:
+        tuning = fields["dispatch"]
+    request = request_from(request, dst, **fields)
+    gateways = Gateways(
+        backend=backend, backend_options=dict(backend_options or {}), tags=dict(tags or {})
     )
-    selection: dict[str, Any] = {"src_options": src_options, "include": include, "exclude": exclude}
-    # The journal lock before provisioning: a second identical call stops (or waits) first.
-    with transfer_lock(
-        src_uri,
-        dst_uri,
-        journal_dir=transfer_options.get("journal_dir"),
-        include=include,
-        exclude=exclude,
-        wait=bool(transfer_options.get("wait_lock", False)),
-        **{k: v for k, v in transfer_options.items() if k == "part_size"},
-    ):
-        listing: Listing | None = None
-        if transfer_options.get("sync") or transfer_options.get("delete"):
-            # Nothing to copy or delete: answered from the listing, before any gateway.
-            got = sync_check(
-                src_uri,
-                dst_uri,
-                transfer_id=transfer_id or new_transfer_id("copy"),
-                dst_options=dst_options,
-                delete=bool(transfer_options.get("delete")),
-                max_delete=transfer_options.get("max_delete"),
-                journal_dir=transfer_options.get("journal_dir"),
-                **selection,
-                **{k: v for k, v in transfer_options.items() if k == "part_size"},
-            )
-            if isinstance(got, TransferResult):
-                return got
-            listing = got  # sizes the plan and is what the transfer copies from
-        try:
-            volume_gb = (
-                listing.volume_gb if listing is not None else source_volume_gb(src_uri, **selection)
-            )
-            options = dict(plan_options or {})
-            if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe
-                from skyplane_ops.provision.universe import FleetUniverse
-
-                options["fleet"] = FleetUniverse.from_backend(backend, backend_options)
-            the_plan = plan(src_region, dst_region, volume_gb, **options)
-            fleet = provision(
-                the_plan,
-                backend=backend,
-                backend_options=backend_options,
-                transfer_id=transfer_id,
-                tags=tags,
-            )
-            try:
-                return transfer(
-                    the_plan,
-                    fleet,
-                    src_uri,
-                    dst_uri,
-                    dst_options=dst_options,
-                    listing=listing,
-                    **selection,
-                    **transfer_options,
-                )
-            finally:
-                deprovision(fleet, backend_options=backend_options)
-        finally:
-            if listing is not None:
-                listing.close()  # idempotent: the transfer closes it when it gets that far
+    return CopyRun(request, gateways, events, tuning=tuning).run()
 
 
 # ---- the faces' one door: lazy re-exports (costly modules load on first use) ----------------
@@ -504,7 +216,6 @@ _LAZY: dict[str, str] = {
     "plan_profile_run": "skyplane_ops.profiler.run:plan_run",
     "load_default_profile": "skyplane_ops.profiles",
     "read_skyplane_csv": "skyplane_ops.profiles.skyplane_csv",
-    "DispatchOptions": "skyplane_ops.transfer.dispatch",
     "PartialTransferError": "skyplane_ops.transfer.result",
     "EXIT_PARTIAL": "skyplane_ops.transfer.result",
     "path_warnings": "skyplane_ops.transfer.result",
@@ -539,7 +250,6 @@ if TYPE_CHECKING:
     from skyplane_ops.provision.sweeper import backend_options_for as backend_options_for
     from skyplane_ops.provision.sweeper import load_backend_options as load_backend_options
     from skyplane_ops.provision.sweeper import sweep as sweep
-    from skyplane_ops.transfer.dispatch import DispatchOptions as DispatchOptions
     from skyplane_ops.transfer.manifest import MiB as MiB
     from skyplane_ops.transfer.progress import JsonProgress as JsonProgress
     from skyplane_ops.transfer.result import EXIT_PARTIAL as EXIT_PARTIAL

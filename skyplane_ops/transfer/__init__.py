@@ -1,12 +1,15 @@
 """The transfer engine: run a planned transfer on a provisioned fleet, resumably and verified.
 
-The one call the CLI, Airflow and Dagster faces use::
+The engine's one entry point (the run sequence, ``skyplane_ops.sequence``, calls it after
+planning and provisioning)::
 
-    from skyplane_ops.transfer import run_transfer
-    result = run_transfer(plan, fleet, "s3://src/data/", "gs://dst/data/")
+    from skyplane_ops.transfer import TransferRequest, run_transfer
+    request = TransferRequest.build("s3://src/data/", "gs://dst/data/")
+    result = run_transfer(plan, fleet, request)
     result.to_dict()   # small: ids, objects, bytes, seconds, Gbps, cost, verification
 
-Steps: check the options and that source and destination do not overlap -> lock the journal
+Steps: the request checked its options and that source and destination do not overlap when
+it was built -> lock the journal
 -> list the source (include/exclude globs) -> manifest (parts aligned to the destination's part
 size, small objects batched) -> skip what the journal says is finished (and, with ``sync=True``,
 what the destination already has) -> create/reuse multipart uploads -> dispatch chunks along
@@ -22,9 +25,10 @@ failure the journal is kept and re-running the same call resumes; on success it 
 from __future__ import annotations
 
 from skyplane_ops.transfer.dispatch import DispatchOptions
+from skyplane_ops.transfer.listing import Listing, list_request, transfer_lock
 from skyplane_ops.transfer.preview import Preview, preview_transfer
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
-from skyplane_ops.transfer.request import check_request, transfer_lock
+from skyplane_ops.transfer.request import PlanOptions, StoreLocation, TransferRequest
 from skyplane_ops.transfer.result import (
     EXIT_PARTIAL,
     ObjectsFailedError,
@@ -37,14 +41,18 @@ from skyplane_ops.transfer.run import run_transfer
 __all__ = [
     "EXIT_PARTIAL",
     "DispatchOptions",
+    "Listing",
     "ObjectsFailedError",
     "PartialTransferError",
+    "PlanOptions",
     "Preview",
     "Progress",
     "ProgressCallback",
     "SourceChangedError",
+    "StoreLocation",
+    "TransferRequest",
     "TransferResult",
-    "check_request",
+    "list_request",
     "preview_transfer",
     "run_transfer",
     "transfer_lock",

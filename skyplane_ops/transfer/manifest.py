@@ -133,9 +133,12 @@ def source_totals(
     src_uri: str,
     include: Sequence[str],
     exclude: Sequence[str],
+    *,
+    allow_empty: bool = False,
 ) -> tuple[int, int]:
     """(objects, bytes) of the source objects to copy, counted as the listing streams: nothing
-    per object is kept, whatever the count (what a plan is sized from)."""
+    per object is kept, whatever the count (what a plan is sized from). Finding nothing is a
+    ``TransferError`` saying why, unless ``allow_empty``."""
     count = nbytes = 0
     try:
         for batch in listed(store, versions=False):
@@ -148,7 +151,8 @@ def source_totals(
     problems: list[SkippedEntry] = []
     if isinstance(store, ReportsSkips):
         problems.extend(p for p in store.skipped if matches(p.key, include, exclude) or p.error)
-    check_found(count, problems, src_uri, include, exclude)
+    if not allow_empty:
+        check_found(count, problems, src_uri, include, exclude)
     return count, nbytes
 
 

@@ -8,14 +8,14 @@ with the object count: the lines and the JSON are read back a page at a time.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
 from skyplane_ops.transfer.catalog import TODO, Catalog, dec
-from skyplane_ops.transfer.request import check_request, list_request, open_side
+from skyplane_ops.transfer.listing import list_request
+from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.todo import Todo, plan_todo
 
 
@@ -98,47 +98,25 @@ def _array(out: TextIO, name: str, items: Iterable[Any]) -> None:
 
 
 def preview_transfer(
-    src_uri: str,
-    dst_uri: str,
-    *,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    sync: bool = False,
-    delete: bool = False,
-    max_delete: int | None = None,
-    journal_dir: str | Path | None = None,
+    request: TransferRequest | str, dst: str | None = None, **fields: Any
 ) -> Preview:
-    """The dry run: what ``run_transfer`` would copy and (with ``delete``) delete; no fleet.
-    The catalog is a scratch file under ``journal_dir`` (the default journal folder)."""
-    check_request(
-        src_uri, dst_uri, src_options=src_options, dst_options=dst_options, max_delete=max_delete
-    )
-    listing = list_request(
-        src_uri,
-        dst_uri,
-        src_options=src_options,
-        dst_options=dst_options,
-        include=include,
-        exclude=exclude,
-        sync=sync or delete,
-        journal_dir=journal_dir,
-    )
+    """The dry run: what the run of ``request`` would copy and (with ``delete``) delete; no
+    fleet. The catalog is a scratch file in the request's journal folder."""
+    request = request_from(request, dst, **fields)
+    listing = list_request(request)
     catalog = listing.catalog
     try:
-        dst = open_side(dst_uri, dst_options, "destination")
         todo = plan_todo(
             catalog,
-            dst,
-            dst_uri,
-            include,
-            exclude,
-            sync=sync or delete,
-            delete=delete,
+            request.dst.open("destination"),
+            request.dst_uri,
+            request.include,
+            request.exclude,
+            sync=request.sync,
+            delete=request.delete,
             max_delete=None,  # reported (``delete_refused``), not raised
         )
     except BaseException:
         catalog.close()
         raise
-    return Preview(catalog, todo, max_delete if delete else None)
+    return Preview(catalog, todo, request.max_delete if request.delete else None)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from gateway_agent.auth import load_secret
@@ -17,17 +15,11 @@ from skyplane_ops.transfer.catalog import Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
 from skyplane_ops.transfer.finish import Moved, finish_run
-from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
-from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE, Chunk
+from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
+from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.progress import ProgressCallback
-from skyplane_ops.transfer.request import (
-    Listing,
-    check_destination,
-    check_request,
-    fill_listing,
-    open_side,
-    transfer_lock,
-)
+from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult, partial_error
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import chunk_totals, iter_chunks, plan_todo, resume
@@ -36,74 +28,40 @@ from skyplane_ops.transfer.todo import chunk_totals, iter_chunks, plan_todo, res
 def run_transfer(
     plan: TransferPlan,
     fleet: GatewayFleet,
-    src_uri: str,
-    dst_uri: str,
+    request: TransferRequest | str,
+    dst: str | None = None,
     *,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    journal_dir: str | Path | None = None,
-    sync: bool = False,
-    delete: bool = False,
-    max_delete: int | None = None,
-    wait_lock: bool = False,
-    progress: ProgressCallback | None = None,
-    part_size: int = DEFAULT_PART_SIZE,
-    verify: str = "full",
-    dispatch: DispatchOptions | None = None,
     listing: Listing | None = None,
+    progress: ProgressCallback | None = None,
+    dispatch: DispatchOptions | None = None,
+    **fields: Any,
 ) -> TransferResult:
-    """Copy ``src_uri`` to ``dst_uri`` through ``fleet`` along ``plan``; see module docstring.
+    """Copy what ``request`` names through ``fleet`` along ``plan``; see the module docstring.
 
-    ``verify``: ``"full"`` (size + CRC32C per object: the store's own checksum, a write the
-    store or the sink checked, else a read-back), ``"read-back"`` (no trust in checked writes:
-    read back what the store keeps no CRC32C for) or ``"size"`` (see ``transfer.verify``).
-    ``delete`` (implies ``sync``): remove destination objects absent
-    from the source once everything else succeeded, refusing when more than ``max_delete``
-    would go. ``wait_lock``: wait for another run of the same transfer instead of failing.
-    ``listing``: the run's listings taken earlier (``list_request``, e.g. to size the plan),
-    copied from instead of listing the source (and destination) again.
+    ``request`` is a ``TransferRequest``, or, as a convenience, the source URI with ``dst``
+    and the request's fields as keywords (``TransferRequest.build``). ``listing``: the run's
+    listings taken earlier (``list_request``, e.g. to size the plan), copied from instead of
+    listing again (the engine closes it). ``dispatch``: engine tuning (attempts, timeouts,
+    threads, test hooks) under the request's connections, encryption and compression.
     Raises ``TransferError`` with a message naming what failed (the journal then lets the same
     call resume), or ``PartialTransferError`` (``SourceChangedError`` when only changes) when
     some objects could not be copied and everything else was.
     """
-    check_request(
-        src_uri,
-        dst_uri,
-        src_options=src_options,
-        dst_options=dst_options,
-        part_size=part_size,
-        verify=verify,
-        dispatch=dispatch,
-        max_delete=max_delete,
-    )
+    if isinstance(request, TransferRequest) or dispatch is None:
+        request = request_from(request, dst, **fields)
+    else:  # the loose form: ``dispatch`` also gives the request its data-path fields
+        request = request_from(request, dst, dispatch=dispatch, **fields)
     if len(plan.dsts) != 1:
         raise TransferError(
             f"run_transfer copies to one destination; the plan has {len(plan.dsts)} "
             f"({', '.join(plan.dsts)}): run one transfer per destination"
         )
     check_fleet(plan, fleet)
-    directory = Path(journal_dir) if journal_dir else default_journal_dir()
-    key = transfer_key(src_uri, dst_uri, part_size, include, exclude)
-    with transfer_lock(
-        src_uri,
-        dst_uri,
-        journal_dir=directory,
-        part_size=part_size,
-        include=include,
-        exclude=exclude,
-        wait=wait_lock,
-    ):
-        return _Run(plan, fleet, src_uri, dst_uri, src_options, dst_options, include, exclude).run(
-            Journal(directory, key),
-            sync=sync or delete,
-            delete=delete,
-            max_delete=max_delete,
+    with transfer_lock(request):
+        return _Run(plan, fleet, request).run(
+            Journal(request.journal_path, request.key),
             progress=progress,
-            part_size=part_size,
-            verify=verify,
-            dispatch=dispatch,
+            dispatch=request.dispatch_options(dispatch),
             listing=listing,
         )
 
@@ -115,13 +73,8 @@ class _Run(RunState):
         self,
         journal: Journal,
         *,
-        sync: bool,
-        delete: bool,
-        max_delete: int | None,
         progress: ProgressCallback | None,
-        part_size: int,
-        verify: str,
-        dispatch: DispatchOptions | None,
+        dispatch: DispatchOptions,
         listing: Listing | None = None,
     ) -> TransferResult:
         try:
@@ -131,30 +84,18 @@ class _Run(RunState):
             raise TransferError(
                 f"cannot read the secret of fleet {self.fleet.transfer_id}{gone}: {exc}"
             ) from exc
-        src = open_side(self.src_uri, self.src_options, "source")
-        dst = open_side(self.dst_uri, self.dst_options, "destination")
+        request = self.request
+        src = request.src.open("source")
+        dst = request.dst.open("destination")
         fresh = listing is None  # else the caller's listing; a sync may still lack the dst
         if listing is None:
             listing = Listing(Catalog(journal.path.parent))
-        if fresh or (sync and not listing.has_destination):
-            fill_listing(
-                listing.catalog,
-                src,
-                self.dst_uri,
-                self.dst_options,
-                self.src_uri,
-                self.include,
-                self.exclude,
-                sync=sync,
-                source=fresh,
-            )
+        if fresh or (request.sync and not listing.has_destination):
+            fill_listing(listing.catalog, request, src, source=fresh)
         else:
             check_destination(dst, self.dst_uri)
         try:
-            return self._run(
-                listing.catalog, src, dst, journal, secret, sync, delete, max_delete, progress,
-                part_size, verify, dispatch,
-            )  # fmt: skip
+            return self._run(listing.catalog, src, dst, journal, secret, progress, dispatch)
         finally:
             listing.close()
 
@@ -165,23 +106,19 @@ class _Run(RunState):
         dst: ObjectStore,
         journal: Journal,
         secret: bytes,
-        sync: bool,
-        delete: bool,
-        max_delete: int | None,
         progress: ProgressCallback | None,
-        part_size: int,
-        verify: str,
-        dispatch: DispatchOptions | None,
+        dispatch: DispatchOptions,
     ) -> TransferResult:
+        request, part_size = self.request, self.request.part_size
         todo = plan_todo(
             catalog,
             dst,
             self.dst_uri,
-            self.include,
-            self.exclude,
-            sync=sync,
-            delete=delete,
-            max_delete=max_delete,
+            request.include,
+            request.exclude,
+            sync=request.sync,
+            delete=request.delete,
+            max_delete=request.max_delete,
             names_fit=src.capabilities.file_names and dst.capabilities.file_names,
         )
         skipped = todo.skipped
@@ -237,8 +174,8 @@ class _Run(RunState):
             secret,
             src_uri=self.src_uri,
             dst_uri=self.dst_uri,
-            src_options=self.src_options,
-            dst_options=self.dst_options,
+            src_options=request.src.options,
+            dst_options=request.dst.options,
             options=dispatch,
             job_id=self.job_id,
         )
@@ -266,5 +203,5 @@ class _Run(RunState):
         self.step("move")
         return finish_run(
             self, catalog, src, dst, journal, moved,
-            part_size=part_size, verify=verify, delete=todo.to_delete > 0,
+            part_size=part_size, verify=request.verify, delete=todo.to_delete > 0,
         )  # fmt: skip

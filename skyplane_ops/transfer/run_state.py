@@ -4,33 +4,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer.dispatch import plan_routes
+from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import TransferResult
 
 
 class RunState:
-    """What a run is (plan, fleet, both ends, filters, job id) and how long each step took."""
+    """What a run is (plan, fleet, request, job id) and how long each step took."""
 
-    def __init__(
-        self,
-        plan: TransferPlan,
-        fleet: GatewayFleet,
-        src_uri: str,
-        dst_uri: str,
-        src_options: Mapping[str, Any] | None,
-        dst_options: Mapping[str, Any] | None,
-        include: Sequence[str],
-        exclude: Sequence[str],
-    ) -> None:
-        self.plan, self.fleet = plan, fleet
-        self.src_uri, self.dst_uri = src_uri, dst_uri
-        self.src_options, self.dst_options = src_options, dst_options
-        self.include, self.exclude = include, exclude
+    def __init__(self, plan: TransferPlan, fleet: GatewayFleet, request: TransferRequest) -> None:
+        self.plan, self.fleet, self.request = plan, fleet, request
+        self.src_uri, self.dst_uri = request.src_uri, request.dst_uri
         self.t0 = time.monotonic()
         # Seconds per step (list, prepare, move, check_source, commit, verify, record), so a
         # slow run says where its time went; see ``step``.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,10 +16,10 @@ from gateway_agent.stores.base import ListRow
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.catalog import Catalog
-from skyplane_ops.transfer.journal import Journal, default_journal_dir, transfer_key
-from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
+from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.listing import Listing, list_request
 from skyplane_ops.transfer.quickcheck import TreeCheck, Walked, walk_trees
-from skyplane_ops.transfer.request import Listing, list_request, open_side
+from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult
 from skyplane_ops.transfer.todo import nothing_to_do, plan_todo
 
@@ -37,18 +37,7 @@ def _up_to_date(base: dict[str, Any], skipped: int, seconds: float) -> TransferR
 
 
 def sync_up_to_date(
-    listing: Listing,
-    src_uri: str,
-    dst_uri: str,
-    *,
-    transfer_id: str,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    delete: bool = False,
-    max_delete: int | None = None,
-    journal_dir: str | Path | None = None,
-    part_size: int = DEFAULT_PART_SIZE,
+    listing: Listing, request: TransferRequest, *, transfer_id: str
 ) -> TransferResult | None:
     """The result of a sync with nothing to copy or delete and nothing unreadable, found from
     ``listing`` alone (no plan, no fleet), or None when the run has work to do.
@@ -59,41 +48,30 @@ def sync_up_to_date(
     t0 = time.monotonic()
     if not listing.has_destination:
         raise TransferError("internal error: sync_up_to_date needs the destination listing")
-    dst = open_side(dst_uri, dst_options, "destination")
-    if nothing_to_do(listing.catalog, delete=delete):
+    if nothing_to_do(listing.catalog, delete=request.delete):
         skipped = listing.objects
     else:
         todo = plan_todo(
             listing.catalog,
-            dst,
-            dst_uri,
-            include,
-            exclude,
+            request.dst.open("destination"),
+            request.dst_uri,
+            request.include,
+            request.exclude,
             sync=True,
-            delete=delete,
-            max_delete=max_delete,
+            delete=request.delete,
+            max_delete=request.max_delete,
         )
         if todo.objects or todo.unread or todo.to_delete:
             return None
         skipped = todo.skipped
     listing.close()
-    return _done(
-        src_uri, dst_uri, transfer_id, include, exclude, journal_dir, part_size, skipped, t0
-    )
+    return _done(request, transfer_id, skipped, t0)
 
 
 def quick_listing(
-    src_uri: str,
-    dst_uri: str,
+    request: TransferRequest,
     *,
     transfer_id: str,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    delete: bool = False,
-    journal_dir: str | Path | None = None,
-    part_size: int = DEFAULT_PART_SIZE,
     progress: Callable[[int, int], None] | None = None,
 ) -> TransferResult | Listing | None:
     """A sync between two local folders, walked before any listing (``quickcheck``): the
@@ -103,31 +81,34 @@ def quick_listing(
     None when the walk is not sure: list with ``list_request``. The caller holds the journal
     lock."""
     t0 = time.monotonic()
-    src = open_side(src_uri, src_options, "source")
-    dst = open_side(dst_uri, dst_options, "destination")
+    src = request.src.open("source")
+    dst = request.dst.open("destination")
     if not (isinstance(src, LocalStore) and isinstance(dst, LocalStore)):
         return None
     check = TreeCheck(
-        os.fspath(src.root), os.fspath(dst.root), include, exclude, delete, LocalStore.reserved
+        os.fspath(src.root),
+        os.fspath(dst.root),
+        request.include,
+        request.exclude,
+        request.delete,
+        LocalStore.reserved,
     )
     counted = None if progress is None else (lambda n: progress(n, n))
     walked = walk_trees(check, counted)
     if walked is None or walked.files == 0:  # an empty source is refused by the listing
         return None
     if walked.different:
-        return _listing_of(walked, src, dst, journal_dir)
-    return _done(
-        src_uri, dst_uri, transfer_id, include, exclude, journal_dir, part_size, walked.equal, t0
-    )
+        return _listing_of(walked, src, dst, request.journal_path)
+    return _done(request, transfer_id, walked.equal, t0)
 
 
 def _listing_of(
-    walked: Walked, src: LocalStore, dst: LocalStore, journal_dir: str | Path | None
+    walked: Walked, src: LocalStore, dst: LocalStore, journal_dir: Path
 ) -> Listing | None:
     """A catalog of the differing files' rows on both sides, looked up as the listings would
     show them; None when a source file is no longer one (the listing words what it is)."""
     keys = sorted(walked.different)
-    catalog = Catalog(Path(journal_dir) if journal_dir else default_journal_dir())
+    catalog = Catalog(journal_dir)
     try:
         src_rows = src.rows_of(keys)
         if any(row is None for row in src_rows):
@@ -149,71 +130,37 @@ def _listing_of(
     return Listing(catalog)
 
 
-def _done(
-    src_uri: str,
-    dst_uri: str,
-    transfer_id: str,
-    include: Sequence[str],
-    exclude: Sequence[str],
-    journal_dir: str | Path | None,
-    part_size: int,
-    skipped: int,
-    t0: float,
-) -> TransferResult:
+def _done(request: TransferRequest, transfer_id: str, skipped: int, t0: float) -> TransferResult:
     """Remove the journal as a clean run would, and say the sync was up to date."""
-    directory = Path(journal_dir) if journal_dir else default_journal_dir()
-    Journal(directory, transfer_key(src_uri, dst_uri, part_size, include, exclude)).remove()
+    Journal(request.journal_path, request.key).remove()
     base = {
         "transfer_id": transfer_id,
         "job_id": f"job-{uuid.uuid4().hex[:12]}",
-        "src_uri": src_uri,
-        "dst_uri": dst_uri,
+        "src_uri": request.src_uri,
+        "dst_uri": request.dst_uri,
         "steps": {"list": round(time.monotonic() - t0, 3)},
     }
     return _up_to_date(base, skipped, time.monotonic() - t0)
 
 
 def sync_check(
-    src_uri: str,
-    dst_uri: str,
+    request: TransferRequest | str,
+    dst: str | None = None,
     *,
     transfer_id: str,
-    src_options: Mapping[str, Any] | None = None,
-    dst_options: Mapping[str, Any] | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    delete: bool = False,
-    max_delete: int | None = None,
-    journal_dir: str | Path | None = None,
-    part_size: int = DEFAULT_PART_SIZE,
     progress: Callable[[int, int], None] | None = None,
+    **fields: Any,
 ) -> TransferResult | Listing:
     """A sync's first step, before any plan or gateway: its result when it has nothing to copy
     or delete (``quick_listing``, else ``sync_up_to_date`` on a listing of both sides), or the
     listing to plan and transfer from (``run_transfer(listing=...)``, or close it). The caller
     holds the journal lock."""
-    asked: dict[str, Any] = {
-        "transfer_id": transfer_id,
-        "dst_options": dst_options,
-        "include": include,
-        "exclude": exclude,
-        "delete": delete,
-        "journal_dir": journal_dir,
-        "part_size": part_size,
-    }
-    quick = quick_listing(src_uri, dst_uri, src_options=src_options, progress=progress, **asked)
+    request = request_from(request, dst, **fields)
+    if not request.sync:
+        request = request.replace(sync=True)
+    quick = quick_listing(request, transfer_id=transfer_id, progress=progress)
     if isinstance(quick, TransferResult):
         return quick
-    listing = quick or list_request(
-        src_uri,
-        dst_uri,
-        src_options=src_options,
-        dst_options=dst_options,
-        include=include,
-        exclude=exclude,
-        sync=True,
-        journal_dir=journal_dir,
-        progress=progress,
-    )
-    done = sync_up_to_date(listing, src_uri, dst_uri, max_delete=max_delete, **asked)
+    listing = quick or list_request(request, progress=progress)
+    done = sync_up_to_date(listing, request, transfer_id=transfer_id)
     return listing if done is None else done

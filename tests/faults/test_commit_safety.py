@@ -79,8 +79,8 @@ def test_overlapping_folders_are_refused_before_anything_starts(
 
 
 def test_sibling_folders_with_a_common_name_prefix_are_not_overlapping(tmp_path: Path) -> None:
-    api.check_request(f"file://{tmp_path}/data", f"file://{tmp_path}/data2")
-    api.check_request(f"file://{tmp_path}/data2", f"file://{tmp_path}/data")
+    api.TransferRequest.build(f"file://{tmp_path}/data", f"file://{tmp_path}/data2")
+    api.TransferRequest.build(f"file://{tmp_path}/data2", f"file://{tmp_path}/data")
 
 
 def test_object_store_same_and_nested_prefixes_are_refused(moto_s3: Any) -> None:
@@ -110,9 +110,9 @@ def test_object_store_same_and_nested_prefixes_are_refused(moto_s3: Any) -> None
         assert "\n" not in str(err.value)
     assert {o.key: store.read(o.key) for o in store.list()} == before
     # A sibling prefix, another bucket or another endpoint is a different place.
-    api.check_request(uri + "data/", uri + "data2/", src_options=opts, dst_options=opts)
-    api.check_request(uri + "data/", "s3://other-bucket/data/", src_options=opts, dst_options=opts)
-    api.check_request(
+    api.TransferRequest.build(uri + "data/", uri + "data2/", src_options=opts, dst_options=opts)
+    api.TransferRequest.build(uri + "data/", "s3://other-bucket/data/", src_options=opts, dst_options=opts)
+    api.TransferRequest.build(
         uri + "data/", uri + "data/", src_options=opts, dst_options={"endpoint_url": "http://x:1"}
     )
 

@@ -1,8 +1,8 @@
 """When ``sync`` starts its gateways: not before the listing (an unchanged tree needs none),
 and, once the listing found work, before planning, so they boot while the plan is made.
 
-The CLI runs in this process (``cli.main``) with real local gateway processes; ``api`` is
-wrapped only to record which gateways were started early and whether provision adopted them.
+The CLI runs in this process (``cli.main``) with real local gateway processes; the run
+sequence's steps are wrapped only to record which gateways were started early and whether provision adopted them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from skyplane_ops import api, cli
+from skyplane_ops import cli
+from skyplane_ops.sequence import copy_run
 from tests.integration.transfer_helpers import read_tree, write_dataset
 
 REGIONS = ["--src-region", "aws:us-east-1", "--dst-region", "aws:us-west-2"]
@@ -28,7 +29,7 @@ def test_sync_starts_gateways_early_only_when_there_is_work(
     started: list[Any] = []
     early_pids: list[set[int]] = []
     adopted: list[bool] = []
-    real_start, real_provision = api.start_early, api.provision
+    real_start, real_provision = copy_run.start_early, copy_run.provision
 
     def start_early(*args: Any, **kwargs: Any) -> Any:
         started.append(real_start(*args, **kwargs))
@@ -44,8 +45,9 @@ def test_sync_starts_gateways_early_only_when_there_is_work(
             assert pids == early_pids[-1]
         return fleet
 
-    monkeypatch.setattr(api, "start_early", start_early)
-    monkeypatch.setattr(api, "provision", provision)
+    # Wrapped where the run sequence calls them.
+    monkeypatch.setattr(copy_run, "start_early", start_early)
+    monkeypatch.setattr(copy_run, "provision", provision)
     argv = ["sync", f"file://{src}", f"file://{dst}", *REGIONS, "--no-progress", "--json"]
     assert cli.main(argv) == 0  # work to do: gateways started early and adopted
     assert len(started) == 1 and adopted == [True]

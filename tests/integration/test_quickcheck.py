@@ -28,8 +28,10 @@ from skyplane_ops.transfer import verify
 from skyplane_ops.transfer.catalog import TODO, Catalog
 from skyplane_ops.transfer.listrows import dec
 from skyplane_ops.transfer.quickcheck import MOST_DIFFERENT, TreeCheck, same_share, walk_trees
-from skyplane_ops.transfer.request import Listing
+from skyplane_ops.transfer.listing import Listing
 from skyplane_ops.transfer.todo import plan_todo
+from skyplane_ops.sequence import copy_run
+from skyplane_ops.transfer import uptodate
 from skyplane_ops.transfer.uptodate import quick_listing
 
 FILES = {f"p{d}/o{i:03d}.bin": 10 + i for d in range(3) for i in range(40)} | {"top.txt": 7}
@@ -76,7 +78,8 @@ def _both(
     sync, a ``Plan``, or None (the walk only: not sure)."""
     kw = {"include": include, "delete": delete, "journal_dir": tmp / "state"}
     uris = (f"file://{src}", f"file://{dst}")
-    answer = quick_listing(*uris, transfer_id="t", **kw)  # type: ignore[arg-type]
+    request = api.TransferRequest.build(*uris, sync=True, **kw)  # type: ignore[arg-type]
+    answer = quick_listing(request, transfer_id="t")
     quick: object = answer
     if isinstance(answer, Listing):
         quick = _plan(answer, dst, delete, include)
@@ -321,7 +324,9 @@ def test_cli_sync_lists_into_a_catalog_only_what_differs(
         listed.append(str(args[0]))
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(api, "list_request", list_request)
+    # Every place the run sequence lists from: its own list step and the sync check.
+    monkeypatch.setattr(copy_run, "list_request", list_request)
+    monkeypatch.setattr(uptodate, "list_request", list_request)
     looked: list[int] = []
     real_look = verify._head_into_got
 

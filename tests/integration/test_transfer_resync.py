@@ -17,7 +17,7 @@ import pytest
 
 from gateway_agent.stores import open_store
 from skyplane_ops.transfer import SourceChangedError, run_transfer
-from skyplane_ops.transfer.request import list_request
+from skyplane_ops.transfer.listing import list_request
 from tests.integration.transfer_helpers import (
     DST,
     SRC,
@@ -210,17 +210,18 @@ def test_api_copy_sync_with_nothing_to_do_starts_no_gateway(
     """``api.copy(sync=True)`` of an unchanged tree is answered from the listing: the real
     provisioner (counted, not replaced) is not called a second time."""
     from skyplane_ops import api
+    from skyplane_ops.sequence import copy_run
 
     src, dst = tmp_path / "src", tmp_path / "dst"
     data = write_dataset(src, {"a.bin": 3000, **{f"d/{i}": 100 for i in range(5)}})
     started: list[str] = []
-    real = api.provision
+    real = copy_run.provision
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         started.append("fleet")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(api, "provision", counted)
+    monkeypatch.setattr(copy_run, "provision", counted)  # where the run sequence calls it
     kwargs: dict[str, Any] = {
         "src_region": "aws:us-east-1",
         "dst_region": "aws:us-west-2",

@@ -1,0 +1,301 @@
+"""``CopyRun``: the one run sequence every face uses.
+
+lock -> check regions -> list (a sync that is up to date ends here: no plan, no gateway)
+-> plan -> provision -> move and finish (the engine: ``transfer.run_transfer``) ->
+deprovision. ``run()`` does it all; the steps are methods, so a face that splits the run
+(the Airflow copy operator hands ``move`` and ``deprovision`` to a detached driver; Dagster
+shares one fleet between several runs) calls them itself and still repeats none of them.
+
+What the run is given: the ``TransferRequest`` (what to move, JSON, secret-free), the
+``Gateways`` (where gateways come from: a backend and its options, which may hold secrets, or
+a running fleet; a plan to follow instead of planning) and ``RunEvents`` (what the face is
+told). On the local backend the source's and destination's gateways start ahead of the plan
+(every plan has them), while the listing runs, and the plan's step adopts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyplane_ops.errors import TransferError
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.sequence.events import RunEvents
+from skyplane_ops.sequence.fleet import deprovision, new_transfer_id, provision, start_early
+from skyplane_ops.sequence.planning import check_regions, plan
+from skyplane_ops.transfer.dispatch import DispatchOptions
+from skyplane_ops.transfer.journal import JournalLock
+from skyplane_ops.transfer.listing import Listing, list_request, transfer_lock
+from skyplane_ops.transfer.request import TransferRequest
+from skyplane_ops.transfer.result import PartialTransferError, TransferResult
+from skyplane_ops.transfer.run import run_transfer
+from skyplane_ops.transfer.uptodate import sync_check
+
+
+@dataclass(frozen=True)
+class Gateways:
+    """Where a run's gateways come from. Not part of the request: backend options may hold
+    secrets, and a fleet is a run's resource, not what the user asked for.
+
+    ``fleet``: a running fleet to use (the plan stays in its regions and gateways); it is
+    left running unless ``teardown`` says otherwise. ``plan``: follow this plan instead of
+    planning. ``max_per_region``: local backend, gateway processes per region at most.
+    ``early``: on the local backend, start the source's and destination's gateways while
+    the source is listed."""
+
+    backend: str = "local"
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    fleet: GatewayFleet | None = None
+    plan: TransferPlan | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    max_per_region: int | None = None
+    teardown: bool | None = None
+    early: bool = True
+
+    def universe(self) -> Any:
+        """Where a plan may go: the backend's hosts (ssh inventory, netns grid) and, with a
+        running fleet, only its gateways; None: anywhere in the catalog."""
+        from skyplane_ops.provision.universe import FleetUniverse
+
+        universe = FleetUniverse.from_backend(self.backend, self.backend_options)
+        if self.fleet is not None:
+            universe = FleetUniverse.standing(self.fleet, universe)
+        return universe
+
+
+class CopyRun:
+    """One run of a request; ``run()`` is the whole sequence, the other methods its steps."""
+
+    def __init__(
+        self,
+        request: TransferRequest,
+        gateways: Gateways | None = None,
+        events: RunEvents | None = None,
+        *,
+        tuning: DispatchOptions | None = None,
+        volume_gb: float | None = None,
+    ) -> None:
+        self.request = request
+        self.volume_gb = volume_gb  # plan for this volume instead of the listing's
+        self.gateways = gateways or Gateways()
+        if self.gateways.fleet is not None:
+            self.gateways = _with_backend(self.gateways, self.gateways.fleet.backend)
+        self.events = events or RunEvents()
+        self.tuning = tuning
+        self.transfer_id = request.transfer_id or (
+            self.gateways.fleet.transfer_id if self.gateways.fleet else new_transfer_id("cp")
+        )
+        self.listing: Listing | None = None
+        self.plan: TransferPlan | None = self.gateways.plan
+        self.fleet: GatewayFleet | None = self.gateways.fleet
+        teardown = self.gateways.teardown
+        self.owns_fleet = self.fleet is None if teardown is None else teardown
+        self.up_to_date = False  # a sync the listing answered: nothing planned or started
+        self._early: Any = None
+        self._universe: Any = None
+
+    # -- the whole sequence --------------------------------------------------------------
+
+    def run(self) -> TransferResult:
+        """Lock, check, list, plan, provision, move, finish and always deprovision."""
+        with self.locked():
+            try:
+                done = self.list()
+                if done is not None:
+                    return done
+                self.make_plan()
+                try:
+                    self.provision()
+                    return self.move()
+                finally:
+                    self.deprovision()
+            finally:
+                self.close()
+
+    # -- the steps -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[JournalLock]:
+        """The journal lock, held for the whole run: a second identical run stops (or waits,
+        ``request.wait_lock``) before it lists or starts anything."""
+        if self.plan is None and self.request.src_region and self.request.dst_region:
+            self.check_regions()  # a misspelt region fails in milliseconds
+        lock = transfer_lock(self.request)
+        try:
+            yield lock
+        finally:
+            lock.release()
+
+    def check_regions(self) -> None:
+        regions = [self.request.src_region, self.request.dst_region]
+        check_regions([r for r in regions if r], fleet=self.universe())
+
+    def universe(self) -> Any:
+        if self._universe is None:
+            self._universe = self.gateways.universe()
+        return self._universe
+
+    def list(self) -> TransferResult | None:
+        """The run's one listing (kept in ``self.listing``), or the result of a sync with
+        nothing to copy or delete, found before any plan or gateway."""
+        request = self.request
+        if not request.sync:
+            self._start_early()  # the listing leaves a core idle: gateways boot on it
+        with self.events.phase("list", request.src_uri) as note:
+            if request.sync:
+                got = sync_check(request, transfer_id=self.transfer_id, progress=self._listed)
+                if isinstance(got, TransferResult):
+                    note["done"] = f"{got.objects_skipped:,} objects up to date"
+                    self.up_to_date = True
+                    return got
+                self.listing = got
+            else:
+                self.listing = list_request(request, progress=self._listed)
+            note["done"] = f"{self.listing.volume_gb:.3f} GB to consider"
+        self._start_early()  # a sync with work: its gateways boot while it plans
+        return None
+
+    def make_plan(self) -> TransferPlan:
+        """The route: the given plan, or ``plan`` on the request's planning options for the
+        listed volume, within the backend's hosts or the running fleet."""
+        request = self.request
+        if self.plan is None:
+            if not (request.src_region and request.dst_region):
+                raise TransferError("src_region and dst_region are required to plan a transfer")
+            volume = self.volume_gb
+            if volume is None:
+                volume = self.listing.volume_gb if self.listing is not None else 0.0
+            with self.events.phase("plan", f"{request.src_region} -> {request.dst_region}") as n:
+                self.plan = plan(
+                    request.src_region,
+                    request.dst_region,
+                    volume,
+                    **request.planning.kwargs(),
+                    backend=self.gateways.backend,
+                    fleet=self.universe(),
+                )
+                n["done"] = (
+                    f"{len(self.plan.paths)} path(s), "
+                    f"{self.plan.predicted_gbps:.2f} Gbit/s predicted"
+                )
+        self.events.planned(self.plan)
+        return self.plan
+
+    def provision(self) -> GatewayFleet:
+        """Start the plan's gateways (adopting those started early), unless a fleet was
+        given; a failed start cleans up after itself."""
+        assert self.plan is not None, "make_plan() first"
+        if self.fleet is None:
+            gateways = self.gateways
+            with self.events.phase("provision", f"{gateways.backend} backend") as note:
+                early, self._early = self._early, None
+                self.fleet = provision(
+                    self.plan,
+                    backend=gateways.backend,
+                    backend_options=gateways.backend_options,
+                    transfer_id=early.transfer_id if early is not None else self.transfer_id,
+                    tags=gateways.tags,
+                    max_per_region=gateways.max_per_region,
+                    early=early,
+                )
+                note["done"] = f"{len(self.fleet.gateways)} gateway(s)"
+        self.events.provisioned(self.fleet)
+        return self.fleet
+
+    def move(self) -> TransferResult:
+        """Move, check, commit and verify (the engine), from the run's listing."""
+        assert self.plan is not None and self.fleet is not None, "provision() first"
+        request = self.request
+        progress = self.events.progress if self.events.wants_progress else None
+        with self.events.phase("transfer", f"{request.src_uri} -> {request.dst_uri}") as note:
+            partial: PartialTransferError | None = None
+            try:
+                result = run_transfer(
+                    self.plan,
+                    self.fleet,
+                    request,
+                    listing=self.listing,
+                    progress=progress,
+                    dispatch=self.tuning,
+                )
+            except PartialTransferError as exc:
+                partial, result = exc, exc.result
+            finally:
+                self.listing = None  # the engine closed it
+            note["done"] = f"verification {result.verification.get('status', 'n/a')}"
+        if partial is not None:
+            raise partial
+        return result
+
+    def deprovision(self) -> None:
+        """Delete the fleet this run started (a given fleet stays, unless ``teardown``)."""
+        if self.fleet is not None and self.owns_fleet:
+            fleet, self.fleet = self.fleet, None
+            with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
+                deprovision(fleet, backend_options=self.gateways.backend_options)
+
+    def detach(self) -> None:
+        """Hand the fleet to another process (a driver that moves and deprovisions): this
+        run neither deletes it nor keeps its listing."""
+        self.owns_fleet = False
+        self.close()
+
+    def close(self) -> None:
+        """Stop early gateways nobody adopted and drop the listing's scratch file."""
+        if self._early is not None:
+            early, self._early = self._early, None
+            early.cancel()
+        if self.listing is not None:
+            listing, self.listing = self.listing, None
+            listing.close()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _listed(self, src_objects: int, dst_objects: int) -> None:
+        self.events.listing(src_objects, dst_objects)
+
+    def _start_early(self) -> None:
+        """Local backend: start the source's and destination's gateways now (every plan has
+        them); provision adopts them. A failure here is provision's to report."""
+        request, gateways = self.request, self.gateways
+        wanted = (
+            gateways.early
+            and gateways.backend == "local"
+            and self.fleet is None
+            and self._early is None
+            and request.src_region
+            and request.dst_region
+        )
+        if not wanted:
+            return
+        try:
+            self._early = start_early(
+                [str(request.src_region), str(request.dst_region)],
+                transfer_id=self.transfer_id,
+                backend_options=gateways.backend_options,
+            )
+        except Exception:
+            self._early = None
+
+
+def _with_backend(gateways: Gateways, backend: str) -> Gateways:
+    """A running fleet's backend is the run's backend."""
+    if gateways.backend == backend:
+        return gateways
+    import dataclasses
+
+    return dataclasses.replace(gateways, backend=backend)
+
+
+def run_copy(
+    request: TransferRequest,
+    gateways: Gateways | None = None,
+    events: RunEvents | None = None,
+    *,
+    tuning: DispatchOptions | None = None,
+) -> TransferResult:
+    """The whole sequence for ``request``: ``CopyRun(...).run()``."""
+    return CopyRun(request, gateways, events, tuning=tuning).run()

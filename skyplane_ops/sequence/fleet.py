@@ -1,0 +1,104 @@
+"""The provision and deprovision steps of a run: how many gateways a plan needs per region,
+starting them on a backend (cleaning up its own partial state on error), starting the local
+backend's first gateways early, and deleting a fleet (or sweeping by tag)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import GatewayFleet
+
+# Gateways per region the local backend starts at most: one machine gains nothing from more
+# processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
+LOCAL_MAX_GATEWAYS_PER_REGION = 1
+
+
+def new_transfer_id(prefix: str = "sk") -> str:
+    """A short unique id that tags every resource of one transfer."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def vms_for(
+    plan_or_vms: TransferPlan | Mapping[str, int], *, max_per_region: int | None = None
+) -> dict[str, int]:
+    """Gateways to start per region: every region on a path of the plan, at least one each."""
+    if isinstance(plan_or_vms, TransferPlan):
+        used = {r for p in plan_or_vms.paths for r in p.regions}
+        used |= {plan_or_vms.src, *plan_or_vms.dsts}
+        vms = {r: max(1, int(plan_or_vms.vms.get(r, 1))) for r in used}
+    else:
+        vms = {r: int(n) for r, n in plan_or_vms.items()}
+    if max_per_region is not None:
+        vms = {r: min(n, max_per_region) for r, n in vms.items()}
+    return vms
+
+
+def provision(
+    plan_or_vms: TransferPlan | Mapping[str, int],
+    *,
+    backend: str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    transfer_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    max_per_region: int | None = None,
+    early: Any = None,
+) -> GatewayFleet:
+    """Start gateways for every region of the plan; cleans up its own partial state on error.
+
+    The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
+    ``max_per_region`` says otherwise, and adopts the agents of ``early`` (``start_early``).
+    """
+    from skyplane_ops.provision import get_provisioner
+
+    if max_per_region is None and backend == "local":
+        max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
+    provisioner = get_provisioner(backend, **dict(backend_options or {}))
+    extra = {"early": early} if early is not None and backend == "local" else {}
+    return provisioner.provision(
+        vms_for(plan_or_vms, max_per_region=max_per_region),
+        transfer_id=transfer_id or new_transfer_id(),
+        tags=dict(tags or {}),
+        **extra,
+    )
+
+
+def start_early(
+    regions: Sequence[str], *, transfer_id: str, backend_options: Mapping[str, Any] | None = None
+) -> Any:
+    """Local backend: start the agents of ``regions`` now (a plan's source and destination,
+    which every plan uses) so they boot while the source is listed; hand the result to
+    ``provision(..., early=...)`` with the same ``transfer_id``, and ``cancel()`` it after."""
+    from skyplane_ops.provision import get_provisioner
+
+    provisioner: Any = get_provisioner("local", **dict(backend_options or {}))
+    return provisioner.start_early(regions, transfer_id=transfer_id)
+
+
+def deprovision(
+    fleet: GatewayFleet | None = None,
+    *,
+    backend: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+    transfer_id: str | None = None,
+) -> list[str]:
+    """Delete a fleet, or (with no fleet) every leftover tagged with ``transfer_id``.
+
+    Idempotent: deleting what is already gone is not an error. Returns what was deleted when
+    sweeping by tag (an empty list after deleting a known fleet).
+    """
+    from skyplane_ops.errors import ProvisionError
+    from skyplane_ops.provision import get_provisioner
+
+    name = backend or (fleet.backend if fleet is not None else None)
+    if name is None:
+        raise ProvisionError("deprovision needs a fleet or a backend name")
+    provisioner = get_provisioner(name, **dict(backend_options or {}))
+    if fleet is not None:
+        provisioner.deprovision(fleet)
+        return []
+    if transfer_id is None:
+        raise ProvisionError("deprovision needs a fleet or a transfer_id to sweep by tag")
+    return provisioner.sweep(transfer_id=transfer_id)

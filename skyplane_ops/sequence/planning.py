@@ -1,0 +1,170 @@
+"""The plan step of a run: the profile plans are made on (default profile, overrides, the
+measured grid or the profiler's grid store) and ``plan``, the one call every face's plan
+goes through; ``check_regions`` lets a run fail on a misspelt region before any listing."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from skyplane_ops.planner.plan import TransferPlan
+
+if TYPE_CHECKING:
+    from skyplane_ops.profiles import Profile
+    from skyplane_ops.provision.universe import FleetUniverse
+
+
+def planning_profile(
+    *,
+    profile_overrides: str | None = None,
+    measured_grid: str | None = None,
+    grid_store: str | None = None,
+    grid_store_options: Mapping[str, Any] | None = None,
+    gcp_tier: str = "premium",
+) -> tuple[Profile, dict[str, Any] | None]:
+    """The profile plans are made on, and where its measured grid came from (or None).
+
+    ``measured_grid`` is a grid file (CSV/Parquet); ``grid_store`` a profiler grid store whose
+    latest published version is laid over the modelled grid. An empty store means the model.
+    """
+    from skyplane_ops.errors import PlanningError
+    from skyplane_ops.profiles import load_profile
+
+    if measured_grid is not None and grid_store is not None:
+        raise PlanningError("give a measured_grid file or a grid_store, not both")
+    profile = load_profile(
+        overrides=profile_overrides, measured_grid=measured_grid, gcp_tier=gcp_tier
+    )
+    if grid_store is None:
+        return profile, ({"file": measured_grid} if measured_grid is not None else None)
+    from skyplane_ops.profiler import GridStore, planner_grid
+
+    store = GridStore(grid_store, grid_store_options)
+    version = store.latest_version()
+    if version is None:
+        return profile, {"store": grid_store, "version": None}
+    grid = planner_grid(store, profile.throughput, version=version)
+    return dataclasses.replace(profile, throughput=grid), {"store": grid_store, "version": version}
+
+
+def plan(
+    src_region: str,
+    dst_regions: str | Sequence[str],
+    volume_gb: float,
+    *,
+    min_throughput_gbps: float | None = None,
+    max_cost_usd: float | None = None,
+    deadline_seconds: float | None = None,
+    max_vms_per_region: int | None = None,
+    max_connections_per_vm: int | None = None,
+    max_relays: int = 1,
+    profile_overrides: str | None = None,
+    measured_grid: str | None = None,
+    grid_store: str | None = None,
+    grid_store_options: Mapping[str, Any] | None = None,
+    gcp_tier: str = "premium",
+    provisioning_seconds: float | None = None,
+    lp: bool = False,
+    exact_floor: bool = False,
+    frontier_points: int = 0,
+    backend: str | None = None,
+    provisioning_defaults: Mapping[str, float] | None = None,
+    relays_allow: Sequence[str] | None = None,
+    relays_deny: Sequence[str] | None = None,
+    measured_only: bool = False,
+    mip_gap: float | None = None,
+    completion_tolerance: float | None = None,
+    fleet: FleetUniverse | None = None,
+) -> TransferPlan:
+    """Plan a transfer on the default profile (plus overrides and measured throughput).
+
+    Measured throughput comes from a grid file (``measured_grid``) or from the latest version
+    a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
+    ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
+    inventory, a netns grid) limits regions, relays and VMs to the user's hosts and adds
+    their own regions. At most one bound may be given; with none, the planner's default
+    applies (the cheapest plan finishing, provisioning included, within
+    ``completion_tolerance`` of the fastest; a cost ceiling is refined the same way).
+    Raises ``UnknownRegionError``, ``InfeasibleError``, ``PlanningError`` or
+    ``GridStoreError``. Planner controls (README "Planner"): ``provisioning_seconds`` (t0;
+    default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
+    ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
+    ``completion_tolerance`` (plans within it of the fastest completion count as fast).
+    """
+    from skyplane_ops.errors import PlanningError
+    from skyplane_ops.planner import plan_transfer
+    from skyplane_ops.planner.problem import Objective, build_problem
+    from skyplane_ops.planner.provisioning import default_provisioning_seconds
+
+    bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
+    if len(bounds) > 1:
+        raise PlanningError(
+            "give at most one of min_throughput_gbps, max_cost_usd and deadline_seconds"
+        )
+    if volume_gb < 0:
+        raise PlanningError(f"volume must not be negative, got {volume_gb} GB")
+    profile, grid_source = planning_profile(
+        profile_overrides=profile_overrides,
+        measured_grid=measured_grid,
+        grid_store=grid_store,
+        grid_store_options=grid_store_options,
+        gcp_tier=gcp_tier,
+    )
+    objective: Objective = "max_throughput" if max_cost_usd is not None else "min_cost"
+    bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
+    extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
+    if provisioning_seconds is None:
+        provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
+    dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
+    if fleet is not None:
+        fleet.check_ends([src_region, *dst_list])
+        version = (grid_source or {}).get("version")
+        profile = fleet.profile(profile, grid_store, version)
+        extra["regions"] = fleet.ids()
+    problem = build_problem(
+        profile,
+        src_region,
+        dst_regions,
+        max(volume_gb, 1e-6),  # an empty source still gets a (trivial) plan
+        objective=objective,
+        bound=bound,
+        deadline_seconds=deadline_seconds,
+        max_vms=max_vms_per_region,
+        max_conns_per_vm=max_connections_per_vm,
+        max_relays=max_relays,
+        provisioning_seconds=provisioning_seconds,
+        relays_allow=relays_allow,
+        relays_deny=relays_deny,
+        measured_only=measured_only,
+        **extra,
+    )
+    if fleet is not None:
+        problem = fleet.constrain(problem)
+    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+
+    result = plan_transfer(
+        problem,
+        lp=lp,
+        frontier_points=frontier_points,
+        exact_floor=exact_floor,
+        completion_tolerance=DEFAULT_COMPLETION_TOLERANCE
+        if completion_tolerance is None
+        else completion_tolerance,
+    )
+    if grid_source is not None:
+        result.details["grid"] = grid_source
+    return result
+
+
+def check_regions(regions: Sequence[str], *, fleet: FleetUniverse | None = None) -> None:
+    """Every region is in the catalog (or, with ``fleet``, in the user's fleet): for faces to
+    call before listing, so a misspelt region fails in milliseconds, not after a listing."""
+    if fleet is not None:
+        fleet.check_ends(regions)
+        return
+    from skyplane_ops.profiles.loader import default_catalog
+
+    catalog = default_catalog()
+    for region in regions:
+        catalog.resolve(region)  # UnknownRegionError, with the closest ids
