@@ -8,7 +8,7 @@ triggerer and the retry may run on other hosts than the worker that started the 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from skyplane_ops.airflow import driver
 from skyplane_ops.airflow.triggers import SkyplaneTransferTrigger
-from skyplane_ops.api import GatewayFleet, TransferPlan, heartbeat_age
+from skyplane_ops.api import GatewayFleet, TransferPlan, TransferRequest, heartbeat_age
 
 # A driver whose heartbeat is older than this is lost (its worker died).
 LOST_AFTER_S = 60.0
@@ -33,19 +33,19 @@ class SkyplaneTransferTimeout(AirflowException):
 
 @dataclass(frozen=True)
 class TransferJob:
-    """What one transfer moves and how: the same whether it runs here or in a driver."""
+    """One transfer's request and the store credentials its process needs (exported only
+    around the run, handed to a driver only through its pipe): the same here or there."""
 
-    transfer_id: str
-    journal: str
-    src: str
-    dst: str
-    include: Sequence[str]
-    exclude: Sequence[str]
-    sync: bool
-    src_options: Mapping[str, Any]
-    dst_options: Mapping[str, Any]
+    request: TransferRequest
     env: Mapping[str, str]
-    engine_options: Mapping[str, Any]
+
+    @property
+    def transfer_id(self) -> str:
+        return str(self.request.transfer_id)
+
+    @property
+    def journal(self) -> str:
+        return str(self.request.journal_dir)
 
 
 class TransferDeferral:
@@ -90,19 +90,10 @@ class TransferDeferral:
             pid, host = previous.get("pid"), previous.get("host")
         else:
             handle = driver.start_driver(
-                transfer_id=transfer_id,
+                request=job.request,
                 plan=plan.to_dict(),
                 fleet=fleet.to_dict(),
-                src=job.src,
-                dst=job.dst,
-                include=job.include,
-                exclude=job.exclude,
-                sync=job.sync,
-                journal_dir=journal,
-                src_options=job.src_options,
-                dst_options=job.dst_options,
                 env=job.env,
-                engine_options=job.engine_options,
                 work_dir=settings.work_dir,
                 state_uri=settings.state_uri,
                 state_options=settings.state_store_options,

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,32 +89,25 @@ def stop_driver(pid: int, grace_seconds: float = 10.0) -> bool:
 
 def start_driver(
     *,
-    transfer_id: str,
+    request: Any,
     plan: Mapping[str, Any],
     fleet: Mapping[str, Any],
-    src: str,
-    dst: str,
-    include: Sequence[str],
-    exclude: Sequence[str],
-    sync: bool,
-    journal_dir: str,
-    src_options: Mapping[str, Any],
-    dst_options: Mapping[str, Any],
     env: Mapping[str, str],
-    engine_options: Mapping[str, Any],
     work_dir: str,
     state_uri: str,
     state_options: Mapping[str, Any] | None = None,
     teardown: Mapping[str, Any] | None = None,
     heartbeat_s: float = HEARTBEAT_S,
 ) -> DriverHandle:
-    """Start a detached driver; credentials (``env``, ``teardown``) go through a pipe only.
+    """Start a detached driver for ``request`` (a ``TransferRequest``, whose ``transfer_id``
+    and ``journal_dir`` are set); credentials (``env``, ``teardown``) go through a pipe only.
 
     ``teardown`` (``{"backend": ..., "backend_options": ...}``) makes the driver delete the
     fleet when the transfer ends, whatever the outcome (the one-task copy's contract).
     """
     from skyplane_ops.api import TransferState
 
+    transfer_id = str(request.transfer_id)
     folder = run_dir(work_dir, transfer_id)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "driver.log"
@@ -124,18 +117,10 @@ def start_driver(
     state.write_status("starting", host=socket.gethostname())
     spec = {
         "transfer_id": transfer_id,
+        "request": request.to_dict(),
         "plan": dict(plan),
         "fleet": dict(fleet),
-        "src": src,
-        "dst": dst,
-        "include": list(include),
-        "exclude": list(exclude),
-        "sync": sync,
-        "journal_dir": journal_dir,
-        "src_options": dict(src_options),
-        "dst_options": dict(dst_options),
         "env": dict(env),
-        "engine_options": dict(engine_options),
         "state_uri": state_uri,
         "state_options": dict(state_options or {}),
         "teardown": dict(teardown) if teardown else None,
@@ -225,7 +210,15 @@ def run(spec: Mapping[str, Any]) -> int:
 
     from skyplane_ops import api
     from skyplane_ops.airflow.summaries import progress_counters
-    from skyplane_ops.api import GatewayFleet, SkyplaneOpsError, TransferPlan, TransferState
+    from skyplane_ops.api import (
+        CopyRun,
+        GatewayFleet,
+        RunEvents,
+        SkyplaneOpsError,
+        TransferPlan,
+        TransferRequest,
+        TransferState,
+    )
 
     def on_term(signum: int, frame: Any) -> None:
         raise _Cancelled()
@@ -235,9 +228,19 @@ def run(spec: Mapping[str, Any]) -> int:
     os.environ.update(spec.get("env") or {})
     state = TransferState(spec["state_uri"], spec["transfer_id"], spec.get("state_options"))
     base = {"pid": os.getpid(), "host": socket.gethostname()}
-    journal_dir = spec["journal_dir"]
+    request = TransferRequest.from_dict(spec["request"])
+    journal_dir = str(request.journal_dir)
     fleet = GatewayFleet.from_dict(spec["fleet"])
     beat = _Beat(state, journal_dir, float(spec.get("heartbeat_s") or HEARTBEAT_S), base)
+
+    class Beating(RunEvents):
+        """Progress counters into the heartbeat the trigger reads."""
+
+        wants_progress = True
+
+        def progress(self, update: Any) -> None:
+            beat.progress = progress_counters(update)
+
     outcome: tuple[str, dict[str, Any]]
     code = 0
     try:
@@ -247,24 +250,12 @@ def run(spec: Mapping[str, Any]) -> int:
         fleet = dataclasses.replace(fleet, secret_ref=state.local_secret_ref(fleet.secret_ref))
         beat.beat()
         beat.start()
-
-        def progress(update: Any) -> None:
-            beat.progress = progress_counters(update)
-
-        result = api.transfer(
-            TransferPlan.from_dict(spec["plan"]),
-            fleet,
-            spec["src"],
-            spec["dst"],
-            src_options=spec["src_options"] or None,
-            dst_options=spec["dst_options"] or None,
-            include=spec["include"],
-            exclude=spec["exclude"],
-            journal_dir=journal_dir,
-            sync=spec["sync"],
-            progress=progress,
-            **(spec.get("engine_options") or {}),
+        # The run sequence on the given plan and fleet: lock, list, move, finish (the fleet
+        # is deleted below, whatever the outcome, when the spec says so).
+        gateways = api.Gateways(
+            backend=fleet.backend, fleet=fleet, plan=TransferPlan.from_dict(spec["plan"])
         )
+        result = CopyRun(request, gateways, Beating()).run()
         outcome = ("success", {"result": result.to_dict()})
     except _Cancelled:
         outcome, code = ("cancelled", {}), 3

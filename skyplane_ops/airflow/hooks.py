@@ -210,6 +210,28 @@ class SkyplaneHook(BaseHook):
 
     # -- plans ------------------------------------------------------------------------------
 
+    def plan_options(
+        self,
+        *,
+        min_throughput_gbps: float | None = None,
+        max_cost_usd: float | None = None,
+        deadline_seconds: float | None = None,
+    ) -> api.PlanOptions:
+        """The connection's planner limits and grid store with the task's bound (an explicit
+        bound wins over the connection's cost ceiling): a request's ``planning``."""
+        settings = self.settings
+        if min_throughput_gbps is None and max_cost_usd is None and deadline_seconds is None:
+            max_cost_usd = settings.max_cost_usd
+        return api.PlanOptions(
+            min_throughput_gbps=min_throughput_gbps,
+            max_cost_usd=max_cost_usd,
+            deadline_seconds=deadline_seconds,
+            max_vms_per_region=settings.max_vms_per_region,
+            max_connections_per_vm=settings.max_connections_per_vm,
+            profile_overrides=settings.profile_overrides,
+            grid_store=self.grid_store_uri(),
+        )
+
     def plan(
         self,
         src_region: str,
@@ -221,22 +243,14 @@ class SkyplaneHook(BaseHook):
         deadline_seconds: float | None = None,
     ) -> TransferPlan:
         """Plan with the connection's limits on its grid store's latest measured version (the
-        modelled grid where nothing was published); an explicit bound wins over its cost
-        ceiling."""
-        settings = self.settings
-        if min_throughput_gbps is None and max_cost_usd is None and deadline_seconds is None:
-            max_cost_usd = settings.max_cost_usd
-        return api.plan(
-            src_region,
-            dst_regions,
-            volume_gb,
+        modelled grid where nothing was published); see :meth:`plan_options`."""
+        options = self.plan_options(
             min_throughput_gbps=min_throughput_gbps,
             max_cost_usd=max_cost_usd,
             deadline_seconds=deadline_seconds,
-            max_vms_per_region=settings.max_vms_per_region,
-            max_connections_per_vm=settings.max_connections_per_vm,
-            profile_overrides=settings.profile_overrides,
-            grid_store=self.grid_store_uri(),
+        )
+        return api.plan(
+            src_region, dst_regions, volume_gb, **options.kwargs(), backend=self.settings.backend
         )
 
     @staticmethod
@@ -290,6 +304,7 @@ class SkyplaneHook(BaseHook):
     def provision(
         self, plan: TransferPlan, *, transfer_id: str, tags: Mapping[str, str] | None = None
     ) -> GatewayFleet:
+        """The provision step (setup task): the plan's gateways, tagged for ``transfer_id``."""
         return api.provision(
             plan,
             backend=self.settings.backend,
@@ -358,52 +373,19 @@ class SkyplaneHook(BaseHook):
 
     # -- transfers --------------------------------------------------------------------------
 
-    @staticmethod
-    def sync_up_to_date(
-        src: str,
-        dst: str,
-        *,
-        transfer_id: str,
-        journal_dir: str,
-        src_options: Mapping[str, Any] | None = None,
-        dst_options: Mapping[str, Any] | None = None,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-    ) -> Any | None:
-        """A sync with nothing to copy or delete: its result, found from a listing of both
-        sides before any plan or gateway (``api.sync_check``, under the journal lock); None
-        when it has work to do (the transfer then lists again)."""
-        with (
-            exported_env(env or {}),
-            api.transfer_lock(src, dst, journal_dir=journal_dir, include=include, exclude=exclude),
-        ):
-            got = api.sync_check(
-                src,
-                dst,
-                transfer_id=transfer_id,
-                src_options=src_options,
-                dst_options=dst_options,
-                include=include,
-                exclude=exclude,
-                journal_dir=journal_dir,
-            )
-            if isinstance(got, api.TransferResult):
-                return got
-            got.close()
-            return None
-
-    def transfer(
+    def gateways(
         self,
-        plan: TransferPlan,
-        fleet: GatewayFleet,
-        src: str,
-        dst: str,
+        transfer_id: str,
         *,
-        env: Mapping[str, str] | None = None,
-        **options: Any,
-    ) -> Any:
-        """``api.transfer`` (same ``options``) with ``env`` (store credentials) exported around
-        the call."""
-        with exported_env(env or {}):
-            return api.transfer(plan, fleet, src, dst, **options)
+        fleet: GatewayFleet | None = None,
+        plan: TransferPlan | None = None,
+    ) -> api.Gateways:
+        """Where a run's gateways come from: ``fleet`` (another task's, left running) or the
+        connection's backend, tagged for this transfer; ``plan`` is followed if given."""
+        return api.Gateways(
+            backend=fleet.backend if fleet is not None else self.settings.backend,
+            backend_options=self.backend_options(),
+            fleet=fleet,
+            plan=plan,
+            tags=self.tags(transfer_id),
+        )

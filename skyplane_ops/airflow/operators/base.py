@@ -7,7 +7,8 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -15,13 +16,21 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.configuration import conf
 
 from skyplane_ops.airflow.deferral import TransferJob
-from skyplane_ops.airflow.hooks import SkyplaneHook
+from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env
 from skyplane_ops.airflow.settings import DEFAULT_CONN_ID, make_transfer_id
 from skyplane_ops.airflow.summaries import (
     asset_metadata,
     transfer_summary,
 )
-from skyplane_ops.api import GatewayFleet, ProgressLine, TransferPlan, plan_paths
+from skyplane_ops.api import (
+    CopyRun,
+    GatewayFleet,
+    ProgressLine,
+    RunEvents,
+    TransferPlan,
+    TransferRequest,
+    plan_paths,
+)
 
 _SAFE_ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -235,21 +244,23 @@ class _TransferringOperator(_SkyplaneBaseOperator):
         src_options: Mapping[str, Any],
         dst_options: Mapping[str, Any],
         env: Mapping[str, str],
-        engine_options: Mapping[str, Any],
+        fields: Mapping[str, Any],
     ) -> TransferJob:
-        return TransferJob(
-            transfer_id=transfer_id,
-            journal=journal,
-            src=str(self.src),
-            dst=str(self.dst),
+        """The task's ``TransferRequest`` (``fields``: the request's other fields, such as its
+        regions, planning and the engine options) with the credentials to run it under."""
+        request = TransferRequest.build(
+            str(self.src),
+            str(self.dst),
+            src_options=src_options,
+            dst_options=dst_options,
             include=_as_list(self.include),
             exclude=_as_list(self.exclude),
             sync=self.sync,
-            src_options=src_options,
-            dst_options=dst_options,
-            env=env,
-            engine_options=engine_options,
+            journal_dir=journal,
+            transfer_id=transfer_id,
+            **fields,
         )
+        return TransferJob(request=request, env=env)
 
     def _finish_event(
         self,
@@ -307,47 +318,67 @@ def done_line(transfer_id: str, summary: Mapping[str, Any]) -> str:
     )
 
 
+class TaskLogEvents(RunEvents):
+    """A run's phases and progress as task log lines; every few seconds while data moves,
+    the journal is snapshotted to the state store too (a retry elsewhere resumes from it)."""
+
+    wants_progress = True
+
+    def __init__(self, op: Any, transfer_id: str, state: Any, journal: str) -> None:
+        self.op, self.state, self.journal = op, state, journal
+        self.transfer_id = transfer_id
+        self.line: ProgressLine | None = None
+        self.last = 0.0
+
+    @contextmanager
+    def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
+        started = time.monotonic()
+        note: dict[str, str] = {}
+        yield note
+        took = time.monotonic() - started
+        self.op.log.info("%s %s: %s (%.2f s)", name, detail, note.get("done", "done"), took)
+
+    def planned(self, plan: TransferPlan) -> None:
+        self.line = ProgressLine(f"transfer {self.transfer_id}", plan_paths(plan))
+
+    def progress(self, update: Any) -> None:
+        now = time.monotonic()
+        if now - self.last < 5.0:
+            return
+        self.last = now
+        text = self.line.update(update) if self.line is not None else None
+        if text:
+            self.op.log.info("%s", text)
+        self.state.save_journal(self.journal)
+
+
 def run_here(
     op: Any,
-    plan: TransferPlan,
-    fleet: GatewayFleet,
     job: TransferJob,
-) -> Any:
-    """Transfer in this task's process: journal and secret from the state store when this
-    worker lacks them, the journal snapshotted back, progress as human log lines."""
+    gateways: Any,
+    events: RunEvents | None = None,
+    *,
+    volume_gb: float | None = None,
+) -> tuple[Any, CopyRun]:
+    """The run sequence in this task's process, with the job's credentials exported: the
+    journal restored from the state store when this worker lacks it (and snapshotted back),
+    the secret of a fleet another task started fetched from there, progress as log lines.
+    Returns the result and the run (its plan, or ``up_to_date``)."""
     transfer_id, journal = job.transfer_id, job.journal
     state = op.hook.transfer_state(transfer_id)
     if state.restore_journal(journal):
         op.log.info("restored the journal of %s from %s", transfer_id, state.uri)
-    fleet = dataclasses.replace(fleet, secret_ref=state.local_secret_ref(fleet.secret_ref))
-    line = ProgressLine(f"transfer {transfer_id}", plan_paths(plan))
-    last = [0.0]
-
-    def progress(update: Any) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 5.0:
-            last[0] = now
-            text = line.update(update)
-            if text:
-                op.log.info("%s", text)
-            state.save_journal(journal)
-
-    try:
-        return op.hook.transfer(
-            plan,
-            fleet,
-            job.src,
-            job.dst,
-            src_options=job.src_options,
-            dst_options=job.dst_options,
-            include=list(job.include),
-            exclude=list(job.exclude),
-            journal_dir=journal,
-            sync=job.sync,
-            progress=progress,
-            env=job.env,
-            **job.engine_options,
+    if gateways.fleet is not None:
+        fleet = gateways.fleet
+        secret_ref = state.local_secret_ref(fleet.secret_ref)
+        gateways = dataclasses.replace(
+            gateways, fleet=dataclasses.replace(fleet, secret_ref=secret_ref)
         )
+    events = events or TaskLogEvents(op, transfer_id, state, journal)
+    run = CopyRun(job.request, gateways, events, volume_gb=volume_gb)
+    try:
+        with exported_env(job.env):
+            return run.run(), run
     finally:
         try:
             state.save_journal(journal)

@@ -8,20 +8,20 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset
-from airflow.sdk.exceptions import TaskDeferred
 
 from skyplane_ops.airflow.deferral import TransferDeferral
-from skyplane_ops.airflow.hooks import merge_env
+from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
 from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
 from skyplane_ops.airflow.operators.base import (
-    _as_list,
+    TaskLogEvents,
+    _float_or_none,
     _PlanningOperator,
     _transfer_task_defaults,
     _TransferringOperator,
     run_here,
 )
-from skyplane_ops.api import GatewayFleet
+from skyplane_ops.api import CopyRun, GatewayFleet, TransferPlan
 
 
 class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOperator):
@@ -106,68 +106,88 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         self._transfer_id = transfer_id
         src_access = self.hook.store_access(self.src_conn_id)
         dst_access = self.hook.store_access(self.dst_conn_id)
-        env = merge_env(src_access, dst_access)
-        work_dir = self.hook.settings.work_dir
-        journal = self.journal_dir or os.path.join(work_dir, "journals", transfer_id)
-        if self.sync:  # nothing to do: no plan, no gateways (on a cloud, no VMs to pay for)
-            done = self.hook.sync_up_to_date(
-                str(self.src),
-                str(self.dst),
-                transfer_id=transfer_id,
-                journal_dir=journal,
-                src_options=src_access.options,
-                dst_options=dst_access.options,
-                include=_as_list(self.include),
-                exclude=_as_list(self.exclude),
-                env=env,
-            )
-            if done is not None:
-                self.log.info(
-                    "sync %s: %d objects up to date, no plan and no gateways",
-                    transfer_id,
-                    done.objects_skipped,
-                )
-                return self._finish(
-                    context, done, transfer_id=transfer_id, plan=None, plan_uri=None, journal=None
-                )
-        volume = self._volume(lambda: (src_access.options, env))
-        plan, plan_uri = self._plan_and_store(str(self.dst_region), volume, transfer_id)
-        self.log.info("plan %s (full plan at %s):\n%s", transfer_id, plan_uri, plan.to_text())
-        persist_links(context, plan_uri, plan, route_stored=True)
+        journal = self.journal_dir or os.path.join(
+            self.hook.settings.work_dir, "journals", transfer_id
+        )
+        planning = self.hook.plan_options(
+            min_throughput_gbps=_float_or_none("min_throughput_gbps", self.min_throughput_gbps),
+            max_cost_usd=_float_or_none("max_cost_usd", self.max_cost_usd),
+            deadline_seconds=_float_or_none("deadline_seconds", self.deadline_seconds),
+        )
         job = self._job(
             transfer_id,
             journal,
             src_options=src_access.options,
             dst_options=dst_access.options,
-            env=env,
-            engine_options={},
+            env=merge_env(src_access, dst_access),
+            fields={
+                "src_region": str(self.src_region),
+                "dst_region": str(self.dst_region),
+                "planning": planning,
+            },
         )
+        state = self.hook.transfer_state(transfer_id)
+        events = _CopyEvents(self, context, transfer_id, state, journal)
+        volume = _float_or_none("volume_gb", self.volume_gb)
+        gateways = self.hook.gateways(transfer_id)
         try:
-            self._fleet = self.hook.provision(plan, transfer_id=transfer_id)
             if self.deferrable:
-                self.hook.transfer_state(transfer_id).save_secret(self._fleet.secret_ref)
-                # From here on the driver owns the fleet and deletes it when it ends.
-                self.defer_transfer(
-                    context,
-                    plan=plan,
-                    plan_uri=plan_uri,
-                    fleet=self._fleet,
-                    job=job,
-                    teardown=True,
-                )
-            result = run_here(self, plan, self._fleet, job)
-        except TaskDeferred:
-            raise
+                run = CopyRun(job.request, gateways, events, volume_gb=volume)
+                result = self._start_deferred(run, job, state)
+            else:
+                result, run = run_here(self, job, gateways, events, volume_gb=volume)
+                self._fleet = None  # the run deleted it
         except BaseException:
             try:
                 self._teardown()
             except Exception:
                 self.log.exception("deprovisioning after the failure failed")
             raise
-        self._teardown()
+        if result is None:  # provisioned: the driver moves, finishes and deletes the fleet
+            assert run.plan is not None and self._fleet is not None
+            self.defer_transfer(
+                context,
+                plan=run.plan,
+                plan_uri=events.plan_uri,
+                fleet=self._fleet,
+                job=job,
+                teardown=True,
+            )
+        if run.up_to_date:  # nothing to do: no plan, no gateways (on a cloud, no VMs to pay for)
+            self.log.info(
+                "sync %s: %d objects up to date, no plan and no gateways",
+                transfer_id,
+                result.objects_skipped,
+            )
+            return self._finish(
+                context, result, transfer_id=transfer_id, plan=None, plan_uri=None, journal=None
+            )
         return self._finish(
-            context, result, transfer_id=transfer_id, plan=plan, plan_uri=plan_uri, journal=journal
+            context,
+            result,
+            transfer_id=transfer_id,
+            plan=run.plan,
+            plan_uri=events.plan_uri,
+            journal=journal,
         )
+
+    def _start_deferred(self, run: CopyRun, job: Any, state: Any) -> Any:
+        """The run's steps up to its fleet (lock, list, plan, provision), here; None when the
+        driver is to take over, or the result of a sync with nothing to do."""
+        with exported_env(job.env), run.locked():
+            try:
+                done = run.list()
+                if done is not None:
+                    return done
+                run.make_plan()
+                run.provision()
+                assert run.fleet is not None
+                state.save_secret(run.fleet.secret_ref)
+                # From here on the driver owns the fleet and deletes it when it ends.
+                run.detach()
+            finally:
+                run.close()
+        return None
 
     def execute_complete(
         self,
@@ -207,3 +227,31 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
             self._teardown()
         except Exception:
             self.log.exception("deprovisioning on kill failed")
+
+
+class _CopyEvents(TaskLogEvents):
+    """The task log, plus the plan: stored at ``plan_uri`` (default
+    ``<work_dir>/plans/<transfer_id>.json``) with its route picture, logged as text, and
+    linked from the task ("Skyplane plan", "Skyplane route")."""
+
+    def __init__(
+        self, op: SkyplaneCopyOperator, context: Any, transfer_id: str, state: Any, journal: str
+    ) -> None:
+        super().__init__(op, transfer_id, state, journal)
+        self.context = context
+        self.plan_uri: str | None = None
+
+    def planned(self, plan: TransferPlan) -> None:
+        super().planned(plan)
+        op = self.op
+        uri = op.plan_uri or os.path.join(
+            op.hook.settings.work_dir, "plans", f"{self.transfer_id}.json"
+        )
+        self.plan_uri = SkyplaneHook.write_plan(plan, uri, conn_id=op.plan_conn_id)
+        op.log.info(
+            "plan %s (full plan at %s):\n%s", self.transfer_id, self.plan_uri, plan.to_text()
+        )
+        persist_links(self.context, self.plan_uri, plan, route_stored=True)
+
+    def provisioned(self, fleet: GatewayFleet) -> None:
+        self.op._fleet = fleet  # for on_kill and a failure's teardown

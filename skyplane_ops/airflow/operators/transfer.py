@@ -36,6 +36,9 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
     ``<work_dir>/journals/<id>``) records finished chunks, is snapshotted to the connection's
     state store, and is restored from there when this worker does not have it.
 
+    ``engine_options`` are more fields of the run's ``TransferRequest`` (``part_size``,
+    ``verify``, ``connections_per_hop``, ``encrypt``, ``compress_level``, ``wait_lock``).
+
     ``deferrable`` (default: Airflow's ``[operators] default_deferrable``): a detached
     control-plane driver (``skyplane_ops.airflow.driver``) runs the transfer and the task
     defers to ``SkyplaneTransferTrigger``, which follows the driver through the state store
@@ -132,12 +135,12 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
             src_options=access.options,
             dst_options={**dst_access.options, **self.dst_options},
             env=access.env,
-            engine_options=self.engine_options,
+            fields=self.engine_options,
         )
         if self.deferrable:
             self.defer_transfer(context, plan=plan, plan_uri=plan_uri, fleet=fleet, job=job)
             return None
-        result = run_here(self, plan, fleet, job)
+        result, _ = run_here(self, job, self.hook.gateways(transfer_id, fleet=fleet, plan=plan))
         return self._finish(
             context, result, transfer_id=transfer_id, plan=plan, plan_uri=plan_uri, journal=journal
         )
