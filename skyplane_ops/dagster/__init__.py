@@ -16,7 +16,7 @@ from skyplane_ops.dagster.grid import EVERY_THREE_DAYS, GridRefresh, build_grid_
 from skyplane_ops.dagster.locations import ReplicaDestination, ReplicaSource, prefix_for
 from skyplane_ops.dagster.resource import SkyplaneResource
 from skyplane_ops.dagster.sensors import build_leftover_sweepers
-from skyplane_ops.dagster.steps import transfer_id_for
+from skyplane_ops.dagster.spec import transfer_id_for
 from skyplane_ops.dagster.translator import SkyplaneTranslator
 
 __all__ = [

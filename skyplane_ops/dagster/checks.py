@@ -15,7 +15,7 @@ import dagster as dg
 
 from skyplane_ops.dagster.compare import Comparison, compare_stores
 from skyplane_ops.dagster.locations import ReplicaDestination, join_uri, prefix_for
-from skyplane_ops.dagster.steps import ReplicationSpec, run_partition_keys
+from skyplane_ops.dagster.spec import ReplicationSpec, run_partition_keys
 
 CHECK_NAME = "replica_matches_source"
 

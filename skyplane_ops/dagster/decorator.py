@@ -19,23 +19,9 @@ from typing import Any
 
 import dagster as dg
 
-from skyplane_ops.dagster.factory import make_spec
 from skyplane_ops.dagster.locations import PartitionPrefix, ReplicaDestination, ReplicaSource
-from skyplane_ops.dagster.steps import ReplicationSpec
+from skyplane_ops.dagster.spec import make_spec, register_spec
 from skyplane_ops.dagster.translator import SkyplaneTranslator
-
-# Replication specs by op name, for ``SkyplaneResource.replicate(context)``.
-_SPECS: dict[str, ReplicationSpec] = {}
-
-
-def spec_for(context: Any) -> ReplicationSpec:
-    """The replication the running ``@skyplane_assets`` op was defined with."""
-    name = context.op_def.name
-    if name not in _SPECS:
-        raise dg.DagsterInvariantViolationError(
-            f"op {name!r} is not a @skyplane_assets definition; call replicate() from one"
-        )
-    return _SPECS[name]
 
 
 def skyplane_assets(
@@ -68,11 +54,14 @@ def skyplane_assets(
             policy = dg.BackfillPolicy.single_run()
         asset_specs = [translate.get_asset_spec(spec, d) for d in spec.destinations]
         # The run reports under the translated keys.
-        _SPECS[op_name] = dataclasses.replace(
-            spec,
-            destinations=tuple(
-                dataclasses.replace(d, key=s.key)
-                for d, s in zip(spec.destinations, asset_specs, strict=True)
+        register_spec(
+            op_name,
+            dataclasses.replace(
+                spec,
+                destinations=tuple(
+                    dataclasses.replace(d, key=s.key)
+                    for d, s in zip(spec.destinations, asset_specs, strict=True)
+                ),
             ),
         )
         return dg.multi_asset(

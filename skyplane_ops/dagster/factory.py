@@ -22,7 +22,8 @@ import dagster as dg
 from skyplane_ops.dagster.checks import build_replica_checks
 from skyplane_ops.dagster.locations import PartitionPrefix, ReplicaDestination, ReplicaSource
 from skyplane_ops.dagster.resource import SkyplaneResource
-from skyplane_ops.dagster.steps import ReplicationSpec, replicate
+from skyplane_ops.dagster.spec import ReplicationSpec, make_spec
+from skyplane_ops.dagster.steps import replicate
 from skyplane_ops.dagster.translator import SkyplaneTranslator
 
 RESOURCE_KEY = "skyplane"
@@ -44,31 +45,6 @@ class ReplicatedDataset:
         """``dg.Definitions(assets=[...], asset_checks=[...])`` take these as they are."""
         yield self.assets_def
         yield from self.checks
-
-
-def make_spec(
-    name: str,
-    source: ReplicaSource,
-    destinations: ReplicaDestination | Sequence[ReplicaDestination],
-    *,
-    partitions_def: dg.PartitionsDefinition[Any] | None = None,
-    partition_prefix: PartitionPrefix = "{partition_key}/",
-) -> ReplicationSpec:
-    """Validate a replication and fix its partitioning (default: the upstream asset's)."""
-    dests = (destinations,) if isinstance(destinations, ReplicaDestination) else tuple(destinations)
-    if not dests:
-        raise dg.DagsterInvalidDefinitionError("replicated_dataset needs at least one destination")
-    names = [d.output_name for d in dests]
-    if len(set(names)) != len(names):
-        raise dg.DagsterInvalidDefinitionError(f"duplicate replica asset keys in {names}")
-    parts = partitions_def if partitions_def is not None else source.partitions_def
-    return ReplicationSpec(
-        name=name,
-        source=source,
-        destinations=dests,
-        partitions_def=parts,
-        partition_prefix=partition_prefix,
-    )
 
 
 def replicated_dataset(

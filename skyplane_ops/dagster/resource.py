@@ -13,7 +13,7 @@ a Dagster deployment sets as environment variables.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -21,6 +21,8 @@ from pydantic import Field
 
 from skyplane_ops import api
 from skyplane_ops.api import GatewayFleet, PlanningError, TransferPlan
+from skyplane_ops.dagster.spec import spec_for
+from skyplane_ops.dagster.steps import replicate
 
 
 def _default_home() -> str:
@@ -116,10 +118,8 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         return merged
 
     def open_store(self, uri: str) -> Any:
-        """An ``ObjectStore`` for ``uri`` (imported lazily: gateway_agent stays optional here)."""
-        from gateway_agent.stores import open_store
-
-        return open_store(uri, self.store_options_for(uri))
+        """An ``ObjectStore`` for ``uri``, with this resource's options for it."""
+        return api.open_store(uri, self.store_options_for(uri))
 
     # -- the API, configured ---------------------------------------------------------------
     def plan(
@@ -164,25 +164,23 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             tags=tags,
         )
 
-    def transfer(
-        self,
-        plan: TransferPlan,
-        fleet: GatewayFleet,
-        src_uri: str,
-        dst_uri: str,
-        *,
-        journal_dir: str | None = None,
-        progress: Callable[[Any], None] | None = None,
-    ) -> Any:
-        return api.transfer(
-            plan,
-            fleet,
+    def request(
+        self, src_uri: str, dst_uri: str, *, journal_dir: str, transfer_id: str
+    ) -> api.TransferRequest:
+        """The ``TransferRequest`` of one replica unit, with this resource's store options."""
+        return api.TransferRequest.build(
             src_uri,
             dst_uri,
             src_options=self.store_options_for(src_uri),
             dst_options=self.store_options_for(dst_uri),
             journal_dir=journal_dir,
-            progress=progress,
+            transfer_id=transfer_id,
+        )
+
+    def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:
+        """A run's gateways: the step's shared fleet (deleted by the step) and a plan."""
+        return api.Gateways(
+            backend=fleet.backend, backend_options=self._backend_options(), fleet=fleet, plan=plan
         )
 
     def deprovision(
@@ -199,9 +197,6 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     def replicate(self, context: Any) -> Iterator[Any]:
         """Plan, provision and transfer the replicas of the running ``@skyplane_assets`` op
         (one ``MaterializeResult`` per replica); the fleet is always deleted."""
-        from skyplane_ops.dagster.decorator import spec_for
-        from skyplane_ops.dagster.steps import replicate
-
         yield from replicate(context, self, spec_for(context))
 
     def refresh_grid(

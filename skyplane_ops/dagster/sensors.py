@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from skyplane_ops.dagster.resource import SkyplaneResource
-from skyplane_ops.dagster.steps import ReplicationSpec, transfer_id_for
+from skyplane_ops.dagster.spec import ReplicationSpec, transfer_id_for
 
 
 def _sweep(

@@ -10,64 +10,25 @@ journal makes the transfer resume) and run termination interrupts it: the fleet 
 
 from __future__ import annotations
 
-import hashlib
 import time
 import traceback
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
 
 from skyplane_ops import api
 from skyplane_ops.api import GatewayFleet, TransferError, TransferPlan
-from skyplane_ops.dagster.locations import (
-    PartitionPrefix,
-    ReplicaDestination,
-    ReplicaSource,
-    join_uri,
-    prefix_for,
-)
+from skyplane_ops.dagster.locations import join_uri, prefix_for
 from skyplane_ops.dagster.metadata import fleet_metadata, transfer_metadata
-from skyplane_ops.dagster.resource import SkyplaneResource
+from skyplane_ops.dagster.spec import ReplicationSpec, run_partition_keys, transfer_id_for
+
+# The resource is passed in, never imported: it imports this module (``replicate``).
+SkyplaneResource = Any
 
 GB = 1e9
 PROGRESS_EVERY_S = 5.0
-
-
-@dataclass(frozen=True)
-class ReplicationSpec:
-    """Everything the factory was told: one source, its replicas and the partition layout."""
-
-    name: str
-    source: ReplicaSource
-    destinations: tuple[ReplicaDestination, ...]
-    partitions_def: dg.PartitionsDefinition[Any] | None
-    partition_prefix: PartitionPrefix
-
-
-def transfer_id_for(run_id: str, spec_name: str) -> str:
-    """Deterministic per (run, dataset): the sweeper sensor recomputes it after a crash."""
-    digest = hashlib.sha256(spec_name.encode("utf-8")).hexdigest()[:8]
-    return f"dg-{run_id.replace('-', '')[:32]}-{digest}"
-
-
-def run_partition_keys(
-    context: Any, partitions_def: dg.PartitionsDefinition[Any] | None
-) -> list[str | None]:
-    """The partitions this run targets ([None] when unpartitioned or not partition-scoped)."""
-    if partitions_def is None:
-        return [None]
-    tags: Mapping[str, str] = context.run.tags
-    single = tags.get("dagster/partition")
-    if single is not None:
-        return [single]
-    start = tags.get("dagster/asset_partition_range_start")
-    end = tags.get("dagster/asset_partition_range_end")
-    if start is not None and end is not None:
-        keys = partitions_def.get_partition_keys_in_range(dg.PartitionKeyRange(start, end))
-        return list(keys)
-    return [None]
 
 
 def _fail(skyplane: SkyplaneResource, context: Any, what: str, exc: BaseException) -> dg.Failure:
@@ -93,11 +54,10 @@ def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) 
     for key in run_partition_keys(context, spec.partitions_def):
         prefix = prefix_for(key, spec.partition_prefix) if key is not None else ""
         src_uri = join_uri(spec.source.uri, prefix)
-        objects = nbytes = 0  # counted as the listing streams: nothing kept per object
-        try:
-            for info in skyplane.open_store(src_uri).list():
-                objects += 1
-                nbytes += info.size
+        try:  # counted as the listing streams: nothing kept per object
+            objects, nbytes = api.source_totals(
+                src_uri, skyplane.store_options_for(src_uri), allow_empty=True
+            )
         except Exception as exc:
             raise _fail(skyplane, context, f"cannot list {src_uri}", exc) from None
         units.append(
@@ -157,30 +117,36 @@ def provision_fleet(
     return fleet
 
 
-class _Progress:
-    """Logs a human progress line (%, MiB, Gbit/s, ETA, per path) at most every few seconds."""
+class _LogEvents(api.RunEvents):
+    """The run's phases in the Dagster log, and a human progress line (%, MiB, Gbit/s, ETA,
+    per path) at most every few seconds."""
 
-    def __init__(self, context: Any, label: str, plan: TransferPlan) -> None:
+    wants_progress = True
+
+    def __init__(self, context: Any, label: str) -> None:
         self.context = context
-        self.line = api.ProgressLine(label, api.plan_paths(plan))
+        self.label = label
+        self.line: api.ProgressLine | None = None
         self.last = 0.0
 
-    def __call__(self, update: Any) -> None:
+    @contextmanager
+    def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
+        note: dict[str, str] = {}
+        yield note
+        if "done" in note:
+            self.context.log.info(f"{self.label}: {name}: {note['done']}")
+
+    def planned(self, plan: TransferPlan) -> None:
+        self.line = api.ProgressLine(f"transfer {self.label}", api.plan_paths(plan))
+
+    def progress(self, update: Any) -> None:
         now = time.monotonic()
-        if now - self.last < PROGRESS_EVERY_S:
+        if now - self.last < PROGRESS_EVERY_S or self.line is None:
             return
         self.last = now
         text = self.line.update(update)
         if text:
             self.context.log.info(text)
-
-
-def _result_dict(result: Any) -> dict[str, Any]:
-    if hasattr(result, "to_dict"):
-        return dict(result.to_dict())
-    if isinstance(result, Mapping):
-        return dict(result)
-    return dict(vars(result))
 
 
 def transfer_step(
@@ -212,15 +178,13 @@ def transfer_step(
                 context.log.info(
                     f"transfer {label}: {unit['objects']} objects, {unit['bytes']} bytes"
                 )
-                result = skyplane.transfer(
-                    plan,
-                    fleet,
-                    unit["src_uri"],
-                    dst_uri,
-                    journal_dir=journal,
-                    progress=_Progress(context, f"transfer {label}", plan),
+                # The run sequence on the shared fleet and this destination's plan.
+                request = skyplane.request(
+                    unit["src_uri"], dst_uri, journal_dir=journal, transfer_id=fleet.transfer_id
                 )
-                summary = _result_dict(result)
+                gateways = skyplane.gateways(fleet=fleet, plan=plan)
+                result = api.CopyRun(request, gateways, _LogEvents(context, label)).run()
+                summary = result.to_dict()
                 status = (summary.get("verification") or {}).get("status", "passed")
                 if status != "passed":
                     raise TransferError(f"verification of {label} did not pass: {status}")

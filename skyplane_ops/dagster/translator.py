@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 
 from skyplane_ops.dagster.locations import ReplicaDestination, store_kind
-from skyplane_ops.dagster.steps import ReplicationSpec
+from skyplane_ops.dagster.spec import ReplicationSpec
 
 
 class SkyplaneTranslator:

@@ -24,7 +24,7 @@ from skyplane_ops.dagster import (
     SkyplaneTranslator,
     skyplane_assets,
 )
-from skyplane_ops.dagster.steps import ReplicationSpec
+from skyplane_ops.dagster.spec import ReplicationSpec
 
 DAY = "2026-11-20"
 YAML = """
