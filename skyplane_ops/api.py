@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Public types re-exported (``X as X``) for the faces, which import only this module.
@@ -481,11 +482,9 @@ _LAZY: dict[str, str] = {
     "ProfileError": "skyplane_ops.errors",
     "ProvisionError": "skyplane_ops.errors",
     "InvalidProblemError": "skyplane_ops.planner.problem",
-    "render_text": "skyplane_ops.planner.render",
-    "render_mermaid": "skyplane_ops.planner.render",
-    "plot_frontier": "skyplane_ops.planner.render",
+    "render_text": "skyplane_ops.planner.plan",
+    "render_mermaid": "skyplane_ops.planner.plan",
     "route_svg": "skyplane_ops.planner.route",
-    "write_route": "skyplane_ops.planner.route",
     "FleetUniverse": "skyplane_ops.provision.universe",
     "BACKENDS": "skyplane_ops.provision",
     "get_provisioner": "skyplane_ops.provision",
@@ -515,12 +514,10 @@ _LAZY: dict[str, str] = {
 if TYPE_CHECKING:
     from skyplane_ops.errors import ProfileError as ProfileError
     from skyplane_ops.errors import ProvisionError as ProvisionError
+    from skyplane_ops.planner.plan import render_mermaid as render_mermaid
+    from skyplane_ops.planner.plan import render_text as render_text
     from skyplane_ops.planner.problem import InvalidProblemError as InvalidProblemError
-    from skyplane_ops.planner.render import plot_frontier as plot_frontier
-    from skyplane_ops.planner.render import render_mermaid as render_mermaid
-    from skyplane_ops.planner.render import render_text as render_text
     from skyplane_ops.planner.route import route_svg as route_svg
-    from skyplane_ops.planner.route import write_route as write_route
     from skyplane_ops.profiler.durations import format_age as format_age
     from skyplane_ops.profiler.durations import parse_duration as parse_duration
     from skyplane_ops.profiler.errors import BudgetExceededError as BudgetExceededError
@@ -559,3 +556,40 @@ def __getattr__(name: str) -> Any:
 
     module, _, attr = where.partition(":")
     return getattr(importlib.import_module(module), attr or name)
+
+
+# ---- files the planner's pictures go to (the planner itself returns text and bytes) ---------
+def _image_target(path: str | Path) -> tuple[Path, str]:
+    """Where matplotlib's ``savefig(path)`` would write and in which format: the suffix names
+    the format; without one, PNG at ``path`` + ``.png``."""
+    out = Path(path)
+    fmt = out.suffix[1:].lower()
+    if fmt:
+        return out, fmt
+    return Path(str(out).rstrip(".") + ".png"), "png"
+
+
+def plot_frontier(
+    plan: TransferPlan, path: str | Path, *, max_vms_per_region: int | None = None
+) -> Path:
+    """Write the plan's Pareto frontier (``planner.render.frontier_image``) as PNG or SVG (by
+    suffix); returns ``path``."""
+    from skyplane_ops.planner.render import frontier_image
+
+    target, fmt = _image_target(path)
+    target.write_bytes(frontier_image(plan, fmt, max_vms_per_region=max_vms_per_region))
+    return Path(path)
+
+
+def write_route(plan: TransferPlan, path: str | Path) -> Path:
+    """Write the route picture: ``.svg`` as ``route_svg`` text, anything else via matplotlib
+    (PNG) on the same layout (``planner.route.route_image``); returns ``path``."""
+    from skyplane_ops.planner.route import route_image, route_svg
+
+    out = Path(path)
+    if out.suffix.lower() == ".svg":
+        out.write_text(route_svg(plan))
+        return out
+    target, fmt = _image_target(out)
+    target.write_bytes(route_image(plan, fmt))
+    return out
