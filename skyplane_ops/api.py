@@ -312,12 +312,12 @@ def source_volume_gb(
     exclude: Sequence[str] = (),
 ) -> float:
     """Size of what a transfer of ``src_uri`` would copy, in GB (for planning)."""
-    from gateway_agent.synthetic import open_any_store
+    from gateway_agent.stores import open_store
     from skyplane_ops.errors import TransferError
     from skyplane_ops.transfer.manifest import source_totals
 
     try:
-        store = open_any_store(src_uri, dict(src_options or {}))
+        store = open_store(src_uri, dict(src_options or {}))
     except Exception as exc:
         raise TransferError(f"cannot open source {src_uri}: {exc}") from exc
     return source_totals(store, src_uri, include, exclude)[1] / 1e9

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError
-from gateway_agent.synthetic import open_any_store
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer import sidelist
 from skyplane_ops.transfer.catalog import Catalog
@@ -23,7 +23,7 @@ from skyplane_ops.transfer.overlap import check_disjoint
 
 def open_side(uri: str, options: Mapping[str, Any] | None, side: str) -> ObjectStore:
     try:
-        return open_any_store(uri, dict(options or {}))
+        return open_store(uri, dict(options or {}))
     except (StoreError, ValueError) as exc:
         raise TransferError(f"cannot open {side} {uri}: {exc}") from exc
 

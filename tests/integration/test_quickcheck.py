@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway_agent.stores import open_store
 from gateway_agent.stores.local import LocalStore
-from gateway_agent.synthetic import open_any_store
 from skyplane_ops import api, cli
 from skyplane_ops.transfer import verify
 from skyplane_ops.transfer.catalog import TODO, Catalog
@@ -57,7 +57,7 @@ Plan = tuple[list[str], int, int]  # (keys to copy, objects skipped, objects to 
 
 def _plan(listing: Listing, dst: Path, delete: bool, include: tuple[str, ...]) -> Plan:
     """What a sync would do from ``listing`` (closed after)."""
-    store = open_any_store(f"file://{dst}", {})  # as the engine opens it
+    store = open_store(f"file://{dst}", {})  # as the engine opens it
     try:
         todo = plan_todo(
             listing.catalog, store, f"file://{dst}", include, (),
