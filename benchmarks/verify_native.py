@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gateway_agent.checksum import crc32c  # noqa: E402
 from gateway_agent.stores import open_store  # noqa: E402
+from gateway_agent.stores.checksum import crc32c  # noqa: E402
 from skyplane_ops.transfer.verify import verify_objects  # noqa: E402
 from tests.fixtures.emulators import run_azurite, run_moto  # noqa: E402
 

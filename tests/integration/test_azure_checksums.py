@@ -20,9 +20,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores import open_store
 from gateway_agent.stores.azure import CRC_METADATA, block_id
+from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.checksum import crc32c_b64

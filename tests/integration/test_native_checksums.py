@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores import open_store
+from gateway_agent.stores.checksum import crc32c
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.checksum import crc32c_b64
 from skyplane_ops.transfer.verify import verify_objects
