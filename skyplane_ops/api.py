@@ -40,8 +40,8 @@ from skyplane_ops.transfer.uptodate import sync_up_to_date as sync_up_to_date
 
 if TYPE_CHECKING:
     from skyplane_ops.profiler import RefreshResult
+    from skyplane_ops.profiler.universe import FleetUniverse
     from skyplane_ops.profiles import Profile
-    from skyplane_ops.provision.universe import FleetUniverse
 
 # Gateways per region the local backend starts at most: one machine gains nothing from more
 # processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
@@ -445,7 +445,7 @@ def copy(
             )
             options = dict(plan_options or {})
             if "fleet" not in options:  # an ssh inventory / netns grid is the planning universe
-                from skyplane_ops.provision.universe import FleetUniverse
+                from skyplane_ops.profiler.universe import FleetUniverse
 
                 options["fleet"] = FleetUniverse.from_backend(backend, backend_options)
             the_plan = plan(src_region, dst_region, volume_gb, **options)
@@ -485,7 +485,7 @@ _LAZY: dict[str, str] = {
     "render_text": "skyplane_ops.planner.plan",
     "render_mermaid": "skyplane_ops.planner.plan",
     "route_svg": "skyplane_ops.planner.route",
-    "FleetUniverse": "skyplane_ops.provision.universe",
+    "FleetUniverse": "skyplane_ops.profiler.universe",
     "BACKENDS": "skyplane_ops.provision",
     "get_provisioner": "skyplane_ops.provision",
     "PROVIDERS": "skyplane_ops.provision.mixed",
