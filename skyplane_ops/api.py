@@ -19,9 +19,6 @@ from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
-from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
-from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
-from skyplane_ops.refresh_policy import publish_target as publish_target
 from skyplane_ops.transfer import TransferResult as TransferResult
 from skyplane_ops.transfer import check_request, run_transfer
 from skyplane_ops.transfer import preview_transfer as preview_transfer
@@ -495,6 +492,9 @@ _LAZY: dict[str, str] = {
     "backend_options_for": "skyplane_ops.provision.sweeper",
     "load_backend_options": "skyplane_ops.provision.sweeper",
     "sweep": "skyplane_ops.provision.sweeper",
+    "PublishTarget": "skyplane_ops.profiler.refresh_policy",
+    "clean_leftovers": "skyplane_ops.profiler.refresh_policy",
+    "publish_target": "skyplane_ops.profiler.refresh_policy",
     "parse_duration": "skyplane_ops.profiler.durations",
     "format_age": "skyplane_ops.profiler.durations",
     "GridStore": "skyplane_ops.profiler.store",
@@ -522,6 +522,9 @@ if TYPE_CHECKING:
     from skyplane_ops.profiler.durations import parse_duration as parse_duration
     from skyplane_ops.profiler.errors import BudgetExceededError as BudgetExceededError
     from skyplane_ops.profiler.records import Measurement as Measurement
+    from skyplane_ops.profiler.refresh_policy import PublishTarget as PublishTarget
+    from skyplane_ops.profiler.refresh_policy import clean_leftovers as clean_leftovers
+    from skyplane_ops.profiler.refresh_policy import publish_target as publish_target
     from skyplane_ops.profiler.run import plan_run as _plan_run
     from skyplane_ops.profiler.store import GridStore as GridStore
     from skyplane_ops.profiler.store import default_store_uri as default_store_uri
