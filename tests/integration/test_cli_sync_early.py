@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from skyplane_ops import api, cli
-from tests.integration.transfer_helpers import read_tree, write_dataset
+from skyplane_ops.testing.transfer import read_tree, write_dataset
 
 REGIONS = ["--src-region", "aws:us-east-1", "--dst-region", "aws:us-west-2"]
 
