@@ -1,7 +1,7 @@
 """CPU cost of each data-plane stage, gateway Gbit/s on 1 and 2 cores, and the per-VM ceiling.
 
 Part 1, stages in isolation, each through the agent's own code: ``read`` (LocalStore ranged
-read, page cache warm), ``crc32c`` (``gateway_agent.checksum``), ``zstd`` compress at the levels
+read, page cache warm), ``crc32c`` (``stores.checksum``), ``zstd`` compress at the levels
 the agent is driven with (1; 3 is ``cp --compress``) on random and on 2:1-compressible data, and
 decompress, ``aes-gcm`` seal/open in the wire's 1 MiB records, ``send``/``receive``
 (``wire.send_frame``/``read_body``, clear and sealed, over a loopback TCP pair) and ``write``
@@ -53,8 +53,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from gateway import _cpu_seconds, run_job  # noqa: E402
 
 from gateway_agent import wire  # noqa: E402
-from gateway_agent.checksum import IMPLEMENTATION, crc32c  # noqa: E402
 from gateway_agent.stores import open_store  # noqa: E402
+from gateway_agent.stores.checksum import IMPLEMENTATION, crc32c  # noqa: E402
 from skyplane_ops.provision.local import LocalProvisioner  # noqa: E402
 
 MiB = 1024 * 1024

@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from skyplane_ops.provision.lease import LEASE_S  # noqa: E402
+from skyplane_ops.testing.gateways import KillCase, cli_kill_case, gateway_kill_case  # noqa: E402
 from skyplane_ops.transfer.dispatch import DispatchOptions  # noqa: E402
-from tests.faults._gw_procs import KillCase, cli_kill_case, gateway_kill_case  # noqa: E402
 
 TARGETS = ("source", "relay", "sink", "cli")
 SIGNALS = ("SIGKILL", "SIGSTOP", "SIGTERM")

@@ -34,10 +34,10 @@ os.environ["SKYPLANE_OPS_HOME"] = tempfile.mkdtemp(prefix="skyplane-ops-bench-")
 
 from skyplane_ops.provision import get_provisioner  # noqa: E402
 from skyplane_ops.provision.testbed import Testbed  # noqa: E402
+from skyplane_ops.testing.sshd import keygen, start_sshd, stop_sshd  # noqa: E402
+from skyplane_ops.testing.transfer import make_plan, write_dataset  # noqa: E402
 from skyplane_ops.transfer import run_transfer  # noqa: E402
 from skyplane_ops.transfer.progress import Progress, steady_rate_mbit  # noqa: E402
-from tests.fixtures.sshd import _keygen, start_sshd, stop_sshd  # noqa: E402
-from tests.integration.transfer_helpers import make_plan, write_dataset  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 A, B, C = "netns:A", "netns:B", "netns:C"
@@ -53,7 +53,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def bench_ssh(repeat: int, work: Path) -> list[dict[str, Any]]:
     key = work / "client_key"
-    _keygen(key)
+    keygen(key)
     servers = [start_sshd(work / f"sshd{i}", key) for i in range(3)]
     try:
         inventory = {

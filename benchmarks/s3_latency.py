@@ -53,9 +53,9 @@ from s3_server import run_s3_server  # noqa: E402
 
 from skyplane_ops.planner.plan import TransferPlan  # noqa: E402
 from skyplane_ops.provision.local import LocalProvisioner  # noqa: E402
+from skyplane_ops.testing.transfer import direct_plan  # noqa: E402
 from skyplane_ops.transfer import run_transfer  # noqa: E402
 from skyplane_ops.transfer.dispatch import DispatchOptions  # noqa: E402
-from tests.integration.transfer_helpers import direct_plan  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 SRC, DST = "aws:us-east-1", "aws:us-west-2"

@@ -2,7 +2,7 @@
 
 For each backend (local filesystem, S3 on moto_server, Azure Blob on Azurite, GCS on
 gcp-storage-emulator; the script starts the emulators itself through
-``tests/fixtures/emulators.py``) it uploads and downloads one object (256 MiB by default) with
+``skyplane_ops/testing/emulators.py``) it uploads and downloads one object (256 MiB by default) with
 64 MiB parts in parallel through ``gateway_agent.stores`` (multipart upload, ranged reads), and
 the same bytes through the SDK's own transfer call (boto3 upload_fileobj/download_fileobj,
 azure upload_blob/download_blob, GCS upload_from_file/download_as_bytes, plain file
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gateway_agent.stores import ObjectStore, open_store  # noqa: E402
-from tests.fixtures.emulators import (  # noqa: E402
+from skyplane_ops.testing.emulators import (  # noqa: E402
     AZURITE_BIN,
     Emulator,
     environ,

@@ -36,15 +36,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gateway_agent.control import MAX_PENDING  # noqa: E402
-from skyplane_ops.transfer import DispatchOptions, run_transfer  # noqa: E402
-from tests.faults._gw_procs import (  # noqa: E402
+from skyplane_ops.testing.gateways import (  # noqa: E402
     announce_body,
     dataset,
     idle_connections,
     proc_usage,
     start_agent,
 )
-from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan, read_tree  # noqa: E402
+from skyplane_ops.testing.transfer import DST, SRC, local_fleet, make_plan, read_tree  # noqa: E402
+from skyplane_ops.transfer import DispatchOptions, run_transfer  # noqa: E402
 
 MiB = 1024 * 1024
 CAP = 2 * MAX_PENDING + 40

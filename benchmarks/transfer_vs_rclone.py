@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))
 
 from skyplane_ops.planner.plan import TransferPlan  # noqa: E402
 from skyplane_ops.provision.local import LocalProvisioner  # noqa: E402
+from skyplane_ops.testing.transfer import direct_plan  # noqa: E402
 from skyplane_ops.transfer import DispatchOptions, run_transfer  # noqa: E402
-from tests.integration.transfer_helpers import direct_plan  # noqa: E402
 
 MiB = 1024 * 1024
 RESULTS = REPO / "benchmarks" / "results"

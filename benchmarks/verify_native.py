@@ -1,6 +1,6 @@
 """``--verify full`` with the store's own checksums against reading the objects back.
 
-On a real moto_server and a real Azurite (started through ``tests/fixtures/emulators.py``),
+On a real moto_server and a real Azurite (started through ``skyplane_ops/testing/emulators.py``),
 writes one multipart object (4 parts) and some small objects through each store twice: with
 its checksums on (S3 ``checksums=crc32c``: verification HEADs each object; Azure
 ``checksums=md5``: every upload carries a transactional Content-MD5 and the CRC32C goes into
@@ -28,10 +28,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gateway_agent.checksum import crc32c  # noqa: E402
 from gateway_agent.stores import open_store  # noqa: E402
+from gateway_agent.stores.checksum import crc32c  # noqa: E402
+from skyplane_ops.testing.emulators import run_azurite, run_moto  # noqa: E402
 from skyplane_ops.transfer.verify import verify_objects  # noqa: E402
-from tests.fixtures.emulators import run_azurite, run_moto  # noqa: E402
 
 MiB = 1 << 20
 

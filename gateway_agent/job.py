@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from gateway_agent import wire
-from gateway_agent.crc32c_math import crc32c_b64
 from gateway_agent.flow import Lease
 from gateway_agent.job_base import (
     COUNTERS,
@@ -33,6 +32,7 @@ from gateway_agent.job_base import (
 from gateway_agent.job_sink import ZERO_COPY_SCHEMES, SinkRole
 from gateway_agent.job_source import SourceRole
 from gateway_agent.pool import OutboundPool, OutChunk
+from gateway_agent.stores.crc32c_math import crc32c_b64
 
 # ``Job``, and the names that moved out of this module: the agent and tests import them here.
 __all__ = [

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 from gateway_agent import auth
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
+from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore
-from gateway_agent.synthetic import open_any_store
 
 # The job's logger: its records keep the name they had before ``job.py`` was split.
 log = logging.getLogger("gateway_agent.job")
@@ -180,12 +180,12 @@ class JobBase:
                 if self._src is None:
                     if not self._src_uri:
                         raise JobError("job has no source URI")
-                    self._src = open_any_store(self._src_uri, self._src_options)
+                    self._src = open_store(self._src_uri, self._src_options)
                 return self._src
             if self._dst is None:
                 if not self._dst_uri:
                     raise JobError("job has no destination URI")
-                self._dst = open_any_store(self._dst_uri, self._dst_options)
+                self._dst = open_store(self._dst_uri, self._dst_options)
             return self._dst
 
     def _each(self, fn: Callable[[T], R], items: Sequence[T], inline: bool = False) -> list[R]:

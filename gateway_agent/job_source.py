@@ -9,10 +9,10 @@ import os
 import time
 from typing import Any
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.flow import Lease
 from gateway_agent.job_base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import ObjectStore, SupportsReadInto
+from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import SourceChangedError, StoreError, TransientStoreError
 
 

@@ -24,8 +24,8 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gateway_agent.auth import derive_key, mac
-from gateway_agent.checksum import crc32c
 from gateway_agent.flow import Buffer
+from gateway_agent.stores.checksum import crc32c
 
 WIRE_VERSION = 2  # 2: the sender names its gateway in the handshake
 MAGIC = b"SKYG" + bytes([WIRE_VERSION])

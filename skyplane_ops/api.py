@@ -8,17 +8,16 @@ small JSON-friendly objects (``TransferPlan``, ``GatewayFleet``, ``TransferResul
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Public types re-exported (``X as X``) for the faces, which import only this module.
+from gateway_agent.stores.base import ObjectInfo as ObjectInfo
 from skyplane_ops.errors import PlanningError as PlanningError
 from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
-from skyplane_ops.refresh_policy import PublishTarget as PublishTarget
-from skyplane_ops.refresh_policy import clean_leftovers as clean_leftovers
-from skyplane_ops.refresh_policy import publish_target as publish_target
 from skyplane_ops.sequence import CopyRun as CopyRun
 from skyplane_ops.sequence import Gateways as Gateways
 from skyplane_ops.sequence import RunEvents as RunEvents
@@ -193,12 +192,10 @@ _LAZY: dict[str, str] = {
     "ProfileError": "skyplane_ops.errors",
     "ProvisionError": "skyplane_ops.errors",
     "InvalidProblemError": "skyplane_ops.planner.problem",
-    "render_text": "skyplane_ops.planner.render",
-    "render_mermaid": "skyplane_ops.planner.render",
-    "plot_frontier": "skyplane_ops.planner.render",
+    "render_text": "skyplane_ops.planner.plan",
+    "render_mermaid": "skyplane_ops.planner.plan",
     "route_svg": "skyplane_ops.planner.route",
-    "write_route": "skyplane_ops.planner.route",
-    "FleetUniverse": "skyplane_ops.provision.universe",
+    "FleetUniverse": "skyplane_ops.profiler.universe",
     "BACKENDS": "skyplane_ops.provision",
     "get_provisioner": "skyplane_ops.provision",
     "PROVIDERS": "skyplane_ops.provision.mixed",
@@ -208,6 +205,9 @@ _LAZY: dict[str, str] = {
     "backend_options_for": "skyplane_ops.provision.sweeper",
     "load_backend_options": "skyplane_ops.provision.sweeper",
     "sweep": "skyplane_ops.provision.sweeper",
+    "PublishTarget": "skyplane_ops.profiler.refresh_policy",
+    "clean_leftovers": "skyplane_ops.profiler.refresh_policy",
+    "publish_target": "skyplane_ops.profiler.refresh_policy",
     "parse_duration": "skyplane_ops.profiler.durations",
     "format_age": "skyplane_ops.profiler.durations",
     "GridStore": "skyplane_ops.profiler.store",
@@ -226,16 +226,17 @@ _LAZY: dict[str, str] = {
 if TYPE_CHECKING:
     from skyplane_ops.errors import ProfileError as ProfileError
     from skyplane_ops.errors import ProvisionError as ProvisionError
+    from skyplane_ops.planner.plan import render_mermaid as render_mermaid
+    from skyplane_ops.planner.plan import render_text as render_text
     from skyplane_ops.planner.problem import InvalidProblemError as InvalidProblemError
-    from skyplane_ops.planner.render import plot_frontier as plot_frontier
-    from skyplane_ops.planner.render import render_mermaid as render_mermaid
-    from skyplane_ops.planner.render import render_text as render_text
     from skyplane_ops.planner.route import route_svg as route_svg
-    from skyplane_ops.planner.route import write_route as write_route
     from skyplane_ops.profiler.durations import format_age as format_age
     from skyplane_ops.profiler.durations import parse_duration as parse_duration
     from skyplane_ops.profiler.errors import BudgetExceededError as BudgetExceededError
     from skyplane_ops.profiler.records import Measurement as Measurement
+    from skyplane_ops.profiler.refresh_policy import PublishTarget as PublishTarget
+    from skyplane_ops.profiler.refresh_policy import clean_leftovers as clean_leftovers
+    from skyplane_ops.profiler.refresh_policy import publish_target as publish_target
     from skyplane_ops.profiler.run import plan_run as _plan_run
     from skyplane_ops.profiler.store import GridStore as GridStore
     from skyplane_ops.profiler.store import default_store_uri as default_store_uri
@@ -269,3 +270,40 @@ def __getattr__(name: str) -> Any:
 
     module, _, attr = where.partition(":")
     return getattr(importlib.import_module(module), attr or name)
+
+
+# ---- files the planner's pictures go to (the planner itself returns text and bytes) ---------
+def _image_target(path: str | Path) -> tuple[Path, str]:
+    """Where matplotlib's ``savefig(path)`` would write and in which format: the suffix names
+    the format; without one, PNG at ``path`` + ``.png``."""
+    out = Path(path)
+    fmt = out.suffix[1:].lower()
+    if fmt:
+        return out, fmt
+    return Path(str(out).rstrip(".") + ".png"), "png"
+
+
+def plot_frontier(
+    plan: TransferPlan, path: str | Path, *, max_vms_per_region: int | None = None
+) -> Path:
+    """Write the plan's Pareto frontier (``planner.render.frontier_image``) as PNG or SVG (by
+    suffix); returns ``path``."""
+    from skyplane_ops.planner.render import frontier_image
+
+    target, fmt = _image_target(path)
+    target.write_bytes(frontier_image(plan, fmt, max_vms_per_region=max_vms_per_region))
+    return Path(path)
+
+
+def write_route(plan: TransferPlan, path: str | Path) -> Path:
+    """Write the route picture: ``.svg`` as ``route_svg`` text, anything else via matplotlib
+    (PNG) on the same layout (``planner.route.route_image``); returns ``path``."""
+    from skyplane_ops.planner.route import route_image, route_svg
+
+    out = Path(path)
+    if out.suffix.lower() == ".svg":
+        out.write_text(route_svg(plan))
+        return out
+    target, fmt = _image_target(out)
+    target.write_bytes(route_image(plan, fmt))
+    return out

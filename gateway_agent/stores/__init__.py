@@ -1,7 +1,9 @@
 """Object stores for the gateways and the control plane: one protocol, five backends.
 
 ``open_store(uri, options)`` picks the backend from the URI scheme and imports its SDK only
-then, so a gateway that only has boto3 can still serve ``s3://`` and ``file://`` URIs.
+then, so a gateway that only has boto3 can still serve ``s3://`` and ``file://`` URIs. It is
+the one store opener: the benchmark endpoints ``synthetic://COUNTxSIZE`` and ``null://``
+(``synthetic``) open through it too.
 ``options`` are JSON values without secrets (endpoint, region, project, retry budget);
 credentials always come from the SDK's own chain.
 """
@@ -9,7 +11,8 @@ credentials always come from the SDK's own chain.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
+from urllib.parse import urlparse
 
 from gateway_agent.stores.base import (
     Capabilities,
@@ -58,6 +61,12 @@ __all__ = [
 
 def open_store(uri: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
     """Open the store a URI names. Cheap: no network call happens until the first operation."""
+    scheme = urlparse(uri).scheme
+    if scheme in ("synthetic", "null"):
+        from gateway_agent.stores.synthetic import NullStore, SyntheticStore
+
+        store = SyntheticStore(uri) if scheme == "synthetic" else NullStore(uri)
+        return cast(ObjectStore, store)
     parsed = parse_uri(uri)
     if parsed.scheme == "s3":
         from gateway_agent.stores.s3 import S3Store

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores._common import error_for_status
+from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,

@@ -32,8 +32,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gateway_agent.checksum import crc32c
-from gateway_agent.crc32c_math import combine_ranges, crc32c_b64
 from gateway_agent.stores._common import (
     CloudStore,
     check_key,
@@ -45,6 +43,8 @@ from gateway_agent.stores._common import (
     require_parts,
 )
 from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores.checksum import crc32c
+from gateway_agent.stores.crc32c_math import combine_ranges, crc32c_b64
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,

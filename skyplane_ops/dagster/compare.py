@@ -20,7 +20,7 @@ from typing import Any
 
 import google_crc32c
 
-from gateway_agent.stores.base import ObjectInfo
+from skyplane_ops.api import ObjectInfo
 
 SAMPLE = 5
 _READ = 8 * 1024 * 1024

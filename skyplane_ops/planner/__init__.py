@@ -1,8 +1,9 @@
 """The overlay planner: a pure function from a ``Problem`` to a ``TransferPlan`` (OR-Tools).
 
 ``build_problem(profile, src, dsts, volume_gb, ...)`` derives the problem from a profile;
-``plan_transfer(problem)`` solves it (modes, LP rounding, baselines, frontier); the
-renderers in ``render`` show it. See ``formulation`` for the model and its derivation.
+``plan_transfer(problem)`` solves it (modes, LP rounding, baselines, frontier); the text
+forms in ``plan`` and the pictures in ``render``/``route`` show it (as text and bytes: the
+planner writes no files). See ``formulation`` for the model and its derivation.
 
 Names are loaded on first use: importing ``TransferPlan`` (as every Airflow DAG file that uses
 the operators does at parse time) must not pay for importing OR-Tools and NumPy.
@@ -27,9 +28,9 @@ _EXPORTS: dict[str, str] = {
     "RegionSpec": "problem",
     "build_problem": "problem",
     "deadline_to_floor": "problem",
-    "plot_frontier": "render",
-    "render_mermaid": "render",
-    "render_text": "render",
+    "frontier_image": "render",
+    "render_mermaid": "plan",
+    "render_text": "plan",
     "max_throughput_gbps": "solve",
     "solve_lp_plan": "solve",
     "solve_plan": "solve",
@@ -46,10 +47,10 @@ __all__ = [
     "build_problem",
     "deadline_to_floor",
     "direct_plan",
+    "frontier_image",
     "max_throughput_gbps",
     "pareto_frontier",
     "plan_transfer",
-    "plot_frontier",
     "render_mermaid",
     "render_text",
     "ron_plan",
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
     from skyplane_ops.planner.api import plan_transfer
     from skyplane_ops.planner.baselines import direct_plan, ron_plan
     from skyplane_ops.planner.frontier import FrontierPoint, pareto_frontier
-    from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
+    from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan, render_mermaid, render_text
     from skyplane_ops.planner.problem import (
         InvalidProblemError,
         Problem,
@@ -77,5 +78,5 @@ if TYPE_CHECKING:
         build_problem,
         deadline_to_floor,
     )
-    from skyplane_ops.planner.render import plot_frontier, render_mermaid, render_text
+    from skyplane_ops.planner.render import frontier_image
     from skyplane_ops.planner.solve import max_throughput_gbps, solve_lp_plan, solve_plan

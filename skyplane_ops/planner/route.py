@@ -2,14 +2,15 @@
 
 One layout (``layout``) with two outputs: SVG text drawn by hand (``route_svg``: no renderer
 or browser needed, so the Dagster metadata and the Airflow extra link embed it as it is) and
-PNG/SVG files through matplotlib (``write_route``, for ``skyplane-ops plan --route``).
+PNG (or any matplotlib format) bytes through matplotlib (``route_image``). Pure: nothing here
+writes a file; ``api.write_route`` does, for ``skyplane-ops plan --route``.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 
 from skyplane_ops.planner.plan import TransferPlan
 
@@ -115,13 +116,9 @@ def route_svg(plan: TransferPlan) -> str:
     return "\n".join(parts)
 
 
-def write_route(plan: TransferPlan, path: str | Path) -> Path:
-    """Write the route picture: ``.svg`` as ``route_svg`` text, anything else via matplotlib
-    (PNG) on the same layout."""
-    out = Path(path)
-    if out.suffix.lower() == ".svg":
-        out.write_text(route_svg(plan))
-        return out
+def route_image(plan: TransferPlan, fmt: str = "png") -> bytes:
+    """The route picture drawn by matplotlib in format ``fmt`` (PNG by default) on the same
+    layout as ``route_svg``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,6 +176,7 @@ def write_route(plan: TransferPlan, path: str | Path) -> Path:
             fontsize=8,
         )
     ax.text(PAD, lay.height - 8, caption(plan), fontsize=8)
-    fig.savefig(out, dpi=dpi)
+    out = io.BytesIO()
+    fig.savefig(out, dpi=dpi, format=fmt)
     plt.close(fig)
-    return out
+    return out.getvalue()

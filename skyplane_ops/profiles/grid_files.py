@@ -1,7 +1,8 @@
-"""Measured-grid files: their columns, their format (by extension) and the writer.
+"""Measured-grid files: their columns, their format (by extension) and the row writer.
 
-Kept apart from ``measured`` (the reader, which builds ``ThroughputGrid`` objects) so that
-``ThroughputGrid.write`` can use the writer without an import circle.
+Knows rows, not grids: ``ThroughputGrid.write`` (``throughput.write_grid``) turns a grid into
+rows and hands them to ``write_rows``, and ``measured`` (the reader) builds grids; neither
+direction needs this module to import them.
 """
 
 from __future__ import annotations
@@ -9,12 +10,9 @@ from __future__ import annotations
 import csv
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from skyplane_ops.errors import ProfileError
-
-if TYPE_CHECKING:
-    from skyplane_ops.profiles.throughput import ThroughputGrid
 
 REQUIRED_COLUMNS = ("src", "dst", "gbps", "connections")
 LINK_COLUMNS = ("per_conn_gbps", "sat_gbps", "region_cap_gbps")
@@ -39,32 +37,14 @@ def _cell(value: Any) -> Any:
     return repr(value) if isinstance(value, float) else value
 
 
-def write_grid(grid: ThroughputGrid, path: str | Path) -> None:
-    """Write every pair of ``grid`` as CSV or Parquet with its link columns and source."""
+def write_rows(rows: list[dict[str, Any]], path: str | Path) -> None:
+    """Write grid rows (dicts keyed by ``OUTPUT_COLUMNS``) as CSV or Parquet (by extension)."""
     fmt = _format(path)
-    measured = grid.measured_pairs()
-    as_rows: list[dict[str, Any]] = []
-    for src, dst in grid.pairs():
-        link = grid.link(src, dst)
-        stamp = measured.get((src, dst))
-        as_rows.append(
-            {
-                "src": src,
-                "dst": dst,
-                "gbps": grid.gbps(src, dst),
-                "connections": grid.connections,
-                "measured_at": stamp,
-                "per_conn_gbps": link.per_conn_gbps,
-                "sat_gbps": link.sat_gbps,
-                "region_cap_gbps": link.region_cap_gbps,
-                "source": link.source if stamp else "model",
-            }
-        )
     if fmt == "csv":
         with open(path, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(OUTPUT_COLUMNS)
-            for r in as_rows:
+            for r in rows:
                 writer.writerow([_cell(r[c]) for c in OUTPUT_COLUMNS])
         return
     import pyarrow as pa
@@ -81,5 +61,5 @@ def write_grid(grid: ThroughputGrid, path: str | Path) -> None:
         "region_cap_gbps": pa.float64(),
         "source": pa.string(),
     }
-    table = pa.table({c: pa.array([r[c] for r in as_rows], types[c]) for c in OUTPUT_COLUMNS})
+    table = pa.table({c: pa.array([r[c] for r in rows], types[c]) for c in OUTPUT_COLUMNS})
     pq.write_table(table, path)

@@ -11,7 +11,7 @@ Explicit ``per_conn_gbps``/``sat_gbps``/``region_cap_gbps`` on that row win over
 ``source`` is ``published``, ``profile``, ``passive`` or ``model`` (``measured`` and
 ``modelled``, the older names, mean ``profile`` and ``model``). A model row needs no
 ``measured_at`` and never replaces a measurement of the same pair: that is what
-ThroughputGrid.write exports (``grid_files.write_grid``), so exports round-trip.
+ThroughputGrid.write exports (``throughput.write_grid``), so exports round-trip.
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ from typing import Any
 
 from skyplane_ops.errors import ProfileError, UnknownRegionError
 from skyplane_ops.profiles.catalog import RegionCatalog
-from skyplane_ops.profiles.grid_files import (  # noqa: F401  (write_grid: the old home)
+from skyplane_ops.profiles.grid_files import (
     LINK_COLUMNS,
-    OUTPUT_COLUMNS,
     REQUIRED_COLUMNS,
     _format,
-    write_grid,
 )
 from skyplane_ops.profiles.links import SOURCES, CountSample, LinkEstimate, combine_counts
 from skyplane_ops.profiles.throughput import Pair, ThroughputGrid
+from skyplane_ops.profiles.throughput import write_grid as write_grid  # its old home
 
 _SOURCE_ALIASES = {"measured": "profile", "modelled": "model", "": "profile"}
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from skyplane_ops.errors import ProfileError
 from skyplane_ops.profiles.catalog import RegionCatalog
-from skyplane_ops.profiles.grid_files import write_grid
+from skyplane_ops.profiles.grid_files import write_rows
 from skyplane_ops.profiles.links import LinkEstimate
 
 Pair = tuple[str, str]
@@ -181,3 +182,26 @@ class ThroughputGrid:
         """Export as CSV or Parquet (by extension) in the measured-grid format, with a
         ``source`` column; loading it back with load_measured_grid round-trips."""
         write_grid(self, path)
+
+
+def write_grid(grid: ThroughputGrid, path: str | Path) -> None:
+    """Write every pair of ``grid`` as CSV or Parquet with its link columns and source."""
+    measured = grid.measured_pairs()
+    rows: list[dict[str, Any]] = []
+    for src, dst in grid.pairs():
+        link = grid.link(src, dst)
+        stamp = measured.get((src, dst))
+        rows.append(
+            {
+                "src": src,
+                "dst": dst,
+                "gbps": grid.gbps(src, dst),
+                "connections": grid.connections,
+                "measured_at": stamp,
+                "per_conn_gbps": link.per_conn_gbps,
+                "sat_gbps": link.sat_gbps,
+                "region_cap_gbps": link.region_cap_gbps,
+                "source": link.source if stamp else "model",
+            }
+        )
+    write_rows(rows, path)

@@ -18,7 +18,7 @@ region's attributes and its ``hosts``::
 Region names outside the catalog (``site:lab-a``) are the user's own; a catalog id
 (``aws:us-east-1``) keeps the catalog's prices unless the table overrides them. With this
 backend the inventory is the planning universe: only its regions relay, and a plan asks for
-at most as many VMs per region as the region has hosts (``skyplane_ops.provision.universe``).
+at most as many VMs per region as the region has hosts (``skyplane_ops.profiler.universe``).
 """
 
 from __future__ import annotations

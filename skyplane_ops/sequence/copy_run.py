@@ -58,7 +58,7 @@ class Gateways:
     def universe(self) -> Any:
         """Where a plan may go: the backend's hosts (ssh inventory, netns grid) and, with a
         running fleet, only its gateways; None: anywhere in the catalog."""
-        from skyplane_ops.provision.universe import FleetUniverse
+        from skyplane_ops.profiler.universe import FleetUniverse
 
         universe = FleetUniverse.from_backend(self.backend, self.backend_options)
         if self.fleet is not None:

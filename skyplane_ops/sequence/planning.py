@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from skyplane_ops.planner.plan import TransferPlan
 
 if TYPE_CHECKING:
+    from skyplane_ops.profiler.universe import FleetUniverse
     from skyplane_ops.profiles import Profile
-    from skyplane_ops.provision.universe import FleetUniverse
 
 
 def planning_profile(

@@ -82,10 +82,10 @@ class StoreLocation:
 
     def open(self, side: str) -> Any:
         """The store (cheap: no network call); a bad URI or option is a ``TransferError``."""
-        from gateway_agent.synthetic import open_any_store
+        from gateway_agent.stores import open_store
 
         try:
-            return open_any_store(self.uri, dict(self.options))
+            return open_store(self.uri, dict(self.options))
         except (StoreError, ValueError) as exc:
             raise TransferError(f"cannot open {side} {self.uri}: {exc}") from exc
 

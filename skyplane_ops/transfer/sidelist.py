@@ -12,8 +12,8 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway_agent.stores import open_store
 from gateway_agent.stores.errors import BucketNotFoundError
-from gateway_agent.synthetic import open_any_store
 from skyplane_ops.transfer import forked
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.listrows import insert_rows, listed, regrouped
@@ -21,7 +21,7 @@ from skyplane_ops.transfer.listrows import insert_rows, listed, regrouped
 
 def _list_into(uri: str, options: dict[str, Any], db: sqlite3.Connection) -> None:
     """The child's work: the destination's rows into ``db``'s table ``dst``."""
-    store = open_any_store(uri, options)
+    store = open_store(uri, options)
     # Keyed like the catalog's table: the parent copies it in key order without a sort.
     db.execute(
         "CREATE TABLE dst(key PRIMARY KEY, size INTEGER, mtime INTEGER, ck TEXT) WITHOUT ROWID"

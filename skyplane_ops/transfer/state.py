@@ -57,7 +57,7 @@ class TransferState:
     def __init__(
         self, state_uri: str, transfer_id: str, options: Mapping[str, Any] | None = None
     ) -> None:
-        from gateway_agent.synthetic import open_any_store
+        from gateway_agent.stores import open_store
 
         if not transfer_id or "/" in transfer_id:
             raise TransferError(f"invalid transfer id for the state store: {transfer_id!r}")
@@ -65,7 +65,7 @@ class TransferState:
         self.transfer_id = transfer_id
         self.uri = f"{self.state_uri}/{transfer_id}"
         try:
-            self._store = open_any_store(self.uri, dict(options or {}))
+            self._store = open_store(self.uri, dict(options or {}))
         except Exception as exc:
             raise TransferError(f"cannot open the state store {self.uri}: {exc}") from exc
         self._journal = JournalSnapshot(self._store)

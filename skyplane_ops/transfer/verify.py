@@ -30,8 +30,8 @@ from functools import partial
 from itertools import islice
 from typing import Any
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores.base import ListRow, ObjectStore
+from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.catalog import BATCH, COMMITTED, TODO, Catalog, dec

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.integration.transfer_helpers import agents_of, read_tree
+from skyplane_ops.testing.transfer import agents_of, read_tree
 
 __all__ = ["agents_of"]  # re-exported: the fault tests' old import
 

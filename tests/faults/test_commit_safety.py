@@ -18,15 +18,7 @@ import pytest
 from gateway_agent.stores import open_store
 from skyplane_ops import api
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import PartialTransferError, SourceChangedError, run
-from skyplane_ops.transfer.progress import Progress
-from tests.faults.engine_helpers import (
-    REGIONS,
-    assert_nothing_lost,
-    one_line_error,
-    run_cli,
-)
-from tests.integration.transfer_helpers import (
+from skyplane_ops.testing.transfer import (
     DST,
     RELAY,
     SRC,
@@ -36,6 +28,14 @@ from tests.integration.transfer_helpers import (
     make_plan,
     read_tree,
     write_dataset,
+)
+from skyplane_ops.transfer import PartialTransferError, SourceChangedError, run
+from skyplane_ops.transfer.progress import Progress
+from tests.faults.engine_helpers import (
+    REGIONS,
+    assert_nothing_lost,
+    one_line_error,
+    run_cli,
 )
 
 MiB = 1024 * 1024
@@ -111,7 +111,9 @@ def test_object_store_same_and_nested_prefixes_are_refused(moto_s3: Any) -> None
     assert {o.key: store.read(o.key) for o in store.list()} == before
     # A sibling prefix, another bucket or another endpoint is a different place.
     api.TransferRequest.build(uri + "data/", uri + "data2/", src_options=opts, dst_options=opts)
-    api.TransferRequest.build(uri + "data/", "s3://other-bucket/data/", src_options=opts, dst_options=opts)
+    api.TransferRequest.build(
+        uri + "data/", "s3://other-bucket/data/", src_options=opts, dst_options=opts
+    )
     api.TransferRequest.build(
         uri + "data/", uri + "data/", src_options=opts, dst_options={"endpoint_url": "http://x:1"}
     )

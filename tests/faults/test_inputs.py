@@ -15,9 +15,9 @@ import pytest
 
 from skyplane_ops import api
 from skyplane_ops.errors import TransferError
+from skyplane_ops.testing.transfer import DST, SRC, read_tree, write_dataset
 from skyplane_ops.transfer import DispatchOptions
 from tests.faults.engine_helpers import REGIONS, REPO, agents_of, one_line_error, run_cli
-from tests.integration.transfer_helpers import DST, SRC, read_tree, write_dataset
 
 MiB = 1024 * 1024
 

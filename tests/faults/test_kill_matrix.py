@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults._gw_procs import (
+from skyplane_ops.testing.gateways import (
     REGION_OF,
     cli_kill_case,
     gateway_kill_case,
     start_agent,
     wait_for,
 )
-from tests.integration.transfer_helpers import DST, RELAY, SRC
+from skyplane_ops.testing.transfer import DST, RELAY, SRC
 
 HOP_TIMEOUT = 3.0
 LEASE = 4.0

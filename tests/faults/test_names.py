@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
+from skyplane_ops.testing.transfer import DST, SRC, local_fleet, make_plan
 from skyplane_ops.transfer import ObjectsFailedError, run_transfer
 from tests.faults._names import (
     COMMON,
@@ -33,7 +34,6 @@ from tests.faults._names import (
     userns_available,
     wait_for,
 )
-from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan
 
 MiB = 1024 * 1024
 

@@ -15,8 +15,7 @@ import pytest
 from gateway_agent import wire
 from gateway_agent.auth import new_secret
 from gateway_agent.control import MAX_PENDING
-from skyplane_ops.transfer import DispatchOptions, run_transfer
-from tests.faults._gw_procs import (
+from skyplane_ops.testing.gateways import (
     AgentProc,
     announce_body,
     closed_by_peer,
@@ -29,7 +28,8 @@ from tests.faults._gw_procs import (
     start_agent,
     wait_for,
 )
-from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan, read_tree
+from skyplane_ops.testing.transfer import DST, SRC, local_fleet, make_plan, read_tree
+from skyplane_ops.transfer import DispatchOptions, run_transfer
 
 MiB = 1024 * 1024
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.emulators import Emulator
+from skyplane_ops.testing.emulators import Emulator
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 

@@ -20,16 +20,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores import open_store
 from gateway_agent.stores.azure import CRC_METADATA, block_id
+from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
+from skyplane_ops.testing.emulators import AZURITE_ACCOUNT, azurite_connection_string, environ
+from skyplane_ops.testing.transfer import DST, SRC, local_fleet, make_plan
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.checksum import crc32c_b64
 from skyplane_ops.transfer.verify import verify_objects
-from tests.fixtures.emulators import AZURITE_ACCOUNT, azurite_connection_string, environ
 from tests.integration.http_proxy import CountingProxy
-from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan
 
 MiB = 1024 * 1024
 pytestmark = [pytest.mark.emulator]

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from latency_proxy import LatencyProxy
 from s3_server import Server, run_s3_server
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores import open_store
+from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
 
 pytest.importorskip("uvicorn")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.transfer_helpers import agents_of, read_tree, write_dataset
+from skyplane_ops.testing.transfer import agents_of, read_tree, write_dataset
 
 SRC_REGION, DST_REGION = "aws:us-east-1", "aws:us-west-2"
 REGIONS = ["--src-region", SRC_REGION, "--dst-region", DST_REGION]

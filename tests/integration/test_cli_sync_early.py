@@ -2,7 +2,8 @@
 and, once the listing found work, before planning, so they boot while the plan is made.
 
 The CLI runs in this process (``cli.main``) with real local gateway processes; the run
-sequence's steps are wrapped only to record which gateways were started early and whether provision adopted them.
+sequence's steps are wrapped only to record which gateways were started early and whether
+provision adopted them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from skyplane_ops import cli
 from skyplane_ops.sequence import copy_run
-from tests.integration.transfer_helpers import read_tree, write_dataset
+from skyplane_ops.testing.transfer import read_tree, write_dataset
 
 REGIONS = ["--src-region", "aws:us-east-1", "--dst-region", "aws:us-west-2"]
 

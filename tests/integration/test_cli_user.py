@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.transfer_helpers import read_tree, write_dataset
+from skyplane_ops.testing.transfer import read_tree, write_dataset
 
 MiB = 1024 * 1024
 REGIONS = ["--src-region", "azure:canadacentral", "--dst-region", "gcp:asia-northeast1"]

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from skyplane_ops import api
-from tests.integration.transfer_helpers import read_tree, write_dataset
+from skyplane_ops.testing.transfer import read_tree, write_dataset
 
 
 def _trees(tmp_path: Path) -> tuple[Path, Path, dict[str, bytes]]:

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores import open_store
+from gateway_agent.stores.checksum import crc32c
+from skyplane_ops.testing.transfer import DST, SRC, local_fleet, make_plan
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.checksum import crc32c_b64
 from skyplane_ops.transfer.verify import verify_objects
 from tests.integration.http_proxy import CountingProxy
-from tests.integration.transfer_helpers import DST, SRC, local_fleet, make_plan
 
 MiB = 1024 * 1024
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]

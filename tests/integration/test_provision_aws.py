@@ -39,8 +39,8 @@ from skyplane_ops.provision.aws import (
 )
 from skyplane_ops.provision.fleet import Gateway
 from skyplane_ops.provision.secrets import secret_bytes
+from skyplane_ops.testing.sshd import SshdServer
 from tests.fixtures.ports import free_port, wait_for_port
-from tests.fixtures.sshd import SshdServer
 
 pytestmark = pytest.mark.emulator
 

@@ -11,7 +11,7 @@ import pytest
 
 from skyplane_ops import cli
 from skyplane_ops.provision.fleet import GatewayFleet
-from tests.fixtures.sshd import SshdServer
+from skyplane_ops.testing.sshd import SshdServer
 
 pytestmark = pytest.mark.sshd
 

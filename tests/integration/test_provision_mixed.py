@@ -28,10 +28,10 @@ from skyplane_ops.provision.cloudvm import KeyPair, cloud_init
 from skyplane_ops.provision.fleet import Gateway
 from skyplane_ops.provision.gcp import GCPProvisioner
 from skyplane_ops.provision.mixed import MixedProvisioner
+from skyplane_ops.testing.emulators import Emulator
 from tests.fakes.azure_compute import FakeARM
 from tests.fakes.gce import FakeGCE
 from tests.fakes.vm import LoopbackVM, next_address
-from tests.fixtures.emulators import Emulator
 from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.emulator
@@ -270,8 +270,8 @@ def test_transfer_aws_to_gcp_through_an_azure_relay_is_byte_identical(
     tmp_path: Path,
 ) -> None:
     from gateway_agent.stores import open_store
+    from skyplane_ops.testing.transfer import make_plan
     from skyplane_ops.transfer import run_transfer
-    from tests.integration.transfer_helpers import make_plan
 
     vm_ssh = free_port()
     arm, gce = FakeARM(ssh_port=vm_ssh).start(), FakeGCE(ssh_port=vm_ssh).start()

@@ -34,10 +34,10 @@ from skyplane_ops.provision.ssh import (
     SSHInventory,
     connect,
 )
+from skyplane_ops.testing.sshd import SshdServer
+from skyplane_ops.testing.transfer import make_plan, read_tree, write_dataset
 from skyplane_ops.transfer import run_transfer
 from tests.fixtures.ports import free_port
-from tests.fixtures.sshd import SshdServer
-from tests.integration.transfer_helpers import make_plan, read_tree, write_dataset
 
 pytestmark = pytest.mark.sshd
 

@@ -21,17 +21,16 @@ from pathlib import Path
 
 import pytest
 
+from gateway_agent.stores import open_store
 from gateway_agent.stores.local import LocalStore
-from gateway_agent.synthetic import open_any_store
 from skyplane_ops import api, cli
-from skyplane_ops.transfer import verify
+from skyplane_ops.sequence import copy_run
+from skyplane_ops.transfer import uptodate, verify
 from skyplane_ops.transfer.catalog import TODO, Catalog
+from skyplane_ops.transfer.listing import Listing
 from skyplane_ops.transfer.listrows import dec
 from skyplane_ops.transfer.quickcheck import MOST_DIFFERENT, TreeCheck, same_share, walk_trees
-from skyplane_ops.transfer.listing import Listing
 from skyplane_ops.transfer.todo import plan_todo
-from skyplane_ops.sequence import copy_run
-from skyplane_ops.transfer import uptodate
 from skyplane_ops.transfer.uptodate import quick_listing
 
 FILES = {f"p{d}/o{i:03d}.bin": 10 + i for d in range(3) for i in range(40)} | {"top.txt": 7}
@@ -59,7 +58,7 @@ Plan = tuple[list[str], int, int]  # (keys to copy, objects skipped, objects to 
 
 def _plan(listing: Listing, dst: Path, delete: bool, include: tuple[str, ...]) -> Plan:
     """What a sync would do from ``listing`` (closed after)."""
-    store = open_any_store(f"file://{dst}", {})  # as the engine opens it
+    store = open_store(f"file://{dst}", {})  # as the engine opens it
     try:
         todo = plan_todo(
             listing.catalog, store, f"file://{dst}", include, (),

@@ -40,7 +40,7 @@ from gateway_agent.stores.errors import (
     StoreError,
 )
 from gateway_agent.stores.s3 import S3Store
-from tests.fixtures.emulators import BIN, _free_port, _server, environ
+from skyplane_ops.testing.emulators import BIN, _free_port, _server, environ
 from tests.integration.http_proxy import CountingProxy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

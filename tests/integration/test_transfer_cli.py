@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.transfer_helpers import agents_of, read_tree, write_dataset
+from skyplane_ops.testing.transfer import agents_of, read_tree, write_dataset
 
 MiB = 1024 * 1024
 REGIONS = ["--src-region", "azure:canadacentral", "--dst-region", "gcp:asia-northeast1"]

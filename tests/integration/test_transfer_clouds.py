@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
+from skyplane_ops.testing.transfer import DST, RELAY, SRC, local_fleet, make_plan
 from skyplane_ops.transfer import run_transfer
-from tests.integration.transfer_helpers import DST, RELAY, SRC, local_fleet, make_plan
 
 MiB = 1024 * 1024
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]

@@ -19,9 +19,7 @@ from gateway_agent import wire
 from gateway_agent.auth import load_secret
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import DispatchOptions, SourceChangedError, run_transfer
-from skyplane_ops.transfer.progress import Progress
-from tests.integration.transfer_helpers import (
+from skyplane_ops.testing.transfer import (
     DST,
     RELAY,
     SRC,
@@ -31,6 +29,8 @@ from tests.integration.transfer_helpers import (
     read_tree,
     write_dataset,
 )
+from skyplane_ops.transfer import DispatchOptions, SourceChangedError, run_transfer
+from skyplane_ops.transfer.progress import Progress
 
 MiB = 1024 * 1024
 

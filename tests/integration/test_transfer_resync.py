@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
-from skyplane_ops.transfer import SourceChangedError, run_transfer
-from skyplane_ops.transfer.listing import list_request
-from tests.integration.transfer_helpers import (
+from skyplane_ops.testing.transfer import (
     DST,
     SRC,
     local_fleet,
@@ -26,6 +24,8 @@ from tests.integration.transfer_helpers import (
     read_tree,
     write_dataset,
 )
+from skyplane_ops.transfer import SourceChangedError, run_transfer
+from skyplane_ops.transfer.listing import list_request
 
 REGIONS = ["--src-region", "azure:canadacentral", "--dst-region", "gcp:asia-northeast1"]
 

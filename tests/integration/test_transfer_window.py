@@ -10,9 +10,7 @@ from pathlib import Path
 
 from gateway_agent.auth import load_secret
 from gateway_agent.client import GatewayClient
-from skyplane_ops.transfer import DispatchOptions, run_transfer
-from skyplane_ops.transfer.progress import Progress
-from tests.integration.transfer_helpers import (
+from skyplane_ops.testing.transfer import (
     DST,
     SRC,
     local_fleet,
@@ -20,6 +18,8 @@ from tests.integration.transfer_helpers import (
     read_tree,
     write_dataset,
 )
+from skyplane_ops.transfer import DispatchOptions, run_transfer
+from skyplane_ops.transfer.progress import Progress
 
 KiB = 1024
 

@@ -16,10 +16,7 @@ import pytest
 
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import finish
-from skyplane_ops.transfer.catalog import Catalog
-from skyplane_ops.transfer.verify import LOOKUP_SHARE
-from tests.integration.transfer_helpers import (
+from skyplane_ops.testing.transfer import (
     DST,
     SRC,
     copy_dirs,
@@ -28,6 +25,9 @@ from tests.integration.transfer_helpers import (
     read_tree,
     write_dataset,
 )
+from skyplane_ops.transfer import finish
+from skyplane_ops.transfer.catalog import Catalog
+from skyplane_ops.transfer.verify import LOOKUP_SHARE
 
 MANY = {f"d{i % 7}/f{i:04d}.bin": 100 + i for i in range(2 * LOOKUP_SHARE + 10)}
 

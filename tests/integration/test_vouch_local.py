@@ -16,11 +16,7 @@ import pytest
 from gateway_agent.stores import open_store
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import SourceChangedError, finish
-from skyplane_ops.transfer.catalog import SKIPPED, TODO, Catalog, enc
-from skyplane_ops.transfer.commit import vouch_multipart
-from skyplane_ops.transfer.verify import read_back_crc, relist_needed, verify_catalog
-from tests.integration.transfer_helpers import (
+from skyplane_ops.testing.transfer import (
     DST,
     SRC,
     copy_dirs,
@@ -30,6 +26,10 @@ from tests.integration.transfer_helpers import (
     read_tree,
     write_dataset,
 )
+from skyplane_ops.transfer import SourceChangedError, finish
+from skyplane_ops.transfer.catalog import SKIPPED, TODO, Catalog, enc
+from skyplane_ops.transfer.commit import vouch_multipart
+from skyplane_ops.transfer.verify import read_back_crc, relist_needed, verify_catalog
 
 MiB = 1024 * 1024
 FILES = {"big.bin": 3 * MiB + 17, "a.txt": 5000, "b/c.txt": 300}

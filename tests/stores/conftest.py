@@ -23,7 +23,7 @@ import pytest
 
 from gateway_agent.stores import ObjectStore, open_store
 from gateway_agent.stores import memory as memory_backend
-from tests.fixtures.emulators import azurite_connection_string, environ
+from skyplane_ops.testing.emulators import azurite_connection_string, environ
 
 BACKENDS = ["memory", "local", "s3", "azure", "gcs"]
 PREFIX = "pre fix/"

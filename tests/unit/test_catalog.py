@@ -332,7 +332,7 @@ def test_destination_listed_in_a_child_process(
     def missing(uri: str, options: Any) -> Any:
         raise BucketNotFoundError("no such bucket")
 
-    monkeypatch.setattr(sidelist, "open_any_store", missing)  # the forked child sees it too
+    monkeypatch.setattr(sidelist, "open_store", missing)  # the forked child sees it too
     with pytest.raises(TransferError, match=r"destination mem://nope/ does not exist"):
         sidelist.start(catalog, "mem://nope/", {})(False)
     catalog.close()

@@ -13,9 +13,9 @@ from skyplane_ops import api
 from skyplane_ops.cli import main as cli_main
 from skyplane_ops.errors import PlanningError, ProvisionError
 from skyplane_ops.profiler import GridStore, Measurement
+from skyplane_ops.profiler.universe import FleetUniverse
 from skyplane_ops.provision.inventory import RegionAttrs
 from skyplane_ops.provision.ssh import SSHInventory
-from skyplane_ops.provision.universe import FleetUniverse
 
 A, B, C, D = "site:lab-a", "site:lab-b", "site:relay-c", "site:relay-d"
 

@@ -100,7 +100,7 @@ def test_a_broken_store_never_fails_the_transfer(tmp_path: Path, monkeypatch) ->
 
 @pytest.mark.timeout(120)
 def test_a_real_transfer_reports_its_paths_and_records_its_hops(tmp_path: Path, monkeypatch):
-    from tests.integration.transfer_helpers import copy_dirs, local_fleet, make_plan
+    from skyplane_ops.testing.transfer import copy_dirs, local_fleet, make_plan
 
     scratch = str(tmp_path / "scratch")
     monkeypatch.setenv(ENV_STORE, scratch)

@@ -102,7 +102,7 @@ def test_overlap_and_unknown_fields_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TransferError, match="inside the source"):
         TransferRequest.build(f"file://{tmp_path}/a", f"file://{tmp_path}/a/b")
     data = _full(tmp_path).to_dict()
-    with pytest.raises(TransferError, match="unknown transfer request field.*'sink'"):
+    with pytest.raises(TransferError, match=r"unknown transfer request field.*'sink'"):
         TransferRequest.from_dict({**data, "sink": "x"})
     with pytest.raises(TransferError, match="must be JSON"):
         TransferRequest.from_json("{not json")
@@ -138,6 +138,8 @@ def test_no_face_writes_the_run_sequence_again() -> None:
     Airflow operators and driver and Dagster go through ``CopyRun`` (or its steps)."""
     callers = []
     for path in sorted((REPO / "skyplane_ops").rglob("*.py")):
+        if path.parent.name == "testing":  # helpers that drive the engine on purpose
+            continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):

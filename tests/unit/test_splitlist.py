@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gateway_agent.checksum import crc32c
 from gateway_agent.stores import open_store
+from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError

@@ -158,10 +158,10 @@ def _overlap_of_batch_writes(
     """Eight writer threads each write a batched chunk of six small objects to a folder (with
     store ``options``); (most batches inside the store at once, what landed). Each batch
     stays in the store until another one is in too, or ``hold`` seconds."""
-    from gateway_agent.checksum import crc32c
     from gateway_agent.flow import Lease
     from gateway_agent.job import InChunk
     from gateway_agent.stores import open_store
+    from gateway_agent.stores.checksum import crc32c
 
     store: Any = open_store(f"file://{tmp_path}", options)
     inside, most, lock = 0, 0, threading.Lock()

@@ -13,8 +13,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_agent import auth, checksum, wire
-from gateway_agent.checksum import crc32c
+from gateway_agent import auth, wire
+from gateway_agent.stores import checksum
+from gateway_agent.stores.checksum import crc32c
 
 SECRET = b"s" * 32
 

@@ -10,6 +10,9 @@ measured, or one recorded as "no link", is not an edge.
 ``FleetUniverse.from_backend`` finds the universe; ``profile`` extends a planning profile with
 its own regions (the profiles' ``Profile.with_regions``) and the grid store's measurements;
 ``constrain`` caps a built problem by the inventory (hosts, prices, caps per region).
+
+It lives with the profiler, above ``provision``: it reads the inventory (``provision.inventory``)
+and the profiler's grid store, and ``provision`` imports neither it nor the profiler.
 """
 
 from __future__ import annotations
@@ -130,7 +133,8 @@ class FleetUniverse:
             raise PlanningError(f"the {self.backend} fleet's regions: {exc}") from exc
         grid = extended.throughput
         if grid_store is not None:
-            from skyplane_ops.profiler import GridStore, planner_grid
+            from skyplane_ops.profiler.planner_grid import planner_grid
+            from skyplane_ops.profiler.store import GridStore
 
             store = GridStore(grid_store)
             version = version or store.latest_version()

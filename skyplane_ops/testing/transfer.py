@@ -1,4 +1,4 @@
-"""Shared helpers for the transfer tests: plans built by hand, datasets, local fleets."""
+"""Hand-made plans, datasets and local fleets for transfer tests and data-plane benchmarks."""
 
 from __future__ import annotations
 

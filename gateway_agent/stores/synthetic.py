@@ -2,7 +2,7 @@
 
 A synthetic source serves COUNT objects of SIZE bytes from one preallocated random block (no
 disk, no copies); the null sink accepts and discards. They let the gateway data path be
-measured on its own, and ``open_any_store`` routes every other URI to the real backends.
+measured on its own. ``gateway_agent.stores.open_store`` opens them like any other store.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, cast
+from typing import cast
 from urllib.parse import urlparse
 
-from gateway_agent.stores.base import Capabilities, ObjectInfo, ObjectStore
+from gateway_agent.stores.base import Capabilities, ObjectInfo
 
 _BLOCK = 64 * 1024 * 1024
 _block_lock = threading.Lock()
@@ -122,18 +122,3 @@ class NullStore:
 
     def delete(self, key: str) -> None:
         return None
-
-
-def open_any_store(uri: str, options: dict[str, Any] | None = None) -> ObjectStore:
-    """Open ``uri``: the built-in benchmark endpoints here, everything else via the backends."""
-    scheme = urlparse(uri).scheme
-    if scheme == "synthetic":
-        return cast(ObjectStore, SyntheticStore(uri))
-    if scheme == "null":
-        return cast(ObjectStore, NullStore(uri))
-    from gateway_agent import stores
-
-    opener = getattr(stores, "open_store", None)
-    if opener is None:
-        raise ValueError(f"no store backend available for {uri!r}")
-    return cast(ObjectStore, opener(uri, options or {}))

@@ -1,4 +1,4 @@
-"""Helpers of the gateway fault tests (helper "gw"): real agent processes, strangers, kills.
+"""Gateway processes for the fault tests and their benchmarks: real agents, strangers, kills.
 
 Everything here drives real processes on real sockets: ``python -m gateway_agent serve``
 agents, a ``LocalProvisioner`` fleet, the ``skyplane-ops`` CLI. ``benchmarks/strangers.py``
@@ -30,10 +30,10 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.local import LocalProvisioner
+from skyplane_ops.testing.transfer import DST, RELAY, SRC, make_plan, read_tree
+from skyplane_ops.testing.transfer import agents_of as _agents_of
 from skyplane_ops.transfer import DispatchOptions, run_transfer
 from skyplane_ops.transfer.progress import Progress
-from tests.integration.transfer_helpers import DST, RELAY, SRC, make_plan, read_tree
-from tests.integration.transfer_helpers import agents_of as _agents_of
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
