@@ -244,6 +244,7 @@ def run(spec: Mapping[str, Any]) -> int:
     outcome: tuple[str, dict[str, Any]]
     code = 0
     try:
+        # The snapshot comes back before the first heartbeat, which snapshots the local journal.
         restored = state.restore_journal(journal_dir)
         if restored:
             print(f"restored {restored} journal file(s) from {state.uri}", flush=True)

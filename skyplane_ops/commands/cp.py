@@ -185,18 +185,33 @@ class _ViewEvents(api.RunEvents):
         self.view.transfer(update)
 
 
+def make_run(
+    args: ArgsNS,
+    sync: bool,
+    events: api.RunEvents | None = None,
+    *,
+    volume_gb: float | None = None,
+) -> api.CopyRun:
+    """The command's run: its request, its gateways (``--fleet``, ``--plan``, ``--backend``)
+    and, for tests, the gateways' test hooks; ``volume_gb`` plans for that volume."""
+    request = build_request(args, sync)
+    hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
+    return api.CopyRun(
+        request,
+        _gateways(args, hooks),
+        events,
+        tuning=api.DispatchOptions(test_hooks=hooks),
+        volume_gb=volume_gb,
+    )
+
+
 def _execute(args: ArgsNS, sync: bool) -> int:
     """Build the request (bad numbers and overlapping ends fail here, before any listing),
     then run the one sequence: list, plan, provision, transfer, verify, always tear down."""
-    request = build_request(args, sync)
     if args.dry_run:
-        return _dry_run(args, request)
-    hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
-    gateways = _gateways(args, hooks)
+        return _dry_run(args, build_request(args, sync))
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
-    run = api.CopyRun(
-        request, gateways, _ViewEvents(view), tuning=api.DispatchOptions(test_hooks=hooks)
-    )
+    run = make_run(args, sync, _ViewEvents(view))
     status = 0
     try:
         try:

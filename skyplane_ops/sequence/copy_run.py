@@ -125,6 +125,7 @@ class CopyRun:
             self.check_regions()  # a misspelt region fails in milliseconds
         lock = transfer_lock(self.request)
         try:
+            self.events.locked(self.request)
             yield lock
         finally:
             lock.release()

@@ -21,6 +21,10 @@ class RunEvents:
     #: Whether ``progress`` wants the engine's updates (building them costs a little).
     wants_progress: bool = False
 
+    def locked(self, request: Any) -> None:
+        """The journal lock is held and nothing is listed yet: the place to bring back a
+        journal snapshot kept elsewhere (the Airflow state store), so the run resumes."""
+
     @contextmanager
     def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
         """One phase (``list``, ``plan``, ``provision``, ``transfer``, ``teardown``): the run

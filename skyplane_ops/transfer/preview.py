@@ -27,6 +27,7 @@ class Preview:
     catalog: Catalog
     todo: Todo
     max_delete: int | None = None
+    request: TransferRequest | None = None
 
     @property
     def delete_refused(self) -> bool:
@@ -65,9 +66,12 @@ class Preview:
         yield tail
 
     def write_json(self, out: TextIO) -> None:
-        """The answer as one JSON object, written as it is read: ``copy`` [{key, size}],
-        ``fail`` [{key, why}], ``delete`` [key], ``skipped``, ``delete_refused``."""
+        """The answer as one JSON object, written as it is read: the ``request`` the run would
+        carry out, ``copy`` [{key, size}], ``fail`` [{key, why}], ``delete`` [key],
+        ``skipped``, ``delete_refused``."""
         out.write("{")
+        if self.request is not None:
+            out.write(f"\n  \"request\": {json.dumps(self.request.to_dict(), sort_keys=True)},")
         _array(out, "copy", ({"key": k, "size": s} for k, s in self.copies()))
         out.write(",")
         _array(out, "fail", ({"key": k, "why": w} for k, w in self.failures()))
@@ -119,4 +123,4 @@ def preview_transfer(
     except BaseException:
         catalog.close()
         raise
-    return Preview(catalog, todo, request.max_delete if request.delete else None)
+    return Preview(catalog, todo, request.max_delete if request.delete else None, request)

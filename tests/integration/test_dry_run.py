@@ -47,6 +47,7 @@ def test_a_sync_dry_run_streams_what_the_run_would_do_and_changes_nothing(
     assert answer["delete"] == ["gone/a", "gone/b"]  # logs/ is excluded: neither copied nor deleted
     assert answer["fail"] == [] and answer["skipped"] == 60
     assert answer["delete_refused"] is True  # 2 deletes > --max-delete 1
+    assert api.TransferRequest.from_dict(answer["request"]).max_delete == 1  # what would run
     assert lines[0] == "would copy part/001 (11 bytes)" and "would delete gone/a" in lines
     assert lines[-1].startswith("dry run: 61 to copy, 2 to delete, 60 up to date")
     assert "the run would refuse" in lines[-1]
@@ -62,6 +63,7 @@ def test_a_copy_dry_run_with_nothing_to_delete_is_valid_json(tmp_path: Path) -> 
         out = io.StringIO()
         preview.write_json(out)
     answer = json.loads(out.getvalue())
+    assert answer.pop("request")["include"] == ["top"]
     assert answer == {
         "copy": [{"key": "top", "size": 7}],
         "fail": [],

@@ -10,7 +10,7 @@ import pytest
 
 from skyplane_ops import api
 from skyplane_ops.cli import build_parser
-from skyplane_ops.commands.cp import make_plan
+from skyplane_ops.commands.cp import make_run
 from skyplane_ops.planner import (
     Problem,
     RegionSpec,
@@ -161,7 +161,7 @@ def test_cp_cost_ceiling_does_not_buy_a_second_with_26_vms() -> None:
             "aws",
         ]
     )
-    plan = make_plan(args, 0.3)
+    plan = make_run(args, sync=False, volume_gb=0.3).make_plan()  # as the command plans
     fastest = plan.details["fastest"]
     assert sum(fastest["vms"].values()) > 20  # what the old planner shipped
     assert sum(plan.vms.values()) <= 3

@@ -329,6 +329,13 @@ class TaskLogEvents(RunEvents):
         self.transfer_id = transfer_id
         self.line: ProgressLine | None = None
         self.last = 0.0
+        self.restored = False  # the journal is snapshotted back only once it was restored
+
+    def locked(self, request: Any) -> None:
+        """Resume from the state store: its journal snapshot, when this worker lacks one."""
+        self.restored = True
+        if self.state.restore_journal(self.journal):
+            self.op.log.info("restored the journal of %s from %s", self.transfer_id, self.state.uri)
 
     @contextmanager
     def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
@@ -356,7 +363,7 @@ def run_here(
     op: Any,
     job: TransferJob,
     gateways: Any,
-    events: RunEvents | None = None,
+    events: TaskLogEvents | None = None,
     *,
     volume_gb: float | None = None,
 ) -> tuple[Any, CopyRun]:
@@ -366,8 +373,6 @@ def run_here(
     Returns the result and the run (its plan, or ``up_to_date``)."""
     transfer_id, journal = job.transfer_id, job.journal
     state = op.hook.transfer_state(transfer_id)
-    if state.restore_journal(journal):
-        op.log.info("restored the journal of %s from %s", transfer_id, state.uri)
     if gateways.fleet is not None:
         fleet = gateways.fleet
         secret_ref = state.local_secret_ref(fleet.secret_ref)
@@ -381,6 +386,7 @@ def run_here(
             return run.run(), run
     finally:
         try:
-            state.save_journal(journal)
+            if events.restored:  # else a short local journal could stand for the snapshot
+                state.save_journal(journal)
         except Exception:
             op.log.exception("saving the journal snapshot failed")
