@@ -16,6 +16,7 @@ told). On the local backend the source's and destination's gateways start ahead 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,11 +285,9 @@ class CopyRun:
 
 def _with_backend(gateways: Gateways, backend: str) -> Gateways:
     """A running fleet's backend is the run's backend."""
-    if gateways.backend == backend:
-        return gateways
-    import dataclasses
-
-    return dataclasses.replace(gateways, backend=backend)
+    return (
+        gateways if gateways.backend == backend else dataclasses.replace(gateways, backend=backend)
+    )
 
 
 def run_copy(
