@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from gateway_agent.stores._atomic import create_file, pwrite_all, rename_into, write_all
 from gateway_agent.stores._common import check_part_number, check_upload_id, require_parts
-from gateway_agent.stores._localfiles import STAGING, copy_range, written_info
 from gateway_agent.stores.base import ObjectInfo
 from gateway_agent.stores.errors import StoreError, UploadNotFoundError
+from gateway_agent.stores.local.atomic import create_file, pwrite_all, rename_into, write_all
+from gateway_agent.stores.local.files import STAGING, copy_range, written_info
 
 T = TypeVar("T")
 _STAGING_ATTEMPTS = 16
@@ -70,7 +70,7 @@ def _marker(folder: Path, part_number: int) -> str:
 
 
 class StagedUploads:
-    """The multipart side of one :class:`~gateway_agent.stores.local.LocalStore`."""
+    """The multipart side of one :class:`~gateway_agent.stores.local.store.LocalStore`."""
 
     def __init__(
         self,

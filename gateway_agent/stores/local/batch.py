@@ -1,5 +1,5 @@
 """Writing a batch of small files at once: each appears whole or not at all (as with
-:func:`._atomic.create_file`), at a fraction of the calls per file.
+:func:`.atomic.create_file`), at a fraction of the calls per file.
 
 A sink gateway writes the objects of a batched chunk together. Each file costs four system
 calls (open an unnamed file in its folder, write, link it under its name, close): no stat and
@@ -17,7 +17,7 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-from gateway_agent.stores._atomic import _name, _open, sync_folder, write_all
+from gateway_agent.stores.local.atomic import _name, _open, sync_folder, write_all
 
 # Files open at once in a durable batch (one descriptor each until it is named).
 GROUP = 64

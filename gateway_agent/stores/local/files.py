@@ -9,8 +9,8 @@ import os
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from gateway_agent.stores._atomic import TMP_PREFIX, write_all
 from gateway_agent.stores.base import ListRow, ObjectInfo
+from gateway_agent.stores.local.atomic import TMP_PREFIX, write_all
 
 STAGING = ".%staging"
 _COPY_BUFFER = 8 * 1024 * 1024

@@ -11,20 +11,20 @@ cannot hold (an empty, ``.`` or ``..`` segment, from ``a//b`` or a trailing ``/`
 255 bytes; the store's own hidden names) raises :class:`KeyNotSupportedError`. A key cannot be
 both an object and a "folder" of other keys (``a`` and ``a/b``): the filesystem refuses that and
 the store raises :class:`StoreError`. Listing rules (symbolic links by the ``links`` option,
-unreadable folders recorded in ``skipped``) are in :mod:`._localwalk`.
+unreadable folders recorded in ``skipped``) are in :mod:`.walk`.
 
 Each listed file carries a ``version`` (size, mtime_ns, ctime_ns, device, inode); a read pinned
 to it checks the open file before the first and after the last byte, so a file rewritten in
 place while it is read (even with its old size and mtime put back: the ctime still moves)
 raises :class:`SourceChangedError` instead of returning a torn mix.
 
-Writes and copies create the file atomically in its own folder (:mod:`._atomic`: an unnamed
+Writes and copies create the file atomically in its own folder (:mod:`.atomic`: an unnamed
 ``O_TMPFILE`` linked into place, or a hidden ``.%tmp-*`` file renamed into place), so nothing
 half-written is ever visible and a small write costs a handful of system calls. A write that
 returns wrote every byte (``write_all`` loops over short writes) and fsynced it when the option
 ``fsync`` is on: the store declares ``checked_writes``, so what a sink CRC-checked and wrote here
 is not read back at verification.
-Multipart parts are written in place (:mod:`._localparts`): each part at its offset in one
+Multipart parts are written in place (:mod:`.parts`): each part at its offset in one
 hidden sparse file under ``.%staging/<upload_id>/``, by any process in any order; completion
 copies at most the short last part over and renames that file into place, abort removes the
 folder. So a multipart object is written once, like a plain write. Nothing stays behind: an
@@ -47,10 +47,26 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway_agent.stores._atomic import TMP_PREFIX, create_file, rename_into, tmp_name, write_all
 from gateway_agent.stores._common import check_key, check_options, check_range
-from gateway_agent.stores._localbatch import create_many
-from gateway_agent.stores._localfiles import (
+from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo, SkippedEntry
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    InvalidURIError,
+    KeyBlockedError,
+    KeyNotSupportedError,
+    ObjectNotFoundError,
+    SourceChangedError,
+    StoreError,
+)
+from gateway_agent.stores.local.atomic import (
+    TMP_PREFIX,
+    create_file,
+    rename_into,
+    tmp_name,
+    write_all,
+)
+from gateway_agent.stores.local.batch import create_many
+from gateway_agent.stores.local.files import (
     STAGING,
     copy_into,
     file_info,
@@ -62,21 +78,9 @@ from gateway_agent.stores._localfiles import (
     segment_problem,
     written_info,
 )
-from gateway_agent.stores._localparts import StagedUploads
-from gateway_agent.stores._localwalk import LINK_MODES, LINK_SUFFIX, T, Walk
-from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo, SkippedEntry
-from gateway_agent.stores.errors import (
-    AccessDeniedError,
-    InvalidURIError,
-    KeyBlockedError,
-    KeyNotSupportedError,
-    ObjectNotFoundError,
-    SourceChangedError,
-    StoreError,
-)
+from gateway_agent.stores.local.parts import StagedUploads
+from gateway_agent.stores.local.walk import LINK_MODES, LINK_SUFFIX, T, Walk
 from gateway_agent.stores.uri import StoreURI
-
-__all__ = ["STAGING", "LocalStore", "file_version", "segment_problem"]
 
 # Operations that put a file in place under its key: there, ENOTDIR and EISDIR mean something
 # of another kind holds the key's place (``KeyBlockedError``), not a missing key.
@@ -180,7 +184,7 @@ class LocalStore:
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every file under the root whose key starts with ``prefix``; entries left out are
-        appended to :attr:`skipped` (see :mod:`._localwalk`)."""
+        appended to :attr:`skipped` (see :mod:`.walk`)."""
         for batch in self._walk(prefix, file_info):
             yield from batch
 
@@ -194,7 +198,7 @@ class LocalStore:
     def list_share(
         self, share: int, shares: int, prefix: str = "", *, versions: bool = True
     ) -> Iterator[builtins.list[ListRow]]:
-        """``list_rows`` of one share of ``shares`` (see :mod:`._localwalk`): the walk is
+        """``list_rows`` of one share of ``shares`` (see :mod:`.walk`): the walk is
         Python work per file, so a caller lists the shares in as many processes at once."""
         if not 0 <= share < shares:
             raise ValueError(f"share {share} of {shares}")
@@ -370,7 +374,7 @@ class LocalStore:
         self, items: Sequence[tuple[str, bytes | memoryview]]
     ) -> builtins.list[StoreError | None]:
         """Write several objects (a sink's batch of small ones), each as :meth:`write` would,
-        with fewer calls per object (:mod:`._localbatch`); per item None or its error."""
+        with fewer calls per object (:mod:`.batch`); per item None or its error."""
         results: builtins.list[StoreError | None] = [None] * len(items)
         plain: builtins.list[tuple[str, bytes | memoryview]] = []
         where: builtins.list[int] = []
