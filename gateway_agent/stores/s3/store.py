@@ -6,7 +6,7 @@ Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 ``list_page_size`` (keys per ListObjectsV2 page, default 1000), ``checksums`` ("crc32c", the
 default, or "off" for S3-compatible services that refuse S3's additional checksums),
 ``fast_put`` (default true: PutObject of bodies under 1 MiB skips boto3's request pipeline,
-see ``_s3fast``; false sends every PutObject through boto3), ``fast_get`` (the same for
+see ``fast``; false sends every PutObject through boto3), ``fast_get`` (the same for
 GetObject of ranges under 1 MiB, default true), ``fast_list`` (the same for ListObjectsV2
 pages, default true).
 Credentials come from boto3's normal chain (env, profile, instance role).
@@ -42,14 +42,6 @@ from gateway_agent.stores._common import (
     check_range,
     require_parts,
 )
-from gateway_agent.stores._s3answers import (
-    classify,
-    crc32c_b64,
-    full_object_crc32c,
-    micros,
-    no_continue_when_small,
-)
-from gateway_agent.stores._s3fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
 from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
 from gateway_agent.stores.errors import (
     BucketNotFoundError,
@@ -58,6 +50,14 @@ from gateway_agent.stores.errors import (
     StoreError,
     UploadNotFoundError,
 )
+from gateway_agent.stores.s3.answers import (
+    classify,
+    crc32c_b64,
+    full_object_crc32c,
+    micros,
+    no_continue_when_small,
+)
+from gateway_agent.stores.s3.fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
 from gateway_agent.stores.uri import StoreURI
 
 MIB = 1024 * 1024

@@ -41,8 +41,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway_agent.stores import _rawhttp
 from gateway_agent.stores.errors import TransientStoreError
+from gateway_agent.stores.s3 import rawhttp
 
 # Bodies at or above this size go through boto3 (its 100-continue handshake and streaming body
 # are worth it there, and its CPU per request is small next to the bytes).
@@ -89,10 +89,10 @@ class FastPath:
         bundle = None
         if base_url.startswith("https:"):
             bundle = os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)
-        self._raw: _rawhttp.Connections | None = None
+        self._raw: rawhttp.Connections | None = None
         self._pool: Any = None
-        if _rawhttp.available:
-            self._raw = _rawhttp.Connections(
+        if rawhttp.available:
+            self._raw = rawhttp.Connections(
                 origin.hostname or "",
                 origin.port or (443 if origin.scheme == "https" else 80),
                 tls=ssl.create_default_context(cafile=bundle) if bundle else None,
@@ -121,7 +121,7 @@ class FastPath:
         headers: dict[str, str],
         operation: str,
         ok: tuple[int, ...] = (200,),
-    ) -> _rawhttp.Answer:
+    ) -> rawhttp.Answer:
         """``url`` signed (SigV4, the client's credentials) and sent; the answer when its
         status is in ``ok``, else the error boto3 would raise for ``operation``."""
         from botocore.auth import S3SigV4Auth
@@ -250,7 +250,7 @@ def _urllib3_pool(
 
 def _urllib3_send(
     pool: Any, method: str, target: str, headers: dict[str, str], data: bytes
-) -> _rawhttp.Answer:
+) -> rawhttp.Answer:
     import urllib3
 
     try:
@@ -258,7 +258,7 @@ def _urllib3_send(
     except urllib3.exceptions.HTTPError as exc:
         raise ConnectionError(str(exc)) from None
     got = {k.lower(): v for k, v in resp.headers.items()}
-    return _rawhttp.Answer(resp.status, got, resp.data)
+    return rawhttp.Answer(resp.status, got, resp.data)
 
 
 def one_write_connection(tls: bool) -> type[Any]:
