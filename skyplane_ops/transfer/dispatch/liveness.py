@@ -16,8 +16,8 @@ from typing import Any
 
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.dispatch_options import DispatchOptions, DispatchStats
-from skyplane_ops.transfer.dispatch_submit import Submission
+from skyplane_ops.transfer.dispatch.options import DispatchOptions, DispatchStats
+from skyplane_ops.transfer.dispatch.submit import Submission
 from skyplane_ops.transfer.liveness import DeadPath, HopWatch
 from skyplane_ops.transfer.manifest import Chunk
 

@@ -14,9 +14,9 @@ none, the transfer fails naming the hop. While the job runs, the fleet's leases 
 (``provision.lease``), so gateways of a control plane that died stop by themselves.
 
 This module holds the ``Dispatcher`` (start, the poll loop, stop); its parts live next to it:
-``dispatch_options`` (options, totals, stats), ``dispatch_spec`` (routes and the job spec),
-``dispatch_submit`` (where each chunk goes, and sending it), ``dispatch_liveness`` (polls and
-dead paths) and ``dispatch_flight`` (objects done, for progress).
+``options`` (options, totals, stats), ``spec`` (routes and the job spec), ``submit`` (where
+each chunk goes, and sending it), ``liveness`` (polls and dead paths) and ``flight`` (objects
+done, for progress).
 """
 
 from __future__ import annotations
@@ -39,34 +39,17 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.lease import keep_alive
-from skyplane_ops.transfer.dispatch_flight import _Flight
-from skyplane_ops.transfer.dispatch_liveness import Liveness
-from skyplane_ops.transfer.dispatch_options import ChunkTotals, DispatchOptions, DispatchStats
-from skyplane_ops.transfer.dispatch_spec import (
-    LOOPBACK_CONNECTIONS,
-    JobSpecs,
-    check_fleet,
-    plan_routes,
-)
-from skyplane_ops.transfer.dispatch_submit import _segment as _segment  # tests import it here
+from skyplane_ops.transfer.dispatch.flight import _Flight
+from skyplane_ops.transfer.dispatch.liveness import Liveness
+from skyplane_ops.transfer.dispatch.options import ChunkTotals, DispatchOptions, DispatchStats
+from skyplane_ops.transfer.dispatch.spec import JobSpecs, check_fleet, plan_routes
 from skyplane_ops.transfer.liveness import HopWatch
 from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
 from skyplane_ops.transfer.submitter import Submitter
 
-# The dispatcher, and the names that moved out of this module: callers and tests import them here.
-__all__ = [
-    "LOOPBACK_CONNECTIONS",
-    "POLL_GAPS",
-    "ChunkTotals",
-    "DispatchOptions",
-    "DispatchStats",
-    "Dispatcher",
-    "check_fleet",
-    "plan_routes",
-]
-
-log = logging.getLogger(__name__)
+# The package's name, as when this was the module skyplane_ops.transfer.dispatch.
+log = logging.getLogger("skyplane_ops.transfer.dispatch")
 
 
 def _start_on(client: GatewayClient, *, spec: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
-from skyplane_ops.transfer.dispatch_options import DispatchOptions
+from skyplane_ops.transfer.dispatch.options import DispatchOptions
 
 # TCP connections per hop at most when the hop's receivers listen on a loopback address.
 LOOPBACK_CONNECTIONS = 8
