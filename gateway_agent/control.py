@@ -28,7 +28,7 @@ from gateway_agent import probe
 from gateway_agent.agent import Agent
 from gateway_agent.auth import RequestVerifier
 from gateway_agent.guard import ConnectionGate, Deadline, accept_forever, shut
-from gateway_agent.job import JobError
+from gateway_agent.job.base import JobError
 
 log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 16 * 1024

@@ -153,7 +153,7 @@ def spy(source, filename, *args, **kwargs):
         compiled.append(filename)
     return real(source, filename, *args, **kwargs)
 builtins.compile = spy
-import gateway_agent.agent, gateway_agent.job_sink, gateway_agent.stores.local
+import gateway_agent.agent, gateway_agent.job.sink, gateway_agent.stores.local
 assert ".zip" in gateway_agent.agent.__file__, gateway_agent.agent.__file__
 print(len(compiled))
 """

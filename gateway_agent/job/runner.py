@@ -7,8 +7,8 @@ descriptors submitted through the control API make it a source for them. Progres
 monotonic counters plus an event log read incrementally with a cursor.
 
 This module holds ``Job`` (start, status, stop, routing and relaying); its parts live next to
-it: ``job_base`` (state, stores, counters and events), ``job_source`` (reading chunks) and
-``job_sink`` (writing chunks).
+it: ``base`` (state, stores, counters and events), ``source`` (reading chunks) and ``sink``
+(writing chunks).
 """
 
 from __future__ import annotations
@@ -20,33 +20,11 @@ import time
 from typing import Any
 
 from gateway_agent import wire
-from gateway_agent.crc32c_math import crc32c_b64
 from gateway_agent.flow import Lease
-from gateway_agent.job_base import (
-    COUNTERS,
-    LOCAL_BATCH_READERS,
-    LOCAL_BATCH_WRITERS,
-    InChunk,
-    JobError,
-    ObjectFailed,
-)
-from gateway_agent.job_sink import ZERO_COPY_SCHEMES, SinkRole
-from gateway_agent.job_source import SourceRole
+from gateway_agent.job.base import InChunk, JobError
+from gateway_agent.job.sink import SinkRole
+from gateway_agent.job.source import SourceRole
 from gateway_agent.pool import OutboundPool, OutChunk
-
-# ``Job``, and the names that moved out of this module: the agent and tests import them here.
-__all__ = [
-    "COUNTERS",
-    "LOCAL_BATCH_READERS",
-    "LOCAL_BATCH_WRITERS",
-    "STOP_GRACE_S",
-    "ZERO_COPY_SCHEMES",
-    "InChunk",
-    "Job",
-    "JobError",
-    "ObjectFailed",
-    "crc32c_b64",
-]
 
 # How long stopping a job waits for its readers and writers to finish their current call.
 STOP_GRACE_S = 5.0

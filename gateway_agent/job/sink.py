@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from gateway_agent.checksum import crc32c
 from gateway_agent.crc32c_math import crc32c_b64
-from gateway_agent.job_base import InChunk, JobBase, ObjectFailed, _local_calls
+from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import ObjectStore, SupportsWriteBatch
 from gateway_agent.stores.errors import KeyBlockedError, KeyNotSupportedError
 

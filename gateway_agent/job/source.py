@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway_agent.checksum import crc32c
 from gateway_agent.flow import Lease
-from gateway_agent.job_base import InChunk, JobBase, ObjectFailed, _local_calls
+from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import ObjectStore, SupportsReadInto
 from gateway_agent.stores.errors import SourceChangedError, StoreError, TransientStoreError
 
