@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 
-from gateway_agent.probe_wire import (
+from gateway_agent.probe.wire import (
     HANDSHAKE_TIMEOUT_S,
     MAX_CONNECTIONS,
     RECV_CHUNK,

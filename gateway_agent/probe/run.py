@@ -45,14 +45,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gateway_agent.auth import load_secret
-from gateway_agent.probe_server import ProbeServer
-from gateway_agent.probe_wire import (
+from gateway_agent.probe.server import ProbeServer
+from gateway_agent.probe.wire import (
     DEFAULT_CONNECTIONS,
     DEFAULT_SECONDS,
-    HANDSHAKE_TIMEOUT_S,
     MAX_CONNECTIONS,
     PING_COUNT,
-    RECV_CHUNK,
     SEND_CHUNK,
     ProbeAuthError,
     ProbeError,
@@ -63,25 +61,6 @@ from gateway_agent.probe_wire import (
     _rst_close,
     _send_json,
 )
-
-# The wire plumbing and the server live in probe_wire and probe_server; their public names
-# stay importable from here (and ``python -m gateway_agent.probe`` stays the entry point).
-__all__ = [
-    "DEFAULT_CONNECTIONS",
-    "DEFAULT_SECONDS",
-    "HANDSHAKE_TIMEOUT_S",
-    "MAX_CONNECTIONS",
-    "PING_COUNT",
-    "RECV_CHUNK",
-    "SEND_CHUNK",
-    "ProbeAuthError",
-    "ProbeError",
-    "ProbeResult",
-    "ProbeServer",
-    "control_request",
-    "main",
-    "run_probe",
-]
 
 
 class _Sender:
@@ -358,7 +337,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(json.dumps(result.to_dict()), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
