@@ -17,7 +17,7 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 # backend name -> "module:class"
 BACKENDS: dict[str, str] = {
     "local": "skyplane_ops.provision.local:LocalProvisioner",
-    "ssh": "skyplane_ops.provision.ssh:SSHProvisioner",
+    "ssh": "skyplane_ops.provision.ssh.provisioner:SSHProvisioner",
     "aws": "skyplane_ops.provision.aws:AWSProvisioner",
     "netns": "skyplane_ops.provision.netns:NetnsProvisioner",
     "azure": "skyplane_ops.provision.azure:AzureProvisioner",

@@ -57,13 +57,12 @@ from skyplane_ops.provision.secrets import (
     private_dir,
     write_private,
 )
-from skyplane_ops.provision.ssh import (
+from skyplane_ops.provision.ssh.bootstrap import (
     BootstrapOptions,
-    SSHHost,
     bootstrap_gateways,
-    gateway_id,
     teardown_gateways,
 )
+from skyplane_ops.provision.ssh.hosts import SSHHost, gateway_id
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,12 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost, cached_wheelhouse
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import delete_secret
-from skyplane_ops.provision.ssh import (
+from skyplane_ops.provision.ssh.bootstrap import (
     BootstrapOptions,
-    SSHHost,
     bootstrap_gateways,
-    gateway_id,
     teardown_gateways,
 )
+from skyplane_ops.provision.ssh.hosts import SSHHost, gateway_id
 
 log = logging.getLogger(__name__)
 

@@ -204,7 +204,7 @@ class NetnsProvisioner:
             data_port=int(info["data_port"]),
             resources={"namespace": testbed.namespace(region), "pid": int(info["pid"])},
         )
-        from skyplane_ops.provision.ssh import wait_healthy
+        from skyplane_ops.provision.ssh.bootstrap import wait_healthy
 
         wait_healthy(gateway.host, gateway.control_port, secret_bytes(secret_ref), timeout=10)
         return gateway

@@ -212,7 +212,7 @@ def test_ctrl_c_during_parallel_bootstrap_keeps_the_finished_results() -> None:
     import signal
     import time
 
-    from skyplane_ops.provision.ssh import InterruptedDuringBatch, _parallel
+    from skyplane_ops.provision.ssh.bootstrap import InterruptedDuringBatch, _parallel
 
     def slow(i: int) -> int:
         time.sleep(0.3)

@@ -29,7 +29,7 @@ from skyplane_ops.provision.secrets import (
     read_secret,
     secret_bytes,
 )
-from skyplane_ops.provision.ssh_connect import (
+from skyplane_ops.provision.ssh.hosts import (
     GatewayStartError,
     SSHHost,
     connect,

@@ -5,7 +5,7 @@ known_hosts file; unknown keys are accepted only when the user opts in. Each gat
 remote directory ``<remote_root>/<transfer_id>/<gateway_id>`` holding the agent bundle, the
 0600 secret, a ``meta.json`` (for the sweeper), the ready file and the agent's log. Tear-down
 stops the agent and removes that directory. The AWS backend reuses ``bootstrap_gateways``. Hosts and
-connections live in ``ssh_connect``, the agent lifecycle over SSH in ``ssh_bootstrap``.
+connections live in ``hosts``, the agent lifecycle over SSH in ``bootstrap``.
 """
 
 from __future__ import annotations
@@ -28,56 +28,23 @@ from skyplane_ops.provision.secrets import (
     delete_secret,
     secret_bytes,
 )
-from skyplane_ops.provision.ssh_bootstrap import (
+from skyplane_ops.provision.ssh.bootstrap import (
     BootstrapOptions,
-    InterruptedDuringBatch,
     _parallel,
     _remote_dir,
     _stop_and_remove,
-    bootstrap_gateway,
     bootstrap_gateways,
-    teardown_gateway,
     teardown_gateways,
-    wait_healthy,
 )
-from skyplane_ops.provision.ssh_connect import (
-    DEFAULT_REMOTE_ROOT,
-    GatewayStartError,
-    HostKeyError,
-    HostUnreachableError,
-    SSHAuthError,
+from skyplane_ops.provision.ssh.hosts import (
     SSHHost,
     SSHInventory,
     connect,
-    gateway_id,
     run,
 )
 
-log = logging.getLogger(__name__)
-
-# The SSH plumbing lives in ssh_connect and ssh_bootstrap; its names stay importable from here.
-__all__ = [
-    "DEFAULT_REMOTE_ROOT",
-    "BootstrapOptions",
-    "GatewayStartError",
-    "HostKeyError",
-    "HostUnreachableError",
-    "InterruptedDuringBatch",
-    "SSHAuthError",
-    "SSHHost",
-    "SSHInventory",
-    "SSHProvisioner",
-    "_graceful_shutdown",
-    "_parallel",
-    "bootstrap_gateway",
-    "bootstrap_gateways",
-    "connect",
-    "gateway_id",
-    "run",
-    "teardown_gateway",
-    "teardown_gateways",
-    "wait_healthy",
-]
+# The package's name, as when this was the module skyplane_ops.provision.ssh.
+log = logging.getLogger("skyplane_ops.provision.ssh")
 
 
 class SSHProvisioner:
