@@ -37,7 +37,8 @@ from skyplane_ops.provision.azure_arm import (
 )
 from skyplane_ops.provision.cloudhosts import provision_regions, save_cloud_fleet
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
-from skyplane_ops.provision.cloudvm import (
+from skyplane_ops.provision.cloudvm.boot import CloudBoot
+from skyplane_ops.provision.cloudvm.common import (
     NAME_PREFIX,
     TAG_CREATED,
     TAG_TRANSFER,
@@ -49,7 +50,6 @@ from skyplane_ops.provision.cloudvm import (
     region_of,
     save_client_key,
 )
-from skyplane_ops.provision.cloudvm_boot import CloudBoot
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
 

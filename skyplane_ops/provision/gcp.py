@@ -26,7 +26,8 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
 from skyplane_ops.provision.cloudhosts import InstanceHost, provision_regions, save_cloud_fleet
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
-from skyplane_ops.provision.cloudvm import (
+from skyplane_ops.provision.cloudvm.boot import CloudBoot
+from skyplane_ops.provision.cloudvm.common import (
     GCP_LABEL_CREATED,
     GCP_LABEL_TRANSFER,
     NAME_PREFIX,
@@ -40,7 +41,6 @@ from skyplane_ops.provision.cloudvm import (
     region_of,
     save_client_key,
 )
-from skyplane_ops.provision.cloudvm_boot import CloudBoot
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.gcp_api import ComputeAPI, NoCapacity
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret

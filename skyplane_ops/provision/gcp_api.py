@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.cloudvm import QuotaError
+from skyplane_ops.provision.cloudvm.common import QuotaError
 
 CAPACITY_CODES = {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"}
 QUOTA_CODES = {"QUOTA_EXCEEDED", "quotaExceeded"}
