@@ -18,7 +18,7 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 BACKENDS: dict[str, str] = {
     "local": "skyplane_ops.provision.local:LocalProvisioner",
     "ssh": "skyplane_ops.provision.ssh.provisioner:SSHProvisioner",
-    "aws": "skyplane_ops.provision.aws:AWSProvisioner",
+    "aws": "skyplane_ops.provision.aws.provisioner:AWSProvisioner",
     "netns": "skyplane_ops.provision.netns:NetnsProvisioner",
     "azure": "skyplane_ops.provision.azure:AzureProvisioner",
     "gcp": "skyplane_ops.provision.gcp:GCPProvisioner",

@@ -28,8 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.aws_teardown import (
-    LIVE_STATES,
+from skyplane_ops.provision.aws.teardown import (
     TAG_CREATED,
     TAG_CREATOR,
     TAG_EXPIRES,
@@ -41,7 +40,7 @@ from skyplane_ops.provision.aws_teardown import (
     _tag_list,
     aws_region,
 )
-from skyplane_ops.provision.cloudhosts import (  # re-exported: the old import path
+from skyplane_ops.provision.cloudhosts import (
     Bootstrap,
     InstanceHost,
     cached_wheelhouse,
@@ -64,25 +63,8 @@ from skyplane_ops.provision.ssh.bootstrap import (
 )
 from skyplane_ops.provision.ssh.hosts import SSHHost, gateway_id
 
-log = logging.getLogger(__name__)
-
-# EC2 records and tear-down live in aws_teardown; their names stay importable from here.
-__all__ = [
-    "LIVE_STATES",
-    "TAG_CREATED",
-    "TAG_CREATOR",
-    "TAG_EXPIRES",
-    "TAG_TRANSFER",
-    "UBUNTU_2204",
-    "UBUNTU_OWNER",
-    "AWSProvisioner",
-    "Bootstrap",
-    "InstanceHost",
-    "_RegionState",
-    "_run_all",
-    "aws_region",
-    "parse_console_host_key",
-]
+# The package's name, as when this was the module skyplane_ops.provision.aws.
+log = logging.getLogger("skyplane_ops.provision.aws")
 
 
 def _discover_client_cidr() -> str:
