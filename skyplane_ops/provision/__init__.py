@@ -20,8 +20,8 @@ BACKENDS: dict[str, str] = {
     "ssh": "skyplane_ops.provision.ssh.provisioner:SSHProvisioner",
     "aws": "skyplane_ops.provision.aws.provisioner:AWSProvisioner",
     "netns": "skyplane_ops.provision.netns:NetnsProvisioner",
-    "azure": "skyplane_ops.provision.azure:AzureProvisioner",
-    "gcp": "skyplane_ops.provision.gcp:GCPProvisioner",
+    "azure": "skyplane_ops.provision.azure.provisioner:AzureProvisioner",
+    "gcp": "skyplane_ops.provision.gcp.provisioner:GCPProvisioner",
     "mixed": "skyplane_ops.provision.mixed:MixedProvisioner",
 }
 

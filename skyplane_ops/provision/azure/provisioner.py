@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import azure_arm as arm
 from skyplane_ops.provision import records
-from skyplane_ops.provision.azure_arm import (
+from skyplane_ops.provision.azure import arm
+from skyplane_ops.provision.azure.arm import (
     API,
     CAPACITY_CODES,
     UBUNTU,
@@ -53,7 +53,8 @@ from skyplane_ops.provision.cloudvm.common import (
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
 
-log = logging.getLogger(__name__)
+# The package's name, as when this was the module skyplane_ops.provision.azure.
+log = logging.getLogger("skyplane_ops.provision.azure")
 
 
 @dataclass

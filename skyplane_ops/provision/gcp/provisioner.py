@@ -42,10 +42,11 @@ from skyplane_ops.provision.cloudvm.common import (
     save_client_key,
 )
 from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.provision.gcp_api import ComputeAPI, NoCapacity
+from skyplane_ops.provision.gcp.api import ComputeAPI, NoCapacity
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
 
-log = logging.getLogger(__name__)
+# The package's name, as when this was the module skyplane_ops.provision.gcp.
+log = logging.getLogger("skyplane_ops.provision.gcp")
 
 UBUNTU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
 
