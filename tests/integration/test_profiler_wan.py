@@ -19,8 +19,8 @@ import pytest
 from skyplane_ops.cli import main
 from skyplane_ops.profiler import GridStore, planner_grid
 from skyplane_ops.profiles import load_default_profile
-from skyplane_ops.provision.netns_host import list_namespaces
-from skyplane_ops.provision.testbed import wan_grid
+from skyplane_ops.provision.netns.host import list_namespaces
+from skyplane_ops.provision.netns.testbed import wan_grid
 from skyplane_ops.provision.universe import FleetUniverse
 
 pytestmark = [

@@ -17,6 +17,7 @@ import gateway_agent
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import UnknownBackendError, get_provisioner
 from skyplane_ops.provision.bundle import build_bundle, bundle_bytes
+from skyplane_ops.provision.netns.testbed import Testbed, tbf_args
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
     create_secret,
@@ -28,7 +29,6 @@ from skyplane_ops.provision.sweeper import (
     load_backend_options,
     parse_duration,
 )
-from skyplane_ops.provision.testbed import Testbed, tbf_args
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """A userspace TCP relay that adds delay, for the netns testbed (this kernel has no netem).
 
-``python -m skyplane_ops.provision.wanrelay --listen HOST:PORT --connect HOST:PORT
+``python -m skyplane_ops.provision.netns.wanrelay --listen HOST:PORT --connect HOST:PORT
 --delay-ms D`` accepts connections and forwards each to ``--connect``; every byte is held for
 D/2 ms in each direction, so the round-trip time grows by D ms. Bytes in flight per direction
 are bounded (``--max-buffer-mib``) so a slow receiver back-pressures the sender instead of

@@ -20,22 +20,23 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
 from skyplane_ops.provision.bundle import build_bundle, serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
-from skyplane_ops.provision.netns_host import (
+from skyplane_ops.provision.netns.host import (
     list_namespaces,
     require_root,
     sh,
     short_id,
     teardown_namespaces,
 )
+from skyplane_ops.provision.netns.testbed import NS_PREFIX, Grid, Testbed
 from skyplane_ops.provision.secrets import (
     create_secret,
     delete_secret,
     private_dir,
     secret_bytes,
 )
-from skyplane_ops.provision.testbed import NS_PREFIX, Grid, Testbed
 
-log = logging.getLogger(__name__)
+# The package's name, as when this was the module skyplane_ops.provision.netns.
+log = logging.getLogger("skyplane_ops.provision.netns")
 
 _NS_NAME = re.compile(r"^skyplane-ops\.(?P<tid>[A-Za-z0-9_-]+)\.r(?P<idx>\d+)$")
 _ROOT_VETH = re.compile(r"^sm(?P<h>[0-9a-f]{6})(?P<idx>\d+)$")

@@ -30,7 +30,7 @@ from itertools import combinations
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.netns_host import (
+from skyplane_ops.provision.netns.host import (
     batch,
     require_root,
     sh,
@@ -274,7 +274,7 @@ class Testbed:
                 [
                     sys.executable,
                     "-m",
-                    "skyplane_ops.provision.wanrelay",
+                    "skyplane_ops.provision.netns.wanrelay",
                     "--listen",
                     f"{self.address(dst)}:{port}",
                     "--connect",
