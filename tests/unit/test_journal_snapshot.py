@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from skyplane_ops.transfer import journal_snapshot
 from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.journal import snapshot as journal_snapshot
 from skyplane_ops.transfer.state import TransferState
 
 PIECE = 4096
