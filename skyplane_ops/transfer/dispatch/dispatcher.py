@@ -45,7 +45,7 @@ from skyplane_ops.transfer.dispatch.options import ChunkTotals, DispatchOptions,
 from skyplane_ops.transfer.dispatch.spec import JobSpecs, check_fleet, plan_routes
 from skyplane_ops.transfer.liveness import HopWatch
 from skyplane_ops.transfer.manifest import Chunk
-from skyplane_ops.transfer.progress import Progress, ProgressCallback
+from skyplane_ops.transfer.progress.report import Progress, ProgressCallback
 from skyplane_ops.transfer.submitter import Submitter
 
 # The package's name, as when this was the module skyplane_ops.transfer.dispatch.
