@@ -27,7 +27,7 @@ from scale import REPO, timed
 
 sys.path.insert(0, str(REPO))
 
-from skyplane_ops.provision.testbed import Testbed, wan_grid
+from skyplane_ops.provision.netns.testbed import Testbed, wan_grid
 
 SRC_SITE, WAN_DST = "site:src", "site:dst"
 RELAYS = ["site:relay-1", "site:relay-2"]

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 os.environ["SKYPLANE_OPS_HOME"] = tempfile.mkdtemp(prefix="skyplane-ops-bench-")
 
 from skyplane_ops.provision import get_provisioner  # noqa: E402
-from skyplane_ops.provision.testbed import Testbed  # noqa: E402
+from skyplane_ops.provision.netns.testbed import Testbed  # noqa: E402
 from skyplane_ops.testing.sshd import keygen, start_sshd, stop_sshd  # noqa: E402
 from skyplane_ops.testing.transfer import make_plan, write_dataset  # noqa: E402
 from skyplane_ops.transfer import run_transfer  # noqa: E402

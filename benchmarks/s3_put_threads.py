@@ -3,10 +3,10 @@
 No gateways, no transfer engine: one process writes ``--count`` objects of 1 KiB with
 ``S3Store.write`` from ``--threads`` threads (each thread one request in flight) to
 ``s3_server.py`` behind ``latency_proxy.py`` (``--delay``, 20 ms by default), once through
-boto3's pipeline (``fast_put: false``) and once through the fast path (``_s3fast``). Printed per
-case: objects/s, the ceiling that many requests in flight allow (threads / delay), and the CPU
-milliseconds per object of the client, the server and the proxy (from /proc/PID/stat), so one
-sees whether the client is bound by requests in flight or by CPU.
+boto3's pipeline (``fast_put: false``) and once through the fast path (``stores/s3/fast.py``).
+Printed per case: objects/s, the ceiling that many requests in flight allow (threads /
+delay), and the CPU milliseconds per object of the client, the server and the proxy (from
+/proc/PID/stat), so one sees whether the client is bound by requests in flight or by CPU.
 
 Usage: ``python benchmarks/s3_put_threads.py [--count 3000] [--delay 0.02] [--threads 16 32 64]``.
 Writes ``benchmarks/results/s3_put_threads.json``.

@@ -42,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from skyplane_ops.provision.testbed import Testbed, wan_grid  # noqa: E402
+from skyplane_ops.provision.netns.testbed import Testbed, wan_grid  # noqa: E402
 
 MiB = 1024 * 1024
 RESULTS = REPO / "benchmarks" / "results"

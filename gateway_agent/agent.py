@@ -27,7 +27,8 @@ from gateway_agent import wire
 from gateway_agent.flow import ByteBudget
 from gateway_agent.guard import ConnectionGate, accept_forever, set_io_timeout
 from gateway_agent.guard import shut as _shut
-from gateway_agent.job import Job, JobError
+from gateway_agent.job.base import JobError
+from gateway_agent.job.runner import Job
 
 log = logging.getLogger(__name__)
 

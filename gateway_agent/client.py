@@ -14,7 +14,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from gateway_agent.auth import sign_request
-from gateway_agent.probe import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, ProbeResult
+from gateway_agent.probe.wire import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, ProbeResult
 
 
 class GatewayError(Exception):

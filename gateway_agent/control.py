@@ -24,11 +24,11 @@ import threading
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from gateway_agent import probe
 from gateway_agent.agent import Agent
 from gateway_agent.auth import RequestVerifier
 from gateway_agent.guard import ConnectionGate, Deadline, accept_forever, shut
-from gateway_agent.job import JobError
+from gateway_agent.job.base import JobError
+from gateway_agent.probe.run import control_request as probe_request
 
 log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 16 * 1024
@@ -168,7 +168,7 @@ class ControlServer:
         if parts == ["v1", "lease"] and method == "POST":
             return agent.renew_lease(float(data.get("seconds", 0)))
         if parts == ["v1", "probe"] and method == "POST":
-            return probe.control_request(agent, data)
+            return probe_request(agent, data)
         if parts == ["v1", "shutdown"] and method == "POST":
             return {"ok": True}  # the agent stops after this reply has been written
         if parts == ["v1", "jobs"] and method == "POST":

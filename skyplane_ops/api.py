@@ -44,8 +44,8 @@ from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.listing import Listing as Listing
 from skyplane_ops.transfer.listing import list_request as list_request
 from skyplane_ops.transfer.progress import Progress as Progress
-from skyplane_ops.transfer.progress_text import ProgressLine as ProgressLine
-from skyplane_ops.transfer.progress_text import plan_paths as plan_paths
+from skyplane_ops.transfer.progress import ProgressLine as ProgressLine
+from skyplane_ops.transfer.progress import plan_paths as plan_paths
 from skyplane_ops.transfer.request import as_request as as_request
 from skyplane_ops.transfer.request import request_from
 from skyplane_ops.transfer.state import TransferState as TransferState

@@ -120,7 +120,7 @@ class ReportsSkips(Protocol):
 # ``list_rows``' form of an ObjectInfo: (key, size, modified as integer microseconds since the
 # epoch or None, checksums as sorted-key JSON or None, version, etag). With versions (a source)
 # the time is the object's last change the store can tell; without (a sync's destination),
-# when its bytes were written. They differ for local files only (``_localfiles.changed_at``).
+# when its bytes were written. They differ for local files only (``local.files.changed_at``).
 ListRow = tuple[str, int, int | None, str | None, str | None, str | None]
 
 

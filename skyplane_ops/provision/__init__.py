@@ -17,11 +17,11 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 # backend name -> "module:class"
 BACKENDS: dict[str, str] = {
     "local": "skyplane_ops.provision.local:LocalProvisioner",
-    "ssh": "skyplane_ops.provision.ssh:SSHProvisioner",
-    "aws": "skyplane_ops.provision.aws:AWSProvisioner",
-    "netns": "skyplane_ops.provision.netns:NetnsProvisioner",
-    "azure": "skyplane_ops.provision.azure:AzureProvisioner",
-    "gcp": "skyplane_ops.provision.gcp:GCPProvisioner",
+    "ssh": "skyplane_ops.provision.ssh.provisioner:SSHProvisioner",
+    "aws": "skyplane_ops.provision.aws.provisioner:AWSProvisioner",
+    "netns": "skyplane_ops.provision.netns.provisioner:NetnsProvisioner",
+    "azure": "skyplane_ops.provision.azure.provisioner:AzureProvisioner",
+    "gcp": "skyplane_ops.provision.gcp.provisioner:GCPProvisioner",
     "mixed": "skyplane_ops.provision.mixed:MixedProvisioner",
 }
 

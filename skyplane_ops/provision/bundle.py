@@ -34,9 +34,9 @@ from skyplane_ops.provision.secrets import private_dir
 AGENT_PACKAGE = "gateway_agent"
 # Distribution names the agent needs at run time, and the modules that prove they import.
 # crc32c is the agent's fast checksum path (about 2.4x google-crc32c) and httptools the S3
-# store's fast path for small requests (``_rawhttp``: a 1 KiB PutObject or GetObject in about
-# half the CPU of urllib3); the agent falls back to google-crc32c and urllib3 when they are
-# missing, so they are shipped in wheelhouses but not required to import.
+# store's fast path for small requests (``stores/s3/rawhttp.py``: a 1 KiB PutObject or
+# GetObject in about half the CPU of urllib3); the agent falls back to google-crc32c and
+# urllib3 when they are missing, so they are shipped in wheelhouses but not required to import.
 AGENT_REQUIREMENTS = (
     "google-crc32c",
     "crc32c",

@@ -14,10 +14,10 @@ from typing import Any
 
 from skyplane_ops.provision import records
 from skyplane_ops.provision.bundle import build_wheelhouse
-from skyplane_ops.provision.cloudvm import TAG_CREATED
+from skyplane_ops.provision.cloudvm.common import TAG_CREATED
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import private_dir
-from skyplane_ops.provision.ssh import SSHHost
+from skyplane_ops.provision.ssh.hosts import SSHHost
 
 
 @dataclass(frozen=True)

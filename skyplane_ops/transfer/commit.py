@@ -24,7 +24,7 @@ from gateway_agent.stores.errors import (
 )
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.catalog import TODO, Catalog, dec, enc
-from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.journal.file import Journal
 from skyplane_ops.transfer.todo import whole_limit
 
 log = logging.getLogger(__name__)

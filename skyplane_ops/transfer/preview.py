@@ -71,7 +71,7 @@ class Preview:
         ``skipped``, ``delete_refused``."""
         out.write("{")
         if self.request is not None:
-            out.write(f"\n  \"request\": {json.dumps(self.request.to_dict(), sort_keys=True)},")
+            out.write(f'\n  "request": {json.dumps(self.request.to_dict(), sort_keys=True)},')
         _array(out, "copy", ({"key": k, "size": s} for k, s in self.copies()))
         out.write(",")
         _array(out, "fail", ({"key": k, "why": w} for k, w in self.failures()))

@@ -166,7 +166,7 @@ def _compare(
         if not copy.is_file(follow_symlinks=False):
             return None
         a, b = entry.stat(follow_symlinks=False), copy.stat(follow_symlinks=False)
-        # The listings' rule (``_localfiles.changed_at``): the copy's mtime against the
+        # The listings' rule (``local.files.changed_at``): the copy's mtime against the
         # source's last change, the later of its mtime and ctime.
         if a.st_size != b.st_size or b.st_mtime_ns < max(a.st_mtime_ns, a.st_ctime_ns):
             different.append(base + name)

@@ -11,7 +11,7 @@ in any object store the core opens (``file://`` on a shared volume, ``s3://``, `
   A follower on any host decides "driver lost" from a stale heartbeat, not from a pid.
 - ``cancel.json``: a cancellation request; the driver polls it and stops, wherever it runs.
 - ``journal/<name>.jsonl/<offset>``: a snapshot of the resume journal, appended to by the
-  driver while it runs and at the end (only what the journal gained, ``journal_snapshot``); a
+  driver while it runs and at the end (only what the journal gained, ``journal.snapshot``); a
   retry on another host restores it before resuming. The journal is append-only, so a
   snapshot that lags by a few seconds only re-sends those chunks.
 - ``secret``: the fleet's per-transfer secret, so that a transfer started on another host than
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.journal_snapshot import JournalSnapshot
+from skyplane_ops.transfer.journal.snapshot import JournalSnapshot
 
 STATUS = "status.json"
 CANCEL = "cancel.json"
@@ -118,7 +118,7 @@ class TransferState:
 
     def save_journal(self, directory: str | Path) -> int:
         """Snapshot every ``*.jsonl`` journal of ``directory``: only what each gained since the
-        last save, in bounded pieces (``journal_snapshot``); returns how many."""
+        last save, in bounded pieces (``journal.snapshot``); returns how many."""
         try:
             return self._journal.save(directory)
         except Exception as exc:

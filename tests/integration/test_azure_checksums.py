@@ -1,4 +1,4 @@
-"""Azure: what the service vouches for, on a real Azurite (see gateway_agent/stores/azure.py).
+"""Azure: what the service vouches for, on a real Azurite (see gateway_agent/stores/azure/store.py).
 
 Azurite, like Azure, computes the MD5 of every Put Blob and Put Block body it receives and
 refuses the request when a ``Content-MD5`` header says otherwise. A proxy between the store
@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from gateway_agent.stores import open_store
-from gateway_agent.stores.azure import CRC_METADATA, block_id
+from gateway_agent.stores.azure.store import CRC_METADATA, block_id
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
 from skyplane_ops.testing.emulators import AZURITE_ACCOUNT, azurite_connection_string, environ

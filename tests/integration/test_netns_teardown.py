@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from skyplane_ops.provision.netns_host import list_namespaces
-from skyplane_ops.provision.testbed import Testbed
+from skyplane_ops.provision.netns.host import list_namespaces
+from skyplane_ops.provision.netns.testbed import Testbed
 
 pytestmark = [
     pytest.mark.netns,

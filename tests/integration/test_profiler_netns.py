@@ -102,7 +102,7 @@ def test_planner_goes_direct_where_the_relay_is_slower(profiled) -> None:
 
 def test_the_netns_testbed_is_gone_after_the_run(profiled) -> None:
     _, result = profiled
-    from skyplane_ops.provision.netns_host import list_namespaces
+    from skyplane_ops.provision.netns.host import list_namespaces
 
     assert not [ns for ns in list_namespaces() if result.run_id in ns]
 

@@ -20,8 +20,8 @@ from skyplane_ops.cli import main
 from skyplane_ops.profiler import GridStore, planner_grid
 from skyplane_ops.profiler.universe import FleetUniverse
 from skyplane_ops.profiles import load_default_profile
-from skyplane_ops.provision.netns_host import list_namespaces
-from skyplane_ops.provision.testbed import wan_grid
+from skyplane_ops.provision.netns.host import list_namespaces
+from skyplane_ops.provision.netns.testbed import wan_grid
 
 pytestmark = [
     pytest.mark.netns,

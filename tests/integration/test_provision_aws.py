@@ -34,9 +34,9 @@ from skyplane_ops.provision.aws import (
     TAG_TRANSFER,
     AWSProvisioner,
     InstanceHost,
-    _RegionState,
     parse_console_host_key,
 )
+from skyplane_ops.provision.aws.teardown import _RegionState
 from skyplane_ops.provision.fleet import Gateway
 from skyplane_ops.provision.secrets import secret_bytes
 from skyplane_ops.testing.sshd import SshdServer

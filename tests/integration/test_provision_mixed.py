@@ -22,7 +22,8 @@ import pytest
 
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.aws import AWSProvisioner, InstanceHost, _RegionState
+from skyplane_ops.provision.aws import AWSProvisioner, InstanceHost
+from skyplane_ops.provision.aws.teardown import _RegionState
 from skyplane_ops.provision.azure import AzureProvisioner
 from skyplane_ops.provision.cloudvm import KeyPair, cloud_init
 from skyplane_ops.provision.fleet import Gateway

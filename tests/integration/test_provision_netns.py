@@ -23,8 +23,8 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import get_provisioner
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.netns import NetnsProvisioner
-from skyplane_ops.provision.netns_host import list_namespaces
-from skyplane_ops.provision.testbed import Testbed
+from skyplane_ops.provision.netns.host import list_namespaces
+from skyplane_ops.provision.netns.testbed import Testbed
 from skyplane_ops.testing.transfer import make_plan, read_tree, write_dataset
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer.progress import Progress, steady_rate_mbit

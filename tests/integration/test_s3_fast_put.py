@@ -1,4 +1,4 @@
-"""The S3 store's fast PutObject, GetObject and ListObjectsV2 paths (``_s3fast``) on real
+"""The S3 store's fast PutObject, GetObject and ListObjectsV2 paths (``stores/s3/fast.py``) on real
 servers and sockets.
 
 * Signatures: a moto_server that enforces IAM auth (``INITIAL_NO_AUTH_ACTION_COUNT``) checks
@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
-from gateway_agent.stores._s3answers import crc32c_b64
+from gateway_agent.stores.crc32c_math import crc32c_b64
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     ObjectNotFoundError,
@@ -359,7 +359,7 @@ def test_list_redirect_hands_over_to_boto3() -> None:
 
 
 def test_keys_are_decoded_only_when_the_server_encoded_them() -> None:
-    from gateway_agent.stores._s3fast import parse_list_page
+    from gateway_agent.stores.s3.fast import parse_list_page
 
     page = (
         b"<ListBucketResult>{enc}<IsTruncated>true</IsTruncated><NextContinuationToken>t+1"
@@ -374,9 +374,9 @@ def test_keys_are_decoded_only_when_the_server_encoded_them() -> None:
 def test_without_httptools_the_fast_path_uses_urllib3(
     moto_s3: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway_agent.stores import _rawhttp
+    from gateway_agent.stores.s3 import rawhttp
 
-    monkeypatch.setattr(_rawhttp, "available", False)
+    monkeypatch.setattr(rawhttp, "available", False)
     bucket = f"nohttptools-{uuid.uuid4().hex[:8]}"
     moto_s3.make_bucket(bucket)
     store = _open(moto_s3.options["endpoint_url"], bucket, list_page_size=1)

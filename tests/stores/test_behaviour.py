@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_agent.stores import StoreError, TransientStoreError, _atomic, open_store
+from gateway_agent.stores import StoreError, TransientStoreError, open_store
 from gateway_agent.stores import memory as memory_backend
-from gateway_agent.stores._atomic import TMP_PREFIX, create_file
-from gateway_agent.stores.local import STAGING
+from gateway_agent.stores.local import STAGING, atomic
+from gateway_agent.stores.local.atomic import TMP_PREFIX, create_file
 from tests.fixtures.ports import free_port
 from tests.stores.conftest import local_tree
 
@@ -163,10 +163,10 @@ def test_local_parallel_uploads_across_processes_leave_nothing(tmp_path: Path) -
 def atomic_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways of creating a file atomically; the fallback is forced by hiding /proc."""
     if request.param == "O_TMPFILE":
-        if _atomic._proc_fd() is None:
+        if atomic._proc_fd() is None:
             pytest.skip("no O_TMPFILE on this filesystem")
     else:
-        monkeypatch.setitem(_atomic._state, "proc", None)
+        monkeypatch.setitem(atomic._state, "proc", None)
     return str(request.param)
 
 
@@ -253,7 +253,7 @@ def test_local_pinned_read_catches_a_rewrite_during_the_read(tmp_path: Path) -> 
     before the first byte and while bytes are read: the check after the last byte refuses the
     mix. The rewrite is injected at that exact point by wrapping the store's read helper."""
     from gateway_agent.stores import SourceChangedError
-    from gateway_agent.stores import local as local_backend
+    from gateway_agent.stores.local import store as local_backend
 
     path = tmp_path / "f.bin"
     path.write_bytes(b"a" * 8192)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway_agent.stores import KeyBlockedError, KeyNotSupportedError, _localbatch, open_store
+from gateway_agent.stores import KeyBlockedError, KeyNotSupportedError, open_store
+from gateway_agent.stores.local import batch
 
 
 def _body(key: str, size: int = 4096) -> bytes:
@@ -82,9 +83,9 @@ def test_a_durable_batch_flushes_every_file_before_naming_any(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = open_store(f"file://{tmp_path}", {"fsync": True})
-    keys = [f"d{i % 3}/o{i:03d}" for i in range(_localbatch.GROUP + 10)]
+    keys = [f"d{i % 3}/o{i:03d}" for i in range(batch.GROUP + 10)]
     events: list[tuple[str, object]] = []
-    real_fdatasync, real_sync_folder = os.fdatasync, _localbatch.sync_folder
+    real_fdatasync, real_sync_folder = os.fdatasync, batch.sync_folder
 
     def fdatasync(fd: int) -> None:
         named = sum(1 for k in keys if (tmp_path / k).exists())
@@ -95,8 +96,8 @@ def test_a_durable_batch_flushes_every_file_before_naming_any(
         events.append(("folder", Path(folder).relative_to(tmp_path).as_posix()))
         real_sync_folder(folder)
 
-    monkeypatch.setattr(_localbatch.os, "fdatasync", fdatasync)
-    monkeypatch.setattr(_localbatch, "sync_folder", sync_folder)
+    monkeypatch.setattr(batch.os, "fdatasync", fdatasync)
+    monkeypatch.setattr(batch, "sync_folder", sync_folder)
     assert store.write_batch([(k, memoryview(_body(k))) for k in keys]) == [None] * len(keys)
     for k in keys:
         assert (tmp_path / k).read_bytes() == _body(k)
@@ -104,10 +105,10 @@ def test_a_durable_batch_flushes_every_file_before_naming_any(
     assert len(flushes) == len(keys)  # one per file
     # First group: nothing is named while its files are flushed; second group: only the first
     # group's files are.
-    assert {n for _, n in flushes[: _localbatch.GROUP]} == {0}
-    assert {n for _, n in flushes[_localbatch.GROUP :]} == {_localbatch.GROUP}
+    assert {n for _, n in flushes[: batch.GROUP]} == {0}
+    assert {n for _, n in flushes[batch.GROUP :]} == {batch.GROUP}
     # Every folder that got names is flushed once per group, after that group's flushes.
-    group = _localbatch.GROUP
+    group = batch.GROUP
     assert sorted(events[group : group + 3]) == [("folder", f"d{i}") for i in range(3)]
     assert sorted(events[-3:]) == [("folder", f"d{i}") for i in range(3)]
     assert len(events) == len(keys) + 6

@@ -188,7 +188,7 @@ def test_parts_are_written_in_small_pieces_one_writer_per_file_at_a_time(
     for large folios, slow to first touch on VMs with free page reporting), short writes are
     continued, and threads writing parts of one object take turns, whole part by whole part,
     instead of spinning on the file's lock in the kernel."""
-    from gateway_agent.stores import _atomic
+    from gateway_agent.stores.local import atomic
 
     real_pwrite = os.pwrite
     sizes: list[int] = []
@@ -209,7 +209,7 @@ def test_parts_are_written_in_small_pieces_one_writer_per_file_at_a_time(
 
     monkeypatch.setattr(os, "pwrite", pwrite)
     store = open_store(f"file://{tmp_path}")
-    part = 4 * _atomic.WRITE_PIECE + 123
+    part = 4 * atomic.WRITE_PIECE + 123
     parts = _parts([part] * 6)
     upload = store.create_multipart("obj")
     threads = [
@@ -222,5 +222,5 @@ def test_parts_are_written_in_small_pieces_one_writer_per_file_at_a_time(
         t.join()
     store.complete_multipart("obj", upload, list(parts))
     assert store.read("obj") == b"".join(parts[n] for n in sorted(parts))
-    assert sizes and max(sizes) == _atomic.WRITE_PIECE
+    assert sizes and max(sizes) == atomic.WRITE_PIECE
     assert inside["most"] == 1

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
-from gateway_agent.stores._localfiles import file_info, file_row
-from gateway_agent.stores._localwalk import CHUNK
 from gateway_agent.stores.base import ObjectInfo
+from gateway_agent.stores.local.files import file_info, file_row
+from gateway_agent.stores.local.walk import CHUNK
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.listrows import checksums_json, micros
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gateway_agent.job import Job
 from gateway_agent.stores import open_store
-from skyplane_ops.transfer.dispatch import _segment
+from skyplane_ops.transfer.dispatch.submit import _segment
 from skyplane_ops.transfer.manifest import Segment
 
 

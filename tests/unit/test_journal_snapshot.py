@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from skyplane_ops.transfer import journal_snapshot
-from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.journal import Journal, snapshot
 from skyplane_ops.transfer.state import TransferState
 
 PIECE = 4096
@@ -40,14 +39,14 @@ class Recording:
 
 @pytest.fixture(autouse=True)
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_snapshot, "PIECE", PIECE)
+    monkeypatch.setattr(snapshot, "PIECE", PIECE)
 
 
 def _state(tmp_path: Path, name: str = "t1") -> tuple[TransferState, Recording]:
     state = TransferState((tmp_path / "state").as_uri(), name)
     recording = Recording(state._store)
     state._store = recording
-    state._journal = journal_snapshot.JournalSnapshot(recording)
+    state._journal = snapshot.JournalSnapshot(recording)
     return state, recording
 
 

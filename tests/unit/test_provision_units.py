@@ -17,6 +17,7 @@ import gateway_agent
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import UnknownBackendError, get_provisioner
 from skyplane_ops.provision.bundle import build_bundle, bundle_bytes
+from skyplane_ops.provision.netns.testbed import Testbed, tbf_args
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
     create_secret,
@@ -28,7 +29,6 @@ from skyplane_ops.provision.sweeper import (
     load_backend_options,
     parse_duration,
 )
-from skyplane_ops.provision.testbed import Testbed, tbf_args
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def spy(source, filename, *args, **kwargs):
         compiled.append(filename)
     return real(source, filename, *args, **kwargs)
 builtins.compile = spy
-import gateway_agent.agent, gateway_agent.job_sink, gateway_agent.stores.local
+import gateway_agent.agent, gateway_agent.job.sink, gateway_agent.stores.local
 assert ".zip" in gateway_agent.agent.__file__, gateway_agent.agent.__file__
 print(len(compiled))
 """
@@ -212,7 +212,7 @@ def test_ctrl_c_during_parallel_bootstrap_keeps_the_finished_results() -> None:
     import signal
     import time
 
-    from skyplane_ops.provision.ssh import InterruptedDuringBatch, _parallel
+    from skyplane_ops.provision.ssh.bootstrap import InterruptedDuringBatch, _parallel
 
     def slow(i: int) -> int:
         time.sleep(0.3)

@@ -1,4 +1,4 @@
-"""``_rawhttp``: the S3 fast path's connections, against a real socket server on loopback.
+"""``s3/rawhttp.py``: the S3 fast path's connections, against a real socket server on loopback.
 
 The server answers each request on a connection from a script of raw answers (bytes as they
 go on the wire), so kept-alive reuse, a connection the server closed while idle, ``Connection:
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway_agent.stores import _rawhttp
+from gateway_agent.stores.s3 import rawhttp
 
-pytestmark = pytest.mark.skipif(not _rawhttp.available, reason="httptools is not installed")
+pytestmark = pytest.mark.skipif(not rawhttp.available, reason="httptools is not installed")
 
 OK = b'HTTP/1.1 200 OK\r\nETag: "e"\r\nContent-Length: 2\r\n\r\nok'
 CLOSE = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
@@ -54,8 +54,8 @@ class Scripted:
                         break
                     conn.sendall(answer)
 
-    def connections(self) -> _rawhttp.Connections:
-        return _rawhttp.Connections(
+    def connections(self) -> rawhttp.Connections:
+        return rawhttp.Connections(
             "127.0.0.1", self.port, tls=None, connect_timeout=5, read_timeout=5, max_idle=4
         )
 
@@ -74,7 +74,7 @@ def scripted() -> Iterator[type[Scripted]]:
         server.listener.close()
 
 
-def _put(conns: _rawhttp.Connections, path: str) -> _rawhttp.Answer:
+def _put(conns: rawhttp.Connections, path: str) -> rawhttp.Answer:
     return conns.request("PUT", path, {"Host": "h"}, b"body")
 
 

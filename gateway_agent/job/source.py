@@ -1,0 +1,172 @@
+"""The source role of a gateway job: read each submitted chunk's segments from the source
+store (pinned to the listed version, under the byte budget), checksum them and hand the chunk
+to routing. A module of its own so the read path can be followed without the rest of ``Job``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from gateway_agent.flow import Lease
+from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
+from gateway_agent.stores.base import ObjectStore, SupportsReadInto
+from gateway_agent.stores.checksum import crc32c
+from gateway_agent.stores.errors import SourceChangedError, StoreError, TransientStoreError
+
+
+def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
+    """The per-object verdict on a failed source read, or None when the whole job must stop
+    (a transient error whose retries were spent: the store, not the object, is the problem)."""
+    if isinstance(exc, SourceChangedError):
+        return ObjectFailed("changed", key, "source", str(exc))
+    if isinstance(exc, TransientStoreError):
+        return None
+    return ObjectFailed("failed", key, "source", f"reading the source failed: {exc}")
+
+
+class SourceRole(JobBase):
+    """The source part of ``Job``: reader threads run ``_source_loop``."""
+
+    def _source_loop(self) -> None:
+        while not self._stop.is_set():
+            desc = self._source_q.get()
+            if desc is None:
+                return
+            self._read_gate_hook()
+            segs: list[dict[str, Any]] = desc["segs"]
+            total = sum(int(s["length"]) for s in segs)
+            lease = None
+            while lease is None:
+                lease = self._budget.lease(total, timeout=0.5, cancel=self._stop)
+                if self._stop.is_set():
+                    if lease is not None:
+                        lease.release()
+                    return
+            t0 = time.monotonic()
+            try:
+                chunk = self._read_chunk(desc, total, lease)
+            except ObjectFailed as bad:
+                lease.release()
+                self._object_failed(desc["chunk"], bad)
+                continue
+            except Exception as exc:  # any store error is reported with its text
+                lease.release()
+                self._fail(f"source {self._src_uri}: reading chunk {desc['chunk']} failed: {exc}")
+                continue
+            if chunk is None or not self._slow_store_hook(total, t0, "source_rate_bps"):
+                lease.release()
+                continue
+            self.route(chunk)
+            # Once routed, the chunk belongs to the pool (and its lease): holding it here while
+            # waiting for the next descriptor would keep its payload alive past the budget.
+            del chunk
+
+    def _read_gate_hook(self) -> None:
+        """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have
+        started, later ones wait until PATH exists (``PATH.paused`` tells they wait), so a test
+        changes the source at a known point of a real copy, without sleeps."""
+        gate = self._hooks.get("read_gate") if self._hooks else None
+        if not gate:
+            return
+        with self._lock:
+            self._hooks["reads_started"] = started = int(self._hooks.get("reads_started", 0)) + 1
+        if started <= int(gate["after"]):
+            return
+        with open(f"{gate['file']}.paused", "a"):
+            pass
+        while not os.path.exists(gate["file"]) and not self._stop.wait(0.02):
+            pass
+
+    @staticmethod
+    def _read_segment(store: ObjectStore, seg: dict[str, Any]) -> bytes:
+        """One segment, pinned to the version the listing saw (when the manifest carries one):
+        a torn or changed object raises instead of being read."""
+        key, offset, length = seg["key"], int(seg.get("offset", 0)), int(seg["length"])
+        try:
+            if seg.get("version") is not None:
+                data = store.read(key, offset, length, seg["version"])
+            else:
+                data = store.read(key, offset, length)
+        except StoreError as exc:
+            bad = _source_problem(key, exc)
+            if bad is None:
+                raise
+            raise bad from None
+        if len(data) != length:
+            raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
+        return data
+
+    @staticmethod
+    def _read_segment_into(
+        store: SupportsReadInto, seg: dict[str, Any], view: memoryview
+    ) -> memoryview:
+        """``_read_segment`` into ``view`` (exactly the segment's length)."""
+        key = seg["key"]
+        try:
+            n = store.read_into(key, int(seg.get("offset", 0)), view, seg.get("version"))
+        except StoreError as exc:
+            bad = _source_problem(key, exc)
+            if bad is None:
+                raise
+            raise bad from None
+        if n != int(seg["length"]):
+            raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
+        return view
+
+    def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
+        store = self._store("src")
+        segs: list[dict[str, Any]] = desc["segs"]
+        crcs: list[int] = []
+        if len(segs) == 1 and isinstance(store, SupportsReadInto):
+            # A big file's range: into a pooled buffer (no fresh pages per chunk).
+            lease.buffer = self._budget.take_buffer(total)
+            data: bytes | bytearray | memoryview = self._read_segment_into(
+                store, segs[0], memoryview(lease.buffer)[:total]
+            )
+            crcs.append(crc32c(data))
+            full = crcs[0]
+        elif len(segs) == 1:
+            data = self._read_segment(store, segs[0])
+            crcs.append(crc32c(data))
+            full = crcs[0]
+        else:
+            lease.buffer = self._budget.take_buffer(total)
+            view = memoryview(lease.buffer)[:total]
+            starts = [0]
+            for s in segs[:-1]:
+                starts.append(starts[-1] + int(s["length"]))
+
+            into = store if isinstance(store, SupportsReadInto) else None
+
+            def read_one(i: int) -> int:
+                # A segment read is exactly its listed length (or ObjectFailed), so each lands
+                # in its own slice of the buffer (read straight into it where the store can).
+                if into is not None:
+                    n = int(segs[i]["length"])
+                    return crc32c(
+                        self._read_segment_into(into, segs[i], view[starts[i] : starts[i] + n])
+                    )
+                part = self._read_segment(store, segs[i])
+                piece = view[starts[i] : starts[i] + len(part)]
+                piece[:] = part
+                return crc32c(piece)
+
+            if _local_calls(store):
+                with self._local_batch_readers:
+                    crcs = self._each(read_one, range(len(segs)), True)
+            else:
+                crcs = self._each(read_one, range(len(segs)))
+            data = view
+            full = crc32c(view)
+        self._count(chunks_read=1, bytes_read=total)
+        meta = {
+            "job": self.job_id,
+            "chunk": desc["chunk"],
+            "path": str(desc["path"]),
+            "segs": segs,
+            "crcs": crcs,
+        }
+        payload = data if isinstance(data, memoryview) else memoryview(data)
+        return InChunk(meta, payload, full, lease)

@@ -1,0 +1,396 @@
+"""Amazon S3 and S3-compatible stores (boto3), imported lazily so other gateways skip boto3.
+
+Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
+``addressing_style`` ("path"/"virtual"/"auto"; path is used whenever an endpoint is given),
+``max_pool_connections`` (default 64), ``connect_timeout``/``read_timeout`` (seconds),
+``list_page_size`` (keys per ListObjectsV2 page, default 1000), ``checksums`` ("crc32c", the
+default, or "off" for S3-compatible services that refuse S3's additional checksums),
+``fast_put`` (default true: PutObject of bodies under 1 MiB skips boto3's request pipeline,
+see ``fast``; false sends every PutObject through boto3), ``fast_get`` (the same for
+GetObject of ranges under 1 MiB, default true), ``fast_list`` (the same for ListObjectsV2
+pages, default true).
+Credentials come from boto3's normal chain (env, profile, instance role).
+
+Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
+``complete_multipart`` looks their ETags up with ListParts, so workers need not report them.
+Parts except the last must be >= 5 MiB. ``md5`` is reported for single-part objects only (the
+ETag of a multipart object is not an MD5).
+
+Native checksums: every PutObject and UploadPart carries ``ChecksumCRC32C`` of the bytes sent,
+so S3 refuses a body damaged in transit and stores the CRC32C; multipart uploads are created
+with ``ChecksumType=FULL_OBJECT``, so the completed object's CRC32C is that of the whole object
+(not the composite CRC-of-CRCs), comparable with the CRC32C the engine folds from its sources.
+``head`` asks for it (``ChecksumMode=ENABLED``) and reports ``crc32c`` (base64, as GCS does)
+only when it is a full-object checksum; ``write`` reports the CRC32C of PutObject's answer (the
+one S3 checked the body against; the sink reports such writes as ``vouched`` in its ``done``
+events, and verification skips the HEAD of such objects). Listings do not carry checksum values
+(ListObjectsV2 gives only the algorithm), so verification HEADs objects instead of reading
+them back. Bodies under 1 MiB go without ``Expect: 100-continue``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC
+from typing import Any
+
+from gateway_agent.stores._common import (
+    CloudStore,
+    check_part_number,
+    check_range,
+    require_parts,
+)
+from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
+from gateway_agent.stores.errors import (
+    BucketNotFoundError,
+    InvalidURIError,
+    ObjectNotFoundError,
+    StoreError,
+    UploadNotFoundError,
+)
+from gateway_agent.stores.s3.answers import (
+    classify,
+    crc32c_b64,
+    full_object_crc32c,
+    micros,
+    no_continue_when_small,
+)
+from gateway_agent.stores.s3.fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
+from gateway_agent.stores.uri import StoreURI
+
+MIB = 1024 * 1024
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
+_OPTIONS = frozenset(
+    {
+        "endpoint_url",
+        "region",
+        "addressing_style",
+        "max_pool_connections",
+        "connect_timeout",
+        "read_timeout",
+        "list_page_size",
+        "checksums",
+        "fast_put",
+        "fast_get",
+        "fast_list",
+    }
+)
+
+
+class S3Store(CloudStore):
+    """An ObjectStore over one S3 bucket (and optional prefix)."""
+
+    OPTIONS = _OPTIONS
+    capabilities = Capabilities(
+        native_checksums=frozenset({"md5", "crc32c"}),
+        server_side_copy=True,
+        min_part_size=5 * MIB,
+    )
+
+    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+        import boto3
+        from botocore.config import Config
+
+        super().__init__(parsed, options)
+        opts = self._opts
+        self._bucket = parsed.bucket
+        self._page_size = int(opts.get("list_page_size", 1000))
+        mode = opts.get("checksums", "crc32c")
+        if mode not in ("crc32c", "off"):
+            raise InvalidURIError(f"{self.uri}: option checksums must be 'crc32c' or 'off'")
+        self._crc = mode == "crc32c"
+        if not self._crc:
+            self.capabilities = Capabilities(
+                native_checksums=frozenset({"md5"}), server_side_copy=True, min_part_size=5 * MIB
+            )
+        endpoint = opts.get("endpoint_url")
+        style = opts.get("addressing_style", "path" if endpoint else "auto")
+        config = Config(
+            region_name=opts.get("region"),
+            retries={
+                "max_attempts": 1,
+                "mode": "standard",
+            },  # tenacity retries, not botocore
+            max_pool_connections=int(opts.get("max_pool_connections", 64)),
+            connect_timeout=float(opts.get("connect_timeout", 10)),
+            read_timeout=float(opts.get("read_timeout", 120)),
+            s3={"addressing_style": style},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        session = boto3.session.Session()
+        self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
+        for op in ("PutObject", "UploadPart"):
+            self._client.meta.events.register(f"before-sign.s3.{op}", no_continue_when_small)
+        fast = {name: opts.get(name, True) for name in ("fast_put", "fast_get", "fast_list")}
+        for name, on in fast.items():
+            if not isinstance(on, bool):
+                raise InvalidURIError(f"{self.uri}: option {name} must be true or false")
+        path = None
+        if any(fast.values()):
+            path = fast_path_for(self._client, session, self._bucket, opts)
+        self._fast: FastPath | None = path if fast["fast_put"] else None
+        self._fast_get: FastPath | None = path if fast["fast_get"] else None
+        self._fast_list: FastPath | None = path if fast["fast_list"] else None
+
+    def _crc_args(self, data: bytes) -> dict[str, str]:
+        """What PutObject/UploadPart send so S3 checks the body and keeps its CRC32C."""
+        if not self._crc:
+            return {}
+        return {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": crc32c_b64(data)}
+
+    def _crc_kind(self, **kw: str) -> dict[str, str]:
+        return kw if self._crc else {}
+
+    def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
+        return classify(exc, where, op)
+
+    def _on_key(self, op: str, key: str, fn: Callable[..., Any], **params: Any) -> Any:
+        """``fn(Bucket=..., Key=<full name of key>, **params)`` with retries and typed errors."""
+        name = self._name(key)
+        return self._call(op, key, fn, Bucket=self._bucket, Key=name, **params)
+
+    def _info(
+        self, key: str, size: int, etag: str | None, modified: Any, crc: str | None = None
+    ) -> ObjectInfo:
+        etag = etag.strip('"') if etag else None
+        if modified is not None:
+            modified = modified.astimezone(UTC)  # list and head parse to different tzinfos
+        checksums = {"md5": etag} if etag and _MD5.match(etag) else {}
+        if crc:
+            checksums["crc32c"] = crc
+        return ObjectInfo(key, int(size), etag, checksums, modified, etag)
+
+    def _bucket_missing(self, key: str) -> bool:
+        """HEAD answers 404 without a code; tell a missing bucket from a missing key."""
+        try:
+            self._call("head_bucket", "", self._client.head_bucket, Bucket=self._bucket)
+        except (StoreError, ObjectNotFoundError) as exc:
+            return exc.status == 404 or isinstance(exc, BucketNotFoundError)
+        return False
+
+    # -- protocol ------------------------------------------------------------------------------
+    def _pages(self, prefix: str) -> Iterator[list[Listed]]:
+        """The listing under ``prefix``, a page at a time: (key, size, ETag, LastModified)."""
+        full = self._parsed.key(prefix)
+        skip = len(self._parsed.prefix)
+        token: str | None = None
+        while True:
+            fast = self._fast_list
+            if fast is not None:
+                try:
+                    items, token = self._call(
+                        "list", prefix, fast.list_page, full, token, self._page_size
+                    )
+                except Unsupported:
+                    self._fast_list = None  # another region: boto3 follows, from this page on
+                    continue
+            else:
+                items, token = self._boto3_page(prefix, full, token)
+            yield [(name[skip:], size, etag, modified) for name, size, etag, modified in items]
+            if not token:
+                return
+
+    def _boto3_page(
+        self, prefix: str, full: str, token: str | None
+    ) -> tuple[list[Listed], str | None]:
+        more = {"ContinuationToken": token} if token else {}
+        page = self._call(
+            "list",
+            prefix,
+            self._client.list_objects_v2,
+            Bucket=self._bucket,
+            Prefix=full,
+            MaxKeys=self._page_size,
+            **more,
+        )
+        items = [
+            (i["Key"], int(i["Size"]), i.get("ETag"), i.get("LastModified"))
+            for i in page.get("Contents", [])
+        ]
+        return items, page.get("NextContinuationToken") if page.get("IsTruncated") else None
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        for page in self._pages(prefix):
+            for key, size, etag, modified in page:
+                yield self._info(key, size, etag, modified)
+
+    def list_rows(
+        self, prefix: str = "", *, versions: bool = True
+    ) -> Iterator[builtins.list[ListRow]]:
+        """``list`` as plain tuples, a page at a time (no ``ObjectInfo`` per object): the
+        version is the ETag, the checksums an MD5 ETag, as ``list`` reports them."""
+        for page in self._pages(prefix):
+            rows: builtins.list[ListRow] = []
+            for key, size, etag, modified in page:
+                tag = etag.strip('"') if etag else None
+                sums = f'{{"md5": "{tag}"}}' if tag and _MD5.match(tag) else None
+                rows.append((key, size, micros(modified), sums, tag, tag))
+            yield rows
+
+    def head(self, key: str) -> ObjectInfo:
+        try:
+            resp = self._on_key(
+                "head", key, self._client.head_object, **self._crc_kind(ChecksumMode="ENABLED")
+            )
+        except ObjectNotFoundError:
+            if self._bucket_missing(key):
+                raise BucketNotFoundError(
+                    f"head {self.uri}: bucket does not exist", code="NoSuchBucket"
+                ) from None
+            raise
+        return self._info(
+            key,
+            resp["ContentLength"],
+            resp.get("ETag"),
+            resp.get("LastModified"),
+            full_object_crc32c(resp),
+        )
+
+    def read(
+        self, key: str, start: int = 0, length: int | None = None, version: str | None = None
+    ) -> bytes:
+        check_range(start, length)
+        if length == 0:
+            self._check_version(key, version)
+            return b""
+        name = self._name(key)
+        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Key": name}
+        if version is not None:
+            kwargs["IfMatch"] = f'"{version}"'  # S3 answers 412 once the object was rewritten
+        if start or length is not None:
+            end = "" if length is None else str(start + length - 1)
+            kwargs["Range"] = f"bytes={start}-{end}"
+
+        def get(**kw: Any) -> bytes:
+            fast = self._fast_get
+            if fast is not None and length is not None and length < FAST_BODY_MAX:
+                try:
+                    return fast.get(name, start, length, kw.get("IfMatch"))
+                except Unsupported:
+                    self._fast_get = None  # another region: boto3 follows, from now on
+            body = self._client.get_object(**kw)["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+
+        try:
+            return self._call("read", key, get, **kwargs)
+        except ObjectNotFoundError:
+            if version is None:
+                raise
+            raise self._changed(key, version, "deleted", "it was deleted") from None
+        except StoreError as exc:
+            if version is not None and (exc.status == 412 or exc.code == "PreconditionFailed"):
+                raise self._changed(key, version, None) from None
+            if exc.code == "InvalidRange" or exc.status == 416:
+                self._check_version(key, version)
+                return b""  # start at or past the end: nothing to read
+            raise
+
+    def write(self, key: str, data: bytes) -> ObjectInfo:
+        crc = self._crc_args(data)
+        fast = self._fast
+        resp: Mapping[str, Any] | None = None
+        if fast is not None and len(data) < FAST_BODY_MAX:
+            name = self._name(key)
+            try:
+                resp = self._call("write", key, fast.put, name, data, crc.get("ChecksumCRC32C"))
+            except Unsupported:
+                self._fast = None  # S3 redirects (another region): boto3 follows, from now on
+        if resp is None:
+            resp = self._on_key("write", key, self._client.put_object, Body=data, **crc)
+        # The CRC32C S3 answers with is the one it checked the body against and stored.
+        stored = full_object_crc32c(resp) if crc else None
+        return self._info(key, len(data), resp.get("ETag"), None, stored)
+
+    def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
+        """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""
+        src = {"Bucket": self._bucket, "Key": self._name(src_key)}
+        dst = self._name(dst_key)
+        self._call(
+            "copy",
+            src_key,
+            self._client.copy_object,
+            Bucket=self._bucket,
+            Key=dst,
+            CopySource=src,
+            **self._crc_kind(ChecksumAlgorithm="CRC32C"),
+        )
+        return self.head(dst_key)
+
+    def create_multipart(self, key: str) -> str:
+        resp = self._on_key(
+            "create_multipart",
+            key,
+            self._client.create_multipart_upload,
+            **self._crc_kind(ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT"),
+        )
+        return str(resp["UploadId"])
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
+        check_part_number(part_number, self.capabilities.max_parts)
+        self._on_key(
+            "upload_part",
+            key,
+            self._client.upload_part,
+            UploadId=upload_id,
+            PartNumber=part_number,
+            Body=data,
+            **self._crc_args(data),
+        )
+
+    def _etags(self, key: str, upload_id: str) -> dict[int, dict[str, str]]:
+        """Part number -> what CompleteMultipartUpload needs of it (ETag, and the part's CRC32C
+        where ListParts reports it: S3 wants it back for an upload created with a checksum)."""
+        etags: dict[int, dict[str, str]] = {}
+        marker = 0
+        while True:
+            page = self._on_key(
+                "list_parts",
+                key,
+                self._client.list_parts,
+                UploadId=upload_id,
+                PartNumberMarker=marker,
+            )
+            for part in page.get("Parts", []):
+                entry = {"ETag": str(part["ETag"])}
+                if part.get("ChecksumCRC32C"):
+                    entry["ChecksumCRC32C"] = str(part["ChecksumCRC32C"])
+                etags[int(part["PartNumber"])] = entry
+            if not page.get("IsTruncated"):
+                return etags
+            marker = int(page["NextPartNumberMarker"])
+
+    def complete_multipart(
+        self, key: str, upload_id: str, part_numbers: Sequence[int]
+    ) -> ObjectInfo:
+        etags = self._etags(key, upload_id)
+        wanted = require_parts(f"complete {self.uri}{key}", part_numbers, etags)
+        parts = [{"PartNumber": n, **etags[n]} for n in wanted]
+        self._on_key(
+            "complete_multipart",
+            key,
+            self._client.complete_multipart_upload,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": parts},
+            **self._crc_kind(ChecksumType="FULL_OBJECT"),
+        )
+        return self.head(key)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        try:
+            self._on_key(
+                "abort_multipart",
+                key,
+                self._client.abort_multipart_upload,
+                UploadId=upload_id,
+            )
+        except UploadNotFoundError:
+            return  # already aborted or completed: abort is idempotent
+
+    def delete(self, key: str) -> None:
+        self._on_key("delete", key, self._client.delete_object)

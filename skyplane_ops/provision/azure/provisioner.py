@@ -1,0 +1,367 @@
+"""The ``azure`` backend: ephemeral Azure VMs as gateways, bootstrapped over SSH, leak-proof.
+
+Per fleet and region it creates one resource group ``skyplane-ops-<transfer>-<region>`` holding
+everything else: a network security group (SSH from the control plane only; the gateway ports
+from the control plane and the fleet's own addresses only; Azure's default rules deny the rest
+of the internet), a virtual network whose subnet uses that NSG, and per VM a public IP, a NIC
+and the VM (Ubuntu 22.04 LTS; OS disk and NIC deleted with it). Every resource carries the
+transfer id, creator, creation and expiry tags; deleting the group deletes all of it, which is
+how tear-down, the failure path and the sweeper work.
+
+The VM's SSH host key is generated here and passed in its custom data (cloud-init), so it is
+known before boot. Azure does not end the bill when a guest powers off, so with
+``self_deallocate`` (the default) each VM gets a system-assigned identity allowed to manage only
+itself (Virtual Machine Contributor at the VM's scope) and a shutdown unit that deallocates the
+VM: an agent that loses its control plane powers off and the VM stops costing compute.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import records
+from skyplane_ops.provision.azure import arm
+from skyplane_ops.provision.azure.arm import (
+    API,
+    CAPACITY_CODES,
+    UBUNTU,
+    VM_CONTRIBUTOR,
+    StaticToken,
+)
+from skyplane_ops.provision.cloudhosts import provision_regions, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import run_all as _run_all
+from skyplane_ops.provision.cloudvm.boot import CloudBoot
+from skyplane_ops.provision.cloudvm.common import (
+    NAME_PREFIX,
+    TAG_CREATED,
+    TAG_TRANSFER,
+    KeyPair,
+    QuotaError,
+    cloud_init,
+    created_before,
+    fleet_tags,
+    region_of,
+    save_client_key,
+)
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
+
+# The package's name, as when this was the module skyplane_ops.provision.azure.
+log = logging.getLogger("skyplane_ops.provision.azure")
+
+
+@dataclass
+class _Region:
+    """What was created in one region so far (the resource group holds all of it)."""
+
+    region: str
+    index: int
+    group: str | None = None
+    vms: list[str] = field(default_factory=list)
+    public_ips: dict[str, str] = field(default_factory=dict)
+    host_keys: dict[str, str] = field(default_factory=dict)
+    key_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "vms": list(self.vms), "key_path": self.key_path}
+
+
+class AzureProvisioner(CloudBoot):
+    """Gateways on fresh Azure VMs, one resource group per fleet and region."""
+
+    name = "azure"
+
+    def __init__(
+        self,
+        *,
+        subscription_id: str,
+        vm_size: str = "Standard_D32_v5",
+        image: Mapping[str, str] = UBUNTU,
+        zones: Sequence[str] = ("1", "2", "3"),
+        spot: bool = False,
+        self_deallocate: bool = True,
+        credential: Any = "default",
+        base_url: str | None = None,
+        ca_bundle: str | None = None,
+        sweep_regions: Sequence[str] = (),
+        **boot: Any,
+    ) -> None:
+        super().__init__(**boot)
+        from azure.mgmt.compute import ComputeManagementClient  # lazily: only azure needs them
+        from azure.mgmt.network import NetworkManagementClient
+        from azure.mgmt.resource.resources import ResourceManagementClient
+
+        if credential == "default":
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential()
+        elif credential == "fake":
+            credential = StaticToken()
+        kw: dict[str, Any] = {}
+        if base_url:
+            kw["base_url"] = base_url
+        if ca_bundle:
+            kw["connection_verify"] = ca_bundle
+        self.subscription_id = subscription_id
+        # Bodies are ARM's REST JSON (what the SDKs send as-is), so the clients are used untyped.
+        self.resources: Any = ResourceManagementClient(credential, subscription_id, **kw)
+        self.network: Any = NetworkManagementClient(credential, subscription_id, **kw)
+        self.compute: Any = ComputeManagementClient(credential, subscription_id, **kw)
+        self.vm_size = vm_size
+        self.image = dict(image)
+        self.zones = list(zones)
+        self.spot = spot
+        self.self_deallocate = self_deallocate
+        self.sweep_regions = list(sweep_regions)  # unused: groups are listed subscription-wide
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ provision
+
+    def _group(self, transfer_id: str, region: str) -> str:
+        return f"{NAME_PREFIX}{transfer_id}-{region}".replace("_", "-")  # VM names: no "_"
+
+    def _sub(self, group: str) -> str:
+        return f"/subscriptions/{self.subscription_id}/resourceGroups/{group}"
+
+    def _provision_region(self, state: _Region, count: int, tid: str, tags: dict) -> None:
+        region, group = state.region, self._group(tid, state.region)
+        base = {"location": region, "tags": tags}
+        state.group = group  # before the call: an answer lost on the way must not leak it
+        self.resources.resource_groups.create_or_update(group, base)
+        prefix = f"10.{state.index}.0.0"
+        nsg = self.network.network_security_groups.begin_create_or_update(
+            group, f"{group}-nsg", {**base, "properties": {"securityRules": self._rules([])}}
+        ).result()
+        vnet = self.network.virtual_networks.begin_create_or_update(
+            group, f"{group}-vnet", arm.vnet(base, prefix, nsg["id"])
+        ).result()
+        subnet_id = vnet["properties"]["subnets"][0]["id"]
+        client_key = KeyPair.generate()
+        state.key_path = str(save_client_key("azure", tid, region, client_key))
+        for i in range(count):
+            name = f"{group}-{i}"
+            pip = self.network.public_ip_addresses.begin_create_or_update(
+                group, f"{name}-ip", arm.public_ip(base)
+            ).result()
+            nic = self.network.network_interfaces.begin_create_or_update(
+                group, f"{name}-nic", arm.nic(base, subnet_id, pip["id"])
+            ).result()
+            host_key = KeyPair.generate()
+            vm = self._create_vm(group, name, region, base, nic["id"], client_key, host_key)
+            state.vms.append(name)
+            state.host_keys[name] = host_key.public
+            if self.self_deallocate:
+                self._allow_self_deallocate(vm)
+            got = self.network.public_ip_addresses.get(group, f"{name}-ip")
+            state.public_ips[name] = got["properties"]["ipAddress"]
+
+    def _rules(self, peers: Sequence[str]) -> list[dict[str, Any]]:
+        return arm.nsg_rules(self.client_cidr or "", self.gateway_ports(), peers)
+
+    def _user_data(self, client_key: KeyPair, host_key: KeyPair) -> str:
+        extra = arm.release_on_shutdown() if self.self_deallocate else {}
+        return cloud_init(
+            user=self.ssh_user, authorized_key=client_key.public, host_key=host_key, extra=extra
+        )
+
+    def _create_vm(
+        self,
+        group: str,
+        name: str,
+        region: str,
+        base: dict[str, Any],
+        nic_id: str,
+        client_key: KeyPair,
+        host_key: KeyPair,
+    ) -> Any:
+        """Create the VM in the first zone with capacity; quota errors name region and quota."""
+        from azure.core.exceptions import HttpResponseError
+
+        custom = base64.b64encode(self._user_data(client_key, host_key).encode()).decode()
+        props = arm.vm_properties(
+            self.vm_size, self.image, name, self.ssh_user, client_key.public, custom, nic_id
+        )
+        if self.spot:
+            props.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
+        body: dict[str, Any] = {**base, "properties": props}
+        if self.self_deallocate:
+            body["identity"] = {"type": "SystemAssigned"}
+        tried: list[str] = []
+        zones: list[str | None] = list(self.zones) or [None]
+        for zone in zones:
+            attempt = {**body, **({"zones": [zone]} if zone else {})}
+            try:
+                return self.compute.virtual_machines.begin_create_or_update(
+                    group, name, attempt
+                ).result()
+            except HttpResponseError as exc:
+                code = getattr(getattr(exc, "error", None), "code", "") or ""
+                if code in CAPACITY_CODES:
+                    log.info("azure %s zone %s has no %s: %s", region, zone, self.vm_size, exc)
+                    tried.append(str(zone))
+                    self._delete_vm_quietly(group, name)
+                    continue
+                if "quota" in str(exc).lower():
+                    raise QuotaError(
+                        f"azure {region}: quota exceeded creating {self.vm_size}: {exc.message}"
+                    ) from exc
+                raise
+        raise QuotaError(
+            f"azure {region}: no capacity for {self.vm_size} in zones {', '.join(tried)}"
+        )
+
+    def _delete_vm_quietly(self, group: str, name: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            self.compute.virtual_machines.begin_delete(group, name).result()
+        except ResourceNotFoundError:
+            pass
+
+    def _allow_self_deallocate(self, vm: Any) -> None:
+        """Let the VM's own identity deallocate the VM (and nothing else)."""
+        principal = (vm.get("identity") or {}).get("principalId")
+        if not principal:
+            raise ProvisionError(f"VM {vm['id']} has no managed identity to deallocate itself")
+        role = (
+            f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization/"
+            f"roleDefinitions/{VM_CONTRIBUTOR}"
+        )
+        self.resources.resources.begin_create_or_update_by_id(
+            f"{vm['id']}/providers/Microsoft.Authorization/roleAssignments/{uuid.uuid4()}",
+            {
+                "properties": {
+                    "roleDefinitionId": role,
+                    "principalId": principal,
+                    "principalType": "ServicePrincipal",
+                }
+            },
+            api_version=API["authorization"],
+        ).result()
+
+    def provision(
+        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+    ) -> GatewayFleet:
+        check_transfer_id(transfer_id)
+        wanted = {r: n for r, n in vms.items() if n > 0}
+        by_name = {region_of(r, "azure"): r for r in wanted}
+        self.resolve_client_cidr()
+        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
+        states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
+        secret_ref = create_secret(transfer_id)
+        try:
+            provision_regions(
+                self._provision_region, states, wanted, by_name, transfer_id, all_tags
+            )
+            hosts = self.launched_hosts(states, by_name, lambda s: s.vms)
+            self._set_peers([s.group for s in states if s.group], [h.ssh.address for h in hosts])
+            gateways = self._bootstrap(hosts, transfer_id, secret_ref)
+        except BaseException as exc:
+            self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(states), secret_ref)
+        return save_cloud_fleet(
+            backend=self.name,
+            transfer_id=transfer_id,
+            hosts=hosts,
+            gateways=gateways,
+            per_gateway=lambda h: {
+                "vm": h.instance_id,
+                "resource_group": self._group(transfer_id, region_of(h.region, "azure")),
+            },
+            secret_ref=secret_ref,
+            tags=all_tags,
+            resources={
+                "subscription_id": self.subscription_id,
+                "regions": {s.region: s.to_dict() for s in states},
+                "probe_port": self.probe_port,
+            },
+        )
+
+    def _set_peers(self, groups: Sequence[str], addresses: Sequence[str]) -> None:
+        """Open the gateway ports to exactly the control plane and these gateway addresses."""
+        (ssh_rule, gw_rule) = self._rules(addresses)
+        del ssh_rule
+        for group in groups:
+            self.network.security_rules.begin_create_or_update(
+                group, f"{group}-nsg", gw_rule["name"], {"properties": gw_rule["properties"]}
+            ).result()
+
+    def admit(self, fleet: GatewayFleet, addresses: Sequence[str]) -> None:
+        """Mixed fleets: admit the gateways of the other clouds too."""
+        groups = [i["group"] for i in fleet.resources.get("regions", {}).values() if i["group"]]
+        self._set_peers(groups, [*(g.host for g in fleet.gateways), *addresses])
+
+    def describe(self, vms: Mapping[str, int], transfer_id: str) -> list[tuple[str, float]]:
+        """Every resource ``provision`` would create, with its hourly list price (dry run)."""
+        from skyplane_ops.provision.prices import vm_price
+
+        out: list[tuple[str, float]] = []
+        price = vm_price("azure", self.vm_size, self.spot)
+        for region, n in sorted(vms.items()):
+            group = self._group(transfer_id, region_of(region, "azure"))
+            out += [
+                (f"azure resource group {group}", 0.0),
+                (f"azure NSG {group}-nsg (22 from control plane; {self.ports_text()} fleet)", 0.0),
+                (f"azure virtual network {group}-vnet", 0.0),
+            ]
+            for i in range(n):
+                out += [
+                    (f"azure public IP {group}-{i}-ip (Standard, static)", 0.005),
+                    (f"azure NIC {group}-{i}-nic", 0.0),
+                    (f"azure VM {group}-{i} {self.vm_size} + StandardSSD OS disk", price),
+                ]
+        return out
+
+    # ------------------------------------------------------------------ tear-down
+
+    def _delete_group(self, group: str) -> bool:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            self.resources.resource_groups.begin_delete(group).result()
+            return True
+        except ResourceNotFoundError:
+            return False
+
+    def _cleanup(self, states: Sequence[_Region]) -> list[str]:
+        groups = [s.group for s in states if s.group]
+        results = _run_all(self._delete_group, groups, raise_first=False)
+        for s in states:
+            self.forget_key(s.key_path)
+        errors = [str(r) for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise ProvisionError("Azure clean-up incomplete: " + "; ".join(errors))
+        return [
+            f"azure:resourceGroups/{g}" for g, r in zip(groups, results, strict=True) if r is True
+        ]
+
+    def deprovision(self, fleet: GatewayFleet) -> None:
+        self.stop_agents(fleet)
+        states = [
+            _Region(region=r, index=0, group=i.get("group"), key_path=i.get("key_path"))
+            for r, i in fleet.resources.get("regions", {}).items()
+        ]
+        self._cleanup(states)
+        delete_secret(fleet.secret_ref)
+        records.forget_fleet(fleet)
+
+    def sweep(
+        self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
+    ) -> list[str]:
+        """Delete every resource group tagged with a (or this) transfer id, oldest first."""
+        states = []
+        for group in self.resources.resource_groups.list():
+            tags = group.get("tags") or {}
+            if TAG_TRANSFER not in tags:
+                continue
+            if transfer_id and tags[TAG_TRANSFER] != transfer_id:
+                continue
+            if created_before(tags.get(TAG_CREATED), older_than_seconds):
+                states.append(_Region(region=group["location"], index=0, group=group["name"]))
+        return self._cleanup(states)

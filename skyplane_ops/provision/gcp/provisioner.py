@@ -1,0 +1,467 @@
+"""The ``gcp`` backend: ephemeral Compute Engine gateways, bootstrapped over SSH, leak-proof.
+
+Per fleet it creates one VPC network (``skyplane-ops-<transfer>``) with two firewall rules (SSH
+from the control plane only; the gateway ports from the control plane and the fleet's own
+addresses only), and per region one subnetwork and the instances, labelled with transfer id,
+creator, creation and expiry time (networks, subnets and firewalls take no labels: they carry the
+``skyplane-ops-<transfer>`` name and the tags in their description). Instances boot Ubuntu LTS
+with cloud-init user-data holding the SSH host key the control plane generated (so the key is
+known, never trusted on first use) and the fleet's client key. ``max_run_duration`` with
+``instance_termination_action=DELETE`` deletes every VM at its expiry whatever happens to the
+control plane; an agent that loses its control plane powers off (the VM stops billing for CPU)
+and the sweeper deletes it. Regions go in parallel, zones are tried in order when one has no
+capacity, and any failure deletes everything created so far.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision import records
+from skyplane_ops.provision.cloudhosts import InstanceHost, provision_regions, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import run_all as _run_all
+from skyplane_ops.provision.cloudvm.boot import CloudBoot
+from skyplane_ops.provision.cloudvm.common import (
+    GCP_LABEL_CREATED,
+    GCP_LABEL_TRANSFER,
+    NAME_PREFIX,
+    TAG_CREATED,
+    KeyPair,
+    QuotaError,
+    cloud_init,
+    created_before,
+    fleet_tags,
+    gcp_labels,
+    region_of,
+    save_client_key,
+)
+from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.provision.gcp.api import ComputeAPI, NoCapacity
+from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
+
+# The package's name, as when this was the module skyplane_ops.provision.gcp.
+log = logging.getLogger("skyplane_ops.provision.gcp")
+
+UBUNTU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+
+
+@dataclass
+class _Region:
+    """What was created in one region so far: exactly what clean-up must delete."""
+
+    region: str
+    index: int
+    subnet: str | None = None
+    instances: dict[str, str] = field(default_factory=dict)  # name -> zone
+    public_ips: dict[str, str] = field(default_factory=dict)
+    key_path: str | None = None
+    host_keys: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"subnet": self.subnet, "instances": dict(self.instances), "key_path": self.key_path}
+
+
+class GCPProvisioner(CloudBoot):
+    """Gateways on fresh Compute Engine VMs, torn down (and swept) by name and label."""
+
+    name = "gcp"
+    provider = "gcp"
+
+    def __init__(
+        self,
+        *,
+        project: str,
+        machine_type: str = "n2-standard-32",
+        image: str = UBUNTU_IMAGE,
+        disk_gb: int = 20,
+        spot: bool = False,
+        credentials_file: str | None = None,
+        credentials: Any = None,
+        endpoint: str | None = None,
+        sweep_regions: Sequence[str] = (),
+        op_timeout: float = 600.0,
+        **boot: Any,
+    ) -> None:
+        super().__init__(**boot)
+        self.project = project
+        self.machine_type = machine_type
+        self.image = image
+        self.disk_gb = disk_gb
+        self.spot = spot
+        self.api = ComputeAPI(credentials, credentials_file, endpoint, op_timeout)
+        self.compute = self.api.compute
+        self.sweep_regions = [region_of(r, "gcp") if ":" in r else r for r in sweep_regions]
+
+    # ------------------------------------------------------------------ provision
+
+    def _network(self, tid: str) -> str:
+        """Compute names allow ``[a-z0-9-]`` only: ``Nightly_42`` -> ``skyplane-ops-nightly-42``."""
+        return f"{NAME_PREFIX}{tid}".lower().replace("_", "-")
+
+    def _create_network(self, tid: str, tags: Mapping[str, str], created: dict) -> None:
+        net = self._network(tid)
+        self.api.wait(
+            self.api.mutate(
+                "NetworksClient",
+                "insert",
+                project=self.project,
+                network_resource=self.compute.Network(
+                    name=net, auto_create_subnetworks=False, description=json.dumps(tags)
+                ),
+            ),
+            f"network {net}",
+            "global",
+        )
+        created["network"] = net
+        ports = [str(p) for p in self.gateway_ports()]
+        for suffix, allowed, ranges in (
+            ("ssh", ["22"], [self.client_cidr]),
+            ("gw", ports, [self.client_cidr]),
+        ):
+            name = f"{net}-{suffix}"
+            self.api.wait(
+                self.api.mutate(
+                    "FirewallsClient",
+                    "insert",
+                    project=self.project,
+                    firewall_resource=self.compute.Firewall(
+                        name=name,
+                        network=f"projects/{self.project}/global/networks/{net}",
+                        direction="INGRESS",
+                        allowed=[self.compute.Allowed(I_p_protocol="tcp", ports=allowed)],
+                        source_ranges=ranges,
+                        target_tags=[net],
+                        description=json.dumps(tags),
+                    ),
+                ),
+                f"firewall {name}",
+                "global",
+            )
+            created.setdefault("firewalls", []).append(name)
+
+    def _zones(self, region: str) -> list[str]:
+        got = self.api.client("RegionsClient").get(project=self.project, region=region)
+        zones = sorted(z.rsplit("/", 1)[-1] for z in got.zones)
+        if not zones:
+            raise ProvisionError(f"gcp region {region} lists no zones")
+        return zones
+
+    def _provision_region(self, state: _Region, count: int, tid: str, tags: dict) -> None:
+        region, net = state.region, self._network(tid)
+        labels = gcp_labels(tags)
+        subnet = f"{net}-{region}"
+        self.api.wait(
+            self.api.mutate(
+                "SubnetworksClient",
+                "insert",
+                project=self.project,
+                region=region,
+                subnetwork_resource=self.compute.Subnetwork(
+                    name=subnet,
+                    network=f"projects/{self.project}/global/networks/{net}",
+                    ip_cidr_range=f"10.{64 + state.index}.0.0/20",
+                    description=json.dumps(tags),
+                ),
+            ),
+            f"subnetwork {subnet}",
+            region,
+        )
+        state.subnet = subnet
+        client_key = KeyPair.generate()
+        state.key_path = str(save_client_key("gcp", tid, region, client_key))
+        zones = self._zones(region)
+        for i in range(count):
+            name = f"{subnet}-{i}"
+            host_key = KeyPair.generate()
+            user_data = cloud_init(
+                user=self.ssh_user, authorized_key=client_key.public, host_key=host_key
+            )
+            state.instances[name] = self._insert_instance(
+                name, region, zones, subnet, labels, user_data, net, tags
+            )
+            state.host_keys[name] = host_key.public
+        for name, zone in state.instances.items():
+            inst = self.api.client("InstancesClient").get(
+                project=self.project, zone=zone, instance=name
+            )
+            state.public_ips[name] = inst.network_interfaces[0].access_configs[0].nat_i_p
+
+    def _insert_instance(
+        self,
+        name: str,
+        region: str,
+        zones: list[str],
+        subnet: str,
+        labels: dict[str, str],
+        user_data: str,
+        net: str,
+        tags: Mapping[str, str],
+    ) -> str:
+        """Create one VM in the first zone with capacity; returns the zone."""
+        c = self.compute
+        scheduling = c.Scheduling(
+            instance_termination_action="DELETE",
+            max_run_duration=c.Duration(seconds=int(self.ttl_seconds)),
+            provisioning_model="SPOT" if self.spot else "STANDARD",
+        )
+        tried: list[str] = []
+        for zone in zones:
+            instance = c.Instance(
+                name=name,
+                machine_type=f"zones/{zone}/machineTypes/{self.machine_type}",
+                labels=labels,
+                tags=c.Tags(items=[net]),
+                description=json.dumps(tags),
+                disks=[
+                    c.AttachedDisk(
+                        boot=True,
+                        auto_delete=True,
+                        initialize_params=c.AttachedDiskInitializeParams(
+                            source_image=self.image, disk_size_gb=self.disk_gb, labels=labels
+                        ),
+                    )
+                ],
+                network_interfaces=[
+                    c.NetworkInterface(
+                        subnetwork=f"projects/{self.project}/regions/{region}/subnetworks/{subnet}",
+                        access_configs=[c.AccessConfig(name="external", type_="ONE_TO_ONE_NAT")],
+                    )
+                ],
+                metadata=c.Metadata(items=[c.Items(key="user-data", value=user_data)]),
+                scheduling=scheduling,
+            )
+            try:
+                self.api.wait(
+                    self.api.mutate(
+                        "InstancesClient",
+                        "insert",
+                        project=self.project,
+                        zone=zone,
+                        instance_resource=instance,
+                    ),
+                    f"instance {name} ({self.machine_type})",
+                    region,
+                )
+                return zone
+            except NoCapacity as exc:
+                log.info("gcp zone %s has no capacity for %s: %s", zone, self.machine_type, exc)
+                tried.append(zone)
+        raise QuotaError(
+            f"gcp {region}: no capacity for {self.machine_type} in zones {', '.join(tried)}"
+        )
+
+    def provision(
+        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+    ) -> GatewayFleet:
+        check_transfer_id(transfer_id)
+        wanted = {r: n for r, n in vms.items() if n > 0}
+        by_name = {region_of(r, "gcp"): r for r in wanted}
+        longest = max((f"{r}-{n - 1}" for r, n in zip(by_name, wanted.values(), strict=True)),
+                      key=len, default="")  # fmt: skip
+        if len(f"{self._network(transfer_id)}-{longest}") > 63:
+            raise ProvisionError(
+                f"transfer id {transfer_id!r} is too long for Compute Engine names "
+                f"({self._network(transfer_id)}-{longest} > 63 characters): use a shorter one"
+            )
+        self.resolve_client_cidr()
+        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
+        created: dict[str, Any] = {}
+        states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
+        secret_ref = create_secret(transfer_id)
+        try:
+            self._create_network(transfer_id, all_tags, created)
+            provision_regions(
+                self._provision_region, states, wanted, by_name, transfer_id, all_tags
+            )
+            hosts = self._hosts(states, by_name)
+            self.set_peer_ranges(transfer_id, [h.ssh.address for h in hosts])
+            gateways = self._bootstrap(hosts, transfer_id, secret_ref)
+        except BaseException as exc:
+            self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(created, states), secret_ref)
+            raise  # fail_cleanly always raises; this keeps type checkers informed
+        zones = {n: z for s in states for n, z in s.instances.items()}
+        return save_cloud_fleet(
+            backend=self.name,
+            transfer_id=transfer_id,
+            hosts=hosts,
+            gateways=gateways,
+            per_gateway=lambda h: {"instance": h.instance_id, "zone": zones[h.instance_id]},
+            secret_ref=secret_ref,
+            tags=all_tags,
+            resources={
+                **created,
+                "project": self.project,
+                "regions": {s.region: s.to_dict() for s in states},
+                "probe_port": self.probe_port,
+            },
+        )
+
+    def _hosts(self, states: Sequence[_Region], by_name: Mapping[str, str]) -> list[InstanceHost]:
+        return self.launched_hosts(states, by_name, lambda s: s.instances)
+
+    def set_peer_ranges(self, transfer_id: str, addresses: Sequence[str]) -> None:
+        """Open the gateway ports to exactly the control plane and these gateway addresses."""
+        net = self._network(transfer_id)
+        ranges = sorted({self.client_cidr or "", *(f"{a}/32" for a in addresses)} - {""})
+        self.api.wait(
+            self.api.mutate(
+                "FirewallsClient",
+                "patch",
+                project=self.project,
+                firewall=f"{net}-gw",
+                firewall_resource=self.compute.Firewall(source_ranges=ranges),
+            ),
+            f"firewall {net}-gw",
+            "global",
+        )
+
+    def admit(self, fleet: GatewayFleet, addresses: Sequence[str]) -> None:
+        """Mixed fleets: admit the gateways of the other clouds too."""
+        self.set_peer_ranges(fleet.transfer_id, [*(g.host for g in fleet.gateways), *addresses])
+
+    def describe(self, vms: Mapping[str, int], transfer_id: str) -> list[tuple[str, float]]:
+        """Every resource ``provision`` would create, with its hourly list price (dry run)."""
+        from skyplane_ops.provision.prices import vm_price
+
+        net = f"{NAME_PREFIX}{transfer_id}"
+        out: list[tuple[str, float]] = [
+            (f"gcp network {net}", 0.0),
+            (f"gcp firewall {net}-ssh (tcp:22 from {self.client_cidr or 'this host'})", 0.0),
+            (f"gcp firewall {net}-gw (tcp:{self.ports_text()} from control plane + fleet)", 0.0),
+        ]
+        price = vm_price("gcp", self.machine_type, self.spot)
+        for region, n in sorted(vms.items()):
+            name = region_of(region, "gcp")
+            out.append((f"gcp subnetwork {net}-{name}", 0.0))
+            for i in range(n):
+                out.append((f"gcp instance {net}-{name}-{i} {self.machine_type}", price))
+                out.append((f"gcp external IPv4 of {net}-{name}-{i}", 0.005))
+        return out
+
+    # ------------------------------------------------------------------ tear-down
+
+    def _cleanup(self, created: Mapping[str, Any], states: Sequence[_Region]) -> list[str]:
+        """Delete instances, then firewalls, subnets and the network; returns what was deleted."""
+        deleted: list[str] = []
+        inst = self.api.client("InstancesClient")
+        pairs = [(s.region, n, z) for s in states for n, z in s.instances.items()]
+        results = _run_all(
+            lambda p: self.api.delete(
+                lambda: inst.delete(project=self.project, zone=p[2], instance=p[1]),
+                f"instance {p[1]}",
+                p[0],
+            ),
+            pairs,
+            raise_first=False,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results, strict=True) if r]
+        fws = self.api.client("FirewallsClient")
+        for fw in created.get("firewalls", []):
+            if self.api.delete(partial(fws.delete, project=self.project, firewall=fw), fw, "-"):
+                deleted.append(f"gcp:global:firewall/{fw}")
+        subs = self.api.client("SubnetworksClient")
+        for s in states:
+            if s.subnet and self.api.delete(
+                partial(subs.delete, project=self.project, region=s.region, subnetwork=s.subnet),
+                f"subnetwork {s.subnet}",
+                s.region,
+            ):
+                deleted.append(f"gcp:{s.region}:subnetwork/{s.subnet}")
+        if created.get("network"):
+            nets = self.api.client("NetworksClient")
+            if self.api.delete(
+                lambda: nets.delete(project=self.project, network=created["network"]),
+                created["network"],
+                "global",
+            ):
+                deleted.append(f"gcp:global:network/{created['network']}")
+        for s in states:
+            self.forget_key(s.key_path)
+        if errors:
+            raise ProvisionError("GCP clean-up incomplete: " + "; ".join(map(str, errors)))
+        return deleted
+
+    def deprovision(self, fleet: GatewayFleet) -> None:
+        self.stop_agents(fleet)
+        regions = fleet.resources.get("regions", {})
+        states = [
+            _Region(
+                region=r,
+                index=0,
+                subnet=info.get("subnet"),
+                instances=dict(info.get("instances", {})),
+                key_path=info.get("key_path"),
+            )
+            for r, info in regions.items()
+        ]
+        self._cleanup(fleet.resources, states)
+        delete_secret(fleet.secret_ref)
+        records.forget_fleet(fleet)
+
+    def sweep(
+        self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
+    ) -> list[str]:
+        """Delete labelled instances and ``skyplane-ops-`` networks (with their rules/subnets)."""
+        prefix = self._network(transfer_id) if transfer_id else NAME_PREFIX
+        states: dict[str, _Region] = {}
+        want_label = transfer_id.lower() if transfer_id else None
+        for zone, scoped in self.api.client("InstancesClient").aggregated_list(
+            project=self.project
+        ):
+            for inst in scoped.instances:
+                labels = dict(inst.labels)
+                if GCP_LABEL_TRANSFER not in labels:
+                    continue
+                if want_label and labels[GCP_LABEL_TRANSFER] != want_label:
+                    continue
+                if not created_before(labels.get(GCP_LABEL_CREATED), older_than_seconds):
+                    continue
+                z = zone.rsplit("/", 1)[-1]
+                region = z.rsplit("-", 1)[0]
+                states.setdefault(region, _Region(region=region, index=0)).instances[inst.name] = z
+        nets = [
+            n
+            for n in self.api.client("NetworksClient").list(project=self.project)
+            if (n.name == prefix if transfer_id else n.name.startswith(prefix))
+            and _old_enough(n.description, older_than_seconds)
+        ]
+        created: dict[str, Any] = {}
+        deleted: list[str] = []
+        names = {n.name for n in nets}
+        created["firewalls"] = [
+            f.name
+            for f in self.api.client("FirewallsClient").list(project=self.project)
+            if f.network.rsplit("/", 1)[-1] in names
+        ]
+        for region, scoped in self.api.client("SubnetworksClient").aggregated_list(
+            project=self.project
+        ):
+            for sub in scoped.subnetworks:
+                if sub.network.rsplit("/", 1)[-1] in names:
+                    r = region.rsplit("/", 1)[-1]
+                    states.setdefault(r, _Region(region=r, index=0))
+                    if states[r].subnet:  # one subnet per record: delete extra ones directly
+                        deleted += self._cleanup({}, [_Region(region=r, index=0, subnet=sub.name)])
+                    else:
+                        states[r].subnet = sub.name
+        deleted += self._cleanup(created, list(states.values()))
+        for net in names:
+            deleted += self._cleanup({"network": net}, [])
+        return deleted
+
+
+def _old_enough(description: str, older_than_seconds: float | None) -> bool:
+    try:
+        tags = json.loads(description or "{}")
+    except ValueError:
+        tags = {}
+    return created_before(
+        tags.get(TAG_CREATED) if isinstance(tags, dict) else None, older_than_seconds
+    )

@@ -1,0 +1,128 @@
+"""The plan's routes, and the job spec each gateway on them is started with (routes, the
+gateways of every region, and per hop the connections, encryption and compression): what the
+gateways are told, kept apart from how the dispatcher drives them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+from typing import Any
+
+from skyplane_ops.errors import TransferError
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
+from skyplane_ops.transfer.dispatch.options import DispatchOptions
+
+# TCP connections per hop at most when the hop's receivers listen on a loopback address.
+LOOPBACK_CONNECTIONS = 8
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plan_routes(plan: TransferPlan) -> list[tuple[list[str], float]]:
+    """(regions, share) per path; a plan without paths means the direct route."""
+    routes = [(list(p.regions), float(p.share)) for p in plan.paths if p.share > 0]
+    if not routes:
+        routes = [([plan.src, plan.dsts[0]], 1.0)]
+    total = sum(s for _, s in routes) or 1.0
+    return [(r, s / total) for r, s in routes]
+
+
+def check_fleet(plan: TransferPlan, fleet: GatewayFleet) -> None:
+    """Every region on a route needs at least one gateway in the fleet."""
+    needed = {r for route, _ in plan_routes(plan) for r in route}
+    missing = sorted(r for r in needed if not fleet.in_region(r))
+    if missing:
+        raise TransferError(
+            f"the plan routes through {', '.join(missing)} but the fleet has no gateway there "
+            f"(fleet regions: {', '.join(fleet.regions) or 'none'})"
+        )
+
+
+class JobSpecs:
+    """The job spec part of ``Dispatcher``: what each gateway is told when its job starts."""
+
+    plan: TransferPlan
+    fleet: GatewayFleet
+    options: DispatchOptions
+    job_id: str
+    routes: list[tuple[list[str], float]]
+    _src_uri: str
+    _dst_uri: str
+    _sealed: str
+
+    def _connections(self, src: str, dst: str) -> int:
+        if self.options.connections:
+            return self.options.connections
+        pair = len(self.fleet.in_region(src)) * len(self.fleet.in_region(dst))
+        n = 8
+        for hop in self.plan.hops:
+            if hop.src == src and hop.dst == dst and hop.connections > 0:
+                n = max(1, min(64, -(-hop.connections // max(1, pair))))
+                break
+        if self._on_loopback(src, dst):
+            # Parallel connections beat a WAN's per-flow limits; on one host there is none,
+            # and each connection more is a sender and a receiver thread contending for the
+            # gateways' interpreter (64 of them cost the source ~10 % of its CPU at 100k
+            # small objects).
+            n = min(n, LOOPBACK_CONNECTIONS)
+        return n
+
+    def _on_loopback(self, src: str, dst: str) -> bool:
+        """Whether every gateway of hop ``src -> dst`` sends to a loopback address."""
+        receivers = self.fleet.in_region(dst)
+        return bool(receivers) and all(_is_loopback(data_host(g, src)) for g in receivers)
+
+    def _encrypt_hop(self, src: str, dst: str) -> bool:
+        mode = self.options.encrypt
+        if isinstance(mode, bool):
+            return mode
+        if mode == "cross-cloud":
+            return src.split(":", 1)[0] != dst.split(":", 1)[0]
+        if isinstance(mode, str):
+            raise TransferError(f"encrypt must be a bool, 'cross-cloud' or a set of hops: {mode!r}")
+        return (src, dst) in mode
+
+    def job_spec(self, gateway: Gateway) -> dict[str, Any]:
+        hops: dict[str, dict[str, Any]] = {}
+        for route, _ in self.routes:
+            for u, v in itertools.pairwise(route):
+                hops[f"{u}>{v}"] = {
+                    "connections": self._connections(u, v),
+                    "encrypt": self._encrypt_hop(u, v),
+                    "compress_level": self.options.compress_level,
+                }
+        hooks = self.options.test_hooks.get(gateway.gateway_id) or self.options.test_hooks.get(
+            gateway.region
+        )
+        return {
+            "job_id": self.job_id,
+            "routes": {str(i): route for i, (route, _) in enumerate(self.routes)},
+            "gateways": {
+                region: [
+                    {
+                        "id": g.gateway_id,
+                        "host": data_host(g, gateway.region),
+                        "data_port": g.data_port,
+                    }
+                    for g in self.fleet.in_region(region)
+                ]
+                for region in {r for route, _ in self.routes for r in route}
+            },
+            "hops": hops,
+            "src_uri": self._src_uri,
+            "dst_uri": self._dst_uri,
+            "sealed_options": self._sealed,
+            "reader_threads": self.options.reader_threads,
+            "writer_threads": self.options.writer_threads,
+            "object_threads": self.options.object_threads,
+            "test_hooks": hooks or {},
+        }
