@@ -15,6 +15,7 @@ that runs it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -267,9 +268,10 @@ class TransferRequest:
         """The folder of this transfer's journal, lock and listing catalog."""
         return Path(self.journal_dir) if self.journal_dir else default_journal_dir()
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """The journal key: what makes two runs the same transfer (resume, lock)."""
+        """The journal key: what makes two runs the same transfer (resume, lock); computed
+        once per request."""
         return transfer_key(self.src.uri, self.dst.uri, self.part_size, self.include, self.exclude)
 
     def dispatch_options(self, tuning: DispatchOptions | None = None) -> DispatchOptions:
