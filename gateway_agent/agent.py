@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from gateway_agent import wire
+from gateway_agent.auth import new_epoch
 from gateway_agent.flow import ByteBudget
 from gateway_agent.guard import ConnectionGate, accept_forever, set_io_timeout
 from gateway_agent.guard import shut as _shut
@@ -55,6 +56,9 @@ class Agent:
         self.gateway_id = gateway_id
         self.region = region
         self.secret = secret
+        # This process's boot epoch: every signed control request names it, so a request made
+        # for an earlier process of this gateway (captured before a restart) is refused.
+        self.epoch = new_epoch()
         self.budget = ByteBudget(buffer_bytes)
         self.idle_timeout = idle_timeout
         self.poweroff_on_idle = poweroff_on_idle
@@ -212,6 +216,7 @@ class Agent:
         return {
             "ok": not self.stopping.is_set(),
             "gateway_id": self.gateway_id,
+            "epoch": self.epoch,
             "region": self.region,
             "pid": os.getpid(),
             "data_port": self.data_port,

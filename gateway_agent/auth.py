@@ -1,7 +1,9 @@
 """Per-transfer secret handling: signed control requests, data-connection handshakes, sealing.
 
 The secret never crosses the wire. Control requests carry an HMAC over method, path, a
-timestamp and expiry, a nonce, the body length and hash and the target gateway's id; data
+timestamp and expiry, a nonce, the body length and hash, the target gateway's id and its boot
+epoch (random per process start: a request made for an earlier process of the same gateway,
+whose replay memory died with it, is refused by the restarted one); data
 connections run a mutual HMAC challenge-response before any frame is accepted. Sensitive job
 fields (store credentials) are sealed with AES-GCM under a key derived from the secret,
 because the control channel is plain HTTP.
@@ -66,7 +68,13 @@ def mac(key: bytes, *parts: bytes) -> bytes:
 
 # A signed request is valid for this long after it was made (and never before, minus skew).
 REQUEST_TTL_S = 60.0
-CONTROL_LABEL = b"skyplane-ops control v2"
+CONTROL_LABEL = b"skyplane-ops control v3"  # 3: the gateway's boot epoch is signed
+EPOCH_BYTES = 16
+
+
+def new_epoch() -> str:
+    """A gateway process's boot epoch: random per start, never reused (hex)."""
+    return secrets.token_hex(EPOCH_BYTES)
 
 
 def _control_mac(
@@ -79,6 +87,7 @@ def _control_mac(
     length: str,
     digest: str,
     gateway_id: str,
+    epoch: str,
 ) -> bytes:
     return mac(
         secret,
@@ -91,18 +100,21 @@ def _control_mac(
         length.encode(),
         digest.encode(),
         gateway_id.encode(),
+        epoch.encode(),
     )
 
 
 def sign_request(
-    secret: bytes, method: str, path: str, body: bytes, gateway_id: str = ""
+    secret: bytes, method: str, path: str, body: bytes, gateway_id: str = "", epoch: str = ""
 ) -> dict[str, str]:
-    """Headers that authenticate one control request *for one gateway*.
+    """Headers that authenticate one control request *for one gateway process*.
 
-    The MAC covers method, path, timestamp, expiry, nonce, body length, the body's SHA-256
-    and the target gateway id. Everything it covers is in the headers, so the gateway checks
-    it before reading a byte of body, and a request captured at one gateway is refused by
-    every other (each checks its own id).
+    The MAC covers method, path, timestamp, expiry, nonce, body length, the body's SHA-256,
+    the target gateway id and its boot ``epoch`` (``GET /v1/hello`` tells both). Everything
+    it covers is in the headers, so the gateway checks it before reading a byte of body; a
+    request captured at one gateway is refused by every other (each checks its own id), and
+    by the same gateway once restarted (a new process has a new epoch, so a nonce it never
+    saw cannot be replayed to it).
     """
     now = time.time()
     ts = f"{now:.3f}"
@@ -110,28 +122,34 @@ def sign_request(
     nonce = secrets.token_hex(NONCE_BYTES)
     length = str(len(body))
     digest = hashlib.sha256(body).hexdigest()
-    sig = _control_mac(secret, method, path, ts, expires, nonce, length, digest, gateway_id)
+    sig = _control_mac(secret, method, path, ts, expires, nonce, length, digest, gateway_id, epoch)
     return {
         "X-Sky-Timestamp": ts,
         "X-Sky-Expires": expires,
         "X-Sky-Nonce": nonce,
         "X-Sky-Gateway": gateway_id,
+        "X-Sky-Epoch": epoch,
         "X-Sky-Body-SHA256": digest,
         "X-Sky-Signature": sig.hex(),
     }
 
 
 class RequestVerifier:
-    """Checks control-request signatures: target gateway, expiry, replayed nonces, body digest.
+    """Checks control-request signatures: target gateway and its boot epoch, expiry, replayed
+    nonces, body digest. The nonces seen live in this process only; the ``epoch`` (new at every
+    start) is what makes them enough: a request signed for an earlier process is refused here.
 
     ``verify_headers`` runs before the body is read (it needs only the headers and the
     announced length); ``body_matches`` checks the body read afterwards against the signed
     digest. ``verify`` does both for a body already in hand.
     """
 
-    def __init__(self, secret: bytes, gateway_id: str = "", max_nonces: int = 100_000) -> None:
+    def __init__(
+        self, secret: bytes, gateway_id: str = "", max_nonces: int = 100_000, epoch: str = ""
+    ) -> None:
         self._secret = secret
         self.gateway_id = gateway_id
+        self.epoch = epoch
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._max = max_nonces
         self._lock = threading.Lock()
@@ -143,6 +161,7 @@ class RequestVerifier:
         nonce = headers.get("x-sky-nonce", "")
         digest = headers.get("x-sky-body-sha256", "")
         target = headers.get("x-sky-gateway", "")
+        epoch = headers.get("x-sky-epoch", "")
         try:
             ts = float(ts_s)
             expires = float(exp_s)
@@ -155,13 +174,14 @@ class RequestVerifier:
             or len(nonce) > 2 * NONCE_BYTES * 2
             or len(digest) != 64
             or target != self.gateway_id
+            or epoch != self.epoch
             or ts > now + MAX_CLOCK_SKEW_S
             or now > expires + MAX_CLOCK_SKEW_S
             or not 0 < expires - ts <= REQUEST_TTL_S
         ):
             return False
         want = _control_mac(
-            self._secret, method, path, ts_s, exp_s, nonce, str(length), digest, target
+            self._secret, method, path, ts_s, exp_s, nonce, str(length), digest, target, epoch
         )
         if not hmac.compare_digest(want, sig):
             return False

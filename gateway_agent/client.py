@@ -1,8 +1,12 @@
 """The control-plane side of the control API (stdlib HTTP, signed requests).
 
 Every request is signed for one gateway id (a request captured at one gateway is refused by
-every other). Pass ``gateway_id`` when it is known (the fleet has it); otherwise the client
-asks the gateway once (``GET /v1/hello``, unsigned) which id to sign for.
+every other) and for the boot epoch of its running process (a request captured before a restart
+is refused after it). Pass ``gateway_id`` when it is known (the fleet has it); the client asks
+the gateway once (``GET /v1/hello``, unsigned) for its epoch (and its id when not given). When a
+request is refused as unauthenticated, the client asks again: if the gateway was restarted
+meanwhile (a new epoch), the request, which the gateway refused unread, is signed anew and sent
+once more; the normal control plane thus carries on over a legitimate restart.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class GatewayClient:
     ) -> None:
         self.host = host
         self.gateway_id = gateway_id
+        self.epoch: str | None = None  # the running process's boot epoch (from hello)
         self.attempts = max(1, attempts)
         self.port = control_port
         self._secret = secret
@@ -63,6 +68,15 @@ class GatewayClient:
     ) -> Any:
         body = json.dumps(payload).encode() if payload is not None else b""
         attempts = self.attempts if attempts is None else max(1, attempts)
+        status, reason, raw = self._send(method, path, body, attempts, timeout)
+        if status == 401 and self._restarted(timeout):
+            # Signed for an earlier process of this gateway: refused before anything ran.
+            status, reason, raw = self._send(method, path, body, attempts, timeout)
+        return self._decode(status, reason, raw)
+
+    def _send(
+        self, method: str, path: str, body: bytes, attempts: int, timeout: float | None
+    ) -> tuple[int, str, bytes]:
         # Idempotent endpoints are retried a few times on a reset connection (a busy listen
         # backlog); a gateway that stays unreachable is reported after ~1 s. A probe run
         # passes ``attempts=1``: its bytes (and egress dollars) must not be paid twice.
@@ -81,14 +95,28 @@ class GatewayClient:
                             f"gateway {self.host}:{self.port} unreachable: {exc}"
                         ) from exc
                     raise
-        return self._decode(status, reason, raw)
+        return status, reason, raw
+
+    def _restarted(self, timeout: float | None) -> bool:
+        """Whether the gateway's boot epoch changed since this client learned it (it was
+        restarted); the new one is used from now on."""
+        if self.epoch is None:
+            return False
+        try:
+            _, epoch = self._hello(timeout)
+        except (OSError, http.client.HTTPException):
+            return False
+        changed, self.epoch = epoch != self.epoch, epoch
+        return changed
 
     def _once(
         self, method: str, path: str, body: bytes, timeout: float | None = None
     ) -> tuple[int, str, bytes]:
-        if self.gateway_id is None:
-            self.gateway_id = self._hello(timeout)
-        headers = sign_request(self._secret, method, path, body, self.gateway_id)
+        if self.gateway_id is None or self.epoch is None:
+            gateway_id, self.epoch = self._hello(timeout)
+            if self.gateway_id is None:
+                self.gateway_id = gateway_id
+        headers = sign_request(self._secret, method, path, body, self.gateway_id, self.epoch)
         headers["Content-Type"] = "application/json"
         conn = http.client.HTTPConnection(
             self.host, self.port, timeout=self.timeout if timeout is None else timeout
@@ -100,7 +128,8 @@ class GatewayClient:
         finally:
             conn.close()
 
-    def _hello(self, timeout: float | None) -> str:
+    def _hello(self, timeout: float | None) -> tuple[str, str]:
+        """The gateway id and boot epoch the gateway at this address signs for."""
         conn = http.client.HTTPConnection(
             self.host, self.port, timeout=self.timeout if timeout is None else timeout
         )
@@ -111,7 +140,8 @@ class GatewayClient:
         finally:
             conn.close()
         try:
-            return str(json.loads(raw)["gateway_id"])
+            hello = json.loads(raw)
+            return str(hello["gateway_id"]), str(hello.get("epoch", ""))
         except (ValueError, KeyError, TypeError):
             raise http.client.HTTPException(
                 f"{self.host}:{self.port} does not look like a gateway (status {resp.status})"

@@ -1,10 +1,10 @@
 """The control API: JSON over HTTP/1.1 (one request per connection), every request signed.
 
-Endpoints (all under /v1): GET hello (unsigned: the gateway id a client signs for), GET
-health, POST shutdown, POST lease, POST jobs (start), POST jobs/ID/chunks (submit source
-descriptors), GET jobs/ID/status?cursor=N[&wait=S] (incremental; a long poll of at most
-``MAX_STATUS_WAIT_S``), POST jobs/ID/stop, POST
-jobs/ID/drop (a path declared dead), POST probe.
+Endpoints (all under /v1): GET hello (unsigned: the gateway id and boot epoch a client signs
+for), GET health, POST shutdown, POST lease, POST jobs (start), POST jobs/ID/chunks (submit
+source descriptors), GET jobs/ID/status?cursor=N[&wait=S] (incremental; a long poll of at most
+``MAX_STATUS_WAIT_S``), POST jobs/ID/stop, POST jobs/ID/drop (a path declared dead), POST
+probe.
 
 What a stranger can make this server do is bounded: the request head is at most
 ``MAX_HEAD_BYTES`` and must arrive within ``HEAD_TIMEOUT_S``; the signature (which covers the
@@ -12,7 +12,8 @@ announced length and the body's digest, see ``auth``) is checked *before* any bo
 read; a missing, negative or too large ``Content-Length`` is refused unread; at most
 ``MAX_PENDING`` connections may be unauthenticated at once (the oldest gives way); at most
 ``MAX_ACTIVE`` authenticated requests run at once. An unsigned, expired, replayed, wrongly
-signed or other-gateway request gets 401 and changes nothing.
+signed, other-gateway or earlier-process (another boot epoch) request gets 401 and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class ControlServer:
         self, host: str, port: int, agent: Agent, *, max_pending: int = MAX_PENDING
     ) -> None:
         self.agent = agent
-        self.verifier = RequestVerifier(agent.secret, agent.gateway_id)
+        self.verifier = RequestVerifier(agent.secret, agent.gateway_id, epoch=agent.epoch)
         self.gate = ConnectionGate(max_pending)
         self._active = threading.BoundedSemaphore(MAX_ACTIVE)
         self._closed = threading.Event()
@@ -110,7 +111,7 @@ class ControlServer:
         method, target, headers, rest = _read_head(sock)
         url = urlparse(target)
         if method == "GET" and url.path == "/v1/hello":  # unsigned: which id to sign for
-            _reply(sock, 200, {"gateway_id": self.agent.gateway_id})
+            _reply(sock, 200, {"gateway_id": self.agent.gateway_id, "epoch": self.agent.epoch})
             return
         length = _content_length(headers)
         if length > MAX_BODY:

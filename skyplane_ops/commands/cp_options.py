@@ -81,7 +81,7 @@ def transfer_options(verb: str) -> Any:
             metavar="MIB",
             default=64,
             show_default=True,
-            help="chunk and multipart part size, in MiB",
+            help="chunk and multipart part size, in MiB (1 to 1024: one wire frame)",
         ),
         click.option(
             "--include",

@@ -134,19 +134,61 @@ def raw_exchange(port: int, head: bytes, body: bytes = b"", timeout: float = 10.
     return int(data.split()[1])
 
 
+def hello(port: int) -> dict[str, Any]:
+    """The unsigned ``GET /v1/hello`` answer of the gateway at ``port`` (its id and epoch)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/v1/hello")
+        answer: dict[str, Any] = json.loads(conn.getresponse().read())
+        return answer
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """A signed control request as it crosses the wire (what an eavesdropper captures)."""
+
+    method: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+    def send(self, port: int) -> tuple[int, dict[str, Any]]:
+        """Send it (again) to the gateway at ``port``: (status, JSON answer)."""
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request(self.method, self.path, body=self.body, headers=self.headers)
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read() or b"{}")
+        finally:
+            conn.close()
+
+
+def sign_for(
+    port: int,
+    secret: bytes,
+    gateway_id: str,
+    method: str,
+    path: str,
+    payload: Any = None,
+    epoch: str | None = None,
+) -> SignedRequest:
+    """A request signed for ``gateway_id`` and ``epoch`` (default: the boot epoch the gateway
+    at ``port`` announces), as the control plane signs it."""
+    body = json.dumps(payload).encode() if payload is not None else b""
+    if epoch is None:
+        epoch = str(hello(port).get("epoch", ""))
+    return SignedRequest(
+        method, path, body, sign_request(secret, method, path, body, gateway_id, epoch)
+    )
+
+
 def signed_request(
     port: int, secret: bytes, gateway_id: str, method: str, path: str, payload: Any = None
 ) -> tuple[int, dict[str, Any]]:
     """One request signed for ``gateway_id`` (which may not be the gateway at ``port``)."""
-    body = json.dumps(payload).encode() if payload is not None else b""
-    headers = sign_request(secret, method, path, body, gateway_id)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"{}")
-    finally:
-        conn.close()
+    return sign_for(port, secret, gateway_id, method, path, payload).send(port)
 
 
 def announce_body(port: int, nbytes: int, timeout: float = 10.0) -> tuple[int | None, float]:

@@ -6,11 +6,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gateway_agent.wire import MAX_PAYLOAD
 from skyplane_ops.errors import TransferError
 
 KiB = 1024
 MIN_PART_SIZE = 64 * KiB
-MAX_PART_SIZE = 5 * 1024**3  # the largest part S3 accepts; larger parts help no store
+# A chunk (one multipart part, or a batch of small objects) travels as one wire frame, whose
+# payload is at most ``wire.MAX_PAYLOAD`` (1 GiB), and is held whole in a gateway's byte budget
+# (1 GiB by default, ``--buffer-mib``). So 1 GiB is the largest part size that can work (S3's
+# own part limit, 5 GiB, is higher); objects needing more parts than a store allows get larger
+# parts up to this size (``manifest.choose_part_size``).
+MAX_PART_SIZE = MAX_PAYLOAD
 MAX_CONNECTIONS = 1024
 MAX_THREADS = 256
 MAX_COMPRESS_LEVEL = 22  # zstd's highest level
@@ -50,8 +56,9 @@ def check_transfer_options(
         raise TransferError(f"part_size must be a whole number of bytes, not {part_size!r}")
     if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
         raise TransferError(
-            f"part size must be between 64 KiB and 5 GiB (--chunk-mib 1 to 5120), got "
-            f"{part_size} bytes"
+            f"part size (--chunk-mib) must be between 64 KiB and 1 GiB (--chunk-mib 1 to "
+            f"{MAX_PART_SIZE // 1024**2}: a chunk travels in one wire frame of at most 1 GiB and "
+            f"is held whole in a gateway's 1 GiB byte budget), got {part_size} bytes"
         )
     if verify not in VERIFY_MODES:
         raise TransferError(f"verify must be 'full', 'read-back' or 'size', not {verify!r}")

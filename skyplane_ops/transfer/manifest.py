@@ -23,6 +23,7 @@ from gateway_agent.stores.base import (
 )
 from gateway_agent.stores.errors import KeyNotSupportedError, StoreError
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.checks import MAX_PART_SIZE
 from skyplane_ops.transfer.listrows import listed
 
 MiB = 1024 * 1024
@@ -104,10 +105,12 @@ def matches(key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
 
 
 def choose_part_size(size: int, part_size: int, caps: Capabilities) -> int:
-    """Respect the destination's minimum part size and maximum part count."""
+    """Respect the destination's minimum part size and maximum part count: an object that
+    would need more parts gets larger ones, never larger than a chunk can be
+    (``checks.MAX_PART_SIZE``, one wire frame)."""
     part = max(part_size, caps.min_part_size or 0)
     if caps.max_parts and size > part * caps.max_parts:
-        part = math.ceil(size / caps.max_parts / MiB) * MiB
+        part = min(math.ceil(size / caps.max_parts / MiB) * MiB, max(part, MAX_PART_SIZE))
     return part
 
 

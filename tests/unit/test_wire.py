@@ -183,3 +183,17 @@ def test_crc32c_any_buffer_matches_google_crc32c(data: bytes, cut: int) -> None:
 def test_crc32c_uses_the_accelerator_when_installed() -> None:
     pytest.importorskip("crc32c")
     assert checksum.IMPLEMENTATION == "crc32c"
+
+
+def test_control_signatures_name_the_gateways_boot_epoch() -> None:
+    """A request signed for an earlier process of a gateway (another epoch) is refused."""
+    now = auth.RequestVerifier(SECRET, "gw", epoch="e2")
+
+    def signed(epoch: str) -> dict[str, str]:
+        headers = auth.sign_request(SECRET, "POST", "/v1/shutdown", b"{}", "gw", epoch)
+        return {k.lower(): x for k, x in headers.items()}
+
+    assert not now.verify("POST", "/v1/shutdown", b"{}", signed("e1"))
+    forged = {**signed("e1"), "x-sky-epoch": "e2"}  # the epoch is covered by the signature
+    assert not now.verify("POST", "/v1/shutdown", b"{}", forged)
+    assert now.verify("POST", "/v1/shutdown", b"{}", signed("e2"))

@@ -53,8 +53,20 @@ def make_folder(folder: str) -> None:
     """``mkdir -p`` for a retry loop: it tolerates a concurrent creator and a concurrent pruner
     (the caller's next attempt tells); an existing *file* in the way surfaces there as ENOTDIR.
     """
-    with contextlib.suppress(FileExistsError, FileNotFoundError):
-        os.makedirs(folder, exist_ok=True)
+    missing: list[str] = []  # iterative (os.makedirs recurses once per missing folder)
+    while folder and not os.path.lexists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            return
 
 
 def _open(folder: str, make_parents: bool) -> tuple[int, str | None]:

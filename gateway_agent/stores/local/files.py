@@ -15,6 +15,26 @@ from gateway_agent.stores.local.atomic import TMP_PREFIX, write_all
 STAGING = ".%staging"
 _COPY_BUFFER = 8 * 1024 * 1024
 NAME_MAX = 255
+# The longest path a system call takes is PATH_MAX (4096) bytes with its terminating NUL.
+PATH_MAX = 4096
+# A file is written under a temporary name in its folder first (``atomic.tmp_name``) when the
+# file system has no unnamed files or an existing file is replaced: that name must fit too.
+TMP_NAME_BYTES = len(TMP_PREFIX) + 16
+
+
+def path_problem(path: str, name: str) -> str | None:
+    """Why the file system cannot take ``path`` (a key's file, ``name`` its last segment) as
+    a path, or None: the path, or its temporary name's, is longer than PATH_MAX allows."""
+    if 4 * (len(path) + TMP_NAME_BYTES) < PATH_MAX:  # the common case: no encoding needed
+        return None
+    size = len(os.fsencode(path))
+    longest = size + max(0, TMP_NAME_BYTES - len(os.fsencode(name)))
+    if longest < PATH_MAX:
+        return None
+    return (
+        f"a local path is at most {PATH_MAX - 1} bytes, root included (this one is {size} "
+        f"bytes{'' if size >= PATH_MAX else ', its temporary name longer'})"
+    )
 
 
 def segment_problem(segment: str, top: bool) -> str | None:

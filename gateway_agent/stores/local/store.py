@@ -8,7 +8,8 @@ Keys are file paths under the root, verbatim: one folder per ``/``-separated seg
 name a file can have is a key (spaces, ``%XX``, ``%00``, line breaks, bytes that are not UTF-8 as
 surrogate escapes), so whatever ``list`` finds reads back under its key. A key a filesystem
 cannot hold (an empty, ``.`` or ``..`` segment, from ``a//b`` or a trailing ``/``; a segment over
-255 bytes; the store's own hidden names) raises :class:`KeyNotSupportedError`. A key cannot be
+255 bytes; a path over 4095 bytes with the root, PATH_MAX; the store's own hidden names) raises
+:class:`KeyNotSupportedError`, and so does a name the file system calls too long. A key cannot be
 both an object and a "folder" of other keys (``a`` and ``a/b``): the filesystem refuses that and
 the store raises :class:`StoreError`. Listing rules (symbolic links by the ``links`` option,
 unreadable folders recorded in ``skipped``) are in :mod:`.walk`.
@@ -61,6 +62,7 @@ from gateway_agent.stores.errors import (
 from gateway_agent.stores.local.atomic import (
     TMP_PREFIX,
     create_file,
+    make_folder,
     rename_into,
     tmp_name,
     write_all,
@@ -73,6 +75,7 @@ from gateway_agent.stores.local.files import (
     file_row,
     file_row_unversioned,
     file_version,
+    path_problem,
     pread_all,
     preadv_all,
     segment_problem,
@@ -96,6 +99,14 @@ def _folder_problem(folder: str) -> str | None:
         if why is not None:
             return why
     return None
+
+
+def _short(key: str, most: int = 600) -> str:
+    """``repr`` of a key for a message, its middle elided past ``most`` characters (a 4 KiB
+    key would drown the one line that reports it)."""
+    if len(key) <= most:
+        return repr(key)
+    return f"{key[: most // 2]!r}...{key[-most // 2 :]!r} ({len(os.fsencode(key))} bytes)"
 
 
 class LocalStore:
@@ -137,11 +148,13 @@ class LocalStore:
         the control plane's name check of every object: a key's folders are checked once)."""
         folder, sep, name = check_key(key).rpartition("/")
         why = (_folder_problem(folder) if sep else None) or segment_problem(name, top=not sep)
+        path = self._root + "/" + key
+        why = why or path_problem(path, name)
         if why is not None:
             raise KeyNotSupportedError(
-                f"{self.uri} cannot hold key {key!r}: {why}", code="BadFileName"
+                f"{self.uri} cannot hold key {_short(key)}: {why}", code="BadFileName"
             )
-        return self._root + "/" + key
+        return path
 
     def check_name(self, key: str) -> None:
         """Raise :class:`KeyNotSupportedError` if a folder cannot hold ``key`` as a file."""
@@ -158,6 +171,9 @@ class LocalStore:
         code = errno.errorcode.get(exc.errno or 0, "OSError")
         if op in _PLACING and isinstance(exc, NotADirectoryError | IsADirectoryError):
             return KeyBlockedError(f"{where}: {self._in_the_way(key)}", code=code)
+        if exc.errno == errno.ENAMETOOLONG:  # a file system with limits below Linux's usual
+            where = f"{op} {self.uri}{_short(key)}"
+            return KeyNotSupportedError(f"{where}: name too long for this file system", code=code)
         if isinstance(exc, PermissionError) or exc.errno in (
             errno.EROFS,
             errno.EPERM,
@@ -220,6 +236,9 @@ class LocalStore:
                 rows.append(None)
                 continue
             except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG:  # no file can have this key here
+                    rows.append(None)
+                    continue
                 raise self._error(exc, "list", key) from None
             rows.append(info(key, st) if stat.S_ISREG(st.st_mode) else None)
         return rows
@@ -403,7 +422,7 @@ class LocalStore:
                     os.symlink(os.fsdecode(target), tmp)
                     break
                 except FileNotFoundError:
-                    os.makedirs(os.path.dirname(link), exist_ok=True)
+                    make_folder(os.path.dirname(link))
             rename_into(tmp, link)
             st = os.lstat(link)
         except OSError as exc:

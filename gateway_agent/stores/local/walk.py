@@ -28,7 +28,7 @@ import stat
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from gateway_agent.stores.base import SkippedEntry
 
@@ -46,6 +46,18 @@ _MAX_WARNED = 100_000
 _SKIP_HINT = (
     "symbolic link not copied (links=skip; links=follow copies its target, links=store the link)"
 )
+
+
+class _Folder(NamedTuple):
+    """A folder to walk into: its path, its key prefix and the folders above it."""
+
+    path: str
+    base: str
+    ancestors: frozenset[tuple[int, int]]
+
+
+# What one entry gives: its listing entries, a folder to walk into, or nothing.
+Found = list[T] | _Folder | None
 
 
 def _why(exc: OSError) -> str:
@@ -100,97 +112,129 @@ class Walk(Generic[T]):
         ancestors: frozenset[tuple[int, int]],
         split: bool = False,
     ) -> Iterator[list[T]]:
-        """Entries under ``directory`` (whose key prefix is ``base``), sorted by name; with
-        ``split`` (the starting folder) only those of this walk's share."""
-        try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=_NAME)
-                if split and self.shares > 1:
-                    entries = [e for e in entries if self.in_share(e.name)]
-        except (FileNotFoundError, NotADirectoryError):
+        """Entries under ``directory`` (whose key prefix is ``base``), sorted by name, depth
+        first; with ``split`` (the starting folder) only those of this walk's share.
+
+        Iterative: the folders being read are a list, not nested calls, so a tree of any
+        depth is walked (nested generators hit Python's recursion limit ~330 folders down)."""
+        first = self.folder(directory, base, split)
+        if first is None:
             return
-        except OSError as exc:
-            self.skip(base, f"cannot read folder: {_why(exc)}", error=True)
-            return
+        stack: list[tuple[Iterator[os.DirEntry[str]], str, frozenset[tuple[int, int]]]] = [
+            (iter(first), base, ancestors)
+        ]
         info, hidden, prefix = self.info, self.hidden, self.prefix
         out: list[T] = []
-        for entry in entries:
-            name = entry.name
-            if name[0] == "." and hidden(base, name):  # the store's own names start with "."
-                continue
-            key = base + name
-            try:
-                # Fast path, most entries of a data lake: the folder entry's type says "regular
-                # file" (no system call), one lstat gives what the listing reports.
-                if entry.is_file(follow_symlinks=False):
-                    if key.startswith(prefix):
-                        st = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode):
-                            out.append(info(key, st, None))
-                            if len(out) >= CHUNK:
-                                yield out
-                                out = []
+        while stack:
+            entries, base, ancestors = stack[-1]
+            inner: _Folder | None = None
+            for entry in entries:
+                name = entry.name
+                if name[0] == "." and hidden(base, name):  # the store's own names start "."
+                    continue
+                key = base + name
+                try:
+                    # Fast path, most entries of a data lake: the folder entry's type says
+                    # "regular file" (no system call), one lstat gives what the listing reports.
+                    if entry.is_file(follow_symlinks=False):
+                        if key.startswith(prefix):
+                            st = entry.stat(follow_symlinks=False)
+                            if stat.S_ISREG(st.st_mode):
+                                out.append(info(key, st, None))
+                                if len(out) >= CHUNK:
+                                    yield out
+                                    out = []
+                                continue
+                        else:
                             continue
-                    else:
-                        continue
-                if out:  # what came before this entry goes first: the order stays
-                    yield out
-                    out = []
-                yield from self.entry(entry, key, ancestors)
-            except FileNotFoundError:
-                continue  # deleted while listing
-            except OSError as exc:
-                if self.wanted(key) or self.descend(key + "/"):
-                    self.skip(key, f"cannot read: {_why(exc)}", error=True)
+                    found = self.entry(entry, key, ancestors)
+                except FileNotFoundError:
+                    continue  # deleted while listing
+                except OSError as exc:
+                    if self.wanted(key) or self.descend(key + "/"):
+                        self.skip(key, f"cannot read: {_why(exc)}", error=True)
+                    continue
+                if isinstance(found, _Folder):
+                    inner = found
+                    break
+                if found:
+                    out.extend(found)
+                    if len(out) >= CHUNK:
+                        yield out
+                        out = []
+            if inner is None:
+                stack.pop()  # this folder is done: back to the one it is in
+                continue
+            listed = self.folder(inner.path, inner.base)
+            if listed is not None:
+                stack.append((iter(listed), inner.base, inner.ancestors))
         if out:
             yield out
 
+    def folder(
+        self, directory: str, base: str, split: bool = False
+    ) -> list[os.DirEntry[str]] | None:
+        """The entries of one folder sorted by name (with ``split``, of this share only), or
+        None when it vanished or cannot be read (recorded as an error entry)."""
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=_NAME)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            self.skip(base, f"cannot read folder: {_why(exc)}", error=True)
+            return None
+        if split and self.shares > 1:
+            entries = [e for e in entries if self.in_share(e.name)]
+        return entries
+
     def entry(
         self, entry: os.DirEntry[str], key: str, ancestors: frozenset[tuple[int, int]]
-    ) -> Iterator[list[T]]:
+    ) -> Found[T]:
         if entry.is_symlink():
-            yield from self.link(entry, key, ancestors)
-            return
+            return self.link(entry, key, ancestors)
         st = entry.stat(follow_symlinks=False)
-        yield from self.node(entry.path, key, st, ancestors)
+        return self.node(entry.path, key, st, ancestors)
 
     def node(
         self, path: str, key: str, st: os.stat_result, ancestors: frozenset[tuple[int, int]]
-    ) -> Iterator[list[T]]:
-        """A file or folder found at ``key`` (already resolved for a followed link)."""
+    ) -> Found[T]:
+        """A file or folder found at ``key`` (already resolved for a followed link): its
+        entries, or the folder to walk into."""
         if stat.S_ISDIR(st.st_mode):
             if self.descend(key + "/"):
-                yield from self.tree(path, key + "/", ancestors | {(st.st_dev, st.st_ino)})
+                return _Folder(path, key + "/", ancestors | {(st.st_dev, st.st_ino)})
         elif not self.wanted(key):
-            return
+            return None
         elif stat.S_ISREG(st.st_mode):
-            yield [self.info(key, st, None)]
+            return [self.info(key, st, None)]
         else:
             self.skip(key, "not a regular file (FIFO, socket or device)")
+        return None
 
     def link(
         self, entry: os.DirEntry[str], key: str, ancestors: frozenset[tuple[int, int]]
-    ) -> Iterator[list[T]]:
+    ) -> Found[T]:
         if self.links == "store":
             if self.wanted(key + LINK_SUFFIX):
                 target = os.readlink(entry.path)
                 st = entry.stat(follow_symlinks=False)
-                yield [self.info(key + LINK_SUFFIX, st, len(os.fsencode(target)))]
-            return
+                return [self.info(key + LINK_SUFFIX, st, len(os.fsencode(target)))]
+            return None
         if not (self.wanted(key) or self.descend(key + "/")):
-            return
+            return None
         if self.links == "skip":
             self.skip(key, _SKIP_HINT)
-            return
+            return None
         try:
             st = os.stat(entry.path)
         except FileNotFoundError:
             self.skip(key, "dangling symbolic link (its target does not exist)")
-            return
+            return None
         except OSError as exc:
             self.skip(key, f"symbolic link not followed: {_why(exc)}")
-            return
+            return None
         if (st.st_dev, st.st_ino) in ancestors:
             self.skip(key, "symbolic link loop (it points to a folder above it)")
-            return
-        yield from self.node(entry.path, key, st, ancestors)
+            return None
+        return self.node(entry.path, key, st, ancestors)
