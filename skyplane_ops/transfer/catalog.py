@@ -14,7 +14,8 @@ disk, in tables made for it, and the engine streams over them in key order:
   ``seg.v`` of part 0), so ``--verify full`` reads nothing back for them;
 - ``outcome``: objects that failed or changed, with why (few, unless something is badly wrong);
 - ``now``: the source listed again after the move (changed-check and mirror delete);
-- ``got``: the destination listed for verification (size, native CRC32C if it reports one);
+- ``got``: the destination listed for verification (size, native CRC32C if it reports one;
+  mtime, checksums and ETag as its listing shows them, for the sync record: ``syncstate``);
 - ``j_upload``/``j_done``/``j_commit``: the resume journal, indexed (see ``load_journal``).
 
 The file lives under the journal folder (a disk the user chose for state, not ``/tmp``, which
@@ -66,7 +67,7 @@ CREATE TABLE src(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT,
                  etag TEXT, state INTEGER NOT NULL DEFAULT 0,
                  fp TEXT GENERATED ALWAYS AS (json_array(size, etag, mtime, version)) VIRTUAL)
                  WITHOUT ROWID;
-CREATE TABLE dst(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT,
+CREATE TABLE dst(key PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER, ck TEXT, etag TEXT,
                  extra INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
 CREATE TABLE seg(key, part INTEGER, crc INTEGER NOT NULL, v INTEGER NOT NULL DEFAULT 0,
                  PRIMARY KEY(key, part)) WITHOUT ROWID;
@@ -75,7 +76,8 @@ CREATE TABLE outcome(key PRIMARY KEY, kind TEXT NOT NULL, why TEXT NOT NULL) WIT
 CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, etag TEXT,
                  fp TEXT GENERATED ALWAYS AS (json_array(size, etag, mtime, version)) VIRTUAL)
                  WITHOUT ROWID;
-CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER) WITHOUT ROWID;
+CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER, mtime INTEGER, ck TEXT,
+                 etag TEXT) WITHOUT ROWID;
 CREATE TABLE vouch(key PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE j_upload(key PRIMARY KEY, upload_id TEXT, fp TEXT) WITHOUT ROWID;
 CREATE TABLE j_done(key, part INTEGER, crc INTEGER, fp TEXT, PRIMARY KEY(key, part)) WITHOUT ROWID;
@@ -145,6 +147,8 @@ class Catalog:
         # out of both tables: a quick walk's (``uptodate.quick_listing``); counted as skipped.
         self.outside: tuple[int, int] = (0, 0)
         self.problems: list[SkippedEntry] = []
+        # The sync record attached as ``ss`` (``syncstate.attach``), or None (not a sync).
+        self.state: Path | None = None
         self._finalizer = weakref.finalize(self, _drop, self.path, self.db)
 
     def close(self) -> None:
@@ -259,9 +263,9 @@ class Catalog:
     ) -> None:
         """Stream the destination listing into ``dst`` (store errors propagate)."""
         count = 0
-        sql = "INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)"
+        sql = "INSERT OR REPLACE INTO dst(key,size,mtime,ck,etag) VALUES(?,?,?,?,?)"
         for batch in regrouped(listed(store, versions=False)):
-            self._many(sql, [r[:4] for r in batch])
+            self._many(sql, [(*r[:4], r[5]) for r in batch])
             count += len(batch)
             if on_count is not None:
                 on_count(count)
@@ -276,8 +280,8 @@ class Catalog:
             try:
                 self.db.execute("BEGIN")
                 self.db.execute(
-                    "INSERT OR REPLACE INTO dst(key,size,mtime,ck) "
-                    "SELECT key, size, mtime, ck FROM side.dst ORDER BY key"
+                    "INSERT OR REPLACE INTO dst(key,size,mtime,ck,etag) "
+                    "SELECT key, size, mtime, ck, etag FROM side.dst ORDER BY key"
                 )
                 self.db.execute("COMMIT")
             finally:

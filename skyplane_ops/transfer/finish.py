@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import StoreError
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer import mirror, syncstate
 from skyplane_ops.transfer.catalog import CHANGED, FAILED, TODO, Catalog, dec, enc
 from skyplane_ops.transfer.commit import (
     Completion,
@@ -223,5 +223,6 @@ def _report(
         for line in notes:
             log.warning("not copied: %s", line)
         raise partial_error(result, failed, sorted(changed))  # the journal is kept
+    syncstate.record_run(catalog)  # a sync's pairs, now known equal (before the journal goes)
     journal.remove()
     return result

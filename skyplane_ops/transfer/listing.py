@@ -10,7 +10,7 @@ from typing import Any
 from gateway_agent.stores.base import ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer import sidelist
+from skyplane_ops.transfer import sidelist, syncstate
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.journal import JournalLock
 from skyplane_ops.transfer.request import TransferRequest, request_from
@@ -105,6 +105,7 @@ def fill_listing(
         if source:
             catalog.add_source(*args)
         return
+    syncstate.attach(catalog, syncstate.state_path(request.journal_path, request.key))
     finish = sidelist.start(catalog, request.dst_uri, request.dst.options)
     try:
         if source:  # not in two halves: the destination's child has the other core

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
+from skyplane_ops.transfer import syncstate
 from skyplane_ops.transfer.catalog import TODO, Catalog, dec
 from skyplane_ops.transfer.listing import list_request
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.todo import Todo, plan_todo
+
+DST_CHANGED = "the destination changed since the last sync"
 
 
 @dataclass
@@ -36,8 +39,18 @@ class Preview:
 
     def copies(self) -> Iterator[tuple[str, int]]:
         """(key, size) of each object the run would copy, in key order."""
-        for raw, size in self.catalog.pages("key, size", "src", f"state = {TODO}"):
-            yield dec(raw), int(size)
+        for key, size, _why in self.copies_why():
+            yield key, size
+
+    def copies_why(self) -> Iterator[tuple[str, int, str | None]]:
+        """(key, size, why or None) of each object the run would copy, in key order; why is
+        said where the source is as the sync record has it and the destination is not (someone
+        else changed the copy: sync puts the source's bytes back)."""
+        why = "NULL"
+        if self.catalog.state is not None:
+            why = f"CASE WHEN {syncstate.dst_changed()} THEN '{DST_CHANGED}' END"
+        for raw, size, because in self.catalog.pages(f"key, size, {why}", "src", f"state = {TODO}"):
+            yield dec(raw), int(size), because
 
     def deletes(self) -> Iterator[str]:
         """Destination keys ``sync --delete`` would remove, in key order."""
@@ -51,7 +64,10 @@ class Preview:
             yield dec(raw), str(why)
 
     def lines(self) -> Iterator[str]:
-        yield from (f"would copy {k} ({s} bytes)" for k, s in self.copies())
+        yield from (
+            f"would copy {k} ({s} bytes)" + (f": {why}" if why else "")
+            for k, s, why in self.copies_why()
+        )
         yield from (f"would fail {k}: {why}" for k, why in self.failures())
         yield from (f"would delete {k}" for k in self.deletes())
         todo = self.todo
@@ -72,7 +88,14 @@ class Preview:
         out.write("{")
         if self.request is not None:
             out.write(f'\n  "request": {json.dumps(self.request.to_dict(), sort_keys=True)},')
-        _array(out, "copy", ({"key": k, "size": s} for k, s in self.copies()))
+        _array(
+            out,
+            "copy",
+            (
+                {"key": k, "size": s, **({"why": why} if why else {})}
+                for k, s, why in self.copies_why()
+            ),
+        )
         out.write(",")
         _array(out, "fail", ({"key": k, "why": w} for k, w in self.failures()))
         out.write(",")

@@ -9,9 +9,13 @@ place: each folder is read on both sides (``scandir``), each source file and its
 forked child takes the files whose name hashes odd (a fork keeps the parent's string hash),
 this process the even ones; both read every folder, which is cheap next to the ``lstat``s.
 
-The answer is certain or it is None. ``Walked`` counts the files with an equal copy (the same
-size, and a copy not older in nanoseconds: one ``todo.plan_todo`` would skip, since the catalog
-keeps microseconds) and names the others (no copy, or another size or an older one). Anything
+The answer is certain or it is None. ``Walked`` counts the files with an equal copy and names
+the others. Equal is sync's rule (``syncstate``) without clocks: the sync record of the folder
+holds the file, its size, mtime, ctime, device and inode are the recorded ones, and its copy
+has the recorded size and mtime. A file the record lacks (or differs from) is named, and the
+catalog decides it (by the record, or the old rule where there is none) and records it. Without
+a record file (``TreeCheck.state`` None: a caller that keeps none) every file is judged by the
+old rule: the same size, and a copy not older in nanoseconds than the source's last change. Anything
 out of the ordinary (a link, a FIFO, a folder that cannot be read, a copy that is not a file or
 folder like its source, under ``delete`` a destination entry the source lacks) answers None,
 and so do more than ``MOST_DIFFERENT`` differing files (a first copy: listing is then as
@@ -25,10 +29,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from skyplane_ops.transfer import forked
+from gateway_agent.stores.local.files import mtime_micros
+from skyplane_ops.transfer import forked, syncstate
 from skyplane_ops.transfer.manifest import matches
 
 # ``reserved(base, name)``: a name the store keeps for itself in the folder of keys ``base``.
@@ -53,6 +59,7 @@ class TreeCheck:
     exclude: Sequence[str] = ()
     delete: bool = False
     reserved: Reserved = lambda base, name: False
+    state: str | None = None  # the sync record (``syncstate``), read in each process
 
     def keep(self, key: str) -> bool:
         return not (self.include or self.exclude) or matches(key, self.include, self.exclude)
@@ -85,23 +92,38 @@ def same_share(
     after each folder."""
     stack: list[Folder] = [("", check.src, check.dst)]
     walked = Walked()
-    while stack:
-        if stop():
-            return None
-        try:
-            folders = _same_folder(check, stack.pop(), share, shares, walked)
-        except OSError:  # unreadable, or changed while read: the catalog words it
-            return None
-        if folders is None or len(walked.different) > MOST_DIFFERENT:
-            return None
-        stack.extend(sorted(folders))  # greatest name popped first
-        if counted is not None:
-            counted(walked.files)
-    return walked
+    try:
+        records = None if check.state is None else syncstate.FolderRecords(check.state)
+    except sqlite3.Error:
+        return None
+    try:
+        while stack:
+            if stop():
+                return None
+            try:
+                folders = _same_folder(check, stack.pop(), share, shares, walked, records)
+            except OSError:  # unreadable, or changed while read: the catalog words it
+                return None
+            except sqlite3.Error:  # the record cannot be read: the catalog decides
+                return None
+            if folders is None or len(walked.different) > MOST_DIFFERENT:
+                return None
+            stack.extend(sorted(folders))  # greatest name popped first
+            if counted is not None:
+                counted(walked.files)
+        return walked
+    finally:
+        if records is not None:
+            records.close()
 
 
 def _same_folder(
-    check: TreeCheck, folder: Folder, share: int, shares: int, walked: Walked
+    check: TreeCheck,
+    folder: Folder,
+    share: int,
+    shares: int,
+    walked: Walked,
+    records: syncstate.FolderRecords | None,
 ) -> list[Folder] | None:
     """One folder: its subfolders to walk (its share's files are added to ``walked``), or None.
     Read through open folders, so each ``lstat`` resolves one name, not a whole path. A
@@ -117,8 +139,9 @@ def _same_folder(
             dst_fd = os.open(dst, _FOLDER)
             with os.scandir(dst_fd) as it:
                 there = {e.name: e for e in it}
+        known = None if records is None else records.folder(folder[0])
         # Both folders stay open until the entries are compared: their stats resolve there.
-        return _compare(check, entries, there, folder, share, shares, walked)
+        return _compare(check, entries, there, folder, share, shares, walked, known)
     finally:
         if dst_fd >= 0:
             os.close(dst_fd)
@@ -133,6 +156,7 @@ def _compare(
     share: int,
     shares: int,
     walked: Walked,
+    known: dict[str, tuple[str, int, int | None]] | None,
 ) -> list[Folder] | None:
     base, src, dst = folder
     reserved, delete = check.reserved, check.delete
@@ -166,11 +190,30 @@ def _compare(
         if not copy.is_file(follow_symlinks=False):
             return None
         a, b = entry.stat(follow_symlinks=False), copy.stat(follow_symlinks=False)
-        # The listings' rule (``local.files.changed_at``): the copy's mtime against the
-        # source's last change, the later of its mtime and ctime.
-        if a.st_size != b.st_size or b.st_mtime_ns < max(a.st_mtime_ns, a.st_ctime_ns):
+        if a.st_size != b.st_size:
             different.append(base + name)
             continue
+        if known is None:
+            # No record kept: the listings' old rule (``local.files.changed_at``), the copy's
+            # mtime against the source's last change, the later of its mtime and ctime.
+            if b.st_mtime_ns < max(a.st_mtime_ns, a.st_ctime_ns):
+                different.append(base + name)
+                continue
+        else:
+            # Both sides as recorded when last known equal (``syncstate``): the source's
+            # identity is its listing's version (``local.files.file_version``), the copy's
+            # size and mtime in microseconds as its listing shows them.
+            rec = known.get(name)
+            if (
+                rec is None
+                or rec[1] != b.st_size
+                or rec[2] != mtime_micros(b)
+                or rec[0]
+                != "%d-%d-%d-%d-%d"  # noqa: UP031
+                % (a.st_size, a.st_mtime_ns, a.st_ctime_ns, a.st_dev, a.st_ino)
+            ):
+                different.append(base + name)
+                continue
         equal += 1
         size += a.st_size
     if delete and any(not (n[0] == "." and reserved(base, n)) for n in there):

@@ -10,7 +10,7 @@ from gateway_agent.stores.base import ObjectStore
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer import mirror, syncstate
 from skyplane_ops.transfer.catalog import Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
@@ -144,6 +144,7 @@ class _Run(RunState):
             )
             if errors:
                 raise partial_error(result, errors, [])
+            syncstate.record_equal(catalog)
             journal.remove()
             return result
         caps = dst.capabilities

@@ -24,10 +24,12 @@ def _list_into(uri: str, options: dict[str, Any], db: sqlite3.Connection) -> Non
     store = open_store(uri, options)
     # Keyed like the catalog's table: the parent copies it in key order without a sort.
     db.execute(
-        "CREATE TABLE dst(key PRIMARY KEY, size INTEGER, mtime INTEGER, ck TEXT) WITHOUT ROWID"
+        "CREATE TABLE dst(key PRIMARY KEY, size INTEGER, mtime INTEGER, ck TEXT, etag TEXT) "
+        "WITHOUT ROWID"
     )
+    sql = "INSERT OR REPLACE INTO dst VALUES(?,?,?,?,?)"
     for batch in regrouped(listed(store, versions=False)):
-        insert_rows(db, "INSERT OR REPLACE INTO dst VALUES(?,?,?,?)", [r[:4] for r in batch])
+        insert_rows(db, sql, [(*r[:4], r[5]) for r in batch])
 
 
 def _explain(uri: str, exc: BaseException) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from gateway_agent.stores.base import Capabilities, ObjectStore
 from gateway_agent.stores.errors import KeyNotSupportedError
-from skyplane_ops.transfer import mirror
+from skyplane_ops.transfer import mirror, syncstate
 from skyplane_ops.transfer.catalog import (
     COMMITTED,
     FAILED,
@@ -35,12 +35,20 @@ from skyplane_ops.transfer.manifest import (
     matches,
 )
 
-# Sync's test (``manifest.same_object``) in SQL: equal size and, where both sides report a
-# common checksum, equal checksums; otherwise the destination must not be older. The source's
-# rows (versioned) carry its last change, the destination's when its bytes were written.
-_SAME = """src.size = d.size AND coalesce(
-    CASE WHEN src.ck IS NOT NULL AND d.ck IS NOT NULL THEN same_ck(src.ck, d.ck) END,
-    CASE WHEN src.mtime IS NULL OR d.mtime IS NULL THEN 1 ELSE d.mtime >= src.mtime END)"""
+# Sync's test in SQL (``syncstate`` tells the rule): equal size and, where both sides report a
+# common checksum, equal checksums; else, where the sync record holds the key, both sides as
+# recorded when they were last known equal; else (no record) the destination must not be
+# older (``manifest.same_object``). The source's rows (versioned) carry its last change, the
+# destination's when its bytes were written.
+_CK = "CASE WHEN src.ck IS NOT NULL AND d.ck IS NOT NULL THEN same_ck(src.ck, d.ck) END"
+_NOT_OLDER = "CASE WHEN src.mtime IS NULL OR d.mtime IS NULL THEN 1 ELSE d.mtime >= src.mtime END"
+
+
+def same_sql(catalog: Catalog) -> str:
+    """The test for the catalog: with the record where one is attached (a sync)."""
+    if catalog.state is None:
+        return f"src.size = d.size AND coalesce({_CK}, {_NOT_OLDER})"
+    return f"src.size = d.size AND coalesce({_CK}, {syncstate.by_record()}, {_NOT_OLDER})"
 
 
 @dataclass
@@ -92,7 +100,7 @@ def plan_todo(
     if sync:
         catalog.run(
             f"UPDATE src SET state = {SKIPPED} WHERE state = {TODO} AND EXISTS "
-            f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {_SAME})"
+            f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {same_sql(catalog)})"
         )
     # Names the destination cannot hold are failed objects before any byte moves.
     check = None if names_fit else getattr(dst, "check_name", None)
@@ -120,7 +128,7 @@ def nothing_to_do(catalog: Catalog, *, delete: bool) -> bool:
         return False
     differs = catalog.one(
         f"SELECT 1 FROM src WHERE state = {TODO} AND NOT EXISTS "
-        f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {_SAME}) LIMIT 1"
+        f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {same_sql(catalog)}) LIMIT 1"
     )
     if differs is not None:
         return False

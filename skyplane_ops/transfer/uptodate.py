@@ -15,7 +15,8 @@ from typing import Any, cast
 from gateway_agent.stores.base import ListRow
 from gateway_agent.stores.local import LocalStore
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.catalog import Catalog
+from skyplane_ops.transfer import syncstate
+from skyplane_ops.transfer.catalog import TODO, Catalog
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, list_request
 from skyplane_ops.transfer.quickcheck import TreeCheck, Walked, walk_trees
@@ -50,6 +51,7 @@ def sync_up_to_date(
         raise TransferError("internal error: sync_up_to_date needs the destination listing")
     if nothing_to_do(listing.catalog, delete=request.delete):
         skipped = listing.objects
+        syncstate.record_equal(listing.catalog, (TODO,))  # every row is equal, none marked
     else:
         todo = plan_todo(
             listing.catalog,
@@ -64,6 +66,7 @@ def sync_up_to_date(
         if todo.objects or todo.unread or todo.to_delete:
             return None
         skipped = todo.skipped
+        syncstate.record_equal(listing.catalog)
     listing.close()
     return _done(request, transfer_id, skipped, t0)
 
@@ -85,6 +88,9 @@ def quick_listing(
     dst = request.dst.open("destination")
     if not (isinstance(src, LocalStore) and isinstance(dst, LocalStore)):
         return None
+    state = syncstate.state_path(request.journal_path, request.key)
+    if not syncstate.has_records(state):
+        return None  # nothing recorded to judge by: the listing decides, and records
     check = TreeCheck(
         os.fspath(src.root),
         os.fspath(dst.root),
@@ -92,24 +98,26 @@ def quick_listing(
         request.exclude,
         request.delete,
         LocalStore.reserved,
+        os.fspath(state),
     )
     counted = None if progress is None else (lambda n: progress(n, n))
     walked = walk_trees(check, counted)
     if walked is None or walked.files == 0:  # an empty source is refused by the listing
         return None
     if walked.different:
-        return _listing_of(walked, src, dst, request.journal_path)
+        return _listing_of(walked, src, dst, request.journal_path, state)
     return _done(request, transfer_id, walked.equal, t0)
 
 
 def _listing_of(
-    walked: Walked, src: LocalStore, dst: LocalStore, journal_dir: Path
+    walked: Walked, src: LocalStore, dst: LocalStore, journal_dir: Path, state: Path
 ) -> Listing | None:
     """A catalog of the differing files' rows on both sides, looked up as the listings would
     show them; None when a source file is no longer one (the listing words what it is)."""
     keys = sorted(walked.different)
     catalog = Catalog(journal_dir)
     try:
+        syncstate.attach(catalog, state)
         src_rows = src.rows_of(keys)
         if any(row is None for row in src_rows):
             catalog.close()
@@ -119,8 +127,8 @@ def _listing_of(
             cast(list[ListRow], src_rows),
         )
         catalog.write(
-            "INSERT OR REPLACE INTO dst(key,size,mtime,ck) VALUES(?,?,?,?)",
-            (row[:4] for row in dst.rows_of(keys, versions=False) if row is not None),
+            "INSERT OR REPLACE INTO dst(key,size,mtime,ck,etag) VALUES(?,?,?,?,?)",
+            ((*row[:4], row[5]) for row in dst.rows_of(keys, versions=False) if row is not None),
         )
     except BaseException:
         catalog.close()

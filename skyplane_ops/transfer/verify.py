@@ -34,8 +34,9 @@ from gateway_agent.stores.base import ListRow, ObjectStore
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import ObjectNotFoundError, StoreError
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.catalog import BATCH, COMMITTED, TODO, Catalog, dec
+from skyplane_ops.transfer.catalog import BATCH, COMMITTED, TODO, Catalog, checksums_json, dec
 from skyplane_ops.transfer.checksum import crc32c_b64, crc32c_combine
+from skyplane_ops.transfer.listrows import micros
 
 # 8 MiB: large enough for few calls, small enough that the allocator reuses its buffers (each
 # 64 MiB read was a fresh mmap, page-faulted in: ~0.3 s more per 512 MB read back).
@@ -233,12 +234,16 @@ _VOUCHED = (
 )
 
 
-def _got_rows(batch: list[ListRow]) -> list[tuple[str, int, int | None]]:
-    """(key, size, listed CRC32C) of each destination object of a listing batch (the insert
-    encodes a key SQLite cannot take as text)."""
+GOT = "key,size,crc,mtime,ck,etag"
+
+
+def _got_rows(batch: list[ListRow]) -> list[tuple[Any, ...]]:
+    """(key, size, listed CRC32C, mtime, checksums, ETag) of each destination object of a
+    listing batch (the insert encodes a key SQLite cannot take as text); the last three as the
+    sync's destination listing shows them, for its record (``syncstate``)."""
     return [
-        (key, size, _crc_int(json.loads(sums).get("crc32c")) if sums else None)
-        for key, size, _modified, sums, _version, _etag in batch
+        (key, size, _crc_int(json.loads(sums).get("crc32c")) if sums else None, when, sums, tag)
+        for key, size, when, sums, _version, tag in batch
     ]
 
 
@@ -258,19 +263,32 @@ def _head_into_got(dst: ObjectStore, catalog: Catalog, threads: int) -> None:
     """``got`` filled from a HEAD per object of ``exp`` (key, size, the CRC32C the store
     reports); a missing object gets no row, as a listing would show it."""
 
-    def look(raw: str | bytes) -> tuple[str | bytes, int, int | None] | None:
+    def look(raw: str | bytes) -> tuple[Any, ...] | None:
         try:
             info = dst.head(dec(raw))
         except ObjectNotFoundError:
             return None
-        return raw, info.size, _crc_int(info.checksums.get("crc32c"))
+        # As a listing without versions shows the object (``listrows.listed``): a local
+        # file's time is its mtime and it has no ETag there.
+        local = dst.capabilities.file_names
+        when = micros(info.modified if info.written is None else info.written)
+        sums = checksums_json(info)
+        return (
+            raw,
+            info.size,
+            _crc_int(info.checksums.get("crc32c")),
+            when,
+            sums,
+            (None if local else info.etag),
+        )
 
     inline = _inline(dst)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         keys = (k for (k,) in catalog.pages("key", "exp"))
         while page := list(islice(keys, BATCH)):
             found = map(look, page) if inline else pool.map(look, page)
-            catalog.write("INSERT OR IGNORE INTO got VALUES(?,?,?)", [r for r in found if r])
+            sql = f"INSERT OR IGNORE INTO got({GOT}) VALUES(?,?,?,?,?,?)"
+            catalog.write(sql, [r for r in found if r])
 
 
 def verify_catalog(
@@ -289,7 +307,7 @@ def verify_catalog(
             _head_into_got(dst, catalog, threads)
         else:
             catalog.insert_listing(
-                dst, "got", "key,size,crc", _got_rows, versions=False, verb="INSERT OR IGNORE",
+                dst, "got", GOT, _got_rows, versions=False, verb="INSERT OR IGNORE",
             )  # fmt: skip
     except (StoreError, TransferError) as exc:  # TransferError: the listing's second process
         return Verification("failed", objects, method, [f"cannot list destination: {exc}"])

@@ -70,6 +70,18 @@ def _plan(listing: Listing, dst: Path, delete: bool, include: tuple[str, ...]) -
         listing.close()
 
 
+def _record(src: Path, dst: Path, tmp: Path, include: tuple[str, ...] = ()) -> None:
+    """A sync of the two (equal) trees through the listing: it finds them up to date and
+    writes the sync record (``syncstate``) the walk judges by. Without one the walk is not
+    asked: the first sync over a copy made elsewhere lists both sides."""
+    uris = (f"file://{src}", f"file://{dst}")
+    kw = {"include": include, "journal_dir": tmp / "state"}
+    request = api.TransferRequest.build(*uris, sync=True, **kw)  # type: ignore[arg-type]
+    assert quick_listing(request, transfer_id="t") is None  # no record yet
+    listing = api.list_request(request)
+    assert uptodate.sync_up_to_date(listing, request, transfer_id="t") is not None
+
+
 def _both(
     src: Path, dst: Path, tmp: Path, *, delete: bool = False, include: tuple[str, ...] = ()
 ) -> tuple[object, object]:
@@ -182,6 +194,7 @@ CASES: dict[str, tuple[Change, bool, tuple[str, ...], bool]] = {
 def test_quick_answer_is_the_catalogs(trees: tuple[Path, Path], tmp_path: Path, name: str) -> None:
     change, delete, include, answers = CASES[name]
     src, dst = trees
+    _record(src, dst, tmp_path, include)
     change(src, dst)
     quick, full = _both(src, dst, tmp_path, delete=delete, include=include)
     if answers:
@@ -339,6 +352,13 @@ def test_cli_sync_lists_into_a_catalog_only_what_differs(
             "--dst-region", "aws:us-west-2", "--no-progress", "--json"]  # fmt: skip
     result = _cli(argv, capsys)
     assert (result["objects"], result["objects_skipped"]) == (0, len(FILES))
+    # That first sync over a copy made elsewhere (``copytree``) had no record to judge by: it
+    # listed both sides and recorded them. From now on the walk answers.
+    assert len(listed) == 1
+    listed.clear()
+    result = _cli(argv, capsys)
+    assert (result["objects"], result["objects_skipped"]) == (0, len(FILES))
+    assert listed == []
     (src / "p1/o003.bin").write_bytes(b"new bytes")
     _new_folder(src, dst)
     result = _cli([*argv, "--delete"], capsys)

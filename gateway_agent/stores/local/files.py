@@ -138,15 +138,20 @@ def file_row(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
     )
 
 
+def mtime_micros(st: os.stat_result) -> int:
+    """A file's mtime in the microseconds ``file_row_unversioned`` reports."""
+    frac, whole = math.modf(st.st_mtime)
+    return int(whole) * 1_000_000 + round(frac * 1e6)
+
+
 def file_row_unversioned(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
     """``file_row`` without version and etag: what a listing compared by size and time needs
     (a sync's destination), without formatting two strings per file. Its time is the mtime,
     when the file's bytes were last written: a copy's ctime also moves when it gets another
     name (a hard-link snapshot of the replica) or mode, which says nothing of its bytes and
     must not make an old copy look newer than its changed source."""
-    frac, whole = math.modf(st.st_mtime)
     size = st.st_size if size is None else size
-    return (key, size, int(whole) * 1_000_000 + round(frac * 1e6), None, None, None)
+    return (key, size, mtime_micros(st), None, None, None)
 
 
 def written_info(key: str, st: os.stat_result) -> ObjectInfo:
