@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.uri import parse_uri
 from skyplane_ops.errors import TransferError
@@ -77,8 +78,12 @@ class StoreLocation:
                 raise TransferError(f"bad {side} {self.uri}: {exc}") from exc
         try:
             json.dumps(self.options, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise TransferError(f"{side} options must be plain JSON values: {exc}") from exc
+        try:
+            check_common_options(self.options, self.uri)
+        except StoreError as exc:
+            raise TransferError(f"bad {side} option: {exc}") from exc
 
     def open(self, side: str) -> Any:
         """The store (cheap: no network call); a bad URI or option is a ``TransferError``."""
