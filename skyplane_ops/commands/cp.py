@@ -26,7 +26,6 @@ from skyplane_ops.commands.cp_options import CP_EPILOG, SYNC_EPILOG, transfer_op
 from skyplane_ops.commands.options import plan_arguments, to_uri
 from skyplane_ops.commands.progress_view import RunView, pick_mode
 from skyplane_ops.commands.summary import summary_lines
-from skyplane_ops.provision.documents import read_document
 
 TransferError = api.TransferError
 ArgsNS = SimpleNamespace
@@ -133,7 +132,7 @@ def _plan_file(args: ArgsNS) -> api.TransferPlan | None:
     if not args.plan_file:
         return None
     try:
-        return api.TransferPlan.from_dict(read_document(args.plan_file))
+        return api.TransferPlan.from_dict(api.read_document(args.plan_file))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise TransferError(f"cannot read plan {args.plan_file}: {exc}") from exc
 

@@ -18,7 +18,6 @@ import click
 from click.core import ParameterSource
 
 from skyplane_ops import api
-from skyplane_ops.provision.documents import parse_document, read_document
 
 Decorator = Callable[[Any], Any]  # a click option decorator (or a stack of them)
 
@@ -48,12 +47,12 @@ class JsonObject(click.ParamType):
         text = str(value).strip()
         if not text.startswith("{") and Path(text).is_file():
             try:
-                data = read_document(text)
+                data = api.read_document(text)
             except (OSError, ValueError) as exc:
                 self.fail(f"cannot read {text}: {exc}", param, ctx)
         else:
             try:
-                data = parse_document(text)
+                data = api.parse_document(text)
             except ValueError as exc:
                 self.fail(f"not a JSON object or an existing file ({exc})", param, ctx)
         if not isinstance(data, dict):
@@ -70,7 +69,7 @@ class FleetFile(click.ParamType):
         if isinstance(value, api.GatewayFleet):
             return value
         try:
-            return api.GatewayFleet.from_dict(read_document(str(value)))
+            return api.GatewayFleet.from_dict(api.read_document(str(value)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             self.fail(f"cannot read fleet {value}: {exc}", param, ctx)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 
+_BAD = "bad options for backend 'local': "  # as get_provisioner says it
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # name -> (kind, lowest, highest); kind "seconds" is a finite float > lowest.
 _NUMBERS: dict[str, tuple[str, float, float]] = {
@@ -32,22 +33,15 @@ def _number(name: str, value: Any) -> None:
         return
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ProvisionError(
-                f"local backend option {name} must be a whole number, not {value!r}"
-            )
+            raise ProvisionError(_BAD + f"{name} must be a whole number, not {value!r}")
         if not low <= value <= high:
-            raise ProvisionError(
-                f"local backend option {name} must be {low:.0f}..{high:,.0f}, got {value}"
-            )
+            raise ProvisionError(_BAD + f"{name} must be {low:.0f}..{high:,.0f}, got {value}")
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ProvisionError(
-            f"local backend option {name} must be a number of seconds, not {value!r}"
-        )
+        raise ProvisionError(_BAD + f"{name} must be a number of seconds, not {value!r}")
     if not low < value <= high:
         raise ProvisionError(
-            f"local backend option {name} must be above {low:.0f} and at most {high:,.0f} seconds, "
-            f"got {value}"
+            _BAD + f"{name} must be above {low:.0f} and at most {high:,.0f} seconds, got {value}"
         )
 
 
@@ -55,24 +49,21 @@ def check_local_options(options: Mapping[str, Any]) -> None:
     """Raise ``ProvisionError`` (one line) for an unknown name, a wrong type or a bad range."""
     unknown = sorted(set(options) - LOCAL_OPTIONS)
     if unknown:
-        raise ProvisionError(
-            f"unknown local backend option(s) {unknown}; known: {sorted(LOCAL_OPTIONS)}"
-        )
+        raise ProvisionError(_BAD + f"unknown option(s) {unknown}; known: {sorted(LOCAL_OPTIONS)}")
     for name, value in options.items():
         if name in _NUMBERS:
             _number(name, value)
         elif name in _STRINGS:
             if not isinstance(value, str) or not value or "\x00" in value:
-                raise ProvisionError(f"local backend option {name} must be a non-empty string")
+                raise ProvisionError(_BAD + f"{name} must be a non-empty string")
         elif name == "extra_args":
             if (
                 isinstance(value, str)
                 or not isinstance(value, list | tuple)
                 or not all(isinstance(a, str) for a in value)
             ):
-                raise ProvisionError("local backend option extra_args must be a list of strings")
+                raise ProvisionError(_BAD + "extra_args must be a list of strings")
         elif name == "log_level" and str(value).upper() not in LOG_LEVELS:
             raise ProvisionError(
-                f"local backend option log_level must be one of {', '.join(LOG_LEVELS)}, "
-                f"not {value!r}"
+                _BAD + f"log_level must be one of {', '.join(LOG_LEVELS)}, not {value!r}"
             )

@@ -270,6 +270,13 @@ def resolve_access_point_alias(alias: str, options: Mapping[str, Any]) -> str | 
         "sts", endpoint_url=endpoint, region_name=region, config=config
     ).get_caller_identity()["Account"]
     control = session.client("s3control", endpoint_url=endpoint, region_name=region, config=config)
+    if endpoint:  # an S3-compatible service: the account is not a host name there
+        prefix = f"://{account}."
+
+        def _no_account_host(request: Any, **_: Any) -> None:
+            request.url = request.url.replace(prefix, "://", 1)
+
+        control.meta.events.register("before-sign.s3-control", _no_account_host)
     token: str | None = None
     while True:
         page = control.list_access_points(

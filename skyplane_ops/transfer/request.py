@@ -151,8 +151,8 @@ class PlanOptions:
         _number("mip_gap", self.mip_gap)
         _number("completion_tolerance", self.completion_tolerance)
         for name in ("max_vms_per_region", "max_connections_per_vm"):
-            if getattr(self, name) is not None:
-                check_int(name, getattr(self, name), 1)
+            if getattr(self, name) is not None:  # named as the API and the CLI spell it
+                check_int(f"{name} (--{name.replace('_', '-')})", getattr(self, name), 1)
         check_int("max_relays", self.max_relays, 0)
         for name in ("relays_allow", "relays_deny"):
             value = getattr(self, name)
