@@ -203,6 +203,8 @@ _LAZY: dict[str, str] = {
     "format_dry_run": "skyplane_ops.provision.mixed",
     "load_fleets": "skyplane_ops.provision.records",
     "backend_options_for": "skyplane_ops.provision.sweeper",
+    "parse_document": "skyplane_ops.provision.documents",
+    "read_document": "skyplane_ops.provision.documents",
     "load_backend_options": "skyplane_ops.provision.sweeper",
     "sweep": "skyplane_ops.provision.sweeper",
     "PublishTarget": "skyplane_ops.profiler.refresh_policy",
@@ -244,6 +246,8 @@ if TYPE_CHECKING:
     from skyplane_ops.profiles.skyplane_csv import read_skyplane_csv as read_skyplane_csv
     from skyplane_ops.provision import BACKENDS as BACKENDS
     from skyplane_ops.provision import get_provisioner as get_provisioner
+    from skyplane_ops.provision.documents import parse_document as parse_document
+    from skyplane_ops.provision.documents import read_document as read_document
     from skyplane_ops.provision.mixed import PROVIDERS as PROVIDERS
     from skyplane_ops.provision.mixed import describe as _describe
     from skyplane_ops.provision.mixed import format_dry_run as format_dry_run

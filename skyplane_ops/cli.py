@@ -66,6 +66,9 @@ def cli(ctx: click.Context, verbose: int) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # paramiko logs a failed handshake's traceback from its transport thread; the same failure
+    # reaches the user as one line (an SSH error of ours), so its log is for -vv only.
+    logging.getLogger("paramiko").setLevel(logging.DEBUG if verbose >= 2 else logging.CRITICAL)
 
 
 for _command in COMMANDS:

@@ -3,6 +3,7 @@ pagination, and :class:`CloudStore`, the base of the SDK-backed stores."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -43,7 +44,33 @@ def check_options(
     unknown = sorted(set(opts) - allowed - COMMON_OPTIONS)
     if unknown:
         raise InvalidURIError(f"unknown store option(s) {unknown} for {uri}")
+    check_common_options(opts, uri)
     return opts
+
+
+# The retry options' ranges: (lowest allowed, highest allowed, whole number?).
+_COMMON_RANGES = {
+    "max_attempts": (1, 100, True),
+    "max_retry_seconds": (0, 86400, False),
+    "backoff_seconds": (0, 600, False),
+}
+
+
+def check_common_options(options: Mapping[str, Any], uri: str) -> None:
+    """The retry options every store takes are numbers in range (``max_attempts`` -1, 0, NaN
+    or ``"3"`` is a mistake, not "no retries")."""
+    for name, (low, high, whole) in _COMMON_RANGES.items():
+        if name not in options:
+            continue
+        value = options[name]
+        ok_type = isinstance(value, int) if whole else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+            kind = "a whole number" if whole else "a number"
+            raise InvalidURIError(f"store option {name} of {uri} must be {kind}, not {value!r}")
+        if not low <= value <= high:
+            raise InvalidURIError(
+                f"store option {name} of {uri} must be {low}..{high}, got {value}"
+            )
 
 
 def retry_policy(opts: Mapping[str, Any]) -> Retrying:

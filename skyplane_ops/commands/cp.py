@@ -132,9 +132,8 @@ def _plan_file(args: ArgsNS) -> api.TransferPlan | None:
     if not args.plan_file:
         return None
     try:
-        with open(args.plan_file) as fh:
-            return api.TransferPlan.from_json(fh.read())
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return api.TransferPlan.from_dict(api.read_document(args.plan_file))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise TransferError(f"cannot read plan {args.plan_file}: {exc}") from exc
 
 

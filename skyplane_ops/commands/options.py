@@ -9,7 +9,6 @@ deprecation line (``deprecated_alias``). Durations go through one parser
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,17 +46,13 @@ class JsonObject(click.ParamType):
             return value
         text = str(value).strip()
         if not text.startswith("{") and Path(text).is_file():
-            import tomllib
-
-            path = Path(text)
             try:
-                raw = path.read_text()
-                data = tomllib.loads(raw) if path.suffix == ".toml" else json.loads(raw)
+                data = api.read_document(text)
             except (OSError, ValueError) as exc:
                 self.fail(f"cannot read {text}: {exc}", param, ctx)
         else:
             try:
-                data = json.loads(text)
+                data = api.parse_document(text)
             except ValueError as exc:
                 self.fail(f"not a JSON object or an existing file ({exc})", param, ctx)
         if not isinstance(data, dict):
@@ -74,8 +69,8 @@ class FleetFile(click.ParamType):
         if isinstance(value, api.GatewayFleet):
             return value
         try:
-            return api.GatewayFleet.from_json(Path(str(value)).read_text())
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return api.GatewayFleet.from_dict(api.read_document(str(value)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             self.fail(f"cannot read fleet {value}: {exc}", param, ctx)
 
 

@@ -113,10 +113,10 @@ def _counts(text: str) -> list[int]:
         counts = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise SkyplaneOpsError(
-            f"--connections takes comma-separated integers, e.g. 4,64; got {text!r}"
+            f"--probe-connections takes comma-separated integers, e.g. 4,64; got {text!r}"
         ) from None
     if not counts:
-        raise SkyplaneOpsError("--connections needs at least one count")
+        raise SkyplaneOpsError("--probe-connections needs at least one count")
     return counts
 
 

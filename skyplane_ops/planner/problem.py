@@ -325,9 +325,11 @@ def build_problem(
     src = str(profile.catalog.get(src).id)
     dst_tuple = tuple(str(profile.catalog.get(d).id) for d in dst_tuple)
     if max_vms is not None and max_vms < 1:
-        raise InvalidProblemError(f"--max-vms must be at least 1, not {max_vms}")
+        raise InvalidProblemError(f"--max-vms-per-region must be at least 1, not {max_vms}")
     if max_conns_per_vm is not None and max_conns_per_vm < 1:
-        raise InvalidProblemError(f"--max-conns must be at least 1, not {max_conns_per_vm}")
+        raise InvalidProblemError(
+            f"--max-connections-per-vm must be at least 1, not {max_conns_per_vm}"
+        )
     ids = list(profile.catalog.ids()) if regions is None else list(regions)
     ids = filter_relays(ids, {src, *dst_tuple}, relays_allow, relays_deny)
     for region in (src, *dst_tuple):

@@ -110,7 +110,7 @@ def solve_plan(
         raise InfeasibleError(
             f"no plan reaches {plan.predicted_gbps:.4g} Gbps with whole TCP connections "
             f"(at most {problem.max_conns_per_vm} per VM) within the VM limits; "
-            "lower the floor or raise --max-conns / --max-vms"
+            "lower the floor or raise --max-connections-per-vm / --max-vms-per-region"
         )
     plan.details["whole_connections"] = "extra VMs"  # rounding cost a VM
     return plan

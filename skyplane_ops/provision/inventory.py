@@ -23,15 +23,14 @@ at most as many VMs per region as the region has hosts (``skyplane_ops.profiler.
 
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.documents import read_document
 
 _REGION_FIELDS = (
     "provider",
@@ -107,12 +106,10 @@ def load_document(path: str | Path) -> dict[str, Any]:
     """The inventory file as a document (TOML by extension, JSON otherwise)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = read_document(path)
     except OSError as exc:
         raise ProvisionError(f"cannot read SSH inventory {path}: {exc}") from exc
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
+    except ValueError as exc:
         raise ProvisionError(f"SSH inventory {path} is not valid: {exc}") from exc
     if not isinstance(data, dict):
         raise ProvisionError(f"SSH inventory {path} must be a table/object")

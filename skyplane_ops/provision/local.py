@@ -26,6 +26,7 @@ from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.bundle import serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.local_options import check_local_options
 from skyplane_ops.provision.records import forget_fleet, load_fleets, save_fleet
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
@@ -220,6 +221,18 @@ class LocalProvisioner:
         initial_lease_s: float | None = None,
         lease_s: float | None = None,
     ) -> None:
+        check_local_options(
+            {
+                "host": host,
+                "idle_timeout": idle_timeout,
+                "buffer_mib": buffer_mib,
+                "start_timeout": start_timeout,
+                "extra_args": list(extra_args),
+                "log_level": log_level,
+                "initial_lease_s": initial_lease_s,
+                "lease_s": lease_s,
+            }
+        )
         self.host = host
         self.initial_lease_s = initial_lease_s  # None: bundle.INITIAL_LEASE_S
         self.lease_s = lease_s  # None: lease.LEASE_S

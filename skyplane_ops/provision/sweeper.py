@@ -8,10 +8,8 @@ carry the skyplane-ops tag/prefix but have no record (the control plane died mid
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +18,8 @@ from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import BACKENDS, get_provisioner, records
+from skyplane_ops.provision.documents import parse_document, read_document
+from skyplane_ops.provision.local_options import check_local_options
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,7 @@ def parse_duration(text: str) -> float:
 
 def _read_document(path: Path) -> Any:
     try:
-        text = path.read_text()
-        return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        return read_document(path)
     except (OSError, ValueError) as exc:
         raise ProvisionError(f"cannot read backend options {path}: {exc}") from exc
 
@@ -50,6 +49,8 @@ def load_backend_options(path: str | Path | None) -> dict[str, dict[str, Any]]:
     data = _read_document(Path(path))
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ProvisionError(f"{path} must map backend names to option tables")
+    if "local" in data:
+        check_local_options(data["local"])
     return data
 
 
@@ -66,7 +67,7 @@ def backend_options_for(value: str | None, backend: str) -> dict[str, Any]:
     text = value.strip()
     if text.startswith("{"):
         try:
-            data = json.loads(text)
+            data = parse_document(text)
         except ValueError as exc:
             raise ProvisionError(f"backend options are not valid JSON: {exc}") from exc
         where = "inline backend options"
@@ -86,9 +87,11 @@ def backend_options_for(value: str | None, backend: str) -> dict[str, Any]:
             )
         if backend == "mixed" and "mixed" not in tables:  # mixed takes the clouds' tables
             return {k: v for k, v in tables.items() if k in ("aws", "azure", "gcp")}
-        return dict(tables.get(backend, {}))
-    if backend == "ssh" and "inventory" not in data and isinstance(data.get("regions"), dict):
+        data = tables.get(backend, {})
+    elif backend == "ssh" and "inventory" not in data and isinstance(data.get("regions"), dict):
         return {"inventory": data}
+    if backend == "local":
+        check_local_options(data)
     return dict(data)
 
 

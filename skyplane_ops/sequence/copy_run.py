@@ -24,12 +24,14 @@ from typing import Any
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.provision.secrets import ops_home
 from skyplane_ops.sequence.events import RunEvents
 from skyplane_ops.sequence.fleet import deprovision, new_transfer_id, provision, start_early
 from skyplane_ops.sequence.planning import check_regions, plan
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock
 from skyplane_ops.transfer.listing import Listing, list_request, transfer_lock
+from skyplane_ops.transfer.preflight import check_before_run
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import PartialTransferError, TransferResult
 from skyplane_ops.transfer.run import run_transfer
@@ -121,9 +123,11 @@ class CopyRun:
     @contextlib.contextmanager
     def locked(self) -> Iterator[JournalLock]:
         """The journal lock, held for the whole run: a second identical run stops (or waits,
-        ``request.wait_lock``) before it lists or starts anything."""
+        ``request.wait_lock``) before it lists or starts anything. Before it, the places are
+        checked where the run runs (``transfer.preflight``): a refused run leaves nothing."""
         if self.plan is None and self.request.src_region and self.request.dst_region:
             self.check_regions()  # a misspelt region fails in milliseconds
+        check_before_run(self.request, home=ops_home())  # the places, on this host
         lock = transfer_lock(self.request)
         try:
             self.events.locked(self.request)

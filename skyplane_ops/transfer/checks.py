@@ -67,7 +67,7 @@ def check_transfer_options(
     if dispatch is None:
         return
     if dispatch.connections is not None:
-        check_int("connections (--connections)", dispatch.connections, 1, MAX_CONNECTIONS)
+        check_int("connections (--connections-per-hop)", dispatch.connections, 1, MAX_CONNECTIONS)
     check_int("compress_level", dispatch.compress_level, 0, MAX_COMPRESS_LEVEL)
     check_int("max_attempts", dispatch.max_attempts, 1)
     check_int("reader_threads", dispatch.reader_threads, 1, MAX_THREADS)

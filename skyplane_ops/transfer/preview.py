@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from skyplane_ops.transfer import syncstate
 from skyplane_ops.transfer.catalog import TODO, Catalog, dec
 from skyplane_ops.transfer.listing import list_request
+from skyplane_ops.transfer.preflight import check_before_run
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.todo import Todo, plan_todo
 
@@ -130,6 +131,7 @@ def preview_transfer(
     """The dry run: what the run of ``request`` would copy and (with ``delete``) delete; no
     fleet. The catalog is a scratch file in the request's journal folder."""
     request = request_from(request, dst, **fields)
+    check_before_run(request)
     listing = list_request(request)
     catalog = listing.catalog
     try:

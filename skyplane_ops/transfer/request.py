@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.uri import parse_uri
 from skyplane_ops.errors import TransferError
@@ -78,8 +79,12 @@ class StoreLocation:
                 raise TransferError(f"bad {side} {self.uri}: {exc}") from exc
         try:
             json.dumps(self.options, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise TransferError(f"{side} options must be plain JSON values: {exc}") from exc
+        try:
+            check_common_options(self.options, self.uri)
+        except StoreError as exc:
+            raise TransferError(f"bad {side} option: {exc}") from exc
 
     def open(self, side: str) -> Any:
         """The store (cheap: no network call); a bad URI or option is a ``TransferError``."""
@@ -147,8 +152,8 @@ class PlanOptions:
         _number("mip_gap", self.mip_gap)
         _number("completion_tolerance", self.completion_tolerance)
         for name in ("max_vms_per_region", "max_connections_per_vm"):
-            if getattr(self, name) is not None:
-                check_int(name, getattr(self, name), 1)
+            if getattr(self, name) is not None:  # named as the API and the CLI spell it
+                check_int(f"{name} (--{name.replace('_', '-')})", getattr(self, name), 1)
         check_int("max_relays", self.max_relays, 0)
         for name in ("relays_allow", "relays_deny"):
             value = getattr(self, name)

@@ -61,7 +61,7 @@ def test_plan_lp_and_deadline_and_cost_modes(capsys: pytest.CaptureFixture[str])
         (["--dst", "gcp:asia-northeast9"], "unknown region 'gcp:asia-northeast9'; did you mean"),
         (["--dst", DST, "--min-throughput-gbps", "5000"], "most this problem allows is"),
         (["--dst", DST, "--max-cost-usd", "0.01"], "cheapest plan costs about $"),
-        (["--dst", DST, "--max-vms", "0"], "--max-vms must be at least 1"),
+        (["--dst", DST, "--max-vms", "0"], "--max-vms-per-region must be at least 1"),
         (["--dst", SRC], "also a destination"),
         (["--dst", DST, "--deadline-seconds", "10"], "deadline 10 s leaves no time"),
         (["--dst", DST, "--deadline-seconds", "61"], "deadline 61 s (a throughput floor of 800"),

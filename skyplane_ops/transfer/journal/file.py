@@ -21,6 +21,7 @@ re-run send that segment again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -67,7 +68,8 @@ class JournalLock:
     Two runs of the same command would append to one journal and complete the same uploads
     twice; the second one stops (naming the pid that holds the lock) or, with ``wait``, waits.
     The kernel drops the lock when its holder dies, so a crashed run never blocks the next.
-    The lock file stays (removing it would race with a waiter that has it open).
+    A run that ends removes the lock file while it still holds the lock; a waiter that then
+    gets the lock on the removed file sees that the path no longer names it and starts over.
     """
 
     # Locks this process holds (path -> [fd, holders]): a face may take the lock before it
@@ -81,7 +83,8 @@ class JournalLock:
         self._mine = False
 
     def __enter__(self) -> JournalLock:
-        self.acquire()
+        if not self._mine:  # ``transfer_lock`` hands it over acquired: once is one release
+            self.acquire()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -108,9 +111,22 @@ class JournalLock:
             held[1] -= 1
             if held[1] == 0:
                 del self._held[self.path]
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)  # still locked: no other run holds this file
                 os.close(held[0])  # closing the descriptor drops the flock
 
     def _lock(self, wait: bool) -> int:
+        while True:
+            fd = self._lock_once(wait)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)  # the holder removed this file as it ended: lock the new one
+
+    def _lock_once(self, wait: bool) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
