@@ -83,11 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Loggers of the SDKs a gateway's stores use (see ``serve``).
+SDK_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "azure", "google", "requests")
+
+
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(),
         format=f"%(asctime)s {args.gateway_id} %(levelname)s %(name)s: %(message)s",
     )
+    # The cloud SDKs' DEBUG records quote what they sign (an S3 session token is in the string
+    # to sign): a gateway's log holds none of that, whatever its level.
+    for sdk in SDK_LOGGERS:
+        logging.getLogger(sdk).setLevel(max(logging.INFO, logging.getLogger().level))
     _tame_malloc()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID: every thread's stack to the log
     agent = Agent(

@@ -5,7 +5,8 @@ timestamp and expiry, a nonce, the body length and hash, the target gateway's id
 epoch (random per process start: a request made for an earlier process of the same gateway,
 whose replay memory died with it, is refused by the restarted one); data
 connections run a mutual HMAC challenge-response before any frame is accepted. Sensitive job
-fields (store credentials) are sealed with AES-GCM under a key derived from the secret,
+fields (store options, and the store credentials a control plane hands its gateways, bound
+to one job on one gateway) are sealed with AES-GCM under a key derived from the secret,
 because the control channel is plain HTTP.
 """
 
@@ -211,15 +212,26 @@ class RequestVerifier:
 # ---- sealing sensitive job fields ---------------------------------------------------------------
 
 
-def seal(secret: bytes, plaintext: bytes) -> str:
-    """AES-GCM encrypt ``plaintext`` for the agent; returns base64 text."""
+def seal(secret: bytes, plaintext: bytes, context: bytes = b"") -> str:
+    """AES-GCM encrypt ``plaintext`` for the agent; returns base64 text.
+
+    ``context`` is authenticated, not encrypted (AES-GCM's associated data): a token sealed
+    for one context (a job and gateway, see ``credentials_context``) does not open in another.
+    """
     key = derive_key(secret, b"skyplane-ops seal v1")
     nonce = os.urandom(12)
-    return base64.b64encode(nonce + AESGCM(key).encrypt(nonce, plaintext, None)).decode()
+    sealed = AESGCM(key).encrypt(nonce, plaintext, context or None)
+    return base64.b64encode(nonce + sealed).decode()
 
 
-def unseal(secret: bytes, token: str) -> bytes:
-    """Inverse of ``seal``; raises ``cryptography.exceptions.InvalidTag`` on tampering."""
+def unseal(secret: bytes, token: str, context: bytes = b"") -> bytes:
+    """Inverse of ``seal``; raises ``cryptography.exceptions.InvalidTag`` on tampering (or on
+    another ``context`` than the token was sealed for)."""
     raw = base64.b64decode(token)
     key = derive_key(secret, b"skyplane-ops seal v1")
-    return AESGCM(key).decrypt(raw[:12], raw[12:], None)
+    return AESGCM(key).decrypt(raw[:12], raw[12:], context or None)
+
+
+def credentials_context(job_id: str, gateway_id: str) -> bytes:
+    """What a job's sealed store credentials are bound to: that job on that gateway."""
+    return mac(b"skyplane-ops store credentials v1", job_id.encode(), gateway_id.encode())

@@ -21,6 +21,7 @@ from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore
+from gateway_agent.stores.credentials import StoreCredentials
 
 # The job's logger: its records keep the name they had before ``job.py`` was split.
 log = logging.getLogger("gateway_agent.job")
@@ -81,6 +82,26 @@ class ObjectFailed(Exception):
         self.kind, self.key, self.side, self.why = kind, key, side, why
 
 
+def _credentials(
+    spec: dict[str, Any], secret: bytes, gateway_id: str
+) -> tuple[StoreCredentials | None, StoreCredentials | None]:
+    """The source and destination credentials sealed into ``spec["sealed_credentials"]`` for
+    this job on this gateway (None where the control plane sent none)."""
+    token = spec.get("sealed_credentials")
+    if not token:
+        return None, None
+    context = auth.credentials_context(str(spec["job_id"]), gateway_id)
+    try:
+        sealed = json.loads(auth.unseal(secret, str(token), context))
+        src, dst = (sealed.get(side) for side in ("src", "dst"))
+        return (
+            StoreCredentials.from_dict(src) if src else None,
+            StoreCredentials.from_dict(dst) if dst else None,
+        )
+    except Exception:  # never the reason: it could quote what was sealed
+        raise JobError("the job's store credentials do not open on this gateway") from None
+
+
 def _local_calls(store: ObjectStore) -> bool:
     """Whether the store's calls are local system calls (see ``Capabilities.local_calls``)."""
     return bool(getattr(store.capabilities, "local_calls", False))
@@ -127,6 +148,9 @@ class JobBase:
         self._dst_uri: str | None = spec.get("dst_uri")
         self._src_options: dict[str, Any] = options.get("src", {})
         self._dst_options: dict[str, Any] = options.get("dst", {})
+        # The store credentials the control plane sealed for this job on this gateway: kept in
+        # memory only, handed to the store constructors (none: the SDK's own chain).
+        self._src_credentials, self._dst_credentials = _credentials(spec, secret, gateway_id)
         self._src: ObjectStore | None = None
         self._dst: ObjectStore | None = None
         self._store_lock = threading.Lock()
@@ -180,12 +204,12 @@ class JobBase:
                 if self._src is None:
                     if not self._src_uri:
                         raise JobError("job has no source URI")
-                    self._src = open_store(self._src_uri, self._src_options)
+                    self._src = open_store(self._src_uri, self._src_options, self._src_credentials)
                 return self._src
             if self._dst is None:
                 if not self._dst_uri:
                     raise JobError("job has no destination URI")
-                self._dst = open_store(self._dst_uri, self._dst_options)
+                self._dst = open_store(self._dst_uri, self._dst_options, self._dst_credentials)
             return self._dst
 
     def _each(self, fn: Callable[[T], R], items: Sequence[T], inline: bool = False) -> list[R]:

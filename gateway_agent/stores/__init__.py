@@ -4,8 +4,11 @@
 then, so a gateway that only has boto3 can still serve ``s3://`` and ``file://`` URIs. It is
 the one store opener: the benchmark endpoints ``synthetic://COUNTxSIZE`` and ``null://``
 (``synthetic``) open through it too.
-``options`` are JSON values without secrets (endpoint, region, project, retry budget);
-credentials always come from the SDK's own chain.
+``options`` are JSON values without secrets (endpoint, region, project, retry budget).
+Credentials are never options: a store uses its SDK's own chain (env, profile, instance role)
+unless ``credentials`` (a :class:`~gateway_agent.stores.credentials.StoreCredentials`, held in
+memory only) are passed explicitly, as a gateway does with those its control plane sealed into
+the job spec.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from gateway_agent.stores.base import (
     SkippedEntry,
     SupportsCopy,
 )
+from gateway_agent.stores.credentials import StoreCredentials, for_store
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -49,6 +53,7 @@ __all__ = [
     "ReportsSkips",
     "SkippedEntry",
     "SourceChangedError",
+    "StoreCredentials",
     "StoreError",
     "StoreURI",
     "SupportsCopy",
@@ -59,9 +64,17 @@ __all__ = [
 ]
 
 
-def open_store(uri: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
-    """Open the store a URI names. Cheap: no network call happens until the first operation."""
+def open_store(
+    uri: str,
+    options: Mapping[str, Any] | None = None,
+    credentials: StoreCredentials | None = None,
+) -> ObjectStore:
+    """Open the store a URI names. Cheap: no network call happens until the first operation.
+
+    ``credentials``: explicit credentials of the store's cloud (never part of ``options``);
+    None means the SDK's own default chain."""
     scheme = urlparse(uri).scheme
+    credentials = for_store(scheme, credentials)
     if scheme in ("synthetic", "null"):
         from gateway_agent.stores.synthetic import NullStore, SyntheticStore
 
@@ -71,15 +84,15 @@ def open_store(uri: str, options: Mapping[str, Any] | None = None) -> ObjectStor
     if parsed.scheme == "s3":
         from gateway_agent.stores.s3 import S3Store
 
-        return S3Store(parsed, options)
+        return S3Store(parsed, options, credentials)
     if parsed.scheme == "az":
         from gateway_agent.stores.azure import AzureBlobStore
 
-        return AzureBlobStore(parsed, options)
+        return AzureBlobStore(parsed, options, credentials)
     if parsed.scheme == "gs":
         from gateway_agent.stores.gcs import GCSStore
 
-        return GCSStore(parsed, options)
+        return GCSStore(parsed, options, credentials)
     if parsed.scheme == "file":
         from gateway_agent.stores.local import LocalStore
 

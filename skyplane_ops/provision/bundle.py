@@ -21,10 +21,12 @@ import importlib.util
 import io
 import os
 import py_compile
+import shlex
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,3 +239,44 @@ def serve_args(
         "--lease",
         str(INITIAL_LEASE_S if lease_s is None else lease_s),
     ]
+
+
+# ---- the agent's environment ------------------------------------------------------------------
+
+# What a gateway's environment holds, and nothing else: a gateway never inherits the control
+# plane's credentials (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``, ``STORAGE_EMULATOR_HOST``,
+# ``SKYPLANE_*``, ``AIRFLOW_*``, ``DAGSTER_*``); its store credentials come sealed in the job
+# spec (``transfer.dispatch.credentials``). ``HOME`` is a private directory where the backend
+# has one (so no ``~/.aws``, ``~/.azure`` or gcloud files of the user's are found), and
+# ``PYTHONPATH`` only what makes the agent and its dependencies import.
+AGENT_ENV_KEEP = ("PATH", "LANG", "TMPDIR")
+AGENT_ENV_KEEP_PREFIXES = ("LC_",)
+
+
+def agent_env(
+    *, home: str, pythonpath: str | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The allow-list environment an agent started on this host runs with: ``PATH``,
+    ``LANG``, ``LC_*`` and ``TMPDIR`` from ``base`` (default: this process's environment),
+    ``HOME=home`` and ``PYTHONPATH=pythonpath`` when given."""
+    source = os.environ if base is None else base
+    env = {
+        k: v
+        for k, v in source.items()
+        if k in AGENT_ENV_KEEP or k.startswith(AGENT_ENV_KEEP_PREFIXES)
+    }
+    env.setdefault("PATH", os.defpath)
+    env["HOME"] = home
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    return env
+
+
+def agent_env_command(pythonpath: str) -> str:
+    """The same allow-list for an agent started by a remote shell: an ``env -i`` prefix that
+    keeps the login's ``PATH``, ``HOME``, ``LANG``, ``LC_ALL``, ``LC_CTYPE`` and ``TMPDIR``
+    (the host's own, never the control plane's) and sets ``PYTHONPATH``."""
+    kept = " ".join(
+        f'${{{name}:+"{name}=${name}"}}' for name in ("LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
+    )
+    return f'env -i PATH="$PATH" HOME="$HOME" {kept} PYTHONPATH={shlex.quote(pythonpath)}'

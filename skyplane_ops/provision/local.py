@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.bundle import serve_args
+from skyplane_ops.provision.bundle import agent_env, serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.local_options import check_local_options
 from skyplane_ops.provision.records import forget_fleet, load_fleets, save_fleet
@@ -265,11 +265,17 @@ class LocalProvisioner:
             self.log_level,
             *self.extra_args,
         ]
-        env = dict(os.environ)
-        # The agent package must be importable from the child even if cwd differs.
+        # An allow-list environment with a private home: the agent inherits none of this
+        # process's credentials (its store credentials come sealed in the job spec). The
+        # agent package must be importable from the child even if cwd differs; the rest of
+        # PYTHONPATH is where this interpreter may find the agent's dependencies.
         root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env["SKYPLANE_OPS_TRANSFER_ID"] = transfer_id
+        inherited = os.environ.get("PYTHONPATH", "")
+        home = workdir / "home"
+        home.mkdir(mode=0o700, exist_ok=True)
+        env = agent_env(
+            home=str(home), pythonpath=root + (os.pathsep + inherited if inherited else "")
+        )
         with open(workdir / f"{gid}.log", "ab") as logf:
             return subprocess.Popen(
                 cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,9 @@ def keygen(path: Path) -> str:
     return " ".join(path.with_suffix(".pub").read_text().split()[:2])
 
 
-def start_sshd(workdir: Path, client_key: Path) -> SshdServer:
-    """Start one sshd on a free loopback port with a fresh host key."""
+def start_sshd(workdir: Path, client_key: Path, env: Mapping[str, str] | None = None) -> SshdServer:
+    """Start one sshd on a free loopback port with a fresh host key; ``env``: variables every
+    login session gets (``SetEnv``: what a host's own login environment holds)."""
     workdir.mkdir(parents=True, exist_ok=True)
     host_key_path = workdir / "host_ed25519"
     host_key = keygen(host_key_path)
@@ -84,6 +86,8 @@ def start_sshd(workdir: Path, client_key: Path) -> SshdServer:
                 "MaxSessions 100",
                 "Subsystem sftp internal-sftp",
                 "LogLevel ERROR",
+                # one line: sshd uses only the first SetEnv it reads
+                *(["SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())] if env else []),
                 "",
             ]
         )

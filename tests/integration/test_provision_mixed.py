@@ -293,6 +293,12 @@ def test_transfer_aws_to_gcp_through_an_azure_relay_is_byte_identical(
             assert {g.region: g.host.split(".")[1] for g in fleet.gateways} == {
                 "aws:us-east-1": "66", "azure:westus2": "65", "gcp:asia-northeast1": "64"
             }  # fmt: skip
+            # What the fake VMs give their logins (``SetEnv``, standing in for an instance
+            # role) reaches no agent: its store credentials come sealed from this process.
+            for gw in fleet.gateways:
+                environ = Path(f"/proc/{gw.resources['pid']}/environ").read_bytes()
+                names = {item.partition(b"=")[0].decode() for item in environ.split(b"\0")}
+                assert not names & set(env), (gw.gateway_id, sorted(names & set(env)))
             bucket = f"mx{uuid.uuid4().hex[:10]}"
             src_uri = moto_s3.make_bucket(bucket + "src")
             dst_uri = gcs_emulator.make_bucket(bucket + "dst")

@@ -1,7 +1,9 @@
 """Azure Blob Storage (azure-storage-blob), imported lazily so other gateways skip the SDK.
 
-Credentials: ``AZURE_STORAGE_CONNECTION_STRING`` from the environment when it names this
-account (that is also how Azurite is reached), otherwise ``DefaultAzureCredential`` from
+Credentials: the connection string of explicit ``azure`` :class:`StoreCredentials` (a
+gateway's, sealed by its control plane) or, without them, ``AZURE_STORAGE_CONNECTION_STRING``
+from the environment, when it names this account (that is also how Azurite is reached);
+otherwise ``DefaultAzureCredential`` from
 azure-identity (env, managed identity, CLI login) against ``https://ACCOUNT.blob.core.windows.net``
 or the ``endpoint_url`` option. Option ``anonymous`` reads public containers without credentials;
 ``list_page_size`` (default 5000), ``timeout`` and ``max_single_put_mib`` tune the client.
@@ -45,6 +47,7 @@ from gateway_agent.stores._common import (
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import combine_ranges, crc32c_b64
+from gateway_agent.stores.credentials import StoreCredentials
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -109,7 +112,12 @@ class AzureBlobStore(CloudStore):
         max_parts=50_000,
     )
 
-    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        parsed: StoreURI,
+        options: Mapping[str, Any] | None = None,
+        credentials: StoreCredentials | None = None,
+    ):
         import os
 
         from azure.storage.blob import BlobServiceClient
@@ -128,7 +136,10 @@ class AzureBlobStore(CloudStore):
             "retry_total": 0,  # tenacity retries, not azure-core
             "max_single_put_size": int(opts.get("max_single_put_mib", 64)) * 1024 * 1024,
         }
-        conn = os.environ.get(CONNECTION_STRING_ENV)
+        if credentials is not None:
+            conn = credentials.get("connection_string")
+        else:
+            conn = os.environ.get(CONNECTION_STRING_ENV)
         account = parsed.account or ""
         if conn and _account_of(conn) in (None, account) and "endpoint_url" not in opts:
             service = BlobServiceClient.from_connection_string(conn, **common)

@@ -1,8 +1,11 @@
 """Google Cloud Storage (google-cloud-storage), imported lazily so other gateways skip the SDK.
 
-Credentials: Application Default Credentials; when ``STORAGE_EMULATOR_HOST`` is set (the
-emulator) the client is anonymous. Options: ``project``, ``endpoint_url``, ``anonymous``,
-``timeout``, ``max_pool_connections`` (default 64), ``list_page_size`` (default 1000;
+Credentials: the access token of explicit ``gcp`` :class:`StoreCredentials` (a gateway's,
+sealed by its control plane), otherwise Application Default Credentials; when
+``STORAGE_EMULATOR_HOST`` is set (the emulator) or ``anonymous`` is true the client is
+anonymous (a gateway reaches the emulator through ``endpoint_url`` and ``anonymous``: its
+environment has no ``STORAGE_EMULATOR_HOST``). Options: ``project``, ``endpoint_url``,
+``anonymous``, ``timeout``, ``max_pool_connections`` (default 64), ``list_page_size`` (default 1000;
 gcp-storage-emulator ignores it and returns every key in one page).
 
 Multipart is built from what every GCS implementation (including gcp-storage-emulator)
@@ -33,6 +36,7 @@ from gateway_agent.stores._common import (
     paginate,
 )
 from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores.credentials import StoreCredentials
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -60,7 +64,12 @@ class GCSStore(CloudStore):
         native_checksums=frozenset({"crc32c", "md5"}), server_side_copy=True, min_part_size=0
     )
 
-    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        parsed: StoreURI,
+        options: Mapping[str, Any] | None = None,
+        credentials: StoreCredentials | None = None,
+    ):
         import os
 
         from google.cloud import storage
@@ -77,6 +86,11 @@ class GCSStore(CloudStore):
 
             kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
             kwargs["project"] = kwargs["project"] or "test"
+        elif credentials is not None:
+            from google.oauth2.credentials import Credentials
+
+            token = credentials.get("token")
+            kwargs["credentials"] = Credentials(token=token)  # type: ignore[no-untyped-call]
         self._client: Any = storage.Client(**kwargs)
         # requests keeps 10 connections per host by default; gateways run many more threads.
         from requests.adapters import HTTPAdapter

@@ -9,7 +9,8 @@ default, or "off" for S3-compatible services that refuse S3's additional checksu
 see ``fast``; false sends every PutObject through boto3), ``fast_get`` (the same for
 GetObject of ranges under 1 MiB, default true), ``fast_list`` (the same for ListObjectsV2
 pages, default true).
-Credentials come from boto3's normal chain (env, profile, instance role).
+Credentials: explicit ``aws`` :class:`StoreCredentials` when given (a gateway's, sealed by
+its control plane), otherwise boto3's normal chain (env, profile, instance role).
 
 Multipart is S3's native one: ``upload_id`` is S3's UploadId; parts are uploaded by any process;
 ``complete_multipart`` looks their ETags up with ListParts, so workers need not report them.
@@ -43,6 +44,7 @@ from gateway_agent.stores._common import (
     require_parts,
 )
 from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
+from gateway_agent.stores.credentials import StoreCredentials
 from gateway_agent.stores.errors import (
     BucketNotFoundError,
     InvalidURIError,
@@ -89,7 +91,12 @@ class S3Store(CloudStore):
         min_part_size=5 * MIB,
     )
 
-    def __init__(self, parsed: StoreURI, options: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        parsed: StoreURI,
+        options: Mapping[str, Any] | None = None,
+        credentials: StoreCredentials | None = None,
+    ):
         import boto3
         from botocore.config import Config
 
@@ -120,7 +127,14 @@ class S3Store(CloudStore):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        session = boto3.session.Session()
+        if credentials is not None:
+            session = boto3.session.Session(
+                aws_access_key_id=credentials.get("access_key_id"),
+                aws_secret_access_key=credentials.get("secret_access_key"),
+                aws_session_token=credentials.get("session_token"),
+            )
+        else:
+            session = boto3.session.Session()
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
         for op in ("PutObject", "UploadPart"):
             self._client.meta.events.register(f"before-sign.s3.{op}", no_continue_when_small)

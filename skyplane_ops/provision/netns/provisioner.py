@@ -18,7 +18,7 @@ from pathlib import Path
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.bundle import build_bundle, serve_args
+from skyplane_ops.provision.bundle import agent_env, build_bundle, serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.netns.host import (
     list_namespaces,
@@ -176,7 +176,8 @@ class NetnsProvisioner:
                 *([] if self.buffer_mib is None else ["--buffer-mib", str(self.buffer_mib)]),
             ],
         )
-        env = {**os.environ, "PYTHONPATH": str(bundle_path)}
+        # An allow-list environment: the agent inherits none of this process's credentials.
+        env = agent_env(home=str(workdir), pythonpath=str(bundle_path))
         with open(log_path, "wb") as log_fh:
             proc = subprocess.Popen(
                 argv,

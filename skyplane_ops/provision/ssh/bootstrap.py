@@ -19,6 +19,7 @@ import paramiko
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.bundle import (
     AgentBundle,
+    agent_env_command,
     build_bundle,
     deps_check_command,
     serve_args,
@@ -76,8 +77,9 @@ def _serve_command(
         args.append("--poweroff-on-idle")
     # ``python`` is a shell word list on purpose ("python3 -X utf8"); the rest is quoted.
     agent = host.python + " " + " ".join(q(a) for a in args)
+    # ``env -i``: an allow-list environment; nothing of the login's credentials reaches it.
     return (
-        f"cd {q(remote_dir)} || exit 1; PYTHONPATH={q(pythonpath)} setsid nohup {agent} "
+        f"cd {q(remote_dir)} || exit 1; {agent_env_command(pythonpath)} setsid nohup {agent} "
         f"> {q(remote_dir + '/agent.log')} 2>&1 < /dev/null & echo $!"
     )
 

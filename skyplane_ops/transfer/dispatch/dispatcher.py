@@ -39,6 +39,7 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.lease import keep_alive
+from skyplane_ops.transfer.dispatch.credentials import resolve
 from skyplane_ops.transfer.dispatch.flight import _Flight
 from skyplane_ops.transfer.dispatch.liveness import Liveness
 from skyplane_ops.transfer.dispatch.options import ChunkTotals, DispatchOptions, DispatchStats
@@ -119,10 +120,14 @@ class Dispatcher(JobSpecs, Liveness):
         self._secret = secret
         self._src_uri = src_uri
         self._dst_uri = dst_uri
+        # What the gateways open the stores with: options (sealed like everything of the
+        # stores) and the credentials this process resolves from its own SDK chains, sealed
+        # per gateway that needs them (``job_spec``); the gateways inherit none.
+        src_access, dst_access = resolve(src_uri, src_options), resolve(dst_uri, dst_options)
         self._sealed = seal(
-            secret,
-            json.dumps({"src": dict(src_options or {}), "dst": dict(dst_options or {})}).encode(),
+            secret, json.dumps({"src": src_access.options, "dst": dst_access.options}).encode()
         )
+        self._credentials = (src_access.credentials, dst_access.credentials)
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)  # submitted along each path
         self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)

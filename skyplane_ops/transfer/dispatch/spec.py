@@ -1,14 +1,18 @@
 """The plan's routes, and the job spec each gateway on them is started with (routes, the
-gateways of every region, and per hop the connections, encryption and compression): what the
-gateways are told, kept apart from how the dispatcher drives them.
+gateways of every region, per hop the connections, encryption and compression, and, sealed,
+the store options and the store credentials it needs): what the gateways are told, kept apart
+from how the dispatcher drives them.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import itertools
+import json
 from typing import Any
 
+from gateway_agent.auth import credentials_context, seal
+from gateway_agent.stores.credentials import StoreCredentials
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
@@ -58,6 +62,8 @@ class JobSpecs:
     _src_uri: str
     _dst_uri: str
     _sealed: str
+    _secret: bytes
+    _credentials: tuple[StoreCredentials | None, StoreCredentials | None]
 
     def _connections(self, src: str, dst: str) -> int:
         if self.options.connections:
@@ -91,6 +97,22 @@ class JobSpecs:
             raise TransferError(f"encrypt must be a bool, 'cross-cloud' or a set of hops: {mode!r}")
         return (src, dst) in mode
 
+    def _sealed_credentials(self, gateway: Gateway) -> dict[str, str]:
+        """``sealed_credentials`` for ``gateway``: the source's credentials if it reads the
+        source, the destination's if it writes the destination, none for a relay; sealed
+        under the transfer secret for this job on this gateway only."""
+        src, dst = self._credentials
+        reads = any(route[0] == gateway.region for route, _ in self.routes)
+        writes = any(route[-1] == gateway.region for route, _ in self.routes)
+        wanted = {
+            "src": src.to_dict() if src is not None and reads else None,
+            "dst": dst.to_dict() if dst is not None and writes else None,
+        }
+        if not any(wanted.values()):
+            return {}
+        context = credentials_context(self.job_id, gateway.gateway_id)
+        return {"sealed_credentials": seal(self._secret, json.dumps(wanted).encode(), context)}
+
     def job_spec(self, gateway: Gateway) -> dict[str, Any]:
         hops: dict[str, dict[str, Any]] = {}
         for route, _ in self.routes:
@@ -121,6 +143,7 @@ class JobSpecs:
             "src_uri": self._src_uri,
             "dst_uri": self._dst_uri,
             "sealed_options": self._sealed,
+            **self._sealed_credentials(gateway),
             "reader_threads": self.options.reader_threads,
             "writer_threads": self.options.writer_threads,
             "object_threads": self.options.object_threads,
