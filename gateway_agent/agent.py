@@ -160,6 +160,15 @@ class Agent:
         job_id = str(spec.get("job_id", ""))
         if not job_id:
             raise JobError("job spec has no job_id")
+        largest = spec.get("max_chunk_bytes")
+        if isinstance(largest, int) and largest > self.budget.capacity:
+            # A chunk is held whole while it is read, relayed or written: one larger than the
+            # budget would hold more memory than the budget allows.
+            raise JobError(
+                f"chunks of up to {largest / 2**20:g} MiB do not fit gateway {self.gateway_id}'s "
+                f"byte budget of {self.budget.capacity / 2**20:g} MiB: choose a smaller chunk "
+                "size (--chunk-mib) or a larger budget (backend option buffer_mib)"
+            )
         with self._lock:
             if job_id in self.jobs:
                 return {"job_id": job_id, "started": False, "reason": "already running"}

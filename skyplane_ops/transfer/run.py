@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from gateway_agent.auth import load_secret
@@ -11,7 +12,7 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import mirror, syncstate
-from skyplane_ops.transfer.catalog import Catalog, enc
+from skyplane_ops.transfer.catalog import TODO, Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
 from skyplane_ops.transfer.finish import Moved, finish_run
@@ -154,6 +155,10 @@ class _Run(RunState):
         resumed = resume(catalog, part_size, caps)
         uploads = prepare_uploads(dst, self.dst_uri, catalog, journal, part_size)
         chunks, segments, nbytes, objects = chunk_totals(catalog, part_size, caps)
+        # The largest chunk this run sends: a gateway whose byte budget is smaller refuses the
+        # job before any byte moves, instead of holding more than its budget.
+        largest = int(catalog.one(f"SELECT coalesce(max(size), 0) FROM src WHERE state = {TODO}"))
+        dispatch = dataclasses.replace(dispatch, max_chunk_bytes=min(part_size, largest) or None)
         self.step("prepare")
         done_now = 0
 

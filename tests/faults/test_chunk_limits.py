@@ -61,3 +61,28 @@ def test_parts_grow_for_huge_objects_but_never_above_a_frame() -> None:
     assert choose_part_size(20 * 1024 * GiB, 64 * MiB, s3) == MAX_PAYLOAD
     azure = Capabilities(max_parts=50_000)
     assert choose_part_size(40 * 1024 * GiB, 64 * MiB, azure) <= MAX_PAYLOAD
+
+
+def test_a_chunk_larger_than_a_gateways_budget_is_refused_before_any_byte_moves(
+    tmp_path: Path,
+) -> None:
+    """A gateway holds a chunk whole: with a 2 MiB budget (backend option ``buffer_mib``),
+    4 MiB parts of a 5 MiB file are refused when the job starts, in one line naming both
+    knobs, and nothing is written; the same run with an 8 MiB budget copies it."""
+    src, dst, home = tmp_path / "src", tmp_path / "dst", tmp_path / "home"
+    src.mkdir()
+    dst.mkdir()
+    data = os.urandom(5 * MiB)
+    (src / "big.bin").write_bytes(data)
+    small = ("--chunk-mib", "4", "--backend-options", '{"buffer_mib": 2}')
+    rc, out, err = finish(cp(home, src, dst, *small))
+    assert rc == 2, (rc, out, err)
+    assert "Traceback" not in err
+    assert "byte budget of 2 MiB" in err and "--chunk-mib" in err and "buffer_mib" in err, err
+    assert not (dst / "big.bin").exists()  # nothing written (its upload is only staged)
+    enough = ("--chunk-mib", "4", "--backend-options", '{"buffer_mib": 8}')
+    rc, out, err = finish(cp(home, src, dst, *enough))
+    assert rc == 0, (rc, out, err)
+    assert (dst / "big.bin").read_bytes() == data
+    assert sorted(p.name for p in dst.iterdir()) == ["big.bin"]  # the staged upload is gone
+    assert (src / "big.bin").read_bytes() == data

@@ -40,6 +40,9 @@ class DispatchOptions:
     # plane, so a gateway holds a bounded batch of work at any object count (and a dead path
     # has few chunks to move).
     window_chunks: int = 64
+    # The largest chunk the job sends (its part size): a gateway whose byte budget is smaller
+    # refuses the job before any byte moves (None: not checked).
+    max_chunk_bytes: int | None = None
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 

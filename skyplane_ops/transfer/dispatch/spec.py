@@ -147,5 +147,6 @@ class JobSpecs:
             "reader_threads": self.options.reader_threads,
             "writer_threads": self.options.writer_threads,
             "object_threads": self.options.object_threads,
+            "max_chunk_bytes": self.options.max_chunk_bytes,
             "test_hooks": hooks or {},
         }
