@@ -284,7 +284,7 @@ def test_azure_killed_at_every_step_leaves_no_vm_after_the_limit_and_a_record(
         if vms:  # the limit: the guest's deadline runs the self-delete, then powers off
             can_delete = any(f"-{tid}-" in r["id"] for r in arm.of_type("roleAssignments"))
             _until(
-                lambda: all(v.powered_off or v._stopped.is_set() for v in arm.vms.values()),
+                lambda: all(v.powered_off or v._stopped.is_set() for v in list(arm.vms.values())),
                 15,
                 f"{tid}: every guest powered off",
             )
@@ -459,10 +459,14 @@ def test_a_lapsed_lease_powers_the_guest_off_through_the_granted_helper_only(
         _until(ready.exists, 20, "the agent is ready")
         port = json.loads(ready.read_text())["control_port"]
         before = int((state / "deadline").read_text())
-        GatewayClient("127.0.0.1", port, secret).renew_lease(3600)  # more than the cap allows
+        GatewayClient("127.0.0.1", port, secret, gateway_id="g0").renew_lease(
+            3600
+        )  # more than the cap allows
         _until(lambda: int((state / "deadline").read_text()) == cap, 10, "deadline at the cap")
         assert int((state / "deadline").read_text()) > before
-        GatewayClient("127.0.0.1", port, secret).renew_lease(2)  # shorter: the deadline stays
+        GatewayClient("127.0.0.1", port, secret, gateway_id="g0").renew_lease(
+            2
+        )  # shorter: the deadline stays
         time.sleep(1)
         assert int((state / "deadline").read_text()) == cap, "a renewal never brings it closer"
         assert off.wait(20), "the lapsed lease powered the guest off"

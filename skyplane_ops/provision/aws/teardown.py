@@ -87,14 +87,10 @@ class EC2Teardown:
         raise NotImplementedError
 
     def _resolve(self, ec2: Any, state: _RegionState, transfer_id: str | None) -> None:
-        """Ids of what the record only names: instances of its ``RunInstances`` (by client
-        token, or by this transfer's and creator's tags) and its security group by name."""
-        if state.client_token or transfer_id:
-            filters = (
-                [{"Name": "client-token", "Values": [state.client_token]}]
-                if state.client_token
-                else [{"Name": f"tag:{TAG_TRANSFER}", "Values": [str(transfer_id)]}]
-            )
+        """Ids of what the record only names: the instances of its ``RunInstances`` (tagged
+        at creation with this transfer and creator) and its security group by name."""
+        if transfer_id and (state.client_token or state.instance_ids):
+            filters = [{"Name": f"tag:{TAG_TRANSFER}", "Values": [transfer_id]}]
             for res in ec2.describe_instances(
                 Filters=[*filters, {"Name": "instance-state-name", "Values": LIVE_STATES}]
             )["Reservations"]:

@@ -174,8 +174,10 @@ class AzureProvisioner(CloudBoot):
                 group, f"{name}-nic", arm.nic(base, subnet_id, pip["id"])
             ).result()
             host_key = KeyPair.generate()
+            state.vms.append(name)  # named (with the key path) before the create call
+            if self._pending is not None:
+                self._pending.save()
             vm = self._create_vm(group, name, region, base, nic["id"], client_key, host_key)
-            state.vms.append(name)
             state.host_keys[name] = host_key.public
             if self.self_delete:
                 self._allow_self_delete(vm)
