@@ -135,6 +135,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     agent.stopping.wait()
     agent.wait_stopped()
+    agent.wait_power_off()  # a lapsed lease: the power-off request must not die with us
     control.stop()
     return 0
 

@@ -77,6 +77,8 @@ class Agent:
         # e.g. "sudo -n /usr/local/sbin/skyplane-ops-deadline": "extend S" and "poweroff"
         self.deadline_command = shlex.split(deadline_command)
         self.deadline_failures = 0
+        self._powering_off = threading.Event()
+        self._power_off_done = threading.Event()
         self.test_hooks = test_hooks
         self.jobs: dict[str, Job] = {}
         self.rejected_connections = 0
@@ -209,10 +211,20 @@ class Agent:
                 why = "the control plane's lease lapsed"
             if why:
                 log.warning("%s: shutting down", why)
+                if self.poweroff_on_idle:
+                    self._powering_off.set()  # before shutdown: serve() waits for the power-off
                 self.shutdown()
                 if self.poweroff_on_idle:
-                    self.power_off()
+                    try:
+                        self.power_off()
+                    finally:
+                        self._power_off_done.set()
                 return
+
+    def wait_power_off(self, timeout: float = 60.0) -> None:
+        """If the watchdog is powering the machine off, wait for it to have asked."""
+        if self._powering_off.is_set():
+            self._power_off_done.wait(timeout)
 
     # ---- jobs ----------------------------------------------------------------------------------
 

@@ -157,14 +157,13 @@ def sweep(
                 if not (_age_ok(fleet.created_at, older_than_seconds) or _expired(fleet)):
                     continue
                 try:  # one fleet failing does not keep the others
-                    prov.deprovision(fleet)
+                    gone = prov.deprovision(fleet)
                 except Exception as exc:
                     errors.append(f"fleet {fleet.transfer_id}: {exc}")
                     continue
-                pending = " (pending record)" if fleet.resources.get("pending") else ""
-                deleted += [
+                deleted += (gone if isinstance(gone, list) else []) or [
                     f"{backend}:{fleet.transfer_id}:{g.gateway_id}" for g in fleet.gateways
-                ] or [f"{backend}:{fleet.transfer_id}{pending}"]
+                ]
             with_sweep_regions(prov, record_regions(fleets))
             deleted += prov.sweep(transfer_id=transfer_id, older_than_seconds=older_than_seconds)
         except ProvisionError as exc:

@@ -109,8 +109,8 @@ def deprovision(
     recorded = records.load_fleets(transfer_id=transfer_id, backend=name)
     deleted: list[str] = []
     for one in recorded:
-        provisioner.deprovision(one)
-        deleted.append(f"{name}:{one.transfer_id}:record")
+        gone = provisioner.deprovision(one)
+        deleted += gone if isinstance(gone, list) else []
     names = [r.rpartition(":")[2] if name == "aws" else r for r in regions]
     with_sweep_regions(provisioner, sorted({*names, *record_regions(recorded)}))
     return deleted + list(provisioner.sweep(transfer_id=transfer_id))

@@ -372,7 +372,11 @@ def _boot_guests(ec2: Any, tid: str) -> list[LoopbackVM]:
     guests = []
     for iid in _live(ec2, tid):
         data = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
-        text = base64.b64decode((data.get("UserData") or {}).get("Value") or b"").decode()
+        value = (data.get("UserData") or {}).get("Value") or ""
+        try:
+            text = base64.b64decode(value, validate=True).decode()
+        except ValueError:
+            text = value
         if not text:
             continue  # no cloud-init: nothing in the guest ever powers it off
 
@@ -475,3 +479,27 @@ def test_a_lapsed_lease_powers_the_guest_off_through_the_granted_helper_only(
             agent.kill()
         agent.wait()
         vm.stop()
+
+
+def test_the_fallback_sweep_by_transfer_id_is_given_the_regions(endpoint: str) -> None:
+    """What the Airflow tasks fall back to when no fleet came back (``api.deprovision`` with a
+    transfer id, as ``SkyplaneHook.deprovision`` calls it): an aws backend configured with no
+    sweep regions looks in the plan's regions (here the record is lost: only tags remain)."""
+    from skyplane_ops import api
+    from skyplane_ops.provision.aws import AWSProvisioner
+
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+    prov = AWSProvisioner(session=session, endpoint_url=endpoint, image_id="ami-1e749f67",
+                          client_cidr=CIDR, poll_interval=0.05, bootstrap=Recording())  # fmt: skip
+    records.forget_fleet(prov.provision({"aws:eu-west-1": 1}, transfer_id="wfall"))
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    deleted = api.deprovision(
+        backend="aws",
+        backend_options={"endpoint_url": endpoint},
+        transfer_id="wfall",
+        regions=["aws:eu-west-1"],
+    )
+    assert sum(":i-" in d for d in deleted) == 1 and any("key-pair/" in d for d in deleted)

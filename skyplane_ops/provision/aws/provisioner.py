@@ -446,7 +446,7 @@ class AWSProvisioner(EC2Teardown):
 
     # ------------------------------------------------------------------ tear-down
 
-    def deprovision(self, fleet: GatewayFleet) -> None:
+    def deprovision(self, fleet: GatewayFleet) -> list[str]:
         try:
             teardown_gateways(fleet.gateways, fleet.transfer_id, self._bootstrap_options())
         except ProvisionError as exc:  # the instances are terminated next anyway
@@ -455,9 +455,10 @@ class AWSProvisioner(EC2Teardown):
             _RegionState.from_dict(region, info)
             for region, info in fleet.resources.get("regions", {}).items()
         ]
-        self._cleanup(states, fleet.transfer_id)
+        deleted = self._cleanup(states, fleet.transfer_id)
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
+        return deleted
 
 
 _SESSION_LOCK = threading.Lock()

@@ -391,15 +391,16 @@ class AzureProvisioner(CloudBoot):
             )
         return deleted
 
-    def deprovision(self, fleet: GatewayFleet) -> None:
+    def deprovision(self, fleet: GatewayFleet) -> list[str]:
         self.stop_agents(fleet)
         states = [
             _Region(region=r, index=0, group=i.get("group"), key_path=i.get("key_path"))
             for r, i in fleet.resources.get("regions", {}).items()
         ]
-        self._cleanup(states)
+        deleted = self._cleanup(states)
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
+        return deleted
 
     def sweep(
         self, *, transfer_id: str | None = None, older_than_seconds: float | None = None

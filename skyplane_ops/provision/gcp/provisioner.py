@@ -457,7 +457,7 @@ class GCPProvisioner(CloudBoot):
             )
         return deleted
 
-    def deprovision(self, fleet: GatewayFleet) -> None:
+    def deprovision(self, fleet: GatewayFleet) -> list[str]:
         self.stop_agents(fleet)
         regions = fleet.resources.get("regions", {})
         states = [
@@ -470,9 +470,10 @@ class GCPProvisioner(CloudBoot):
             )
             for r, info in regions.items()
         ]
-        self._cleanup(fleet.resources, states)
+        deleted = self._cleanup(fleet.resources, states)
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
+        return deleted
 
     def sweep(
         self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
