@@ -503,3 +503,34 @@ def test_the_fallback_sweep_by_transfer_id_is_given_the_regions(endpoint: str) -
         regions=["aws:eu-west-1"],
     )
     assert sum(":i-" in d for d in deleted) == 1 and any("key-pair/" in d for d in deleted)
+
+
+def test_aws_sweeper_keeps_what_only_carries_the_tag_key(endpoint: str) -> None:
+    """A security group and a key pair named like ours and tagged with the transfer tag key but
+    not created by this creator (anyone who may tag could forge that) survive every sweep."""
+    from skyplane_ops.provision.aws import AWSProvisioner
+
+    ec2 = _ec2(endpoint)
+    tags = [{"Key": TAG_TRANSFER, "Value": "wforeign"}, {"Key": "Name", "Value": "skyplane-ops-x"}]
+    group = ec2.create_security_group(
+        GroupName="skyplane-ops-wforeign",
+        Description="not ours",
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": tags}],
+    )["GroupId"]
+    ec2.create_key_pair(
+        KeyName="skyplane-ops-wforeign",
+        TagSpecifications=[{"ResourceType": "key-pair", "Tags": tags}],
+    )
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+    prov = AWSProvisioner(session=session, endpoint_url=endpoint, image_id="ami-1e749f67",
+                          client_cidr=CIDR, poll_interval=0.05, bootstrap=Recording(),
+                          sweep_regions=["us-east-1"])  # fmt: skip
+    records.forget_fleet(prov.provision({"aws:us-east-1": 1}, transfer_id="wmine"))
+    deleted = prov.sweep()  # --all
+    assert any("key-pair/skyplane-ops-wmine" in d for d in deleted)
+    assert not any(group in d or "wforeign" in d for d in deleted)
+    assert [g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]
+            if g["GroupName"] != "default"] == [group]  # fmt: skip
+    assert [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]] == ["skyplane-ops-wforeign"]
