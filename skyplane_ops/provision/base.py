@@ -13,8 +13,8 @@ class Provisioner(Protocol):
 
     ``provision`` must clean up everything it created before it raises. ``deprovision`` is
     idempotent and must work from the fleet alone (a fresh process, another Airflow worker); a
-cloud backend returns what it deleted (the sweeper reports it).
-    ``sweep`` finds leftovers by tag and deletes them; it returns what it deleted.
+    cloud backend returns what it deleted (the sweeper reports it). ``sweep`` finds leftovers
+    by tag and deletes them; it returns what it deleted.
     """
 
     name: str

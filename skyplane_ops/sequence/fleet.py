@@ -110,7 +110,9 @@ def deprovision(
     deleted: list[str] = []
     for one in recorded:
         gone = provisioner.deprovision(one)
-        deleted += gone if isinstance(gone, list) else []
+        deleted += (gone if isinstance(gone, list) else []) or [
+            f"{name}:{one.transfer_id}:{g.gateway_id}" for g in one.gateways
+        ]
     names = [r.rpartition(":")[2] if name == "aws" else r for r in regions]
     with_sweep_regions(provisioner, sorted({*names, *record_regions(recorded)}))
     return deleted + list(provisioner.sweep(transfer_id=transfer_id))
