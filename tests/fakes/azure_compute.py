@@ -7,6 +7,13 @@ need their resource group, and a group delete that removes everything in it. Fau
 mutating request can fail (``fail_request``), a VM PUT can be answered with a 500 *after* the VM
 was created (``lose_vm_answer``: the SDK retries), zones can have no capacity and a core quota
 can be enforced. Each VM is a ``LoopbackVM``: sshd keyed from its custom data.
+
+Lifetimes as Azure has them: a guest that powers off leaves its VM *stopped* (still billed), and
+nothing on the provider side ever deletes a VM. A VM may act on ARM with its system-assigned
+identity (the guest's ``curl`` hands it a token naming its principal): only where a role
+assignment gives that principal a scope containing the target. ``POST .../deallocate``
+deallocates (the VM, its disk, NIC and IP stay); ``DELETE`` of a VM also deletes its NICs whose
+``deleteOption`` is Delete and their public IPs whose ``deleteOption`` is Delete.
 """
 
 from __future__ import annotations
@@ -100,10 +107,23 @@ class FakeARM(JSONAPIFake):
         super().start()
         return self
 
-    def refuse(self, headers: Any) -> tuple[int, Any] | None:
-        """ARM's bearer-token policy: no token, no routing."""
-        if not (headers.get("Authorization") or "").startswith("Bearer "):
+    def refuse(self, headers: Any, method: str = "", path: str = "") -> tuple[int, Any] | None:
+        """ARM's bearer-token policy: no token, no routing; a VM identity's token only where a
+        role assignment gives that principal a scope containing the target."""
+        auth = headers.get("Authorization") or ""
+        if not auth.startswith("Bearer "):
             return 401, _err("AuthenticationFailed", "no bearer token")
+        if auth.startswith("Bearer vm-identity:"):
+            principal = auth.split(":", 1)[1]
+            target = urlparse(path).path.lower().removesuffix("/deallocate")
+            with self.lock:
+                scopes = [
+                    r["id"].lower().split("/providers/microsoft.authorization/")[0]
+                    for r in self.of_type("roleAssignments")
+                    if r["properties"].get("principalId") == principal
+                ]
+            if not any(target == sc or target.startswith(sc + "/") for sc in scopes):
+                return 403, _err("AuthorizationFailed", f"{principal} may not {method} {path}")
         return None
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
@@ -138,6 +158,8 @@ class FakeARM(JSONAPIFake):
                 return (200, found) if found else (404, _err("ResourceNotFound", path))
             if method == "DELETE":
                 return self._delete(key, path)
+            if method == "POST" and key.endswith("/deallocate"):
+                return self._deallocate(key.removesuffix("/deallocate"), path)
             if method == "PUT":
                 return self._put(key, path, body)
         return 405, _err("MethodNotAllowed", f"{method} {path}")
@@ -261,18 +283,62 @@ class FakeARM(JSONAPIFake):
         pip_id = nic["properties"]["ipConfigurations"][0]["properties"]["publicIPAddress"]["id"]
         address = self.store[pip_id.lower()]["properties"]["ipAddress"]
         user_data = base64.b64decode(props["osProfile"]["customData"]).decode()
-        self.vms[key] = LoopbackVM.boot(
-            address, self.ssh_port, user_data, self.vm_env, netns=self._netns.get(address)
+        self.vms[key] = vm = LoopbackVM.boot(
+            address,
+            self.ssh_port,
+            user_data,
+            self.vm_env,
+            netns=self._netns.get(address),
+            on_poweroff=lambda _: self._power_state(key, "stopped"),
         )
         if res.get("identity", {}).get("type") == "SystemAssigned":
-            res["identity"]["principalId"] = str(uuid.uuid4())
+            res["identity"]["principalId"] = principal = str(uuid.uuid4())
+            vm.set_imds(
+                token=f"vm-identity:{principal}", resource_id=res["id"], arm=self.url,
+                ca=self.ca_bundle,
+            )  # fmt: skip
         self.vm_creations += 1
         return None
+
+    def _power_state(self, key: str, state: str) -> None:
+        with self.lock:
+            if key in self.store:
+                self.store[key]["properties"]["powerState"] = state
+
+    def _deallocate(self, key: str, path: str) -> tuple[int, Any]:
+        """Deallocated: no compute, but the VM, its disk, NIC and static IP stay (and bill)."""
+        vm = self.vms.get(key)
+        if key not in self.store or vm is None:
+            return 404, _err("ResourceNotFound", path)
+        vm.stop()
+        self._power_state(key, "deallocated")
+        return 202, {}
+
+    def _with_deleted_parts(self, key: str) -> list[str]:
+        """A VM goes with its NICs whose deleteOption is Delete, and their public IPs whose
+        own deleteOption is Delete (the OS disk is part of the VM record here)."""
+        res = self.store.get(key) or {}
+        if not res.get("type", "").lower().endswith("virtualmachines"):
+            return [key]
+        parts = [key]
+        for ref in res["properties"].get("networkProfile", {}).get("networkInterfaces", []):
+            nic_key = ref["id"].lower()
+            nic = self.store.get(nic_key)
+            if nic is None or (ref.get("properties") or {}).get("deleteOption") != "Delete":
+                continue
+            parts.append(nic_key)
+            for conf in nic["properties"].get("ipConfigurations", []):
+                pip_id = ((conf.get("properties") or {}).get("publicIPAddress") or {}).get("id")
+                pip = self.store.get((pip_id or "").lower())
+                if pip and pip["properties"].get("deleteOption") == "Delete":
+                    parts.append(pip_id.lower())
+        return parts
 
     def _delete(self, key: str, path: str) -> tuple[int, Any]:
         if key not in self.store:
             return 404, _err("ResourceNotFound", path)
-        doomed = [k for k in self.store if k == key or k.startswith(key + "/")]
+        tops = self._with_deleted_parts(key)
+        doomed = [k for k in self.store if any(k == t or k.startswith(t + "/") for t in tops)]
         for k in doomed:
             del self.store[k]
             vm = self.vms.pop(k, None)

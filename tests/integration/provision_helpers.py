@@ -70,7 +70,9 @@ def boot_with_a_foreign_host_key(monkeypatch: pytest.MonkeyPatch) -> None:
     def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
         other = cloud_init(
             user="x",
-            authorized_key=parse_cloud_init(user_data)["users"][1]["ssh_authorized_keys"][0],
+            authorized_key=next(
+                u for u in parse_cloud_init(user_data)["users"] if isinstance(u, dict)
+            )["ssh_authorized_keys"][0],
             host_key=KeyPair.generate(),
         )
         return original(address, port, other, *a, **kw)

@@ -88,9 +88,14 @@ def test_tags_rules_exactly_once_and_teardown(arm: FakeARM) -> None:
         assert props["storageProfile"]["imageReference"]["sku"] == "22_04-lts-gen2"
         assert props["storageProfile"]["osDisk"]["deleteOption"] == "Delete"
         assert props["osProfile"]["linuxConfiguration"]["disablePasswordAuthentication"]
-        # The shutdown unit that deallocates the VM, and the right to do only that.
+        # The VM deletes itself (not deallocates: that keeps billing disk and IP) before its
+        # root deadline powers it off and on shutdown, and has the right to do only that.
         user_data = parse_cloud_init(base64.b64decode(props["osProfile"]["customData"]).decode())
-        assert "deallocate" in user_data["write_files"][0]["content"]
+        files = {f["path"]: f["content"] for f in user_data["write_files"]}
+        release = files["/usr/local/sbin/skyplane-ops-before-poweroff"]
+        assert "-X DELETE" in release and "deallocate" not in release
+        assert files["/usr/local/sbin/skyplane-ops-release"] == release
+        assert "skyplane-ops-deadline" in files["/etc/sudoers.d/90-skyplane-ops"]
     (assignment, *_) = arm.of_type("roleAssignments")
     assert assignment["properties"]["roleDefinitionId"].endswith(VM_CONTRIBUTOR)
     assert "/virtualMachines/" in assignment["id"], "scoped to the VM itself"

@@ -44,8 +44,59 @@ def test_cloud_init_carries_the_host_key_we_generated() -> None:
     config = parse_cloud_init(text)
     assert config["ssh_keys"]["ed25519_public"] == host.public
     assert config["ssh_keys"]["ed25519_private"] == host.private_pem
-    assert config["users"][1]["ssh_authorized_keys"] == [client.public]
+    (user,) = config["users"]  # no distribution default user with its own sudo
+    assert user["ssh_authorized_keys"] == [client.public] and "sudo" not in user
     assert config["ssh_deletekeys"] is True and config["ssh_genkeytypes"] == []
+
+
+def test_the_deadline_helper_only_extends_within_its_cap_and_sudo_grants_only_it() -> None:
+    """The root-owned deadline cloud-init installs, run for real in a fake guest: ``extend``
+    pushes it later but never past the cap nor earlier; the login may run the helper's
+    ``extend``/``poweroff`` as root and nothing else (not ``start``, not ``shutdown``)."""
+    import subprocess
+
+    from skyplane_ops.provision.cloudvm import DEADLINE_HELPER, deadline_cloud_init
+    from tests.fakes.vm import LoopbackVM
+
+    key = KeyPair.generate()
+    text = cloud_init(
+        user="ubuntu",
+        authorized_key=key.public,
+        host_key=key,
+        extra=deadline_cloud_init("ubuntu", 100, 200),
+    )
+    vm = LoopbackVM.boot("127.0.0.1", None, text)
+    try:
+        assert vm.guest is not None
+        state, env = vm.guest.root / "var/lib/skyplane-ops", {"PATH": vm.guest.path}
+
+        def run(*argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+
+        cap, first = int((state / "cap").read_text()), int((state / "deadline").read_text())
+        assert cap - first == 100
+        assert run("sudo", "-n", DEADLINE_HELPER, "extend", "10").returncode == 0
+        assert int((state / "deadline").read_text()) == first, "never earlier"
+        assert run("sudo", "-n", DEADLINE_HELPER, "extend", "150").returncode == 0
+        assert first < int((state / "deadline").read_text()) <= cap
+        assert run("sudo", "-n", DEADLINE_HELPER, "extend", "99999").returncode == 0
+        assert int((state / "deadline").read_text()) == cap, "never past the cap"
+        assert run("sudo", "-n", DEADLINE_HELPER, "extend", "1;true").returncode != 0
+        for argv in (
+            ("sudo", "-n", DEADLINE_HELPER, "start", "9999", "9999"),
+            ("sudo", "-n", "/bin/sh", "-c", "true"),
+            ("shutdown", "-h", "now"),
+            ("systemctl", "poweroff"),
+        ):
+            assert run(*argv).returncode != 0, argv
+        assert int((state / "cap").read_text()) == cap and not vm.powered_off
+        assert (
+            (vm.guest.root / "etc/sudoers.d/90-skyplane-ops")
+            .read_text()
+            .startswith("ubuntu ALL=(root) NOPASSWD: " + DEADLINE_HELPER + " extend *")
+        )
+    finally:
+        vm.stop()
 
 
 def test_regions_must_name_their_cloud() -> None:

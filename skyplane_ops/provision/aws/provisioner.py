@@ -4,23 +4,27 @@ Per region it creates one key pair (generated locally; only the public half is s
 security group (SSH from the client only; the gateway ports, control, data and the profiler's
 probe port, from the client and the fleet's own gateways only) and the instances, every one
 tagged with the transfer id, the creator and an expiry, with
-``InstanceInitiatedShutdownBehavior=terminate`` so that an agent that powers off after losing
-its control plane also ends the bill. Regions are provisioned in parallel. Any failure deletes
-everything created so far before raising. The SSH bootstrap is injectable (the
-tests run against moto's EC2 emulator, whose instances have no SSH).
+``InstanceInitiatedShutdownBehavior=terminate`` so that a power-off ends the bill, and
+user-data (cloud-init) that sets the VM's root-owned deadline at boot (``cloudvm.common``):
+the agent's lease can push it later, never past ``ttl_seconds``, so every instance powers off,
+hence terminates, whatever happens to the control plane. A pending fleet record is written
+before the first create call and names each resource before its create call (instances by
+the transfer's tags and the ``ClientToken`` of their ``RunInstances``), so a control plane
+killed at any point leaves a record ``deprovision`` acts on. Regions are provisioned in
+parallel. Any failure deletes everything created so far before raising. The SSH bootstrap is
+injectable (the tests run against moto's EC2 emulator, whose instances have no SSH).
 """
 
 from __future__ import annotations
 
-import getpass
+import json
 import logging
-import socket
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -30,9 +34,6 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
 from skyplane_ops.provision.aws.teardown import (
     TAG_CREATED,
-    TAG_CREATOR,
-    TAG_EXPIRES,
-    TAG_TRANSFER,
     UBUNTU_2204,
     UBUNTU_OWNER,
     EC2Teardown,
@@ -48,6 +49,12 @@ from skyplane_ops.provision.cloudhosts import (
     save_cloud_fleet,
 )
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
+from skyplane_ops.provision.cloudvm.common import (
+    DEADLINE_COMMAND,
+    deadline_cloud_init,
+    default_creator,
+    fleet_tags,
+)
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
@@ -103,6 +110,8 @@ class AWSProvisioner(EC2Teardown):
         sweep_regions: Sequence[str] = (),
         poll_interval: float = 2.0,
         start_timeout: float = 600.0,
+        boot_limit_s: float | None = None,
+        creator: str | None = None,
     ) -> None:
         import boto3  # lazily: only this backend needs it
 
@@ -120,6 +129,9 @@ class AWSProvisioner(EC2Teardown):
         self.data_port = data_port
         self.probe_port = probe_port
         self.ttl_seconds = ttl_seconds
+        # The root deadline at boot: until the agent's first lease renewal extends it.
+        self.boot_limit_s = boot_limit_s if boot_limit_s is not None else min(ttl_seconds, 3600.0)
+        self.creator = creator or default_creator()
         self.idle_timeout = idle_timeout
         self.endpoint_url = endpoint_url
         self.wheelhouse = wheelhouse
@@ -130,6 +142,7 @@ class AWSProvisioner(EC2Teardown):
         self.start_timeout = start_timeout
         self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
         self._clients: dict[str, Any] = {}
+        self._pending: records.PendingRecord | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -160,15 +173,17 @@ class AWSProvisioner(EC2Teardown):
         return str(max(images, key=lambda i: i.get("CreationDate", ""))["ImageId"])
 
     def _tags(self, transfer_id: str, extra: Mapping[str, str] | None) -> dict[str, str]:
-        now = datetime.now(UTC)
-        creator = f"{getpass.getuser()}@{socket.gethostname()}"
-        return {
-            TAG_TRANSFER: transfer_id,
-            TAG_CREATOR: creator,
-            TAG_CREATED: now.isoformat(timespec="seconds"),
-            TAG_EXPIRES: (now + timedelta(seconds=self.ttl_seconds)).isoformat(timespec="seconds"),
-            **(extra or {}),
-        }
+        return fleet_tags(transfer_id, self.ttl_seconds, extra, self.creator)
+
+    def _user_data(self) -> str:
+        """cloud-init: the root-owned deadline (boot limit, hard cap at the expiry tag)."""
+        config = deadline_cloud_init(self.ssh_user, self.boot_limit_s, self.ttl_seconds)
+        return "#cloud-config\n" + json.dumps(config, indent=1, sort_keys=True) + "\n"
+
+    def _record(self) -> None:
+        """Rewrite the pending record (called before each create call)."""
+        if self._pending is not None:
+            self._pending.save()
 
     # ------------------------------------------------------------------ provision
 
@@ -183,6 +198,8 @@ class AWSProvisioner(EC2Teardown):
         public = key.public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
         )
+        state.key_name = name  # recorded before the call: a lost answer must not leak it
+        self._record()
         ec2.import_key_pair(
             KeyName=name,
             PublicKeyMaterial=public,
@@ -190,7 +207,6 @@ class AWSProvisioner(EC2Teardown):
                 {"ResourceType": "key-pair", "Tags": _tag_list({**tags, "Name": name})}
             ],
         )
-        state.key_name = name
         key_path = private_dir("keys") / f"{transfer_id}-{region}.pem"
         write_private(
             key_path,
@@ -202,6 +218,8 @@ class AWSProvisioner(EC2Teardown):
         )
         state.key_path = str(key_path)
 
+        state.group_name = name
+        self._record()
         group = ec2.create_security_group(
             GroupName=name,
             Description=f"skyplane-ops gateways of transfer {transfer_id}",
@@ -210,6 +228,7 @@ class AWSProvisioner(EC2Teardown):
             ],
         )
         state.group_id = group_id = str(group["GroupId"])
+        self._record()
         client = [{"CidrIp": self.client_cidr, "Description": "skyplane-ops control plane"}]
         own = [{"GroupId": group_id, "Description": "this fleet's gateways"}]
         ec2.authorize_security_group_ingress(
@@ -229,20 +248,26 @@ class AWSProvisioner(EC2Teardown):
             ],
         )
 
+        image = self._image_for(region)
+        state.client_token = str(uuid.uuid4())  # names the instances before they exist
+        self._record()
         reservation = ec2.run_instances(
-            ImageId=self._image_for(region),
+            ClientToken=state.client_token,
+            ImageId=image,
             InstanceType=self.instance_type,
             MinCount=count,
             MaxCount=count,
             KeyName=name,
             SecurityGroupIds=[group_id],
-            InstanceInitiatedShutdownBehavior="terminate",
+            InstanceInitiatedShutdownBehavior="terminate",  # a power-off ends the bill
+            UserData=self._user_data(),
             TagSpecifications=[
                 {"ResourceType": "instance", "Tags": _tag_list({**tags, "Name": name})},
                 {"ResourceType": "volume", "Tags": _tag_list({**tags, "Name": name})},
             ],
         )
         state.instance_ids = [str(i["InstanceId"]) for i in reservation["Instances"]]
+        self._record()
         state.public_ips = self._wait_running(ec2, state.instance_ids)
 
     def _gateway_ports(self) -> list[int]:
@@ -313,7 +338,16 @@ class AWSProvisioner(EC2Teardown):
         all_tags = self._tags(transfer_id, tags)
         states = [_RegionState(region=r) for r in sorted(by_aws)]
         secret_ref = create_secret(transfer_id)
+        self._pending = records.PendingRecord(
+            transfer_id=transfer_id,
+            backend=self.name,
+            secret_ref=secret_ref,
+            tags=all_tags,
+            created_at=all_tags[TAG_CREATED],
+            snapshot=lambda: {"regions": {s.region: s.to_dict() for s in states}},
+        )
         try:
+            self._pending.save()  # before the first create call
             provision_regions(self._provision_region, states, wanted, by_aws, transfer_id, all_tags)
             self._admit_peers(states)
             hosts = [
@@ -338,8 +372,10 @@ class AWSProvisioner(EC2Teardown):
             gateways = self._bootstrap(hosts, transfer_id, secret_ref)
         except BaseException as exc:
             log.warning("provisioning %s failed (%s); deleting what was created", transfer_id, exc)
-            self._cleanup(states)
+            pending, self._pending = self._pending, None
+            self._cleanup(states, transfer_id)  # raises if incomplete: the record stays
             delete_secret(secret_ref)
+            pending.forget()
             if isinstance(exc, ProvisionError):
                 raise type(exc)(f"{exc} (everything created was deleted)") from exc
             if isinstance(exc, Exception):
@@ -347,6 +383,7 @@ class AWSProvisioner(EC2Teardown):
                     f"AWS provisioning failed: {exc} (everything created was deleted)"
                 ) from exc
             raise
+        self._pending = None
         return save_cloud_fleet(
             backend=self.name,
             transfer_id=transfer_id,
@@ -387,6 +424,7 @@ class AWSProvisioner(EC2Teardown):
             wheelhouse_builder=self._default_wheelhouse,
             idle_timeout=self.idle_timeout,
             poweroff_on_idle=self.poweroff_on_idle,
+            deadline_command=DEADLINE_COMMAND,
             connect_timeout=20.0,
             ready_timeout=120.0,
         )
@@ -408,24 +446,19 @@ class AWSProvisioner(EC2Teardown):
 
     # ------------------------------------------------------------------ tear-down
 
-    def deprovision(self, fleet: GatewayFleet) -> None:
+    def deprovision(self, fleet: GatewayFleet) -> list[str]:
         try:
             teardown_gateways(fleet.gateways, fleet.transfer_id, self._bootstrap_options())
         except ProvisionError as exc:  # the instances are terminated next anyway
             log.info("agent tear-down before termination failed: %s", exc)
         states = [
-            _RegionState(
-                region=region,
-                key_name=info.get("key_name"),
-                key_path=info.get("key_path"),
-                group_id=info.get("group_id"),
-                instance_ids=list(info.get("instance_ids", [])),
-            )
+            _RegionState.from_dict(region, info)
             for region, info in fleet.resources.get("regions", {}).items()
         ]
-        self._cleanup(states)
+        deleted = self._cleanup(states, fleet.transfer_id)
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
+        return deleted
 
 
 _SESSION_LOCK = threading.Lock()

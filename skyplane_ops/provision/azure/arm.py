@@ -18,8 +18,11 @@ CAPACITY_CODES = {
     "OverconstrainedZonalAllocationRequest",
     "SkuNotAvailable",
 }
+# The VM deletes itself (with its OS disk, NIC and public IP: their deleteOption is Delete) with
+# its managed identity, before its root deadline powers it off and whenever it shuts down: a
+# stopped or deallocated VM still bills its disk and static IP, a deleted one bills nothing.
 RELEASE_SCRIPT = """#!/bin/sh
-# skyplane-ops: on shutdown, deallocate this VM with its managed identity (ends compute billing).
+# skyplane-ops: delete this VM (and its disk, NIC, public IP) with its managed identity.
 md=http://169.254.169.254/metadata
 arm=https://management.azure.com
 q="api-version=2018-02-01&resource=$arm/"
@@ -27,11 +30,11 @@ tok=$(curl -sf -H Metadata:true "$md/identity/oauth2/token?$q" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
 id=$(curl -sf -H Metadata:true \
   "$md/instance/compute/resourceId?api-version=2021-02-01&format=text")
-curl -sf -X POST -H "Authorization: Bearer $tok" -H "Content-Length: 0" \
-  "$arm$id/deallocate?api-version=2024-07-01"
+curl -sf -X DELETE -H "Authorization: Bearer $tok" \
+  "$arm$id?forceDeletion=true&api-version=2024-07-01"
 """
 RELEASE_UNIT = """[Unit]
-Description=skyplane-ops: deallocate this VM when it shuts down
+Description=skyplane-ops: delete this VM when it shuts down
 Wants=network-online.target
 After=network-online.target
 [Service]
@@ -71,7 +74,8 @@ def public_ip(base: Mapping[str, Any]) -> dict[str, Any]:
     return {
         **base,
         "sku": {"name": "Standard"},
-        "properties": {"publicIPAllocationMethod": "Static"},
+        # deleted with the VM that uses it (a VM that deletes itself leaves no billed IP)
+        "properties": {"publicIPAllocationMethod": "Static", "deleteOption": "Delete"},
     }
 
 
@@ -110,7 +114,8 @@ def nsg_rules(client_cidr: str, ports: Sequence[int], peers: Sequence[str]) -> l
 
 
 def release_on_shutdown() -> dict[str, Any]:
-    """cloud-init that installs the unit deallocating the VM when it shuts down."""
+    """cloud-init that installs the unit deleting the VM when it shuts down (the deadline helper
+    runs the same script before it powers off: ``deadline_cloud_init(before_poweroff=...)``)."""
     return {
         "write_files": [
             {

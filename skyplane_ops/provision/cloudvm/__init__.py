@@ -7,6 +7,8 @@ which imports the tags from here)."""
 from __future__ import annotations
 
 from skyplane_ops.provision.cloudvm.common import (
+    DEADLINE_COMMAND,
+    DEADLINE_HELPER,
     GCP_LABEL_CREATED,
     GCP_LABEL_TRANSFER,
     NAME_PREFIX,
@@ -18,14 +20,20 @@ from skyplane_ops.provision.cloudvm.common import (
     QuotaError,
     cloud_init,
     created_before,
+    deadline_cloud_init,
+    default_creator,
+    expired,
     fleet_tags,
     gcp_labels,
     parse_cloud_init,
     region_of,
     save_client_key,
+    sweepable,
 )
 
 __all__ = [
+    "DEADLINE_COMMAND",
+    "DEADLINE_HELPER",
     "GCP_LABEL_CREATED",
     "GCP_LABEL_TRANSFER",
     "NAME_PREFIX",
@@ -37,9 +45,13 @@ __all__ = [
     "QuotaError",
     "cloud_init",
     "created_before",
+    "deadline_cloud_init",
+    "default_creator",
+    "expired",
     "fleet_tags",
     "gcp_labels",
     "parse_cloud_init",
     "region_of",
     "save_client_key",
+    "sweepable",
 ]

@@ -11,7 +11,9 @@ from typing import Any, NoReturn
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost, cached_wheelhouse
+from skyplane_ops.provision.cloudvm.common import DEADLINE_COMMAND
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.records import PendingRecord
 from skyplane_ops.provision.secrets import delete_secret
 from skyplane_ops.provision.ssh.bootstrap import (
     BootstrapOptions,
@@ -45,6 +47,7 @@ class CloudBoot:
         poweroff_on_idle: bool = True,
         wheelhouse: str | None = None,
         bootstrap: Bootstrap | None = None,
+        deadline_command: str = DEADLINE_COMMAND,
     ) -> None:
         self.client_cidr = client_cidr
         self.ssh_user = ssh_user
@@ -60,6 +63,8 @@ class CloudBoot:
         self.idle_timeout = idle_timeout
         self.poweroff_on_idle = poweroff_on_idle
         self.wheelhouse = wheelhouse
+        # How the agent reaches the VM's root deadline (cloud-init's helper, through sudo).
+        self.deadline_command = deadline_command
         self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
         self._wheel_lock = threading.Lock()
 
@@ -121,6 +126,7 @@ class CloudBoot:
             wheelhouse_builder=self._default_wheelhouse,
             idle_timeout=self.idle_timeout,
             poweroff_on_idle=self.poweroff_on_idle,
+            deadline_command=self.deadline_command,
             connect_timeout=20.0,
             ready_timeout=120.0,
         )
@@ -144,14 +150,22 @@ class CloudBoot:
             Path(key_path).unlink(missing_ok=True)
 
     def fail_cleanly(
-        self, exc: BaseException, transfer_id: str, cleanup: Callable[[], Any], secret_ref: str
+        self,
+        exc: BaseException,
+        transfer_id: str,
+        cleanup: Callable[[], Any],
+        secret_ref: str,
+        pending: PendingRecord | None = None,
     ) -> NoReturn:
-        """Delete everything created so far, then re-raise ``exc`` saying so."""
+        """Delete everything created so far, then re-raise ``exc`` saying so. The pending
+        record goes only once everything is deleted (else it is what the sweeper works from)."""
         log.warning("provisioning %s failed (%s); deleting what was created", transfer_id, exc)
         try:
             cleanup()
         finally:
             delete_secret(secret_ref)
+        if pending is not None:
+            pending.forget()
         if isinstance(exc, ProvisionError):
             raise type(exc)(f"{exc} (everything created was deleted)") from exc
         if isinstance(exc, Exception):
