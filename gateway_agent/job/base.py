@@ -102,16 +102,18 @@ def _open_credentials(
 
 def _credentials(
     spec: dict[str, Any], secret: bytes, gateway_id: str
-) -> tuple[CredentialCell | None, CredentialCell | None]:
+) -> tuple[CredentialCell | None, CredentialCell | None, int]:
     """Cells holding the source and destination credentials sealed into
-    ``spec["sealed_credentials"]`` (None where the control plane sent none)."""
+    ``spec["sealed_credentials"]`` (None where the control plane sent none), and their
+    serial."""
     token = spec.get("sealed_credentials")
     if not token:
-        return None, None
-    src, dst, _ = _open_credentials(spec, token, secret, gateway_id)
+        return None, None, 0
+    src, dst, serial = _open_credentials(spec, token, secret, gateway_id)
     return (
         CredentialCell(src) if src is not None else None,
         CredentialCell(dst) if dst is not None else None,
+        serial,
     )
 
 
@@ -163,8 +165,10 @@ class JobBase:
         self._dst_options: dict[str, Any] = options.get("dst", {})
         # The store credentials the control plane sealed for this job on this gateway: kept in
         # memory only, handed to the store constructors (none: the SDK's own chain).
-        self._src_credentials, self._dst_credentials = _credentials(spec, secret, gateway_id)
-        self._credentials_serial = 0  # of the last fresh set (``update_credentials``)
+        # Their serial: a fresh set (``update_credentials``) must carry a higher one.
+        self._src_credentials, self._dst_credentials, self._credentials_serial = _credentials(
+            spec, secret, gateway_id
+        )
         self._src: ObjectStore | None = None
         self._dst: ObjectStore | None = None
         self._store_lock = threading.Lock()

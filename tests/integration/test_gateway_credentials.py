@@ -11,6 +11,7 @@ never written to a gateway's log.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -239,15 +240,19 @@ def test_relays_get_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     gateways = [Gateway(f"g{i}", r, "127.0.0.1", 1, 2) for i, r in enumerate([SRC, RELAY, DST])]
     fleet = GatewayFleet("t", "local", gateways, "ref")
     secret = b"k" * 32
-    conn = f"AccountName=acct;AccountKey={SENTINEL}"
+    key = base64.b64encode(SENTINEL.encode()).decode()
+    conn = f"AccountName=acct;AccountKey={key}"
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", conn)
     d = Dispatcher(plan, fleet, secret, src_uri="file:///tmp/x/", dst_uri="az://acct/cont/")
     specs = {g.region: d.job_spec(g) for g in gateways}
     assert "sealed_credentials" not in specs[SRC] and "sealed_credentials" not in specs[RELAY]
-    assert SENTINEL not in str(specs)
+    assert SENTINEL not in str(specs) and key not in str(specs)
     token = specs[DST]["sealed_credentials"]
     opened = unseal(secret, token, credentials_context(d.job_id, "g2"))
-    assert SENTINEL.encode() in opened and b'"src": null' in opened
+    sealed = json.loads(opened)
+    assert sealed["src"] is None and sealed["dst"]["kind"] == "azure"
+    # A SAS minted with the key (the control plane's), never the key itself.
+    assert "sig=" in sealed["dst"]["sas"] and key.encode() not in opened
     for job, gid in ((d.job_id, "g0"), ("job-other", "g2")):
         with pytest.raises(InvalidTag):
             unseal(secret, token, credentials_context(job, gid))

@@ -87,7 +87,15 @@ def resolve(
     for key in CREDENTIAL_OPTIONS.get(scheme, ()):
         opts.pop(key, None)
     if mode == "minted":
-        return _minted(uri, scheme, opts, dict(options or {}), write, lifetime_s, name)
+        try:
+            return _minted(uri, scheme, opts, dict(options or {}), write, lifetime_s, name)
+        except TransferError:
+            raise
+        except Exception as exc:  # never the message: it could quote a credential
+            raise TransferError(
+                f"minting credentials for {uri} failed ({type(exc).__name__}); set the store "
+                "option credentials to 'instance' or 'forward' to do without"
+            ) from None
     try:
         if scheme == "s3":
             return _aws(opts, mode)

@@ -181,7 +181,8 @@ class Dispatcher(JobSpecs, Liveness):
                         linger_s=self.options.lease_linger_s,
                     )
                 )
-            self.refresher = stack.enter_context(CredentialRefresher(self, self.clients))
+            refresher = stack.enter_context(CredentialRefresher(self, self.clients))
+            self.refresher = refresher
             # Not a ``with`` block: leaving must not wait for a poll stuck on a hung gateway.
             pollers = ThreadPoolExecutor(
                 max_workers=max(1, 2 * len(self.gateways)), thread_name_prefix="poll"
@@ -189,6 +190,7 @@ class Dispatcher(JobSpecs, Liveness):
             try:
                 return self._run(iter(chunks), totals, uploads, on_done, progress, pollers)
             finally:
+                refresher.close()
                 self._sender.close()
                 self.stop(pollers)
                 pollers.shutdown(wait=False, cancel_futures=True)

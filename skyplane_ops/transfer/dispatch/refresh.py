@@ -70,6 +70,10 @@ class CredentialRefresher:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop refreshing (idempotent): before the jobs are stopped."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
