@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 import pytest
 
@@ -150,10 +150,11 @@ def test_gcs_gateways_get_a_downscoped_token_not_the_source_credential(
     boundaries: list[dict[str, Any]] = []
 
     def sts(request: Any) -> tuple[int, dict[str, str], str]:
-        form = {k: v[0] for k, v in parse_qs(request.body).items()}
-        if "options" in form:  # the downscoping exchange
+        body = request.body.decode() if isinstance(request.body, bytes) else request.body
+        form = {k: v[0] for k, v in parse_qs(body).items()}
+        if "options" in form:  # the downscoping exchange (its options are quoted twice)
             assert form["subject_token"] == "source-access-token"
-            boundaries.append(json.loads(form["options"]))
+            boundaries.append(json.loads(unquote(form["options"])))
             token = f"downscoped-{len(boundaries)}"
         else:  # the source credential's own refresh
             assert form["subject_token"] == SUBJECT
