@@ -327,6 +327,7 @@ def hook_gateways() -> Iterator[LocalProvisioner]:
     )
 
 
+ROLE = "arn:aws:iam::123456789012:role/skyplane-gateways"
 # A transfer that outlives its first credentials several times: one reader at the source,
 # slowed to 2 MiB/s, a chunk in flight at a time; the credentials live 4 s.
 SLOW = DispatchOptions(
@@ -376,15 +377,16 @@ def test_s3_gateways_get_scoped_sts_credentials_refreshed_mid_transfer(
     tmp_path: Path,
 ) -> None:
     """The user's keys are only in this process's environment; the gateways get STS session
-    credentials (moto's GetFederationToken) whose policy names only their end's prefix, live
-    4 s, and are replaced mid-transfer."""
+    credentials (moto's AssumeRole into ``role_arn``: moto's GetFederationToken answers the
+    same example keys at every call, so sets could not be told apart) whose policy names only
+    their end's prefix, live 4 s, and are replaced mid-transfer."""
     user_key = os.environ["AWS_ACCESS_KEY_ID"]
     name = f"sts{uuid.uuid4().hex[:10]}"
     moto_s3.make_bucket(name + "s")
     moto_s3.make_bucket(name + "d")
     data = _slow_data()
     with CountingProxy(moto_s3.options["endpoint_url"]) as proxy:
-        options = {"endpoint_url": proxy.endpoint, "region": "us-east-1"}
+        options = {"endpoint_url": proxy.endpoint, "region": "us-east-1", "role_arn": ROLE}
         src_uri, dst_uri = f"s3://{name}s/data/", f"s3://{name}d/out/"
         src = open_store(src_uri, options)
         for key, blob in data.items():
@@ -418,7 +420,7 @@ def test_s3_gateways_get_scoped_sts_credentials_refreshed_mid_transfer(
         dst_uri: (f"{name}d", "out/", f"{name}s"),
     }.items():
         for m in minted[uri]:
-            assert m.detail["method"] == "GetFederationToken"
+            assert m.detail["method"] == "AssumeRole"
             assert m.credentials.get("access_key_id") != user_key
             assert m.credentials.get("session_token")
             text = json.dumps(m.detail["policy"])
@@ -511,6 +513,7 @@ def test_azure_gateways_get_a_container_sas_refreshed_mid_transfer(
             logs = b"".join(Path(gw.resources["log"]).read_bytes() for gw in fleet.gateways)
         finally:
             hook_gateways.deprovision(fleet)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", conn)  # the proxy is gone
     dst = open_store(dst_uri)
     assert {o.key: dst.read(o.key) for o in dst.list()} == data
 
@@ -562,8 +565,7 @@ def test_aws_minting_assumes_the_given_role_and_caps_a_chained_session(
     """With ``role_arn`` the gateways' session is ``AssumeRole`` (moto's STS) with the same
     session policy; from a caller that is itself a session (role chaining) AWS allows 1 h at
     most, whatever lifetime is asked for; the role option stays in the control plane."""
-    role = "arn:aws:iam::123456789012:role/skyplane-gateways"
-    options = {**moto_s3.options, "role_arn": role}
+    options = {**moto_s3.options, "role_arn": ROLE}
     monkeypatch.setenv("AWS_SESSION_TOKEN", "the-callers-session")
     chained = resolve("s3://bkt/in/", options, lifetime_s=12 * 3600, name="job-chained")
     assert chained.minted is not None and chained.options == moto_s3.options
@@ -576,3 +578,7 @@ def test_aws_minting_assumes_the_given_role_and_caps_a_chained_session(
     assert direct.minted.expires_at - direct.minted.issued_at > 11 * 3600
     assert direct.credentials is not None
     assert direct.credentials.get("access_key_id") != os.environ["AWS_ACCESS_KEY_ID"]
+    federated = resolve("s3://bkt/in/", moto_s3.options, lifetime_s=600, name="job-f")
+    assert federated.minted is not None
+    assert federated.minted.detail["method"] == "GetFederationToken"
+    assert federated.minted.expires_at - federated.minted.issued_at <= 600 + 5
