@@ -278,3 +278,45 @@ def test_an_s3_session_takes_the_cells_newest_set_and_refuses_an_expired_one() -
         old.get_frozen_credentials()
     with pytest.raises(ValueError):
         cell.update(StoreCredentials("gcp", {"token": "x"}))
+
+
+# ---- the gateway's job: fresh sets in order, for the stores it holds ----------------------------
+
+
+def _sealed(secret: bytes, job_id: str, serial: int, **sides: Any) -> str:
+    from gateway_agent.auth import seal
+
+    body = {"src": None, "dst": None, "serial": serial}
+    body.update({side: creds.to_dict() for side, creds in sides.items()})
+    return seal(secret, json.dumps(body).encode(), credentials_context(job_id, "gw"))
+
+
+def test_a_job_takes_fresh_sets_in_serial_order_for_the_stores_it_holds() -> None:
+    from gateway_agent.flow import ByteBudget
+    from gateway_agent.job import Job
+    from gateway_agent.job.base import JobError
+
+    secret, job_id = b"s" * 32, "job-fresh"
+    spec = {
+        "job_id": job_id, "routes": {"0": ["here"]}, "gateways": {"here": []},
+        "sealed_credentials": _sealed(secret, job_id, 0, dst=_aws("ASIA0", 60)),
+    }  # fmt: skip
+    job = Job(spec, gateway_id="gw", region="here", secret=secret, budget=ByteBudget(1 << 20))
+    try:
+        cell = job._dst_credentials
+        assert cell is not None and job._src_credentials is None
+        fresh = {"sealed_credentials": _sealed(secret, job_id, 2, dst=_aws("ASIA2", 60))}
+        assert job.update_credentials(fresh) == {"updated": True, "serial": 2}
+        late = {"sealed_credentials": _sealed(secret, job_id, 1, dst=_aws("ASIA1", 60))}
+        assert job.update_credentials(late) == {"updated": False, "serial": 2}
+        assert cell.current().get("access_key_id") == "ASIA2"
+        assert job.credential_counters()["credentials_received"] == 1
+        other = {"sealed_credentials": _sealed(secret, job_id, 3, src=_aws("ASIA3", 60))}
+        with pytest.raises(JobError, match="holds none"):
+            job.update_credentials(other)
+        elsewhere = {"sealed_credentials": _sealed(secret, "job-other", 4, dst=_aws("X", 60))}
+        with pytest.raises(JobError, match="do not open"):
+            job.update_credentials(elsewhere)
+        assert cell.current().get("access_key_id") == "ASIA2"
+    finally:
+        job.stop()
