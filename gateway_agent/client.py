@@ -198,6 +198,13 @@ class GatewayClient:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/leave", body)
         return result
 
+    def update_credentials(self, job_id: str, sealed: str) -> dict[str, Any]:
+        """Hand a running job fresh store credentials (sealed for it on this gateway, see
+        ``Job.update_credentials``)."""
+        body = {"sealed_credentials": sealed}
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/credentials", body)
+        return result
+
     def stop_job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/stop", {})
         return result

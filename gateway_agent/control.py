@@ -2,7 +2,8 @@
 
 Endpoints (all under /v1): GET hello (unsigned: the gateway id and boot epoch a client signs
 for), GET health, POST shutdown, POST lease, POST jobs (start), POST jobs/ID/chunks (submit
-source descriptors), GET jobs/ID/status?cursor=N[&wait=S] (incremental; a long poll of at most
+source descriptors), POST jobs/ID/credentials (fresh sealed store credentials), GET
+jobs/ID/status?cursor=N[&wait=S] (incremental; a long poll of at most
 ``MAX_STATUS_WAIT_S``), POST jobs/ID/stop, POST jobs/ID/drop (a path declared dead), POST
 probe.
 
@@ -186,6 +187,8 @@ class ControlServer:
                 return agent.stop_job(job_id)
             if action == "drop" and method == "POST":
                 return agent.drop_path(job_id, str(data.get("path", "")))
+            if action == "credentials" and method == "POST":
+                return agent.job(job_id).update_credentials(data)
             if action == "leave" and method == "POST":
                 return agent.leave_out(job_id, str(data.get("gateway", "")))
         return None

@@ -66,7 +66,7 @@ class Job(SourceRole, SinkRole):
                 "job_id": self.job_id,
                 "gateway_id": self.gateway_id,
                 "region": self.region,
-                "counters": dict(self.counters),
+                "counters": {**self.counters, **self.credential_counters()},
                 "events": events,
                 "cursor": cursor + len(events),
                 "error": self.error,

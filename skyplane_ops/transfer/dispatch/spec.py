@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
+import threading
 from typing import Any
 
 from gateway_agent.auth import credentials_context, seal
@@ -16,6 +17,7 @@ from gateway_agent.stores.credentials import StoreCredentials
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
+from skyplane_ops.transfer.dispatch.minting import Mint, Minted
 from skyplane_ops.transfer.dispatch.options import DispatchOptions
 
 # TCP connections per hop at most when the hop's receivers listen on a loopback address.
@@ -64,6 +66,11 @@ class JobSpecs:
     _sealed: str
     _secret: bytes
     _credentials: tuple[StoreCredentials | None, StoreCredentials | None]
+    # Ends with minted (expiring) credentials: the newest set and how to mint the next; the
+    # serial of the newest sets (0: those the jobs start with), under the lock.
+    _minted: dict[str, tuple[Minted, Mint]]
+    _credentials_serial: int
+    _credentials_lock: threading.Lock
 
     def _connections(self, src: str, dst: str) -> int:
         if self.options.connections:
@@ -101,17 +108,43 @@ class JobSpecs:
         """``sealed_credentials`` for ``gateway``: the source's credentials if it reads the
         source, the destination's if it writes the destination, none for a relay; sealed
         under the transfer secret for this job on this gateway only."""
-        src, dst = self._credentials
+        _, sealed = self.credentials_for(gateway)
+        return {"sealed_credentials": sealed} if sealed else {}
+
+    def credentials_for(self, gateway: Gateway) -> tuple[int, str | None]:
+        """The serial of the newest credential sets and, sealed for ``gateway``, those it
+        needs (None for a gateway that opens no store with credentials)."""
+        with self._credentials_lock:
+            src, dst = self._credentials
+            serial = self._credentials_serial
         reads = any(route[0] == gateway.region for route, _ in self.routes)
         writes = any(route[-1] == gateway.region for route, _ in self.routes)
-        wanted = {
+        wanted: dict[str, Any] = {
             "src": src.to_dict() if src is not None and reads else None,
             "dst": dst.to_dict() if dst is not None and writes else None,
         }
         if not any(wanted.values()):
-            return {}
+            return serial, None
+        wanted["serial"] = serial
         context = credentials_context(self.job_id, gateway.gateway_id)
-        return {"sealed_credentials": seal(self._secret, json.dumps(wanted).encode(), context)}
+        return serial, seal(self._secret, json.dumps(wanted).encode(), context)
+
+    def minted_ends(self) -> dict[str, tuple[Minted, Mint]]:
+        """The ends whose credentials expire: their newest set and how to mint the next."""
+        with self._credentials_lock:
+            return dict(self._minted)
+
+    def replace_credentials(self, side: str, minted: Minted) -> None:
+        """``minted`` is the newest set of end ``side`` ("src" or "dst"): the next job specs
+        and ``credentials_for`` carry it, under a higher serial."""
+        with self._credentials_lock:
+            src, dst = self._credentials
+            if side == "src":
+                self._credentials = (minted.credentials, dst)
+            else:
+                self._credentials = (src, minted.credentials)
+            self._minted[side] = (minted, self._minted[side][1])
+            self._credentials_serial += 1
 
     def job_spec(self, gateway: Gateway) -> dict[str, Any]:
         hops: dict[str, dict[str, Any]] = {}
