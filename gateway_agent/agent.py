@@ -350,11 +350,16 @@ class Agent:
                 frame = wire.read_body(
                     sock, session, header, decompressor, lease.buffer, self._is_sink, meta_b, meta
                 )
+            except wire.FrameRefused as exc:  # read whole: the connection is still in step
+                lease.release()
+                log.warning("refused a frame from %s: %s", addr, exc)
+                self._refused(exc.meta, exc)
+                continue
             except Exception as exc:  # a broken frame drops the connection
                 lease.release()
                 log.warning("bad frame from %s: %s", addr, exc)
                 if isinstance(exc, wire.HandshakeError):  # not a peer that went away
-                    self._refused(getattr(exc, "meta", None) or meta, exc)
+                    self._refused(meta, exc)
                 return
             job = self.jobs.get(str(frame.meta.get("job")))
             if job is None:

@@ -10,14 +10,16 @@ zstd-compressed and/or sealed with AES-GCM (key derived from the secret and both
 the header is the associated data).
 
 No frame is ever unauthenticated. A hop either seals its frames (AES-GCM: tampering, replay
-or reordering fails the record's tag and the connection is dropped), or the chunk carries an
-end-to-end tag from its source (``meta["tag"]``, see ``FrameTagger``): Poly1305 under a
-one-time key derived from the transfer secret and a random per-frame nonce, over the original
-payload, the metadata and the header's length and CRC32C. The source tags every chunk whose
-path has a clear hop; relays forward the tag untouched (a clear relay still splices, never
-copying the payload to user space) and the sink checks it while the payload is hot, refusing
-the chunk on a mismatch (the control plane sends it again). A CRC32C alone would not do: anyone
-on the path can recompute it.
+or reordering fails a record's tag; a body record that fails refuses its frame, whose chunk is
+reported for re-sending, and one of the header or metadata drops the connection), or the
+chunk carries an end-to-end tag from its source (``meta["tag"]``, see ``FrameTagger``):
+Poly1305 under a one-time key derived from the transfer secret and a random per-frame nonce,
+over the original payload, the metadata and the header's length and CRC32C. The source tags
+every chunk whose path has a clear hop; relays forward the tag untouched (a clear relay still
+splices, never copying the payload to user space) and the sink checks it while the payload is
+hot, refusing the chunk on a mismatch (the control plane sends it again). A CRC32C alone would
+not do: anyone on the path can recompute it. A tagged frame replayed whole delivers the same
+chunk again (harmless: a chunk's bytes are pinned to the source version listed).
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class ConnectionClosed(Exception):
 
 class FrameRefused(HandshakeError):
     """A frame whose metadata was authentic failed authentication further on (a sealed record
-    was tampered with): ``meta`` names the chunk, so the receiver can report it for re-sending
-    before it drops the connection."""
+    was tampered with): ``meta`` names the chunk, so the receiver can report it for re-sending.
+    The rest of the frame was read (each record's nonce counted), so the connection is still in
+    step and its next frames, each authenticated on its own, can be read."""
 
     def __init__(self, meta: dict[str, Any], why: str) -> None:
         super().__init__(why)
@@ -391,18 +394,27 @@ def _read_sealed(
     tagger = FrameTagger.for_meta(session.frame_key, meta) if check else None
     running = 0
     pos = 0
+    refused = False
     while pos < body_len:
         n = min(SEAL_PIECE, body_len - pos)
         recv_exact_into(sock, scratch[: n + TAG])
+        nonce = session.next_nonce()
+        if refused:  # the rest of a refused frame: read, counted, dropped
+            pos += n
+            continue
         try:
-            aead.decrypt_into(session.next_nonce(), scratch[: n + TAG], aad, body[pos : pos + n])
+            aead.decrypt_into(nonce, scratch[: n + TAG], aad, body[pos : pos + n])
         except InvalidTag:
-            raise FrameRefused(meta, "a sealed record failed authentication") from None
+            refused = True
+            pos += n
+            continue
         if check:
             running = crc32c(body[pos : pos + n], running)
             if tagger is not None:
                 tagger.update(body[pos : pos + n])
         pos += n
+    if refused:
+        raise FrameRefused(meta, "a sealed record failed authentication (changed on the way)")
     if not check:
         return Frame(meta, body, crc, HEADER.size + payload_len)
     tag_ok = tagger.matches(meta, body_len, crc) if tagger is not None else None
