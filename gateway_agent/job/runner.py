@@ -180,7 +180,7 @@ class Job(SourceRole, SinkRole):
         self.route(InChunk(meta, payload, crc, lease, received_crc, tag_ok))
 
     def frame_refused(self, meta: dict[str, Any], why: str) -> None:
-        """A frame of this job failed authentication on arrival (its connection is dropped):
+        """A frame of this job failed authentication on arrival (and was dropped whole):
         report the chunk it named, so the control plane sends it again at once."""
         self._count(chunks_bad=1)
         self._event(t="bad", chunk=meta.get("chunk"), path=meta.get("path"), why=why)
