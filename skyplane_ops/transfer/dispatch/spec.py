@@ -27,6 +27,15 @@ LOOPBACK_CONNECTIONS = 8
 OWN_NETWORK_BACKENDS = frozenset({"local", "ssh", "netns"})
 
 
+# Addresses not routed on the Internet, so only reached inside a network someone owns
+# (``ipaddress``'s ``is_private`` is wider: it also counts documentation and reserved ranges).
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fc00::/7",
+              "fe80::/10")
+)  # fmt: skip
+
+
 def _is_loopback(host: str) -> bool:
     return _address_scope(host) == "loopback"
 
@@ -42,7 +51,7 @@ def _address_scope(host: str) -> str:
         return "public"
     if ip.is_loopback:
         return "loopback"
-    return "private" if ip.is_private or ip.is_link_local else "public"
+    return "private" if any(ip in net for net in PRIVATE_NETWORKS) else "public"
 
 
 def hop_kind(src: str, dst: str, addresses: list[str], backend: str) -> str:
