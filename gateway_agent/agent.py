@@ -422,15 +422,32 @@ class Agent:
                 frame = wire.read_body(
                     sock, session, header, decompressor, lease.buffer, self._is_sink, meta_b, meta
                 )
+            except wire.FrameRefused as exc:  # read whole: the connection is still in step
+                lease.release()
+                log.warning("refused a frame from %s: %s", addr, exc)
+                self._refused(exc.meta, exc)
+                continue
             except Exception as exc:  # a broken frame drops the connection
                 lease.release()
                 log.warning("bad frame from %s: %s", addr, exc)
+                if isinstance(exc, wire.HandshakeError):  # not a peer that went away
+                    self._refused(meta, exc)
                 return
             job = self.jobs.get(str(frame.meta.get("job")))
             if job is None:
                 lease.release()
                 continue
-            job.on_frame(frame.meta, frame.payload, frame.crc32c, lease, frame.computed_crc)
+            job.on_frame(
+                frame.meta, frame.payload, frame.crc32c, lease, frame.computed_crc, frame.tag_ok
+            )
+
+    def _refused(self, meta: dict[str, Any] | None, exc: Exception) -> None:
+        """Tell the job of a frame refused after its metadata was read (a sealed record that
+        failed its tag, a malformed body) which chunk it was, so the control plane sends it
+        again instead of waiting for it."""
+        job = self.jobs.get(str(meta.get("job"))) if isinstance(meta, dict) else None
+        if job is not None and meta is not None:
+            job.frame_refused(meta, f"frame refused on arrival: {exc}")
 
     def _try_splice(
         self,

@@ -5,6 +5,7 @@ and routing parts of ``Job`` build on it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import queue
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from gateway_agent import auth
+from gateway_agent import auth, wire
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores import open_store
@@ -66,6 +67,8 @@ class InChunk:
     lease: Lease
     # CRC32C of the payload as received here (computed on arrival), if already known.
     received_crc: int | None = None
+    # Whether the chunk's end-to-end tag matched, when checked on arrival (None: not yet).
+    tag_ok: bool | None = None
 
 
 class JobError(Exception):
@@ -143,6 +146,18 @@ class JobBase:
         self._budget = budget
         self._hooks: dict[str, Any] = dict(spec.get("test_hooks") or {}) if test_hooks else {}
         self.routes: dict[str, list[str]] = {str(k): list(v) for k, v in spec["routes"].items()}
+        # Paths with a clear hop: their chunks carry an end-to-end tag from the source, which
+        # the sink requires (a path sealed hop by hop is authenticated by AES-GCM already).
+        self._frame_key = wire.frame_key(secret)
+        hops: dict[str, dict[str, Any]] = spec.get("hops", {})
+        self._tagged_paths = {
+            path
+            for path, route in self.routes.items()
+            if any(
+                not hops.get(f"{u}>{v}", {}).get("encrypt", False)
+                for u, v in itertools.pairwise(route)
+            )
+        }
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.events: list[dict[str, Any]] = []
         self.error: str | None = None

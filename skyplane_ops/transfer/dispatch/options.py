@@ -17,9 +17,10 @@ class DispatchOptions:
     """Knobs of the data path; ``None`` connections means "as the plan says"."""
 
     connections: int | None = None
-    # True/False for every hop, "cross-cloud" for hops between providers (aws:... -> gcp:...),
-    # or an explicit collection of (src_region, dst_region) hops.
-    encrypt: bool | str | frozenset[tuple[str, str]] = False
+    # AES-GCM per hop: "auto" where the hop leaves a network the user owns (see
+    # ``spec.encrypt_hop``), "all"/True, "none"/False, or an explicit collection of
+    # (src_region, dst_region) hops. A clear hop's chunks are still tagged end to end.
+    encrypt: bool | str | frozenset[tuple[str, str]] = "auto"
     compress_level: int = 0
     max_attempts: int = 4
     poll_interval: float = 0.1
