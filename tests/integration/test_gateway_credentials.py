@@ -566,8 +566,6 @@ def test_aws_minting_assumes_the_given_role_and_caps_a_chained_session(
     session policy; from a caller that is itself a session (role chaining) AWS allows 1 h at
     most, whatever lifetime is asked for; the role option stays in the control plane."""
     options = {**moto_s3.options, "role_arn": ROLE}
-    for key, value in moto_s3.env.items():  # as an earlier test's monkeypatch may have left it
-        monkeypatch.setenv(key, value)
     monkeypatch.setenv("AWS_SESSION_TOKEN", "the-callers-session")
     chained = resolve("s3://bkt/in/", options, lifetime_s=12 * 3600, name="job-chained")
     assert chained.minted is not None and chained.options == moto_s3.options
