@@ -44,8 +44,28 @@ def test_cloud_init_carries_the_host_key_we_generated() -> None:
     config = parse_cloud_init(text)
     assert config["ssh_keys"]["ed25519_public"] == host.public
     assert config["ssh_keys"]["ed25519_private"] == host.private_pem
-    assert config["users"][1]["ssh_authorized_keys"] == [client.public]
+    assert config["users"][0]["ssh_authorized_keys"] == [client.public]
     assert config["ssh_deletekeys"] is True and config["ssh_genkeytypes"] == []
+
+
+def test_cloud_init_makes_one_unprivileged_login_and_no_secret_without_a_host_key() -> None:
+    """The VM's only login has no sudo (the image's default user, which has passwordless sudo
+    on Ubuntu, is not created), and with no host key given the user-data carries no private
+    material: the VM generates its key (cloud-init prints it on the console)."""
+    client = KeyPair.generate()
+    text = cloud_init(user="skyplane", authorized_key=client.public)
+    config = parse_cloud_init(text)
+    assert config["users"] == [
+        {
+            "name": "skyplane",
+            "shell": "/bin/bash",
+            "lock_passwd": True,
+            "ssh_authorized_keys": [client.public],
+        }
+    ], "no 'default' user, no sudo rule, no extra groups"
+    assert "sudo" not in text.lower() and "PRIVATE KEY" not in text
+    assert "ssh_keys" not in config and config["ssh_genkeytypes"] == ["ed25519"]
+    assert config["ssh_pwauth"] is False and config["disable_root"] is True
 
 
 def test_regions_must_name_their_cloud() -> None:

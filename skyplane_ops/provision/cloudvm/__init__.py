@@ -7,6 +7,7 @@ which imports the tags from here)."""
 from __future__ import annotations
 
 from skyplane_ops.provision.cloudvm.common import (
+    AGENT_USER,
     GCP_LABEL_CREATED,
     GCP_LABEL_TRANSFER,
     NAME_PREFIX,
@@ -21,11 +22,13 @@ from skyplane_ops.provision.cloudvm.common import (
     fleet_tags,
     gcp_labels,
     parse_cloud_init,
+    parse_console_host_key,
     region_of,
     save_client_key,
 )
 
 __all__ = [
+    "AGENT_USER",
     "GCP_LABEL_CREATED",
     "GCP_LABEL_TRANSFER",
     "NAME_PREFIX",
@@ -40,6 +43,7 @@ __all__ = [
     "fleet_tags",
     "gcp_labels",
     "parse_cloud_init",
+    "parse_console_host_key",
     "region_of",
     "save_client_key",
 ]
