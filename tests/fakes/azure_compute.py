@@ -6,7 +6,10 @@ self-signed certificate), ARM's JSON shapes and PUT-is-idempotent semantics, res
 need their resource group, and a group delete that removes everything in it. Faults: the n-th
 mutating request can fail (``fail_request``), a VM PUT can be answered with a 500 *after* the VM
 was created (``lose_vm_answer``: the SDK retries), zones can have no capacity and a core quota
-can be enforced. Each VM is a ``LoopbackVM``: sshd keyed from its custom data.
+can be enforced. Each VM is a ``LoopbackVM``: sshd keyed from its custom data. Custom role
+definitions live at subscription scope (``role_definitions``: not resources of a group, so not
+``leftovers``); a role assignment must name a known role (a custom one, or Virtual Machine
+Contributor) whose ``assignableScopes`` cover its scope, and a principal that scope holds.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from skyplane_ops.provision.azure.arm import VM_CONTRIBUTOR
 from tests.fakes.jsonapi import JSONAPIFake
 from tests.fakes.vm import LoopbackVM, next_address
 
@@ -89,6 +93,7 @@ class FakeARM(JSONAPIFake):
         self.exhausted_zones: set[str] = set()
         self.core_quota: int | None = None
         self.vm_creations = 0
+        self.role_definitions: dict[str, dict[str, Any]] = {}  # lower-cased id -> definition
         self._dir = Path(tempfile.mkdtemp(prefix="fake-arm-"))
         cert, key = self_signed(self._dir)
         self.ca_bundle = str(cert)
@@ -133,6 +138,10 @@ class FakeARM(JSONAPIFake):
                         if r["type"] == "Microsoft.Resources/resourceGroups"
                     ]
                 }
+            if "/providers/microsoft.authorization/roledefinitions/" in key and (
+                self._group_key(key) is None
+            ):
+                return self._role_definition(method, key, path, body)
             if method == "GET":
                 found = self.store.get(key)
                 return (200, found) if found else (404, _err("ResourceNotFound", path))
@@ -196,6 +205,13 @@ class FakeARM(JSONAPIFake):
             vm = self.store.get(target)
             if not vm or vm.get("identity", {}).get("principalId") != props.get("principalId"):
                 return 400, _err("PrincipalNotFound", "no such principal on that scope")
+            role_id = str(props.get("roleDefinitionId", "")).lower()
+            role = self.role_definitions.get(role_id)
+            if role is None and not role_id.endswith(VM_CONTRIBUTOR):
+                return 400, _err("RoleDefinitionDoesNotExist", f"no role {role_id}")
+            scopes = (role or {}).get("properties", {}).get("assignableScopes", ["/"])
+            if not any(target.startswith(scope.lower().rstrip("/") + "/") for scope in scopes):
+                return 403, _err("RoleAssignmentScopeNotAssignable", f"{role_id} at {target}")
         elif low.endswith("virtualmachines") and existing is None:
             status = self._create_vm(key, res)
             if status is not None:
@@ -208,6 +224,33 @@ class FakeARM(JSONAPIFake):
         if low.endswith(("securityrules", "networksecuritygroups", "virtualmachines")):
             self._enforce()
         return (201 if existing is None else 200), res
+
+    def _role_definition(
+        self, method: str, key: str, path: str, body: dict[str, Any]
+    ) -> tuple[int, Any]:
+        """Custom role definitions (subscription scope): PUT is idempotent, GET reads back."""
+        if method == "GET":
+            found = self.role_definitions.get(key)
+            return (200, found) if found else (404, _err("RoleDefinitionDoesNotExist", path))
+        if method != "PUT":
+            return 405, _err("MethodNotAllowed", f"{method} {path}")
+        props = body.get("properties", {})
+        taken = [
+            r
+            for k, r in self.role_definitions.items()
+            if k != key and r["properties"]["roleName"] == props.get("roleName")
+        ]
+        if taken or not props.get("assignableScopes") or not props.get("permissions"):
+            return 409 if taken else 400, _err("RoleDefinitionInvalid", path)
+        existed = key in self.role_definitions
+        res = {
+            "id": path,
+            "name": path.rsplit("/", 1)[-1],
+            "type": "Microsoft.Authorization/roleDefinitions",
+            "properties": {**props, "provisioningState": "Succeeded"},
+        }
+        self.role_definitions[key] = res
+        return (200 if existed else 201), res
 
     def _enforce(self) -> None:
         """Give every VM the inbound Allow rules of the NSG on its subnet (default: deny)."""

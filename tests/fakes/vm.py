@@ -1,9 +1,11 @@
 """A fake cloud VM that is real where it matters: sshd on its own loopback address.
 
 The fake clouds call ``LoopbackVM.boot`` with the VM's cloud-init user-data: like cloud-init,
-it installs the ed25519 host key and the authorized client key found there, then starts OpenSSH
-on ``address:ssh_port``. A host key the control plane did not put in the user-data would
-therefore fail verification, exactly as on a real VM.
+it installs the ed25519 host key found there (or, when there is none, generates one and prints
+it on its ``console`` between cloud-init's SSH HOST KEY KEYS markers), makes the login user it
+names (``tests.fakes.vmuser``: no sudo) with the authorized client key, then starts OpenSSH on
+``address:ssh_port``. A host key the control plane did not put in the user-data or read from the
+console would therefore fail verification, exactly as on a real VM.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyplane_ops.provision.cloudvm import parse_cloud_init
+from skyplane_ops.provision.cloudvm import KeyPair, parse_cloud_init
+from tests.fakes.vmuser import ensure_user
 from tests.fixtures.ports import wait_for_port
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -39,6 +42,8 @@ class LoopbackVM:
     proc: subprocess.Popen[bytes] | None
     workdir: Path
     netns: str | None = None  # set when the VM is a namespace on a ``CloudNet``
+    console: str = ""  # what cloud-init printed on the serial console
+    login: str = ""  # the user cloud-init made (the one the VM is logged into)
 
     @classmethod
     def boot(
@@ -54,17 +59,24 @@ class LoopbackVM:
         ``env`` is what the VM's environment gives its processes (on a real VM: an instance
         role or a metadata server; here: the emulators' endpoints and test credentials)."""
         workdir = Path(tempfile.mkdtemp(prefix="fakevm-"))
+        os.chmod(workdir, 0o755)  # sshd reads authorized_keys as the logged-in user
         config = parse_cloud_init(user_data)
-        keys = config["ssh_keys"]
+        keys = config.get("ssh_keys") or {}
+        if "ed25519_private" not in keys:  # cloud-init's ssh_genkeytypes: made on the VM
+            made = KeyPair.generate()
+            keys = {"ed25519_private": made.private_pem, "ed25519_public": made.public}
         host_key = workdir / "ssh_host_ed25519_key"
         host_key.write_text(keys["ed25519_private"])
         os.chmod(host_key, 0o600)
-        authorized = [
-            k for u in config["users"] if isinstance(u, dict) for k in u["ssh_authorized_keys"]
-        ]
+        console = console_host_keys(keys["ed25519_public"])
+        users = [u for u in config["users"] if isinstance(u, dict)]
+        login = users[0]["name"] if users else "root"
+        authorized = [k for u in users for k in u["ssh_authorized_keys"]]
         (workdir / "authorized_keys").write_text("\n".join(authorized) + "\n")
+        os.chmod(workdir / "authorized_keys", 0o644)
         if ssh_port is None:
-            return cls(address, None, workdir, netns)
+            return cls(address, None, workdir, netns, console, login)
+        ensure_user(login)  # an account of this machine: sshd logs the client in as it
         (workdir / "sshd_config").write_text(
             "\n".join(
                 [
@@ -94,7 +106,7 @@ class LoopbackVM:
             stderr=subprocess.DEVNULL,
         )
         wait_for_port(ssh_port, host=address, timeout=10)
-        return cls(address, proc, workdir, netns)
+        return cls(address, proc, workdir, netns, console, login)
 
     def enforce(self, allowed: Mapping[int, Sequence[str]]) -> None:
         """Apply firewall rules the cloud was given: TCP port -> admitted source CIDRs, all
@@ -113,3 +125,13 @@ class LoopbackVM:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def console_host_keys(*public: str) -> str:
+    """Serial console output as cloud-init prints host keys (``cc_keys_to_console``)."""
+    return (
+        "[   12.345678] cloud-init[1021]: Cloud-init v. 23.4 running 'modules:final'\n"
+        "-----BEGIN SSH HOST KEY KEYS-----\n"
+        + "".join(f"{p} root@fakevm\n" for p in public)
+        + "-----END SSH HOST KEY KEYS-----\n"
+    )
