@@ -5,9 +5,17 @@ security group (SSH from the client only; the gateway ports, control, data and t
 probe port, from the client and the fleet's own gateways only) and the instances, every one
 tagged with the transfer id, the creator and an expiry, with
 ``InstanceInitiatedShutdownBehavior=terminate`` so that an agent that powers off after losing
-its control plane also ends the bill. Regions are provisioned in parallel. Any failure deletes
-everything created so far before raising. The SSH bootstrap is injectable (the
-tests run against moto's EC2 emulator, whose instances have no SSH).
+its control plane also ends the bill. Instances are hardened: IMDSv2 only, with a hop limit of 1
+(a container or a forwarded request on the VM cannot reach the metadata credentials); the root
+volume encrypted (the account's default EBS key, or ``ebs_kms_key_id``); one unprivileged login
+user made by cloud-init (``AGENT_USER``: no sudo; the image's ``ubuntu`` user is not created);
+the SSH host key generated on the instance and read back from its console output. With
+``subnet_ids`` (region -> subnet) the instances go into those subnets, and with ``private=True``
+they get no public address at all: the control plane and the peers reach them by their private
+addresses (the user's VPCs must route to each other and to the control plane). The control
+plane's address(es) come from ``client_cidr`` (see ``provision.control_cidrs``). Regions are
+provisioned in parallel. Any failure deletes everything created so far before raising. The SSH
+bootstrap is injectable (the tests run against moto's EC2 emulator, whose instances have no SSH).
 """
 
 from __future__ import annotations
@@ -17,7 +25,6 @@ import logging
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -48,6 +55,12 @@ from skyplane_ops.provision.cloudhosts import (
     save_cloud_fleet,
 )
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
+from skyplane_ops.provision.cloudvm.common import (
+    AGENT_USER,
+    cloud_init,
+    parse_console_host_key,
+)
+from skyplane_ops.provision.control_cidrs import detect_client_cidr, parse_cidrs
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
@@ -67,10 +80,12 @@ from skyplane_ops.provision.ssh.hosts import SSHHost, gateway_id
 log = logging.getLogger("skyplane_ops.provision.aws")
 
 
-def _discover_client_cidr() -> str:
-    """This machine's public address as seen by AWS (only used when none is configured)."""
-    with urllib.request.urlopen("https://checkip.amazonaws.com", timeout=10) as resp:
-        return resp.read().decode().strip() + "/32"
+# IMDSv2 only, and its answers do not survive a second hop (a container, a forwarded request).
+METADATA_OPTIONS = {
+    "HttpTokens": "required",
+    "HttpPutResponseHopLimit": 1,
+    "HttpEndpoint": "enabled",
+}
 
 
 class AWSProvisioner(EC2Teardown):
@@ -83,8 +98,8 @@ class AWSProvisioner(EC2Teardown):
         *,
         instance_type: str = "m5.xlarge",
         image_id: str | Mapping[str, str] | None = None,
-        client_cidr: str | None = None,
-        ssh_user: str = "ubuntu",
+        client_cidr: str | Sequence[str] | None = None,
+        ssh_user: str = AGENT_USER,
         ssh_port: int = 22,
         remote_python: str = "python3",
         remote_python_version: str = "3.10",
@@ -103,13 +118,20 @@ class AWSProvisioner(EC2Teardown):
         sweep_regions: Sequence[str] = (),
         poll_interval: float = 2.0,
         start_timeout: float = 600.0,
+        subnet_ids: Mapping[str, str] | None = None,
+        private: bool = False,
+        ebs_kms_key_id: str | None = None,
     ) -> None:
         import boto3  # lazily: only this backend needs it
 
         self.session = session or boto3.session.Session()
         self.instance_type = instance_type
         self.image_id = image_id
-        self.client_cidr = client_cidr
+        # The control plane's address(es), validated now; detected (and logged) only when absent.
+        self.client_cidrs = parse_cidrs(client_cidr)
+        self.subnet_ids = {aws_region(r): s for r, s in (subnet_ids or {}).items()}
+        self.private = private
+        self.ebs_kms_key_id = ebs_kms_key_id
         self.ssh_user = ssh_user
         self.ssh_port = ssh_port
         self.poweroff_on_idle = poweroff_on_idle
@@ -159,6 +181,33 @@ class AWSProvisioner(EC2Teardown):
             raise ProvisionError(f"no Ubuntu 22.04 image found in {region}; pass image_id")
         return str(max(images, key=lambda i: i.get("CreationDate", ""))["ImageId"])
 
+    def _root_volume(self, ec2: Any, image_id: str) -> list[dict[str, Any]]:
+        """The image's root device, encrypted (an unencrypted snapshot is encrypted on copy)."""
+        (image,) = ec2.describe_images(ImageIds=[image_id])["Images"]
+        ebs: dict[str, Any] = {"Encrypted": True, "DeleteOnTermination": True}
+        if self.ebs_kms_key_id:
+            ebs["KmsKeyId"] = self.ebs_kms_key_id
+        return [{"DeviceName": image.get("RootDeviceName") or "/dev/sda1", "Ebs": ebs}]
+
+    def _network(self, ec2: Any, region: str, group_id: str) -> dict[str, Any]:
+        """Where the instances go: the default VPC with a public address, or the user's subnet
+        (with a public address only when not ``private``)."""
+        subnet = self.subnet_ids.get(region)
+        if not subnet:
+            return {"SecurityGroupIds": [group_id]}
+        interface = {
+            "DeviceIndex": 0,
+            "SubnetId": subnet,
+            "Groups": [group_id],
+            "AssociatePublicIpAddress": not self.private,
+            "DeleteOnTermination": True,
+        }
+        return {"NetworkInterfaces": [interface]}
+
+    def _user_data(self, client_public: str) -> str:
+        """cloud-init: the one unprivileged login user; the host key made on the instance."""
+        return cloud_init(user=self.ssh_user, authorized_key=client_public)
+
     def _tags(self, transfer_id: str, extra: Mapping[str, str] | None) -> dict[str, str]:
         now = datetime.now(UTC)
         creator = f"{getpass.getuser()}@{socket.gethostname()}"
@@ -202,7 +251,12 @@ class AWSProvisioner(EC2Teardown):
         )
         state.key_path = str(key_path)
 
+        vpc: dict[str, str] = {}
+        if self.subnet_ids.get(region):
+            (subnet,) = ec2.describe_subnets(SubnetIds=[self.subnet_ids[region]])["Subnets"]
+            vpc = {"VpcId": subnet["VpcId"]}
         group = ec2.create_security_group(
+            **vpc,
             GroupName=name,
             Description=f"skyplane-ops gateways of transfer {transfer_id}",
             TagSpecifications=[
@@ -210,7 +264,10 @@ class AWSProvisioner(EC2Teardown):
             ],
         )
         state.group_id = group_id = str(group["GroupId"])
-        client = [{"CidrIp": self.client_cidr, "Description": "skyplane-ops control plane"}]
+        client = [
+            {"CidrIp": cidr, "Description": "skyplane-ops control plane"}
+            for cidr in self.client_cidrs or ()
+        ]
         own = [{"GroupId": group_id, "Description": "this fleet's gateways"}]
         ec2.authorize_security_group_ingress(
             GroupId=group_id,
@@ -229,13 +286,17 @@ class AWSProvisioner(EC2Teardown):
             ],
         )
 
+        image_id = self._image_for(region)
         reservation = ec2.run_instances(
-            ImageId=self._image_for(region),
+            ImageId=image_id,
             InstanceType=self.instance_type,
             MinCount=count,
             MaxCount=count,
             KeyName=name,
-            SecurityGroupIds=[group_id],
+            **self._network(ec2, region, group_id),
+            MetadataOptions=dict(METADATA_OPTIONS),
+            BlockDeviceMappings=self._root_volume(ec2, image_id),
+            UserData=self._user_data(public.decode()),
             InstanceInitiatedShutdownBehavior="terminate",
             TagSpecifications=[
                 {"ResourceType": "instance", "Tags": _tag_list({**tags, "Name": name})},
@@ -262,7 +323,8 @@ class AWSProvisioner(EC2Teardown):
             bad = {i: s for i, s in states.items() if s in ("shutting-down", "terminated")}
             if bad:
                 raise ProvisionError(f"instances ended while starting: {bad}")
-            ips = {i: found[i].get("PublicIpAddress") for i in instance_ids if i in found}
+            field = "PrivateIpAddress" if self.private else "PublicIpAddress"
+            ips = {i: found[i].get(field) for i in instance_ids if i in found}
             if len(ips) == len(instance_ids) and all(
                 states[i] == "running" and ips[i] for i in instance_ids
             ):
@@ -272,7 +334,7 @@ class AWSProvisioner(EC2Teardown):
             time.sleep(self.poll_interval)
 
     def _admit_peers(self, states: Sequence[_RegionState]) -> None:
-        """Let every gateway reach every other gateway's ports over their public addresses."""
+        """Let every gateway reach every other gateway's ports over the addresses they use."""
         ips = sorted({ip for s in states for ip in s.public_ips.values()})
         if not ips:
             return
@@ -308,8 +370,14 @@ class AWSProvisioner(EC2Teardown):
         check_transfer_id(transfer_id)
         wanted = {region: n for region, n in vms.items() if n > 0}
         by_aws = {aws_region(r): r for r in wanted}
-        if self.client_cidr is None:
-            self.client_cidr = _discover_client_cidr()
+        if self.private:
+            missing = sorted(set(by_aws) - set(self.subnet_ids))
+            if missing:
+                raise ProvisionError(
+                    f"private=True needs subnet_ids for every region; missing: {', '.join(missing)}"
+                )
+        if self.client_cidrs is None:
+            self.client_cidrs = detect_client_cidr()
         all_tags = self._tags(transfer_id, tags)
         states = [_RegionState(region=r) for r in sorted(by_aws)]
         secret_ref = create_secret(transfer_id)
@@ -429,16 +497,3 @@ class AWSProvisioner(EC2Teardown):
 
 
 _SESSION_LOCK = threading.Lock()
-
-
-def parse_console_host_key(output: str, key_type: str = "ssh-ed25519") -> str | None:
-    """The ``TYPE BASE64`` host key cloud-init printed between its SSH HOST KEY KEYS markers."""
-    begin, end = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
-    if begin not in output or end not in output:
-        return None
-    block = output.split(begin, 1)[1].split(end, 1)[0]
-    for line in block.splitlines():
-        parts = line.strip().split()
-        if len(parts) >= 2 and parts[0] == key_type:
-            return f"{parts[0]} {parts[1]}"
-    return None
