@@ -22,6 +22,7 @@ import pytest
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.azure import VM_CONTRIBUTOR, AzureProvisioner
+from skyplane_ops.provision.azure.arm import SELF_RELEASE_ACTIONS, self_release_role
 from skyplane_ops.provision.cloudvm import (
     TAG_CREATED,
     TAG_CREATOR,
@@ -92,7 +93,7 @@ def test_tags_rules_exactly_once_and_teardown(arm: FakeARM) -> None:
         user_data = parse_cloud_init(base64.b64decode(props["osProfile"]["customData"]).decode())
         assert "deallocate" in user_data["write_files"][0]["content"]
     (assignment, *_) = arm.of_type("roleAssignments")
-    assert assignment["properties"]["roleDefinitionId"].endswith(VM_CONTRIBUTOR)
+    assert assignment["properties"]["roleDefinitionId"] == self_release_role(arm.subscription)[0]
     assert "/virtualMachines/" in assignment["id"], "scoped to the VM itself"
     for nsg in arm.of_type("networkSecurityGroups"):
         rules = {r["name"]: r["properties"] for r in nsg["properties"]["securityRules"]}
@@ -106,6 +107,57 @@ def test_tags_rules_exactly_once_and_teardown(arm: FakeARM) -> None:
     assert arm.leftovers() == []
     assert not any(Path(p).exists() for p in key_paths)
     prov.deprovision(fleet)  # idempotent
+
+
+def test_vm_identity_holds_only_its_dead_man_switch_and_the_login_has_no_sudo(
+    arm: FakeARM,
+) -> None:
+    """Each VM's identity gets one custom role, exactly the calls of its shutdown unit, at its
+    own scope (not Virtual Machine Contributor: run-command, resize, re-image...); without
+    ``self_deallocate`` it gets no identity at all. The VM's one login has no sudo, and the OS
+    disk takes the customer key when one is given (Azure encrypts it at rest either way)."""
+    des = (
+        f"/subscriptions/{arm.subscription}/resourceGroups/keys/providers/"
+        "Microsoft.Compute/diskEncryptionSets/des1"
+    )
+    prov = _prov(arm, disk_encryption_set_id=des)
+    fleet = prov.provision(REGIONS, transfer_id="az-id")
+    role_id, _ = self_release_role(arm.subscription)
+    (role,) = arm.role_definitions.values()
+    assert role["id"] == role_id
+    assert role["properties"]["permissions"] == [
+        {"actions": list(SELF_RELEASE_ACTIONS), "notActions": [], "dataActions": [],
+         "notDataActions": []}
+    ]  # fmt: skip
+    assert SELF_RELEASE_ACTIONS == ("Microsoft.Compute/virtualMachines/deallocate/action",)
+    assert role["properties"]["assignableScopes"] == [f"/subscriptions/{arm.subscription}"]
+    vms = {vm["id"].lower(): vm for vm in arm.of_type("virtualMachines")}
+    assignments = arm.of_type("roleAssignments")
+    assert len(assignments) == len(vms) == 3
+    for a in assignments:
+        props = a["properties"]
+        assert (
+            props["roleDefinitionId"] == role_id and VM_CONTRIBUTOR not in props["roleDefinitionId"]
+        )
+        scope = a["id"].lower().rsplit("/providers/microsoft.authorization/", 1)[0]
+        assert props["principalId"] == vms[scope]["identity"]["principalId"], "its own VM only"
+    for vm in vms.values():
+        profile = vm["properties"]["osProfile"]
+        text = base64.b64decode(profile["customData"]).decode()
+        (login,) = parse_cloud_init(text)["users"]
+        assert login["name"] == profile["adminUsername"] == "skyplane"
+        assert not {"sudo", "groups"} & set(login), "no sudo, no admin groups"
+        assert "NOPASSWD" not in text
+        disk = vm["properties"]["storageProfile"]["osDisk"]["managedDisk"]
+        assert disk["diskEncryptionSet"] == {"id": des}
+    prov.deprovision(fleet)
+
+    bare = _prov(arm, self_deallocate=False)
+    fleet = bare.provision({"azure:westus2": 1}, transfer_id="az-noid")
+    (vm,) = arm.of_type("virtualMachines")
+    assert "identity" not in vm and arm.of_type("roleAssignments") == []
+    bare.deprovision(fleet)
+    assert arm.leftovers() == []
 
 
 def test_a_failure_at_every_step_leaves_nothing(arm: FakeARM) -> None:

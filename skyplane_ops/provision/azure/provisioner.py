@@ -9,10 +9,20 @@ transfer id, creator, creation and expiry tags; deleting the group deletes all o
 how tear-down, the failure path and the sweeper work.
 
 The VM's SSH host key is generated here and passed in its custom data (cloud-init), so it is
-known before boot. Azure does not end the bill when a guest powers off, so with
-``self_deallocate`` (the default) each VM gets a system-assigned identity allowed to manage only
-itself (Virtual Machine Contributor at the VM's scope) and a shutdown unit that deallocates the
-VM: an agent that loses its control plane powers off and the VM stops costing compute.
+known before boot: Azure keeps custom data root-only on the VM and returns it neither from the
+instance metadata service nor from the API. The VM's one login user is unprivileged (no sudo).
+OS disks are encrypted at rest by Azure (platform-managed keys), or with a customer-managed key
+through ``disk_encryption_set_id``. Azure's metadata service needs a ``Metadata: true`` header
+and refuses forwarded requests; it has no hop-limit setting to configure.
+
+Azure does not end the bill when a guest powers off, so with ``self_deallocate`` (the default)
+each VM gets a system-assigned identity and a shutdown unit that deallocates the VM: an agent
+that loses its control plane powers off and the VM stops costing compute. That identity holds
+one custom role (``arm.self_release_role``: exactly ``arm.SELF_RELEASE_ACTIONS``, the calls of
+the shutdown unit) assigned at the VM's own scope; not Virtual Machine Contributor, which would
+let anything on the VM run commands, resize or re-image it. The role is defined once per
+subscription (an idempotent PUT; it grants nothing until assigned). ``self_deallocate=False``
+gives the VMs no identity at all.
 """
 
 from __future__ import annotations
@@ -32,7 +42,6 @@ from skyplane_ops.provision.azure.arm import (
     API,
     CAPACITY_CODES,
     UBUNTU,
-    VM_CONTRIBUTOR,
     StaticToken,
 )
 from skyplane_ops.provision.cloudhosts import provision_regions, save_cloud_fleet
@@ -91,9 +100,12 @@ class AzureProvisioner(CloudBoot):
         base_url: str | None = None,
         ca_bundle: str | None = None,
         sweep_regions: Sequence[str] = (),
+        disk_encryption_set_id: str | None = None,
         **boot: Any,
     ) -> None:
         super().__init__(**boot)
+        self.disk_encryption_set_id = disk_encryption_set_id
+        self._role_ready = False
         from azure.mgmt.compute import ComputeManagementClient  # lazily: only azure needs them
         from azure.mgmt.network import NetworkManagementClient
         from azure.mgmt.resource.resources import ResourceManagementClient
@@ -163,7 +175,7 @@ class AzureProvisioner(CloudBoot):
             state.public_ips[name] = got["properties"]["ipAddress"]
 
     def _rules(self, peers: Sequence[str]) -> list[dict[str, Any]]:
-        return arm.nsg_rules(self.client_cidr or "", self.gateway_ports(), peers)
+        return arm.nsg_rules(self.resolve_client_cidr(), self.gateway_ports(), peers)
 
     def _user_data(self, client_key: KeyPair, host_key: KeyPair) -> str:
         extra = arm.release_on_shutdown() if self.self_deallocate else {}
@@ -188,6 +200,10 @@ class AzureProvisioner(CloudBoot):
         props = arm.vm_properties(
             self.vm_size, self.image, name, self.ssh_user, client_key.public, custom, nic_id
         )
+        if self.disk_encryption_set_id:  # a customer-managed key (platform-managed otherwise)
+            props["storageProfile"]["osDisk"]["managedDisk"]["diskEncryptionSet"] = {
+                "id": self.disk_encryption_set_id
+            }
         if self.spot:
             props.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
         body: dict[str, Any] = {**base, "properties": props}
@@ -225,15 +241,23 @@ class AzureProvisioner(CloudBoot):
         except ResourceNotFoundError:
             pass
 
+    def _self_release_role(self) -> str:
+        """The custom role's id, its definition PUT once per provisioner (idempotent)."""
+        role, body = arm.self_release_role(self.subscription_id)
+        with self._lock:
+            if not self._role_ready:
+                self.resources.resources.begin_create_or_update_by_id(
+                    role, body, api_version=API["authorization"]
+                ).result()
+                self._role_ready = True
+        return role
+
     def _allow_self_deallocate(self, vm: Any) -> None:
         """Let the VM's own identity deallocate the VM (and nothing else)."""
         principal = (vm.get("identity") or {}).get("principalId")
         if not principal:
             raise ProvisionError(f"VM {vm['id']} has no managed identity to deallocate itself")
-        role = (
-            f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization/"
-            f"roleDefinitions/{VM_CONTRIBUTOR}"
-        )
+        role = self._self_release_role()
         self.resources.resources.begin_create_or_update_by_id(
             f"{vm['id']}/providers/Microsoft.Authorization/roleAssignments/{uuid.uuid4()}",
             {
