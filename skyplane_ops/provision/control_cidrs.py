@@ -78,7 +78,7 @@ def detect_client_cidr(url: str = ECHO_URL, timeout: float = 10.0) -> tuple[str,
         raise ProvisionError(
             f"{url} answered {answer[:40]!r}, not an address; pass client_cidr explicitly"
         ) from exc
-    cidr = check_cidr(f"{address}/32")
+    cidr = check_cidr(str(address))  # an IPv4 address: /32; IPv6 is refused
     log.warning(
         "client_cidr not given: admitting %s as the control plane, DETECTED via %s (wrong "
         "behind NAT, a proxy or several egress addresses); pass client_cidr for unattended runs",

@@ -15,9 +15,11 @@ installed.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -35,11 +37,15 @@ def ensure_user(name: str) -> pwd.struct_passwd:
             return pwd.getpwnam(name)
         except KeyError:
             pass
+        # Password "*": none valid, key login only. (cloud-init's lock_passwd writes "!", which
+        # Ubuntu's sshd accepts for keys through PAM; this sshd runs without PAM and would
+        # refuse a "!" account.)
         done = subprocess.run(
-            ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", name],
+            ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", "--password",
+             "*", name],
             capture_output=True,
             text=True,
-        )
+        )  # fmt: skip
         if done.returncode not in (0, 9):  # 9: created meanwhile by another test run
             raise RuntimeError(f"useradd {name} failed: {done.stderr.strip()}")
         return pwd.getpwnam(name)
@@ -52,6 +58,7 @@ def image_python() -> str:
     if not os.access(system, os.X_OK):
         raise RuntimeError(f"{system} is missing: a fake VM's non-root login needs it")
     root = Path(tempfile.mkdtemp(prefix="fakevm-python-"))
+    atexit.register(shutil.rmtree, root, True)
     os.chmod(root, 0o755)
     subprocess.run([system, "-m", "venv", "--without-pip", str(root)], check=True)
     code = "import sysconfig; print(sysconfig.get_path('purelib'))"

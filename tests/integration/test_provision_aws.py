@@ -455,10 +455,18 @@ def test_instances_require_imdsv2_encrypt_their_disk_and_log_in_unprivileged(
     }
     ec2 = _ec2(endpoint, "us-east-1")
     (image,) = ec2.describe_images(ImageIds=["ami-1e749f67"])["Images"]
+    (root,) = [
+        m for m in image["BlockDeviceMappings"] if m["DeviceName"] == image["RootDeviceName"]
+    ]
     assert call["BlockDeviceMappings"] == [
         {
             "DeviceName": image["RootDeviceName"],
-            "Ebs": {"Encrypted": True, "DeleteOnTermination": True, "KmsKeyId": kms},
+            "Ebs": {
+                "Encrypted": True,
+                "DeleteOnTermination": True,
+                "VolumeSize": root["Ebs"]["VolumeSize"],
+                "KmsKeyId": kms,
+            },
         }
     ], "the image's root device itself, not an extra volume"
     config = parse_cloud_init(call["UserData"])

@@ -184,10 +184,15 @@ class AWSProvisioner(EC2Teardown):
     def _root_volume(self, ec2: Any, image_id: str) -> list[dict[str, Any]]:
         """The image's root device, encrypted (an unencrypted snapshot is encrypted on copy)."""
         (image,) = ec2.describe_images(ImageIds=[image_id])["Images"]
+        device = image.get("RootDeviceName") or "/dev/sda1"
         ebs: dict[str, Any] = {"Encrypted": True, "DeleteOnTermination": True}
+        for mapping in image.get("BlockDeviceMappings") or []:
+            size = (mapping.get("Ebs") or {}).get("VolumeSize")
+            if mapping.get("DeviceName") == device and size:
+                ebs["VolumeSize"] = size  # the image's own size (moto insists on one)
         if self.ebs_kms_key_id:
             ebs["KmsKeyId"] = self.ebs_kms_key_id
-        return [{"DeviceName": image.get("RootDeviceName") or "/dev/sda1", "Ebs": ebs}]
+        return [{"DeviceName": device, "Ebs": ebs}]
 
     def _network(self, ec2: Any, region: str, group_id: str) -> dict[str, Any]:
         """Where the instances go: the default VPC with a public address, or the user's subnet
