@@ -11,15 +11,23 @@ can be enforced. Each VM is a ``LoopbackVM``: sshd keyed from its custom data.
 Lifetimes as Azure has them: a guest that powers off leaves its VM *stopped* (still billed), and
 nothing on the provider side ever deletes a VM. A VM may act on ARM with its system-assigned
 identity (the guest's ``curl`` hands it a token naming its principal): only where a role
-assignment gives that principal a scope containing the target. ``POST .../deallocate``
-deallocates (the VM, its disk, NIC and IP stay); ``DELETE`` of a VM also deletes its NICs whose
-``deleteOption`` is Delete and their public IPs whose ``deleteOption`` is Delete.
+assignment gives that principal a scope containing the target AND the assigned role's
+``actions`` hold the request's action (``Microsoft.Compute/virtualMachines/delete`` for a
+``DELETE`` of a VM, ``.../deallocate/action`` for ``POST .../deallocate``; Virtual Machine
+Contributor holds ``Microsoft.Compute/virtualMachines/*``). ``POST .../deallocate`` deallocates
+(the VM, its disk, NIC and IP stay); ``DELETE`` of a VM also deletes its NICs whose
+``deleteOption`` is Delete and their public IPs whose ``deleteOption`` is Delete, as part of the
+VM's delete (no permission on them is checked). Custom role definitions live at subscription
+scope (``role_definitions``: not resources of a group, so not ``leftovers``); a role assignment
+must name a known role (a custom one, or Virtual Machine Contributor) whose
+``assignableScopes`` cover its scope, and a principal that scope holds.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import fnmatch
 import ipaddress
 import ssl
 import tempfile
@@ -34,6 +42,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from skyplane_ops.provision.azure.arm import VM_CONTRIBUTOR
 from tests.fakes.jsonapi import JSONAPIFake
 from tests.fakes.vm import LoopbackVM, next_address
 
@@ -96,6 +105,7 @@ class FakeARM(JSONAPIFake):
         self.exhausted_zones: set[str] = set()
         self.core_quota: int | None = None
         self.vm_creations = 0
+        self.role_definitions: dict[str, dict[str, Any]] = {}  # lower-cased id -> definition
         self._dir = Path(tempfile.mkdtemp(prefix="fake-arm-"))
         cert, key = self_signed(self._dir)
         self.ca_bundle = str(cert)
@@ -116,15 +126,26 @@ class FakeARM(JSONAPIFake):
         if auth.startswith("Bearer vm-identity:"):
             principal = auth.split(":", 1)[1]
             target = urlparse(path).path.lower().removesuffix("/deallocate")
+            action = arm_action(method, urlparse(path).path)
             with self.lock:
-                scopes = [
-                    r["id"].lower().split("/providers/microsoft.authorization/")[0]
+                granted = [
+                    self._role_actions(str(r["properties"].get("roleDefinitionId", "")))
                     for r in self.of_type("roleAssignments")
                     if r["properties"].get("principalId") == principal
-                ]
-            if not any(target == sc or target.startswith(sc + "/") for sc in scopes):
+                    and _covers(r["id"].lower().split("/providers/microsoft.authorization/")[0],
+                                target)
+                ]  # fmt: skip
+            if not any(fnmatch.fnmatch(action, a.lower()) for actions in granted for a in actions):
                 return 403, _err("AuthorizationFailed", f"{principal} may not {method} {path}")
         return None
+
+    def _role_actions(self, role_id: str) -> list[str]:
+        """The ``actions`` of an assigned role (Virtual Machine Contributor: the VMs' all)."""
+        if role_id.lower().endswith(VM_CONTRIBUTOR):
+            return ["Microsoft.Compute/virtualMachines/*"]
+        role = self.role_definitions.get(role_id.lower()) or {}
+        perms = role.get("properties", {}).get("permissions", [])
+        return [a for p in perms for a in p.get("actions", [])]
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         """Resources whose type ends with ``kind`` (e.g. ``virtualMachines``)."""
@@ -153,6 +174,10 @@ class FakeARM(JSONAPIFake):
                         if r["type"] == "Microsoft.Resources/resourceGroups"
                     ]
                 }
+            if "/providers/microsoft.authorization/roledefinitions/" in key and (
+                self._group_key(key) is None
+            ):
+                return self._role_definition(method, key, path, body)
             if method == "GET":
                 found = self.store.get(key)
                 return (200, found) if found else (404, _err("ResourceNotFound", path))
@@ -218,6 +243,13 @@ class FakeARM(JSONAPIFake):
             vm = self.store.get(target)
             if not vm or vm.get("identity", {}).get("principalId") != props.get("principalId"):
                 return 400, _err("PrincipalNotFound", "no such principal on that scope")
+            role_id = str(props.get("roleDefinitionId", "")).lower()
+            role = self.role_definitions.get(role_id)
+            if role is None and not role_id.endswith(VM_CONTRIBUTOR):
+                return 400, _err("RoleDefinitionDoesNotExist", f"no role {role_id}")
+            scopes = (role or {}).get("properties", {}).get("assignableScopes", ["/"])
+            if not any(target.startswith(scope.lower().rstrip("/") + "/") for scope in scopes):
+                return 403, _err("RoleAssignmentScopeNotAssignable", f"{role_id} at {target}")
         elif low.endswith("virtualmachines") and existing is None:
             status = self._create_vm(key, res)
             if status is not None:
@@ -230,6 +262,33 @@ class FakeARM(JSONAPIFake):
         if low.endswith(("securityrules", "networksecuritygroups", "virtualmachines")):
             self._enforce()
         return (201 if existing is None else 200), res
+
+    def _role_definition(
+        self, method: str, key: str, path: str, body: dict[str, Any]
+    ) -> tuple[int, Any]:
+        """Custom role definitions (subscription scope): PUT is idempotent, GET reads back."""
+        if method == "GET":
+            found = self.role_definitions.get(key)
+            return (200, found) if found else (404, _err("RoleDefinitionDoesNotExist", path))
+        if method != "PUT":
+            return 405, _err("MethodNotAllowed", f"{method} {path}")
+        props = body.get("properties", {})
+        taken = [
+            r
+            for k, r in self.role_definitions.items()
+            if k != key and r["properties"]["roleName"] == props.get("roleName")
+        ]
+        if taken or not props.get("assignableScopes") or not props.get("permissions"):
+            return 409 if taken else 400, _err("RoleDefinitionInvalid", path)
+        existed = key in self.role_definitions
+        res = {
+            "id": path,
+            "name": path.rsplit("/", 1)[-1],
+            "type": "Microsoft.Authorization/roleDefinitions",
+            "properties": {**props, "provisioningState": "Succeeded"},
+        }
+        self.role_definitions[key] = res
+        return (200 if existed else 201), res
 
     def _enforce(self) -> None:
         """Give every VM the inbound Allow rules of the NSG on its subnet (default: deny)."""
@@ -345,6 +404,22 @@ class FakeARM(JSONAPIFake):
             if vm:
                 vm.stop()
         return 200, {}
+
+
+def _covers(scope: str, target: str) -> bool:
+    return target == scope or target.startswith(scope + "/")
+
+
+def arm_action(method: str, path: str) -> str:
+    """The RBAC action of an ARM request (lower case): ``DELETE .../virtualMachines/vm`` ->
+    ``microsoft.compute/virtualmachines/delete``, ``POST .../vm/deallocate`` ->
+    ``microsoft.compute/virtualmachines/deallocate/action``."""
+    segs = path.lower().rstrip("/").split("/providers/")[-1].split("/")
+    namespace, rest = segs[0], segs[1:]  # rest: type, name, type, name, ... [, action]
+    if method == "POST" and len(rest) >= 3 and len(rest) % 2 == 1:
+        return "/".join([namespace, *rest[0:-1:2], rest[-1], "action"])
+    verb = {"GET": "read", "DELETE": "delete"}.get(method, "write")
+    return "/".join([namespace, *rest[0::2], verb])
 
 
 def _err(code: str, message: str) -> dict[str, Any]:

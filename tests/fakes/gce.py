@@ -6,7 +6,8 @@ to delete a network or subnetwork that is still in use. Faults are injected by t
 ``fail_request(n)`` makes the n-th mutating call fail (HTTP 400, not retried), ``lose_answer``
 answers 503 after doing the work, ``exhausted_zones`` answer ZONE_RESOURCE_POOL_EXHAUSTED and
 ``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is a ``LoopbackVM`` (sshd on its own
-loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying the firewall.
+loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying the firewall;
+its serial port 1 (``serialPort``) shows what its cloud-init printed, host keys included.
 
 Lifetimes as Compute Engine has them: ``scheduling.maxRunDuration`` with
 ``instanceTerminationAction`` DELETE deletes the instance (STOP: TERMINATED) that long after it
@@ -195,6 +196,12 @@ class FakeGCE(JSONAPIFake):
                 return 200, {"items": items}
             case ("POST", ["zones", zone, "instances"]):
                 return self._insert_instance(zone, body)
+            case ("GET", ["zones", zone, "instances", name, "serialPort"]):
+                vm = self.vms.get((zone, name))
+                if vm is None:
+                    return 404, _err(404, f"instance {name}")
+                contents = vm.console  # serial port 1: what cloud-init printed at boot
+                return 200, {"contents": contents, "start": "0", "next": str(len(contents))}
             case ("GET", ["zones", zone, "instances", name]):
                 inst = self.instances.get((zone, name))
                 return (200, _public(inst)) if inst else (404, _err(404, f"instance {name}"))

@@ -2,21 +2,28 @@
 that powers off only the way a stock Ubuntu guest lets it.
 
 The fake clouds call ``LoopbackVM.boot`` with the VM's cloud-init user-data: like cloud-init,
-it installs the ed25519 host key and the authorized client key found there, then starts OpenSSH
-on ``address:ssh_port``. A host key the control plane did not put in the user-data would
-therefore fail verification, exactly as on a real VM.
+it installs the ed25519 host key found there (or, when there is none, generates one and prints
+it on its ``console`` between cloud-init's SSH HOST KEY KEYS markers), makes the login user it
+names (``tests.fakes.vmuser``: an account of this machine, its own group only) with the
+authorized client key, then starts OpenSSH on ``address:ssh_port``. A host key the control plane
+did not put in the user-data or read from the console would therefore fail verification,
+exactly as on a real VM.
 
 The guest (``Guest``): cloud-init's ``write_files`` land under the VM's own root directory
 (``workdir/root``; scripts see their paths re-rooted there, as under a chroot) and its
 ``runcmd`` runs as the guest's root, so the root-owned deadline a backend installs really runs.
-The login user is the cloud-init user and has the distribution's defaults: ``shutdown``,
-``poweroff`` and ``systemctl poweroff`` refuse it (as logind refuses a remote non-root user:
-"Interactive authentication required"), and ``sudo`` runs only what cloud-init's sudoers rules
-grant it. These stand-ins come first in the login's ``PATH`` (``SetEnv``; an agent started
-under ``env -i`` keeps the login's ``PATH``). The processes run as this machine's root, since
-the test's Python lives under ``/root``; the guest's root is the ``FAKEVM_ROOT=1`` its
-``runcmd`` and ``sudo`` give their children, which is what the stand-ins check. A guest that
-powers off (``workdir/poweroff``) has its processes killed and its cloud told
+The login user has the distribution's defaults: ``shutdown``, ``poweroff`` and ``systemctl
+poweroff`` refuse it (as logind refuses a remote non-root user: "Interactive authentication
+required"), and ``sudo`` runs only what cloud-init's sudoers rules grant it. These stand-ins
+come first in the login's ``PATH`` (``SetEnv``; an agent started under ``env -i`` keeps the
+login's ``PATH``). The guest's root is this machine's root *with* ``FAKEVM_ROOT=1`` (what its
+``runcmd`` and ``sudo`` give their children); anything else is the login: a real non-root
+account (the kernel keeps it from root's files and from ``FAKEVM_ROOT``'s meaning), or, where a
+test logs in as this machine's root (``loopback_boot_options``), root without the mark. ``sudo``
+is a client of a root broker per guest (a unix socket served by the fake's process, which reads
+the caller's uid with ``SO_PEERCRED``, as the real setuid ``sudo`` knows its caller): it runs,
+as the guest's root, exactly what the sudoers rules grant the caller and nothing else. A guest
+that powers off (``workdir/poweroff``) has its processes killed and its cloud told
 (``on_poweroff``): the cloud then does what the provider does (AWS: the shutdown behaviour;
 GCE: TERMINATED; Azure: stopped). On Azure, ``curl`` stands in for the instance metadata
 service (an identity token naming the VM's principal) and forwards ARM calls to the fake ARM.
@@ -24,11 +31,15 @@ service (an identity token naming the VM's principal) and forwards ARM calls to 
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import os
+import pwd
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -36,8 +47,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from skyplane_ops.provision.cloudvm import parse_cloud_init
+from skyplane_ops.provision.cloudvm import KeyPair, parse_cloud_init
+from tests.fakes.vmuser import ensure_user
 from tests.fixtures.ports import wait_for_port
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -65,12 +78,18 @@ REFUSED = (
     "Failed to power off system via logind: Interactive authentication required.\n"
 )
 
-_POWER = f"""#!{sys.executable}
+# The stand-ins' interpreter: any account of this machine may run it (the test's own python
+# lives under /root, unreadable to the VM's non-root login); they need only the stdlib.
+STANDIN_PYTHON = next(
+    (p for p in ("/usr/bin/python3", sys.executable) if os.access(p, os.X_OK)), sys.executable
+)
+
+_POWER = f"""#!{STANDIN_PYTHON}
 # The guest's shutdown/poweroff/systemctl: only the guest's root may power off.
 import os, subprocess, sys
 work, root = {{work!r}}, {{root!r}}
 name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
-is_root = os.environ.get("FAKEVM_ROOT") == "1"
+is_root = os.geteuid() == 0 and os.environ.get("FAKEVM_ROOT") == "1"
 if name == "systemctl" and args[:2] == ["enable", "--now"]:
     if not is_root:
         sys.exit("Failed to enable unit: Access denied")
@@ -94,31 +113,28 @@ if name == "shutdown" and "now" not in args:
 open(work + "/poweroff", "w").write(" ".join(sys.argv))
 """
 
-_SUDO = f"""#!{sys.executable}
-# The guest's sudo: runs, as the guest's root, exactly what cloud-init's sudoers rules grant.
-import fnmatch, glob, os, sys
-root, user = {{root!r}}, {{user!r}}
+_SUDO = f"""#!{STANDIN_PYTHON}
+# The guest's sudo: asks the guest's root broker (which knows the caller by its uid) to run the
+# command as the guest's root; the broker runs only what cloud-init's sudoers rules grant.
+import json, socket, sys
 args = sys.argv[1:]
 while args and args[0].startswith("-"):
     args.pop(0)
 if not args:
     sys.exit("usage: sudo [-n] command")
-allowed = []
-for path in sorted(glob.glob(root + "/etc/sudoers.d/*")):
-    for line in open(path):
-        who, _, rest = line.strip().partition(" ")
-        if who == user and "NOPASSWD:" in rest:
-            allowed += [c.strip() for c in rest.split("NOPASSWD:", 1)[1].split(",")]
-wanted = " ".join(args)
-if not any(rule == "ALL" or fnmatch.fnmatchcase(wanted, rule) for rule in allowed):
-    sys.exit("sudo: a password is required")
-path = args[0]
-if path.startswith({GUEST_PATHS!r}):
-    path = root + path
-os.execve(path, [path, *args[1:]], {{{{**os.environ, "FAKEVM_ROOT": "1"}}}})
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    conn.connect({{sock!r}})
+except OSError:
+    sys.exit("sudo: unable to reach the guest's root broker")
+conn.sendall(json.dumps(args).encode() + b"\\n")
+answer = json.loads(conn.makefile("rb").readline())
+sys.stdout.write(answer["out"])
+sys.stderr.write(answer["err"])
+sys.exit(answer["rc"])
 """
 
-_CURL = f"""#!{sys.executable}
+_CURL = f"""#!{STANDIN_PYTHON}
 # The guest's curl, as the Azure release script uses it: the instance metadata service (an
 # identity token naming the VM's principal, the VM's resource id) and ARM (the fake ARM).
 import json, ssl, sys, urllib.error, urllib.request
@@ -156,6 +172,74 @@ def _reroot(text: str, root: Path) -> str:
     return text
 
 
+class _RootBroker:
+    """The guest's ``sudo``, root side: a unix socket any guest process may reach; it knows the
+    caller by ``SO_PEERCRED`` (the kernel's word, not the caller's) and runs, as the guest's
+    root, only a command the sudoers rules grant that caller. This machine's root calling is
+    the login of a test that logs in as root (see the module's docstring)."""
+
+    def __init__(self, guest: Guest) -> None:
+        self.guest = guest
+        self.path = guest.workdir / "sudo.sock"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(self.path))
+        self.path.chmod(0o666)
+        self.sock.listen(16)
+        threading.Thread(target=self._serve, name="fakevm-sudo", daemon=True).start()
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", creds)
+            try:
+                args = json.loads(conn.makefile("rb").readline())
+                answer = self.run(self._caller(uid), [str(a) for a in args])
+            except (ValueError, KeyError, OSError, subprocess.SubprocessError) as exc:
+                answer = {"rc": 1, "out": "", "err": f"sudo: {exc}\n"}
+            conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def _caller(self, uid: int) -> str:
+        return self.guest.login_user if uid == 0 else pwd.getpwuid(uid).pw_name
+
+    def rules(self, user: str) -> list[str]:
+        """The commands the sudoers rules of the guest grant ``user`` (NOPASSWD only)."""
+        allowed = []
+        for path in sorted(self.guest.root.glob("etc/sudoers.d/*")):
+            for line in path.read_text().splitlines():
+                who, _, rest = line.strip().partition(" ")
+                if who == user and "NOPASSWD:" in rest:
+                    allowed += [c.strip() for c in rest.split("NOPASSWD:", 1)[1].split(",")]
+        return allowed
+
+    def run(self, user: str, args: list[str]) -> dict[str, Any]:
+        wanted = " ".join(args)
+        if not any(r == "ALL" or fnmatch.fnmatchcase(wanted, r) for r in self.rules(user)):
+            return {"rc": 1, "out": "", "err": "sudo: a password is required\n"}
+        path = args[0]
+        if path.startswith(GUEST_PATHS):
+            path = f"{self.guest.root}{path}"
+        env = {"PATH": self.guest.path, "FAKEVM_ROOT": "1", "HOME": str(self.guest.root)}
+        done = subprocess.run(
+            [path, *args[1:]], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        return {"rc": done.returncode, "out": done.stdout, "err": done.stderr}
+
+
 class Guest:
     """What cloud-init and the guest OS do in the fake: files, root's runcmd, the stand-ins."""
 
@@ -163,13 +247,16 @@ class Guest:
         self.workdir = workdir
         self.root = workdir / "root"
         self.bin = workdir / "bin"
-        self.bin.mkdir(parents=True)
-        self.root.mkdir()
+        self.login_user = login_user
+        for folder in (self.bin, self.root):
+            folder.mkdir(parents=True)
+            folder.chmod(0o755)  # root's: the login may read and run, never write
         for name in ("shutdown", "poweroff", "halt", "systemctl"):
             self._script(name, _POWER.format(work=str(workdir), root=str(self.root)))
-        self._script("sudo", _SUDO.format(root=str(self.root), user=login_user))
+        self._script("sudo", _SUDO.format(sock=str(workdir / "sudo.sock")))
         self._script("curl", _CURL.format(imds=str(workdir / "imds.json")))
         (workdir / "imds.json").write_text("{}")
+        (workdir / "imds.json").chmod(0o644)  # the metadata service answers every process
         for user in config.get("users", []):
             if isinstance(user, dict) and user.get("sudo"):  # cloud-init's own sudoers rule
                 rules = user["sudo"] if isinstance(user["sudo"], list) else [user["sudo"]]
@@ -183,8 +270,11 @@ class Guest:
             mode = int(item.get("permissions", "0644"), 8)
             content = item.get("content", "")
             # scripts see guest paths re-rooted (a chroot); sudoers rules and units keep them
-            path.write_text(_reroot(content, self.root) if mode & 0o100 else content)
+            text = _reroot(content, self.root) if mode & 0o100 else content
+            with path.open("a" if item.get("append") else "w") as out:
+                out.write(text)
             path.chmod(mode)
+        self._broker = _RootBroker(self)
         self.runcmd = [list(c) for c in config.get("runcmd", [])]
 
     def _script(self, name: str, text: str) -> None:
@@ -221,6 +311,7 @@ class Guest:
         return found
 
     def kill(self) -> None:
+        self._broker.close()
         for pid in self.pids():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -237,6 +328,8 @@ class LoopbackVM:
     guest: Guest | None = None
     on_poweroff: Callable[[LoopbackVM], None] | None = None
     powered_off: bool = False
+    console: str = ""  # what cloud-init printed on the serial console
+    login: str = ""  # the user cloud-init made (the one the VM is logged into)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -254,20 +347,37 @@ class LoopbackVM:
         ``env`` is what the VM's environment gives its processes (on a real VM: an instance
         role or a metadata server; here: the emulators' endpoints and test credentials)."""
         workdir = Path(tempfile.mkdtemp(prefix="fakevm-"))
+        os.chmod(workdir, 0o755)  # sshd reads authorized_keys as the logged-in user
         config = parse_cloud_init(user_data)
         users = [u for u in config.get("users", []) if isinstance(u, dict)]
-        guest = Guest(workdir, config, users[0]["name"] if users else "ubuntu")
+        login = users[0]["name"] if users else "root"
+        keys = config.get("ssh_keys") or {}
+        if "ed25519_private" not in keys:  # cloud-init's ssh_genkeytypes: made on the VM
+            made = KeyPair.generate()
+            keys = {"ed25519_private": made.private_pem, "ed25519_public": made.public}
         host_key = workdir / "ssh_host_ed25519_key"
-        if "ssh_keys" in config:  # aws: the host key is the image's own (none here)
-            host_key.write_text(config["ssh_keys"]["ed25519_private"])
-            os.chmod(host_key, 0o600)
+        host_key.write_text(keys["ed25519_private"])
+        os.chmod(host_key, 0o600)
+        console = console_host_keys(keys["ed25519_public"])
         authorized = [k for u in users for k in u.get("ssh_authorized_keys", [])]
         (workdir / "authorized_keys").write_text("\n".join(authorized) + "\n")
-        vm = cls(address, None, workdir, netns, guest, on_poweroff)
+        os.chmod(workdir / "authorized_keys", 0o644)
+        guest = Guest(workdir, config, login)
+        vm = cls(
+            address,
+            None,
+            workdir,
+            netns,
+            guest=guest,
+            on_poweroff=on_poweroff,
+            console=console,
+            login=login,
+        )
         guest.run_runcmd()
         threading.Thread(target=vm._watch_power, name="fakevm-power", daemon=True).start()
         if ssh_port is None:
             return vm
+        ensure_user(login)  # an account of this machine: sshd logs the client in as it
         (workdir / "sshd_config").write_text(
             "\n".join(
                 [
@@ -344,3 +454,13 @@ class LoopbackVM:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def console_host_keys(*public: str) -> str:
+    """Serial console output as cloud-init prints host keys (``cc_keys_to_console``)."""
+    return (
+        "[   12.345678] cloud-init[1021]: Cloud-init v. 23.4 running 'modules:final'\n"
+        "-----BEGIN SSH HOST KEY KEYS-----\n"
+        + "".join(f"{p} root@fakevm\n" for p in public)
+        + "-----END SSH HOST KEY KEYS-----\n"
+    )

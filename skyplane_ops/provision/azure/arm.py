@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,17 @@ UBUNTU = {
     "sku": "22_04-lts-gen2",
     "version": "latest",
 }
-VM_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"  # built-in role definition id
+# Built-in "Virtual Machine Contributor" (run-command, resize, extensions...): NOT given to the
+# VMs any more; kept as a name the tests and fakes know.
+VM_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
+# What a gateway VM's own identity may do to itself, and nothing else: exactly the calls of its
+# dead-man switch (RELEASE_SCRIPT: one ``DELETE`` of the VM, assigned at the VM's own scope).
+# The OS disk, NIC and public IP go with the VM because their ``deleteOption`` is Delete, set by
+# the control plane at create time: ARM deletes them as part of the VM's delete, so the role
+# holds no disk, NIC or IP action and no scope beyond the VM. Whoever changes that script
+# changes this line with it.
+SELF_RELEASE_ACTIONS = ("Microsoft.Compute/virtualMachines/delete",)
+_ROLE_NAMESPACE = uuid.UUID("5b1f3c2e-7d0a-4a51-9a43-0c7e2f6d9b11")
 CAPACITY_CODES = {
     "ZonalAllocationFailed",
     "AllocationFailed",
@@ -58,6 +69,33 @@ class StaticToken:
         return AccessToken("fake-token", 4102444800)
 
 
+def self_release_role(subscription_id: str) -> tuple[str, dict[str, Any]]:
+    """The custom role a gateway VM's identity gets, assigned at the VM's own scope: its id
+    (the same for every fleet of a subscription, so an ABAC condition on the control plane's
+    ``roleAssignments/write`` can name it) and its definition (PUT is idempotent)."""
+    guid = uuid.uuid5(_ROLE_NAMESPACE, f"{subscription_id}/{','.join(SELF_RELEASE_ACTIONS)}")
+    scope = f"/subscriptions/{subscription_id}"
+    role_id = f"{scope}/providers/Microsoft.Authorization/roleDefinitions/{guid}"
+    body = {
+        "properties": {
+            # Role names are unique per tenant: one per subscription and action set.
+            "roleName": f"skyplane-ops gateway self-release {str(guid)[:8]}",
+            "description": "A skyplane-ops gateway VM ends itself (assigned at the VM's scope)",
+            "type": "CustomRole",
+            "permissions": [
+                {
+                    "actions": list(SELF_RELEASE_ACTIONS),
+                    "notActions": [],
+                    "dataActions": [],
+                    "notDataActions": [],
+                }
+            ],
+            "assignableScopes": [scope],
+        }
+    }
+    return role_id, body
+
+
 def vnet(base: Mapping[str, Any], prefix: str, nsg_id: str) -> dict[str, Any]:
     """A /16 with one /24 subnet ``gateways`` that uses the fleet's NSG."""
     subnet = {"addressPrefix": f"{prefix}/24", "networkSecurityGroup": {"id": nsg_id}}
@@ -87,7 +125,9 @@ def nic(base: Mapping[str, Any], subnet_id: str, pip_id: str) -> dict[str, Any]:
     }
 
 
-def nsg_rules(client_cidr: str, ports: Sequence[int], peers: Sequence[str]) -> list[dict[str, Any]]:
+def nsg_rules(
+    client_cidrs: Sequence[str], ports: Sequence[int], peers: Sequence[str]
+) -> list[dict[str, Any]]:
     """SSH from the control plane only; gateway ports from it and the fleet's addresses only
     (Azure's default rules deny the rest of the internet)."""
 
@@ -106,9 +146,9 @@ def nsg_rules(client_cidr: str, ports: Sequence[int], peers: Sequence[str]) -> l
             },
         }
 
-    fleet = sorted({client_cidr, *(f"{a}/32" for a in peers)})
+    fleet = sorted({*client_cidrs, *(f"{a}/32" for a in peers)})
     return [
-        rule("ssh-from-control-plane", 100, ["22"], [client_cidr]),
+        rule("ssh-from-control-plane", 100, ["22"], sorted(client_cidrs)),
         rule("gateways-from-fleet", 110, [str(p) for p in ports], fleet),
     ]
 

@@ -9,14 +9,26 @@ transfer id, creator, creation and expiry tags; deleting the group deletes all o
 how tear-down, the failure path and the sweeper work.
 
 The VM's SSH host key is generated here and passed in its custom data (cloud-init), so it is
-known before boot, with the VM's root-owned deadline (``cloudvm.common``: the agent's lease can
-push it later, never past ``ttl_seconds``). Azure keeps billing a stopped VM (compute) and a
-deallocated one (disk, static IP), so with ``self_delete`` (the default) each VM gets a
-system-assigned identity allowed to manage only itself (Virtual Machine Contributor at the VM's
-scope) and deletes itself, with its OS disk, NIC and public IP (``deleteOption: Delete``), before
-its deadline powers it off and whenever it shuts down. Azure has no provider-side run limit
-for regular VMs, so this guest-side delete is the limit; the sweeper deletes the rest of the
-group (NSG, virtual network: free) once ``expires-at`` passes.
+known before boot: Azure keeps custom data root-only on the VM and returns it neither from the
+instance metadata service nor from the API. It also carries the VM's root-owned deadline
+(``cloudvm.common``: the agent's lease can push it later, never past ``ttl_seconds``). The VM's
+one login user is unprivileged: its only privilege is the deadline helper's ``extend`` and
+``poweroff``. OS disks are encrypted at rest by Azure (platform-managed keys), or with a
+customer-managed key through ``disk_encryption_set_id``. Azure's metadata service needs a
+``Metadata: true`` header and refuses forwarded requests; it has no hop-limit setting to
+configure.
+
+Azure keeps billing a stopped VM (compute) and a deallocated one (disk, static IP), so with
+``self_delete`` (the default; ``self_deallocate`` is its old name) each VM gets a
+system-assigned identity and deletes itself, with its OS disk, NIC and public IP
+(``deleteOption: Delete``), before its deadline powers it off and whenever it shuts down. Azure
+has no provider-side run limit for regular VMs, so this guest-side delete is the limit; the
+sweeper deletes the rest of the group (NSG, virtual network: free) once ``expires-at`` passes.
+That identity holds one custom role (``arm.self_release_role``: exactly
+``arm.SELF_RELEASE_ACTIONS``, the calls of the release script) assigned at the VM's own scope;
+not Virtual Machine Contributor, which would let anything on the VM run commands, resize or
+re-image it. The role is defined once per subscription (an idempotent PUT; it grants nothing
+until assigned). ``self_delete=False`` gives the VMs no identity at all.
 
 A pending fleet record naming each region's resource group is written before the group is
 created, so a control plane killed at any point leaves a record ``deprovision`` acts on.
@@ -39,7 +51,6 @@ from skyplane_ops.provision.azure.arm import (
     API,
     CAPACITY_CODES,
     UBUNTU,
-    VM_CONTRIBUTOR,
     StaticToken,
 )
 from skyplane_ops.provision.cloudhosts import provision_regions, save_cloud_fleet
@@ -103,9 +114,12 @@ class AzureProvisioner(CloudBoot):
         base_url: str | None = None,
         ca_bundle: str | None = None,
         sweep_regions: Sequence[str] = (),
+        disk_encryption_set_id: str | None = None,
         **boot: Any,
     ) -> None:
         super().__init__(**boot)
+        self.disk_encryption_set_id = disk_encryption_set_id
+        self._role_ready = False
         from azure.mgmt.compute import ComputeManagementClient  # lazily: only azure needs them
         from azure.mgmt.network import NetworkManagementClient
         from azure.mgmt.resource.resources import ResourceManagementClient
@@ -174,6 +188,8 @@ class AzureProvisioner(CloudBoot):
                 group, f"{name}-nic", arm.nic(base, subnet_id, pip["id"])
             ).result()
             host_key = KeyPair.generate()
+            if self.self_delete:  # defined before any VM: the VM-to-role window is one call
+                self._self_release_role()
             state.vms.append(name)  # named (with the key path) before the create call
             if self._pending is not None:
                 self._pending.save()
@@ -185,7 +201,7 @@ class AzureProvisioner(CloudBoot):
             state.public_ips[name] = got["properties"]["ipAddress"]
 
     def _rules(self, peers: Sequence[str]) -> list[dict[str, Any]]:
-        return arm.nsg_rules(self.client_cidr or "", self.gateway_ports(), peers)
+        return arm.nsg_rules(self.resolve_client_cidr(), self.gateway_ports(), peers)
 
     def _user_data(self, client_key: KeyPair, host_key: KeyPair) -> str:
         release = arm.RELEASE_SCRIPT if self.self_delete else None
@@ -214,6 +230,10 @@ class AzureProvisioner(CloudBoot):
         props = arm.vm_properties(
             self.vm_size, self.image, name, self.ssh_user, client_key.public, custom, nic_id
         )
+        if self.disk_encryption_set_id:  # a customer-managed key (platform-managed otherwise)
+            props["storageProfile"]["osDisk"]["managedDisk"]["diskEncryptionSet"] = {
+                "id": self.disk_encryption_set_id
+            }
         if self.spot:
             props.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
         body: dict[str, Any] = {**base, "properties": props}
@@ -251,15 +271,23 @@ class AzureProvisioner(CloudBoot):
         except ResourceNotFoundError:
             pass
 
+    def _self_release_role(self) -> str:
+        """The custom role's id, its definition PUT once per provisioner (idempotent)."""
+        role, body = arm.self_release_role(self.subscription_id)
+        with self._lock:
+            if not self._role_ready:
+                self.resources.resources.begin_create_or_update_by_id(
+                    role, body, api_version=API["authorization"]
+                ).result()
+                self._role_ready = True
+        return role
+
     def _allow_self_delete(self, vm: Any) -> None:
         """Let the VM's own identity delete the VM (and nothing else)."""
         principal = (vm.get("identity") or {}).get("principalId")
         if not principal:
             raise ProvisionError(f"VM {vm['id']} has no managed identity to delete itself")
-        role = (
-            f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization/"
-            f"roleDefinitions/{VM_CONTRIBUTOR}"
-        )
+        role = self._self_release_role()
         self.resources.resources.begin_create_or_update_by_id(
             f"{vm['id']}/providers/Microsoft.Authorization/roleAssignments/{uuid.uuid4()}",
             {

@@ -7,6 +7,7 @@ which imports the tags from here)."""
 from __future__ import annotations
 
 from skyplane_ops.provision.cloudvm.common import (
+    AGENT_USER,
     DEADLINE_COMMAND,
     DEADLINE_HELPER,
     GCP_LABEL_CREATED,
@@ -26,12 +27,14 @@ from skyplane_ops.provision.cloudvm.common import (
     fleet_tags,
     gcp_labels,
     parse_cloud_init,
+    parse_console_host_key,
     region_of,
     save_client_key,
     sweepable,
 )
 
 __all__ = [
+    "AGENT_USER",
     "DEADLINE_COMMAND",
     "DEADLINE_HELPER",
     "GCP_LABEL_CREATED",
@@ -51,6 +54,7 @@ __all__ = [
     "fleet_tags",
     "gcp_labels",
     "parse_cloud_init",
+    "parse_console_host_key",
     "region_of",
     "save_client_key",
     "sweepable",

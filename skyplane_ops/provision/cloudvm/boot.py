@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost, cached_wheelhouse
-from skyplane_ops.provision.cloudvm.common import DEADLINE_COMMAND
+from skyplane_ops.provision.cloudvm.common import AGENT_USER, DEADLINE_COMMAND
+from skyplane_ops.provision.control_cidrs import detect_client_cidr, parse_cidrs
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.records import PendingRecord
 from skyplane_ops.provision.secrets import delete_secret
@@ -33,8 +33,8 @@ class CloudBoot:
     def __init__(
         self,
         *,
-        client_cidr: str | None = None,
-        ssh_user: str = "ubuntu",
+        client_cidr: str | Sequence[str] | None = None,
+        ssh_user: str = AGENT_USER,
         ssh_port: int = 22,
         remote_python: str = "python3",
         remote_python_version: str = "3.10",
@@ -49,7 +49,8 @@ class CloudBoot:
         bootstrap: Bootstrap | None = None,
         deadline_command: str = DEADLINE_COMMAND,
     ) -> None:
-        self.client_cidr = client_cidr
+        # The control plane's address(es) the firewalls admit; validated now (one-line errors).
+        self.client_cidrs = parse_cidrs(client_cidr)
         self.ssh_user = ssh_user
         self.ssh_port = ssh_port
         self.remote_python = remote_python
@@ -68,12 +69,12 @@ class CloudBoot:
         self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
         self._wheel_lock = threading.Lock()
 
-    def resolve_client_cidr(self) -> str:
-        """The control plane's address the firewalls admit (discovered when not configured)."""
-        if self.client_cidr is None:
-            with urllib.request.urlopen("https://checkip.amazonaws.com", timeout=10) as resp:
-                self.client_cidr = resp.read().decode().strip() + "/32"
-        return self.client_cidr
+    def resolve_client_cidr(self) -> tuple[str, ...]:
+        """The control plane's address(es) the firewalls admit: as configured, else detected
+        (the logged fallback of ``control_cidrs.detect_client_cidr``)."""
+        if self.client_cidrs is None:
+            self.client_cidrs = detect_client_cidr()
+        return self.client_cidrs
 
     def gateway_ports(self) -> list[int]:
         return sorted({self.control_port, self.data_port, self.probe_port})

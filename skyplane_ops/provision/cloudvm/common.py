@@ -1,9 +1,20 @@
 """What the azure and gcp backends share: tags, per-fleet keys and the cloud-init they boot with.
 
-Host keys are never trusted on first use: the control plane *generates* each VM's SSH host key
-and hands it to the VM in its custom data / user-data (cloud-init ``ssh_keys``), a channel the
-provider authenticates (only a caller with the fleet's cloud credentials can read or set it).
-So the control plane knows the key before the VM boots and paramiko verifies it strictly.
+Host keys are never trusted on first use. On Azure the control plane *generates* each VM's SSH
+host key and hands it to the VM in its custom data (cloud-init ``ssh_keys``): Azure keeps custom
+data root-only on the VM (``/var/lib/waagent``) and returns it neither from the VM's metadata
+service nor from the API. GCE and EC2 metadata (user-data included) are readable by every
+process on the VM and by anyone allowed to get the instance, so there the VM generates its own
+host key and cloud-init prints the public half on the serial console, which the backend reads
+back through the provider's API (``parse_console_host_key``). Either way paramiko verifies the
+key strictly.
+
+The VM's only login is ``AGENT_USER``: created by cloud-init, key-only, password locked, no
+extra groups; the image's default user (``ubuntu``, with passwordless sudo) is not created
+because the ``users`` list omits ``default``. Its one privilege is a single sudoers rule: the
+root-owned deadline helper's ``extend S`` and ``poweroff`` (``deadline_grant``), nothing else.
+What boot needs as root is done by cloud-init itself (its ``write_files``/``runcmd``, passed as
+``extra``) before the agent is started.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ TAG_CREATOR = "skyplane-ops:creator"
 TAG_CREATED = "skyplane-ops:created-at"
 TAG_EXPIRES = "skyplane-ops:expires-at"
 NAME_PREFIX = "skyplane-ops-"
+AGENT_USER = "skyplane"  # the unprivileged user gateway VMs are logged into and run the agent as
 
 
 class QuotaError(ProvisionError):
@@ -276,27 +288,39 @@ def merge_cloud_config(*parts: Mapping) -> dict:
     return out
 
 
-def cloud_init(*, user: str, authorized_key: str, host_key: KeyPair, extra: Mapping = {}) -> str:
-    """``#cloud-config`` (JSON is YAML) installing our host key and the fleet's client key.
-
-    The login user gets no sudo of its own (the distribution's default user is not created):
-    ``extra`` grants what it may run as root (``deadline_cloud_init``'s helper)."""
-    config = {
+def cloud_init(
+    *,
+    user: str,
+    authorized_key: str,
+    host_key: KeyPair | None = None,
+    extra: Mapping = {},
+) -> str:
+    """``#cloud-config`` (JSON is YAML): one unprivileged login user holding the fleet's client
+    key (no sudo of its own, no password, no image default user), password SSH off, and either
+    our host key (``host_key``) or a fresh ed25519 one generated on the VM and printed on its
+    console. ``extra`` is merged in (``merge_cloud_config``: its ``write_files``/``runcmd`` add
+    to ours): it grants what the login user may run as root (``deadline_cloud_init``'s helper,
+    nothing else)."""
+    config: dict = {
         "ssh_deletekeys": True,
-        "ssh_genkeytypes": [],
-        "ssh_keys": {
-            "ed25519_private": host_key.private_pem,
-            "ed25519_public": host_key.public,
-        },
+        "ssh_genkeytypes": [] if host_key else ["ed25519"],
+        "ssh_pwauth": False,
+        "disable_root": True,
         "users": [
             {
                 "name": user,
                 "shell": "/bin/bash",
+                "lock_passwd": True,
                 "ssh_authorized_keys": [authorized_key],
             },
         ],
-        **extra,
     }
+    config = merge_cloud_config(config, extra)
+    if host_key is not None:
+        config["ssh_keys"] = {
+            "ed25519_private": host_key.private_pem,
+            "ed25519_public": host_key.public,
+        }
     return "#cloud-config\n" + json.dumps(config, indent=1, sort_keys=True) + "\n"
 
 
@@ -307,6 +331,20 @@ def parse_cloud_init(text: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError("cloud-config is not a mapping")
     return data
+
+
+def parse_console_host_key(output: str, key_type: str = "ssh-ed25519") -> str | None:
+    """The ``TYPE BASE64`` host key cloud-init printed between its SSH HOST KEY KEYS markers
+    (the first block: printed at first boot, before anything of ours runs on the VM)."""
+    begin, end = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
+    if begin not in output or end not in output.split(begin, 1)[1]:
+        return None
+    block = output.split(begin, 1)[1].split(end, 1)[0]
+    for line in block.splitlines():
+        parts = line.strip().split()
+        if len(parts) >= 2 and parts[0] == key_type:
+            return f"{parts[0]} {parts[1]}"
+    return None
 
 
 def region_of(region: str, provider: str) -> str:

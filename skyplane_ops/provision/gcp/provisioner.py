@@ -5,23 +5,30 @@ from the control plane only; the gateway ports from the control plane and the fl
 addresses only), and per region one subnetwork and the instances, labelled with transfer id,
 creator, creation and expiry time (networks, subnets and firewalls take no labels: they carry the
 ``skyplane-ops-<transfer>`` name and the tags in their description). Instances boot Ubuntu LTS
-with cloud-init user-data holding the SSH host key the control plane generated (so the key is
-known, never trusted on first use), the fleet's client key and the VM's root-owned deadline
-(``cloudvm.common``: the agent's lease can push it later, never past ``ttl_seconds``).
-``max_run_duration`` with ``instance_termination_action=DELETE`` deletes every VM (and its
-auto-delete boot disk) at its expiry whatever happens to the control plane or the guest; a VM
-whose deadline powered it off stops billing for CPU until then, and the sweeper deletes it
-once its ``expires-at`` passes. A pending fleet record is written before the first create call
-and names every network, firewall, subnetwork and instance (with its zone) before its insert,
-so a control plane killed at any point leaves a record ``deprovision`` acts on. Regions go in
-parallel, zones are tried in order when one has no capacity, and any failure deletes
-everything created so far; deleting tries every resource and reports every error.
+with cloud-init user-data holding only public material: the fleet's client key for the one,
+unprivileged login user (its only privilege: the deadline helper's ``extend``/``poweroff``) and
+the VM's root-owned deadline (``cloudvm.common``: the agent's lease can push it later, never
+past ``ttl_seconds``). Metadata is readable by every process on the VM and by anyone with
+``compute.instances.get``, so no secret goes there: the VM generates its own SSH host key and
+cloud-init prints it on serial port 1, which the backend reads back through the API (as the aws
+backend reads the console output) and paramiko then verifies strictly. ``block-project-ssh-
+keys`` keeps project-wide SSH keys off the VMs. Boot disks are encrypted at rest by Google (or
+with ``disk_kms_key``, a customer-managed Cloud KMS key). ``max_run_duration`` with
+``instance_termination_action=DELETE`` deletes every VM (and its auto-delete boot disk) at its
+expiry whatever happens to the control plane or the guest; a VM whose deadline powered it off
+stops billing for CPU until then, and the sweeper deletes it once its ``expires-at`` passes. A
+pending fleet record is written before the first create call and names every network,
+firewall, subnetwork and instance (with its zone) before its insert, so a control plane killed
+at any point leaves a record ``deprovision`` acts on. Regions go in parallel, zones are tried in
+order when one has no capacity, and any failure deletes everything created so far; deleting
+tries every resource and reports every error.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,6 +49,8 @@ from skyplane_ops.provision.cloudvm.common import (
     default_creator,
     fleet_tags,
     gcp_labels,
+    merge_cloud_config,
+    parse_console_host_key,
     region_of,
     save_client_key,
     sweepable,
@@ -55,6 +64,18 @@ from skyplane_ops.provision.secrets import check_transfer_id, create_secret, del
 log = logging.getLogger("skyplane_ops.provision.gcp")
 
 UBUNTU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+# cloud-init makes the host key and prints it on the console; Google's guest agent would make
+# new ones on first boot (``[InstanceSetup] set_host_keys``), so the printed key would not be the
+# one sshd presents. write_files runs in cloud-init's init stage, before the guest agent starts.
+KEEP_HOST_KEYS = {
+    "write_files": [
+        {
+            "path": "/etc/default/instance_configs.cfg",
+            "append": True,
+            "content": "[InstanceSetup]\nset_host_keys = false\n",
+        }
+    ]
+}
 
 
 @dataclass
@@ -94,6 +115,9 @@ class GCPProvisioner(CloudBoot):
         op_timeout: float = 600.0,
         boot_limit_s: float | None = None,
         creator: str | None = None,
+        disk_kms_key: str | None = None,
+        host_key_timeout: float = 300.0,
+        poll_interval: float = 5.0,
         **boot: Any,
     ) -> None:
         super().__init__(**boot)
@@ -103,6 +127,9 @@ class GCPProvisioner(CloudBoot):
         self.creator = creator or default_creator()
         self._pending: PendingRecord | None = None
         self.project = project
+        self.disk_kms_key = disk_kms_key
+        self.host_key_timeout = host_key_timeout
+        self.poll_interval = poll_interval
         self.machine_type = machine_type
         self.image = image
         self.disk_gb = disk_gb
@@ -140,8 +167,8 @@ class GCPProvisioner(CloudBoot):
         )
         ports = [str(p) for p in self.gateway_ports()]
         for suffix, allowed, ranges in (
-            ("ssh", ["22"], [self.client_cidr]),
-            ("gw", ports, [self.client_cidr]),
+            ("ssh", ["22"], list(self.resolve_client_cidr())),
+            ("gw", ports, list(self.resolve_client_cidr())),
         ):
             name = f"{net}-{suffix}"
             created.setdefault("firewalls", []).append(name)
@@ -197,22 +224,43 @@ class GCPProvisioner(CloudBoot):
         client_key = KeyPair.generate()
         state.key_path = str(save_client_key("gcp", tid, region, client_key))
         zones = self._zones(region)
+        # Public material only: the VM makes its own host key (see the module's docstring).
+        user_data = cloud_init(
+            user=self.ssh_user,
+            authorized_key=client_key.public,
+            extra=merge_cloud_config(
+                KEEP_HOST_KEYS,
+                deadline_cloud_init(self.ssh_user, self.boot_limit_s, self.ttl_seconds),
+            ),
+        )
         for i in range(count):
             name = f"{subnet}-{i}"
-            host_key = KeyPair.generate()
-            user_data = cloud_init(
-                user=self.ssh_user,
-                authorized_key=client_key.public,
-                host_key=host_key,
-                extra=deadline_cloud_init(self.ssh_user, self.boot_limit_s, self.ttl_seconds),
-            )
             self._insert_instance(state, name, zones, subnet, labels, user_data, net, tags)
-            state.host_keys[name] = host_key.public
         for name, zone in state.instances.items():
             inst = self.api.client("InstancesClient").get(
                 project=self.project, zone=zone, instance=name
             )
             state.public_ips[name] = inst.network_interfaces[0].access_configs[0].nat_i_p
+        keys = _run_all(lambda item: self._console_host_key(*item), list(state.instances.items()))
+        state.host_keys.update(zip(state.instances, keys, strict=True))
+
+    def _console_host_key(self, name: str, zone: str) -> str:
+        """The VM's ed25519 host key as cloud-init printed it on serial port 1."""
+        deadline = time.monotonic() + self.host_key_timeout
+        client = self.api.client("InstancesClient")
+        while True:
+            output = client.get_serial_port_output(
+                request={"project": self.project, "zone": zone, "instance": name, "port": 1}
+            )
+            key = parse_console_host_key(output.contents or "")
+            if key:
+                return key
+            if time.monotonic() > deadline:
+                raise ProvisionError(
+                    f"no SSH host key on the serial console of gcp instance {name} after "
+                    f"{self.host_key_timeout:.0f}s"
+                )
+            time.sleep(self.poll_interval)
 
     def _insert_instance(
         self,
@@ -249,6 +297,7 @@ class GCPProvisioner(CloudBoot):
                         initialize_params=c.AttachedDiskInitializeParams(
                             source_image=self.image, disk_size_gb=self.disk_gb, labels=labels
                         ),
+                        **self._disk_key(),
                     )
                 ],
                 network_interfaces=[
@@ -257,7 +306,12 @@ class GCPProvisioner(CloudBoot):
                         access_configs=[c.AccessConfig(name="external", type_="ONE_TO_ONE_NAT")],
                     )
                 ],
-                metadata=c.Metadata(items=[c.Items(key="user-data", value=user_data)]),
+                metadata=c.Metadata(
+                    items=[
+                        c.Items(key=key, value=value)
+                        for key, value in instance_metadata(user_data).items()
+                    ]
+                ),
                 scheduling=scheduling,
             )
             state.instances[name] = zone
@@ -282,6 +336,13 @@ class GCPProvisioner(CloudBoot):
         raise QuotaError(
             f"gcp {region}: no capacity for {self.machine_type} in zones {', '.join(tried)}"
         )
+
+    def _disk_key(self) -> dict[str, Any]:
+        """Boot disks are encrypted by Google; with ``disk_kms_key``, by that Cloud KMS key."""
+        if not self.disk_kms_key:
+            return {}
+        key = self.compute.CustomerEncryptionKey(kms_key_name=self.disk_kms_key)
+        return {"disk_encryption_key": key}
 
     def provision(
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
@@ -352,7 +413,7 @@ class GCPProvisioner(CloudBoot):
     def set_peer_ranges(self, transfer_id: str, addresses: Sequence[str]) -> None:
         """Open the gateway ports to exactly the control plane and these gateway addresses."""
         net = self._network(transfer_id)
-        ranges = sorted({self.client_cidr or "", *(f"{a}/32" for a in addresses)} - {""})
+        ranges = sorted({*self.resolve_client_cidr(), *(f"{a}/32" for a in addresses)})
         self.api.wait(
             self.api.mutate(
                 "FirewallsClient",
@@ -376,7 +437,7 @@ class GCPProvisioner(CloudBoot):
         net = f"{NAME_PREFIX}{transfer_id}"
         out: list[tuple[str, float]] = [
             (f"gcp network {net}", 0.0),
-            (f"gcp firewall {net}-ssh (tcp:22 from {self.client_cidr or 'this host'})", 0.0),
+            (f"gcp firewall {net}-ssh (tcp:22 from {_cidrs_text(self.client_cidrs)})", 0.0),
             (f"gcp firewall {net}-gw (tcp:{self.ports_text()} from control plane + fleet)", 0.0),
         ]
         price = vm_price("gcp", self.machine_type, self.spot)
@@ -548,6 +609,20 @@ class GCPProvisioner(CloudBoot):
                 + f" (deleted: {', '.join(deleted) or 'none'})"
             )
         return deleted
+
+
+def instance_metadata(user_data: str) -> dict[str, str]:
+    """A gateway VM's metadata: public material only (readable on the VM and by anyone with
+    ``compute.instances.get``), project-wide SSH keys refused, the legacy endpoints off."""
+    return {
+        "user-data": user_data,
+        "block-project-ssh-keys": "TRUE",
+        "disable-legacy-endpoints": "TRUE",
+    }
+
+
+def _cidrs_text(cidrs: Sequence[str] | None) -> str:
+    return ", ".join(cidrs) if cidrs else "this host (detected)"
 
 
 def _described_tags(description: str) -> dict[str, str]:
