@@ -91,9 +91,9 @@ class _Run(RunState):
         fresh = listing is None  # else the caller's listing; a sync may still lack the dst
         if listing is None:
             listing = Listing(Catalog(journal.path.parent))
-        if fresh or (request.sync and not listing.has_destination):
+        if fresh or (request.lists_destination and not listing.has_destination):
             fill_listing(listing.catalog, request, src, source=fresh)
-        else:
+        elif request.files_from is None:  # a key list was checked by key when looked up
             check_destination(dst, self.dst_uri)
         try:
             return self._run(listing.catalog, src, dst, journal, secret, progress, dispatch)
@@ -121,6 +121,8 @@ class _Run(RunState):
             delete=request.delete,
             max_delete=request.max_delete,
             names_fit=src.capabilities.file_names and dst.capabilities.file_names,
+            ignore_existing=request.ignore_existing,
+            update=request.update,
         )
         skipped = todo.skipped
         self.step("list")

@@ -51,6 +51,28 @@ def same_sql(catalog: Catalog) -> str:
     return f"src.size = d.size AND coalesce({_CK}, {syncstate.by_record()}, {_NOT_OLDER})"
 
 
+# The overwrite policy, as a test of a destination row ``d`` against ``src``: ``ignore_existing``
+# never replaces an object; ``update`` keeps one the destination changed after the source (or
+# at the same time, with the same size: rclone's rule). The destination's time is when its
+# bytes were written (the copy's own write, on an object store).
+_NEWER = (
+    "d.mtime IS NOT NULL AND src.mtime IS NOT NULL AND "
+    "(d.mtime > src.mtime OR (d.mtime = src.mtime AND d.size = src.size))"
+)
+IGNORE_EXISTING_WHY = "exists at the destination (--ignore-existing)"
+UPDATE_WHY = "newer at the destination (--update)"
+
+
+def skip_rule(*, ignore_existing: bool, update: bool) -> str | None:
+    """The SQL test of the overwrite policy that keeps the destination object, or None
+    (the default: overwrite)."""
+    if ignore_existing:
+        return "1"
+    if update:
+        return _NEWER
+    return None
+
+
 @dataclass
 class Todo:
     """Counts of a run's plan; the keys themselves stay in the catalog."""
@@ -73,10 +95,13 @@ def plan_todo(
     delete: bool,
     max_delete: int | None,
     names_fit: bool = False,
+    ignore_existing: bool = False,
+    update: bool = False,
 ) -> Todo:
     """Mark the catalog's objects; idempotent (a sync checked up to date, then run, repeats it).
     ``names_fit``: every source key is known to be a name the destination holds (between two
-    stores of ``Capabilities.file_names``), so none is checked (0.09 s per 100k keys)."""
+    stores of ``Capabilities.file_names``), so none is checked (0.09 s per 100k keys).
+    ``ignore_existing``/``update``: the overwrite policy (``skip_rule``), after sync's rule."""
     # An unreadable entry is a failed object: reported, and it stops the mirror delete.
     unread = [(p.key, f"source: {p.reason}") for p in catalog.problems if p.error]
     catalog.set_outcome("failed", unread, FAILED)
@@ -101,6 +126,12 @@ def plan_todo(
         catalog.run(
             f"UPDATE src SET state = {SKIPPED} WHERE state = {TODO} AND EXISTS "
             f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {same_sql(catalog)})"
+        )
+    rule = skip_rule(ignore_existing=ignore_existing, update=update)
+    if rule is not None:
+        catalog.run(
+            f"UPDATE src SET state = {SKIPPED} WHERE state = {TODO} AND EXISTS "
+            f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {rule})"
         )
     # Names the destination cannot hold are failed objects before any byte moves.
     check = None if names_fit else getattr(dst, "check_name", None)
