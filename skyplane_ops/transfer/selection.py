@@ -28,6 +28,7 @@ from skyplane_ops.transfer.listrows import BATCH, checksums_json, micros
 from skyplane_ops.transfer.manifest import matches
 
 HEAD_THREADS = 32  # lookups in flight: each waits on one request's latency
+clock = time.time  # what ages count back from (a test may move it)
 
 
 def age_seconds(name: str, value: Any) -> float | None:
@@ -124,8 +125,12 @@ def window(
     now: float | None = None,
 ) -> Window:
     """The window the four controls leave (ages counted back from ``now``: the listing's
-    start); the narrowest of them where several bound the same side."""
-    now = time.time() if now is None else now
+    start); the narrowest of them where several bound the same side.
+
+    The time is the one a versioned listing shows: an object store's Last-Modified, a local
+    file's last change (the later of its mtime and ctime: a file copied in with an old mtime
+    has landed now, and a pipeline that copies what landed must not miss it)."""
+    now = clock() if now is None else now
     us = 1_000_000
     los = [int((now - max_age) * us)] if max_age is not None else []
     his = [int((now - min_age) * us)] if min_age is not None else []
