@@ -124,7 +124,24 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         journal_dir=args.journal_dir,
         wait_lock=args.wait_lock,
         plan_options=planning,
+        max_age=args.max_age,
+        min_age=args.min_age,
+        changed_since=args.changed_since,
+        changed_before=args.changed_before,
+        files_from=_files_from(args, src),
+        ignore_existing=args.ignore_existing,
+        update=args.update,
     )
+
+
+def _files_from(args: ArgsNS, src: str) -> tuple[str, ...] | None:
+    """The keys of ``--files-from``; an object URI on the source's store is read with
+    ``--src-options`` (its endpoint, its region)."""
+    spec = args.files_from
+    if spec is None:
+        return None
+    same_store = "://" in spec and spec.split("://")[0] == src.split("://")[0]
+    return api.read_files_from(spec, args.src_options if same_store else None)
 
 
 def _plan_file(args: ArgsNS) -> api.TransferPlan | None:

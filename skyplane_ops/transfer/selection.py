@@ -219,3 +219,28 @@ def check_bucket(store: ObjectStore, uri: str, key: str) -> None:
         raise TransferError(f"destination {uri} does not exist: {exc}") from exc
     except StoreError as exc:
         raise TransferError(f"cannot access destination {uri}: {exc}") from exc
+
+
+def read_files_from(spec: str, options: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The keys of ``--files-from``: ``-`` (standard input), a local file, or an object's URI
+    (``s3://bucket/lists/today.txt``, opened with ``options``); one key per line."""
+    import sys
+
+    from gateway_agent.stores import open_store
+
+    try:
+        if spec == "-":
+            text = sys.stdin.read()
+        elif "://" in spec and not spec.startswith("file://"):
+            folder, _, name = spec.rpartition("/")
+            text = open_store(folder + "/", dict(options or {})).read(name).decode()
+        else:
+            path = spec[len("file://") :] if spec.startswith("file://") else spec
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+    except (OSError, StoreError, UnicodeDecodeError, ValueError) as exc:
+        raise TransferError(f"cannot read --files-from {spec}: {exc}") from exc
+    keys = key_list(text)
+    if not keys:
+        raise TransferError(f"--files-from {spec} names no key")
+    return keys
