@@ -22,7 +22,7 @@ from click.core import ParameterSource
 
 from skyplane_ops import api
 from skyplane_ops.commands.base import to_args
-from skyplane_ops.commands.cp_options import CP_EPILOG, SYNC_EPILOG, transfer_options
+from skyplane_ops.commands.cp_options import CP_EPILOG, MV_EPILOG, SYNC_EPILOG, transfer_options
 from skyplane_ops.commands.options import plan_arguments, to_uri
 from skyplane_ops.commands.progress_view import RunView, pick_mode
 from skyplane_ops.commands.summary import summary_lines
@@ -66,6 +66,31 @@ def sync(ctx: click.Context, **params: Any) -> int:
     return _execute(_args(ctx, params), sync=True)
 
 
+@click.command(epilog=MV_EPILOG)
+@transfer_options("mv")
+@click.option("--sync", is_flag=True, help="copy only objects missing or different at DST")
+@click.option(
+    "--max-delete",
+    type=int,
+    default=None,
+    metavar="N",
+    help="refuse the whole move (nothing copied or deleted) when more than N source objects "
+    "would be deleted",
+)
+@click.pass_context
+def mv(ctx: click.Context, **params: Any) -> int:
+    """Move objects from SRC to DST: copy, verify, then delete each verified source object.
+
+    A source object is deleted only after its copy is committed and verified, and only if it
+    is still the version that was copied; a failed, partial or interrupted move deletes
+    nothing it has not verified (re-run it to move the rest). Objects skipped (up to date,
+    --ignore-existing, --update) stay at SRC.
+    """
+    args = _args(ctx, params)
+    args.move = True
+    return _execute(args, sync=bool(params["sync"]))
+
+
 def _args(ctx: click.Context, params: dict[str, Any]) -> ArgsNS:
     """The run's ``args``; with ``--fleet`` the backend is the fleet's (a different
     ``--backend`` given with it is a usage error)."""
@@ -99,8 +124,9 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
     src, dst = to_uri(args.src), to_uri(args.dst)
     links = _links(args)
     delete = bool(getattr(args, "delete", False))
+    move = bool(getattr(args, "move", False))
     max_delete = getattr(args, "max_delete", None)
-    if max_delete is not None and not delete:
+    if max_delete is not None and not (delete or move):
         raise TransferError("--max-delete only applies with --delete")
     planning = plan_arguments(args)
     planning.pop("backend", None)  # the run's backend: ``Gateways``
@@ -131,6 +157,7 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         files_from=_files_from(args, src),
         ignore_existing=args.ignore_existing,
         update=args.update,
+        move=move,
     )
 
 

@@ -225,3 +225,14 @@ Examples:
 """
     + EXIT_STATUS
 )
+MV_EPILOG = (
+    """
+\b
+Examples:
+  skyplane-ops mv s3://landing/in s3://lake/raw --src-region aws:us-east-1 \\
+      --dst-region aws:eu-west-1 --min-age 10m --max-delete 5000
+  skyplane-ops mv ./outbox s3://bucket/inbox --src-region aws:us-east-1 \\
+      --dst-region aws:us-east-1 --files-from done.txt --dry-run
+"""
+    + EXIT_STATUS
+)

@@ -103,10 +103,11 @@ class Preview:
             yield dec(raw), str(why)
 
     def lines(self) -> Iterator[str]:
+        verb = "move" if self.request is not None and self.request.move else "copy"
         if (chosen := self.selection()) is not None:
             yield chosen
         yield from (
-            f"would copy {k} ({s} bytes)" + (f": {why}" if why else "")
+            f"would {verb} {k} ({s} bytes)" + (f": {why}" if why else "")
             for k, s, why in self.copies_why()
         )
         yield from (f"would keep {k}: {why}" for k, why in self.keeps())
@@ -114,7 +115,7 @@ class Preview:
         yield from (f"would delete {k}" for k in self.deletes())
         todo = self.todo
         tail = (
-            f"dry run: {todo.objects} to copy, {todo.to_delete} to delete, "
+            f"dry run: {todo.objects} to {verb}, {todo.to_delete} to delete, "
             f"{todo.skipped} up to date"
         )
         if todo.unread:
@@ -193,6 +194,7 @@ def preview_transfer(
             max_delete=None,  # reported (``delete_refused``), not raised
             ignore_existing=request.ignore_existing,
             update=request.update,
+            move=False,  # the dry run reports the moves, it does not refuse them
         )
     except BaseException:
         catalog.close()

@@ -210,7 +210,9 @@ class TransferRequest:
     seconds) and ``changed_since``/``changed_before`` (ISO 8601 timestamps) select by
     modification time; ``files_from`` (keys relative to the source) names the objects, which
     are then looked up by key, never listed. Overwrite policy: ``ignore_existing`` never
-    replaces a destination object, ``update`` skips one newer than the source.
+    replaces a destination object, ``update`` skips one newer than the source. ``move``
+    deletes each source object once its copy is committed and verified (``transfer.move``),
+    at most ``max_delete`` of them.
     """
 
     src: StoreLocation
@@ -238,6 +240,7 @@ class TransferRequest:
     files_from: tuple[str, ...] | None = None
     ignore_existing: bool = False
     update: bool = False
+    move: bool = False
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -254,8 +257,12 @@ class TransferRequest:
             put(self, "encrypt", _ENCRYPT_ALIASES.get(self.encrypt, self.encrypt))
         if self.encrypt not in ENCRYPT_MODES:
             raise TransferError(f"encrypt must be 'auto', 'all' or 'none', not {self.encrypt!r}")
-        if self.max_delete is not None and not self.delete:
-            raise TransferError("max_delete (--max-delete) only applies with delete (--delete)")
+        if self.max_delete is not None and not (self.delete or self.move):
+            raise TransferError(
+                "max_delete (--max-delete) only applies with delete (--delete) or move (mv)"
+            )
+        if self.move and self.delete:
+            raise TransferError("give move (mv) or delete (--delete), not both")
         if self.delete:
             put(self, "sync", True)
         for name in ("max_age", "min_age"):

@@ -123,6 +123,8 @@ class _Run(RunState):
             names_fit=src.capabilities.file_names and dst.capabilities.file_names,
             ignore_existing=request.ignore_existing,
             update=request.update,
+            move=request.move,
+            src_uri=request.src_uri,
         )
         skipped = todo.skipped
         self.step("list")
@@ -212,4 +214,5 @@ class _Run(RunState):
         return finish_run(
             self, catalog, src, dst, journal, moved,
             part_size=part_size, verify=request.verify, delete=todo.to_delete > 0,
+            move=request.move,
         )  # fmt: skip

@@ -34,6 +34,7 @@ from skyplane_ops.transfer.manifest import (
     choose_part_size,
     matches,
 )
+from skyplane_ops.transfer.move import check_max_moves
 
 # Sync's test in SQL (``syncstate`` tells the rule): equal size and, where both sides report a
 # common checksum, equal checksums; else, where the sync record holds the key, both sides as
@@ -97,11 +98,14 @@ def plan_todo(
     names_fit: bool = False,
     ignore_existing: bool = False,
     update: bool = False,
+    move: bool = False,
+    src_uri: str = "",
 ) -> Todo:
     """Mark the catalog's objects; idempotent (a sync checked up to date, then run, repeats it).
     ``names_fit``: every source key is known to be a name the destination holds (between two
     stores of ``Capabilities.file_names``), so none is checked (0.09 s per 100k keys).
-    ``ignore_existing``/``update``: the overwrite policy (``skip_rule``), after sync's rule."""
+    ``ignore_existing``/``update``: the overwrite policy (``skip_rule``), after sync's rule.
+    ``move``: ``max_delete`` bounds the source objects the move would delete (``src_uri``)."""
     # An unreadable entry is a failed object: reported, and it stops the mirror delete.
     unread = [(p.key, f"source: {p.reason}") for p in catalog.problems if p.error]
     catalog.set_outcome("failed", unread, FAILED)
@@ -144,6 +148,8 @@ def plan_todo(
                 refused.append((dec(raw), f"destination: {exc}"))
         catalog.set_outcome("failed", refused, REFUSED)
     objects, nbytes = catalog.source_totals(TODO)
+    if move:
+        check_max_moves(objects, max_delete, src_uri)
     skipped = catalog.source_totals(SKIPPED)[0] + catalog.outside[0]
     failed = int(catalog.one("SELECT count(*) FROM outcome WHERE kind = 'failed'"))
     return Todo(objects, nbytes, skipped, failed, to_delete)

@@ -64,6 +64,8 @@ def sync_up_to_date(
             max_delete=request.max_delete,
             ignore_existing=request.ignore_existing,
             update=request.update,
+            move=request.move,
+            src_uri=request.src_uri,
         )
         if todo.objects or todo.unread or todo.to_delete:
             return None
