@@ -111,6 +111,13 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     update: bool = Field(
         default=False, description="Skip objects that are newer at the destination."
     )
+    move: bool = Field(
+        default=False,
+        description="Delete each source object once its copy is committed and verified.",
+    )
+    max_delete: int | None = Field(
+        default=None, description="With move: refuse a move that would delete more objects."
+    )
     check_checksums: str = Field(
         default="auto",
         description=(
@@ -222,6 +229,8 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             files_from=self.files_from,
             ignore_existing=self.ignore_existing,
             update=self.update,
+            move=self.move,
+            max_delete=self.max_delete,
         )
 
     def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:

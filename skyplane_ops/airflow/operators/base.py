@@ -226,11 +226,11 @@ def _load_fleet(value: Any) -> GatewayFleet | None:
     return GatewayFleet.from_dict(data) if data else None
 
 
-# What to copy beyond globs and when to overwrite, named as the request's fields and the CLI's
-# options (issue 39); the first five are templated: ``{{ data_interval_start }}`` and an
-# upstream task's XCom (a list of keys, or its rendering as text) come in through them.
+# What to copy beyond globs, when to overwrite, and move, named as the request's fields and
+# the CLI's options (issue 39); the first five are templated: ``{{ data_interval_start }}``
+# and an upstream task's XCom (a list of keys, or its rendering as text) come in through them.
 SELECTION_TEMPLATED = ("max_age", "min_age", "changed_since", "changed_before", "files_from")
-SELECTION_FIELDS = (*SELECTION_TEMPLATED, "ignore_existing", "update")
+SELECTION_FIELDS = (*SELECTION_TEMPLATED, "ignore_existing", "update", "move", "max_delete")
 
 
 class _TransferringOperator(_SkyplaneBaseOperator):
@@ -243,6 +243,8 @@ class _TransferringOperator(_SkyplaneBaseOperator):
     files_from: Any = None
     ignore_existing: bool = False
     update: bool = False
+    move: bool = False  # delete each source object once its copy is verified
+    max_delete: int | None = None  # with move: refuse a move that would delete more
 
     def _selection(self) -> dict[str, Any]:
         """The request's selection fields as rendered (an empty template is no filter)."""

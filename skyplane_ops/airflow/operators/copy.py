@@ -79,6 +79,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         files_from: Sequence[str] | str | None = None,
         ignore_existing: bool = False,
         update: bool = False,
+        move: bool = False,
+        max_delete: int | None = None,
         journal_dir: str | None = None,
         dst_asset: Asset | bool | None = True,
         deferrable: bool | None = None,
@@ -110,6 +112,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         self.files_from = files_from
         self.ignore_existing = ignore_existing
         self.update = update
+        self.move = move
+        self.max_delete = max_delete
         self.journal_dir = journal_dir
         self.deferrable = deferrable
         self.timeout = timeout

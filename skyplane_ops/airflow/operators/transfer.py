@@ -84,6 +84,8 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         files_from: Sequence[str] | str | None = None,
         ignore_existing: bool = False,
         update: bool = False,
+        move: bool = False,
+        max_delete: int | None = None,
         journal_dir: str | None = None,
         engine_options: Mapping[str, Any] | None = None,
         deferrable: bool | None = None,
@@ -114,6 +116,8 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         self.files_from = files_from
         self.ignore_existing = ignore_existing
         self.update = update
+        self.move = move
+        self.max_delete = max_delete
         self.journal_dir = journal_dir
         self.engine_options = dict(engine_options or {})
         self.deferrable = deferrable
