@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
+from gateway_agent.stores.errors import ObjectNotFoundError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.provision.local import LocalProvisioner
 from skyplane_ops.testing.gateways import REPO, dataset, slow_hooks, wait_for
@@ -131,7 +132,7 @@ def test_mv_killed_while_it_deletes_sources_loses_nothing(
     def at_src(key: str) -> bytes | None:
         try:
             return store.read(key)
-        except Exception:  # noqa: BLE001 - not found
+        except ObjectNotFoundError:
             return None
 
     options = ["--src-options", json.dumps(moto_s3.options)]
