@@ -158,6 +158,7 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         ignore_existing=args.ignore_existing,
         update=args.update,
         move=move,
+        bwlimit=args.bwlimit,
     )
 
 
@@ -214,9 +215,10 @@ def _dry_run(args: ArgsNS, request: api.TransferRequest) -> int:
 class _ViewEvents(api.RunEvents):
     """The run's phases, listing counts and progress on the command's ``RunView``."""
 
-    def __init__(self, view: RunView) -> None:
+    def __init__(self, view: RunView, capped: bool = False) -> None:
         self.view = view
         self.wants_progress = view.mode != "off"
+        self.capped = capped
 
     def phase(self, name: str, detail: str) -> Any:
         return self.view.phase(name, detail)
@@ -226,6 +228,15 @@ class _ViewEvents(api.RunEvents):
 
     def progress(self, update: Any) -> None:
         self.view.transfer(update)
+
+    def provisioned(self, fleet: Any) -> None:
+        if self.capped:
+            print(
+                f"skyplane-ops: transfer {fleet.transfer_id}; change its cap while it runs: "
+                f"skyplane-ops bwlimit {fleet.transfer_id} RATE",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def make_run(
@@ -254,7 +265,7 @@ def _execute(args: ArgsNS, sync: bool) -> int:
     if args.dry_run:
         return _dry_run(args, build_request(args, sync))
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
-    run = make_run(args, sync, _ViewEvents(view))
+    run = make_run(args, sync, _ViewEvents(view, capped=args.bwlimit is not None))
     status = 0
     try:
         try:
@@ -304,3 +315,22 @@ def _plan_summary(args: ArgsNS, plan: api.TransferPlan | None) -> dict[str, Any]
         "predicted_gbps": plan.predicted_gbps,
         "total_cost_usd": plan.total_cost_usd,
     }
+
+
+@click.command()
+@click.argument("transfer_id", metavar="TRANSFER_ID")
+@click.argument("rate", metavar="RATE")
+def bwlimit(transfer_id: str, rate: str) -> int:
+    """Change the bandwidth cap of a running transfer to RATE per second.
+
+    RATE is a number with its unit, summed over all paths: 200Mbit, 1.5Gbit, 25MiB (a bare
+    number is refused). The run (cp, sync or mv with this TRANSFER_ID, on this host, with the
+    same SKYPLANE_OPS_HOME) applies it within a second; its gateways enforce it per hop.
+
+    \b
+    Example:
+      skyplane-ops bwlimit cp-20261127-ab12cd 50MiB
+    """
+    value = api.set_bwlimit(transfer_id, rate)
+    print(f"transfer {transfer_id}: cap {api.format_rate(value)}")
+    return 0

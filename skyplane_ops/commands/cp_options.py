@@ -159,6 +159,15 @@ def transfer_options(verb: str) -> Any:
         ),
         click.option("--compress", is_flag=True, help="zstd on every hop"),
         click.option(
+            "--bwlimit",
+            default=None,
+            metavar="RATE",
+            help="cap the transfer at RATE per second, summed over all paths: a number with "
+            "its unit (200Mbit, 1.5Gbit, 25MiB; a bare number is refused); the planner plans "
+            "for it and the gateways enforce it. Change it while it runs: skyplane-ops "
+            "bwlimit TRANSFER_ID RATE",
+        ),
+        click.option(
             "-L",
             "--copy-links",
             "copy_links",

@@ -27,6 +27,7 @@ from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.uri import parse_uri
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.bwlimit import parse_rate
 from skyplane_ops.transfer.checks import check_int, check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import default_journal_dir, transfer_key
@@ -212,7 +213,8 @@ class TransferRequest:
     are then looked up by key, never listed. Overwrite policy: ``ignore_existing`` never
     replaces a destination object, ``update`` skips one newer than the source. ``move``
     deletes each source object once its copy is committed and verified (``transfer.move``),
-    at most ``max_delete`` of them.
+    at most ``max_delete`` of them. ``bwlimit`` caps the transfer's rate over all paths (a
+    rate with its unit, per second: ``200Mbit``, ``25MiB``; ``transfer.bwlimit``).
     """
 
     src: StoreLocation
@@ -241,6 +243,7 @@ class TransferRequest:
     ignore_existing: bool = False
     update: bool = False
     move: bool = False
+    bwlimit: str | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -292,6 +295,8 @@ class TransferRequest:
         self._check_selection()
 
     def _check_selection(self) -> None:
+        if self.bwlimit is not None:
+            parse_rate(self.bwlimit)
         check_window(self.max_age, self.min_age, self.changed_since, self.changed_before)
         if self.ignore_existing and self.update:
             raise TransferError(
@@ -328,6 +333,11 @@ class TransferRequest:
         return transfer_key(self.src.uri, self.dst.uri, self.part_size, self.include, self.exclude)
 
     @property
+    def bwlimit_bps(self) -> float | None:
+        """The bandwidth cap in bytes per second (None: none)."""
+        return None if self.bwlimit is None else parse_rate(self.bwlimit)
+
+    @property
     def selects_part(self) -> bool:
         """Whether time or a key list selects a part of the source (not only globs)."""
         timed = (self.max_age, self.min_age, self.changed_since, self.changed_before)
@@ -351,6 +361,7 @@ class TransferRequest:
             connections=self.connections_per_hop,
             encrypt=self.encrypt,
             compress_level=self.compress_level,
+            bwlimit=self.bwlimit_bps,
         )
 
     def replace(self, **changes: Any) -> TransferRequest:

@@ -12,6 +12,7 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import mirror, syncstate
+from skyplane_ops.transfer.bwlimit import live_path
 from skyplane_ops.transfer.catalog import TODO, Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
@@ -86,6 +87,9 @@ class _Run(RunState):
                 f"cannot read the secret of fleet {self.fleet.transfer_id}{gone}: {exc}"
             ) from exc
         request = self.request
+        # A new cap written for this transfer while it runs (``skyplane-ops bwlimit``).
+        live = live_path(request.transfer_id or self.fleet.transfer_id)
+        dispatch = dataclasses.replace(dispatch, bwlimit_file=str(live))
         src = request.src.open("source")
         dst = request.dst.open("destination")
         fresh = listing is None  # else the caller's listing; a sync may still lack the dst
