@@ -20,7 +20,7 @@ import dagster as dg
 from pydantic import Field
 
 from skyplane_ops import api
-from skyplane_ops.api import GatewayFleet, PlanningError, TransferPlan
+from skyplane_ops.api import GatewayFleet, PlanningError, TransferPlan, parse_rate
 from skyplane_ops.dagster.spec import spec_for
 from skyplane_ops.dagster.steps import replicate
 
@@ -115,6 +115,10 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         default=False,
         description="Delete each source object once its copy is committed and verified.",
     )
+    bwlimit: str | None = Field(
+        default=None,
+        description="Bandwidth cap per second over all paths, with its unit: 200Mbit, 25MiB.",
+    )
     max_delete: int | None = Field(
         default=None, description="With move: refuse a move that would delete more objects."
     )
@@ -183,6 +187,7 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             grid_store=None if self.measured_grid else self.grid_store,
             grid_store_options=self.store_options_for(self.grid_store or ""),
             gcp_tier=self.gcp_tier,
+            bwlimit_gbps=None if self.bwlimit is None else parse_rate(self.bwlimit) * 8 / 1e9,
         )
 
     def provision(
@@ -231,6 +236,7 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             update=self.update,
             move=self.move,
             max_delete=self.max_delete,
+            bwlimit=self.bwlimit,
         )
 
     def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:

@@ -338,6 +338,12 @@ class TransferRequest:
         return None if self.bwlimit is None else parse_rate(self.bwlimit)
 
     @property
+    def bwlimit_gbps(self) -> float | None:
+        """The bandwidth cap in Gbit/s, the planner's bound (None: none)."""
+        bps = self.bwlimit_bps
+        return None if bps is None else bps * 8 / 1e9
+
+    @property
     def selects_part(self) -> bool:
         """Whether time or a key list selects a part of the source (not only globs)."""
         timed = (self.max_age, self.min_age, self.changed_since, self.changed_before)

@@ -230,7 +230,9 @@ def _load_fleet(value: Any) -> GatewayFleet | None:
 # the CLI's options (issue 39); the first five are templated: ``{{ data_interval_start }}``
 # and an upstream task's XCom (a list of keys, or its rendering as text) come in through them.
 SELECTION_TEMPLATED = ("max_age", "min_age", "changed_since", "changed_before", "files_from")
-SELECTION_FIELDS = (*SELECTION_TEMPLATED, "ignore_existing", "update", "move", "max_delete")
+SELECTION_FIELDS = (
+    *SELECTION_TEMPLATED, "ignore_existing", "update", "move", "max_delete", "bwlimit",
+)  # fmt: skip
 
 
 class _TransferringOperator(_SkyplaneBaseOperator):
@@ -245,6 +247,7 @@ class _TransferringOperator(_SkyplaneBaseOperator):
     update: bool = False
     move: bool = False  # delete each source object once its copy is verified
     max_delete: int | None = None  # with move: refuse a move that would delete more
+    bwlimit: str | None = None  # a rate with its unit (200Mbit, 25MiB), per second
 
     def _selection(self) -> dict[str, Any]:
         """The request's selection fields as rendered (an empty template is no filter)."""

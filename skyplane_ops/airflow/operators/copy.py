@@ -81,6 +81,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         update: bool = False,
         move: bool = False,
         max_delete: int | None = None,
+        bwlimit: str | None = None,
         journal_dir: str | None = None,
         dst_asset: Asset | bool | None = True,
         deferrable: bool | None = None,
@@ -114,6 +115,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         self.update = update
         self.move = move
         self.max_delete = max_delete
+        self.bwlimit = bwlimit
         self.journal_dir = journal_dir
         self.deferrable = deferrable
         self.timeout = timeout

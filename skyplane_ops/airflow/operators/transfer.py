@@ -86,6 +86,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         update: bool = False,
         move: bool = False,
         max_delete: int | None = None,
+        bwlimit: str | None = None,
         journal_dir: str | None = None,
         engine_options: Mapping[str, Any] | None = None,
         deferrable: bool | None = None,
@@ -118,6 +119,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         self.update = update
         self.move = move
         self.max_delete = max_delete
+        self.bwlimit = bwlimit
         self.journal_dir = journal_dir
         self.engine_options = dict(engine_options or {})
         self.deferrable = deferrable
