@@ -27,7 +27,7 @@ from skyplane_ops.profiler.durations import parse_duration
 from skyplane_ops.transfer.listrows import BATCH, checksums_json, micros
 from skyplane_ops.transfer.manifest import matches
 
-HEAD_THREADS = 32  # lookups in flight: each waits on one request's latency
+HEAD_THREADS = 64  # lookups in flight (as the S3 store's connection pool): each waits on a request
 clock = time.time  # what ages count back from (a test may move it)
 
 
