@@ -48,6 +48,7 @@ class Moved:
     skipped: int
     resumed: int
     seconds: float
+    capped: bool = False  # a bandwidth cap held the rate: the paths' rates are not the links'
 
 
 def finish_run(
@@ -201,8 +202,9 @@ def _report(
 
     stats = moved.stats
     paths = after_transfer(
-        run.plan, run.fleet.backend, run.job_id, moved.routes, stats.path_bytes, stats.path_seconds
-    )
+        run.plan, run.fleet.backend, run.job_id, moved.routes, stats.path_bytes,
+        stats.path_seconds, capped=moved.capped,
+    )  # fmt: skip
     run.step("record")
     notes = [f"{k!r}: {why}" for k, why in sorted(failed.items())]
     notes += [f"{k!r}: source: changed during the run" for k in sorted(changed)]

@@ -213,7 +213,10 @@ class _Run(RunState):
                 f"are finished and journaled in {journal.path}: re-run the same command to resume"
             ) from exc
         journal.sync()
-        moved = Moved(stats, dispatcher.routes, uploads, skipped, resumed, self.elapsed())
+        moved = Moved(
+            stats, dispatcher.routes, uploads, skipped, resumed, self.elapsed(),
+            capped=dispatcher.bwlimit is not None,
+        )  # fmt: skip
         self.step("move")
         return finish_run(
             self, catalog, src, dst, journal, moved,
