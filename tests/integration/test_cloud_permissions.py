@@ -48,10 +48,12 @@ FORESEEN = {
         "ec2:ModifyInstanceAttribute": "VM lifetimes/hardening may change a tagged instance's "
         "attributes after launch (shutdown behaviour)",
         "ec2:DescribeInstanceAttribute": "reading back a tagged instance's shutdown behaviour",
+        "ec2:DescribeSubnets": "hardening (issue 36): gateways in a given subnet, private "
+        "addresses; a describe, on * as EC2 requires",
         "sts:GetFederationToken": "per-transfer store credentials (issue 36 item 1), "
-        "restricted by a session policy",
-        "sts:AssumeRole": "per-transfer store credentials from the skyplane-ops-transfer role, "
-        "restricted by a session policy",
+        "restricted by a session policy; minted in transfer/dispatch, not while provisioning",
+        "sts:AssumeRole": "per-transfer store credentials from a skyplane-ops-* role (the store "
+        "option role_arn), restricted by a session policy",
     },
     "azure": {
         # Real ARM answers a PUT with 201 and provisioningState Creating plus an
