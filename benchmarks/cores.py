@@ -1,19 +1,29 @@
 """CPU cost of each data-plane stage, gateway Gbit/s on 1 and 2 cores, and the per-VM ceiling.
 
 Part 1, stages in isolation, each through the agent's own code: ``read`` (LocalStore ranged
-read, page cache warm), ``crc32c`` (``stores.checksum``), ``zstd`` compress at the levels
+read, page cache warm), ``crc32c`` (``stores.checksum``), the end-to-end chunk tag of clear
+hops (``wire.FrameTagger``: GMAC alone, and ``crc32c+tag``, the source's one pass), ``zstd``
+compress at the levels
 the agent is driven with (1; 3 is ``cp --compress``) on random and on 2:1-compressible data, and
 decompress, ``aes-gcm`` seal/open in the wire's 1 MiB records, ``send``/``receive``
-(``wire.send_frame``/``read_body``, clear and sealed, over a loopback TCP pair) and ``write``
+(``wire.send_frame``/``read_body``, clear, clear with the sink checking the tag, and sealed,
+over a loopback TCP pair) and ``write``
 (LocalStore multipart part write). Each stage is timed with per-thread CPU clocks
 (``RUSAGE_THREAD``), so only the stage's own thread counts; ``GIL held`` is the share of the
 stage's time it keeps the GIL, from how far a pure-Python spinning thread gets meanwhile (see
 ``spinner_ratio``): the stages that release it can use more cores of one process.
 
 Part 2, a direct pair of real agent processes (synthetic source, null sink, 8 connections)
-pinned with ``taskset -a -p -c 0`` and then ``-c 0,1``: plain, AES-GCM, zstd(3).
+pinned with ``taskset -a -p -c 0`` and then ``-c 0,1``: clear+tag (what a clear hop is: every
+chunk tagged at the source and checked at the sink), AES-GCM, zstd(3).
 
-Part 3, the projection for a 32-vCPU VM (1 vCPU taken as one core of this machine): one
+Part 3, MAC on clear frames vs plain vs AES-GCM (``modes``): per mode the CPU s/GiB of a
+source's and a sink's wire work (checksum, tag, seal, send / receive, check, open; the store's
+read and write are the same in every mode and left out), from the stages, and Gbit/s per core
+(8.59 / that). ``plain`` (clear frames with a CRC32C only) is no longer what the agent does;
+it is the baseline the tag is measured against.
+
+Part 4, the projection for a 32-vCPU VM (1 vCPU taken as one core of this machine): one
 process is bounded by its GIL-held CPU per GiB (the stages' measured GIL-held shares plus the
 agent's own work, see ``project``), by its busy threads (one per connection) and by the VM's
 vCPUs; a VM with enough processes by its vCPUs alone. Both against the NIC caps in
@@ -40,6 +50,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -140,13 +151,22 @@ def loopback_pair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
-def wire_cost(payload: bytes, total: int, sealed: bool, sink_crc: bool) -> tuple[float, float]:
-    """(sender, receiver) thread CPU s for ``total`` bytes of frames through the real wire."""
+def wire_cost(
+    payload: bytes, total: int, sealed: bool, sink_crc: bool, tagged: bool = False
+) -> tuple[float, float]:
+    """(sender, receiver) thread CPU s for ``total`` bytes of frames through the real wire;
+    ``tagged``: the frames carry a chunk tag that the receiver (a sink) checks on arrival."""
     a, b = loopback_pair()
     key = AESGCM.generate_key(bit_length=256)
+    frame_key = wire.frame_key(key)
     tx = wire.Session(AESGCM(key) if sealed else None)
-    rx = wire.Session(AESGCM(key) if sealed else None)
-    view, crc = memoryview(payload), crc32c(payload)
+    rx = wire.Session(AESGCM(key) if sealed else None, frame_key=frame_key)
+    view = memoryview(payload)
+    meta: dict[str, Any] = {"k": "x"}
+    tagger = wire.FrameTagger(frame_key) if tagged else None
+    crc = wire.crc_and_tag(payload, tagger)
+    if tagger is not None:
+        meta["tag"] = tagger.seal(meta, len(payload), crc)
     out: dict[str, float] = {}
     want = (lambda _m: True) if sink_crc else None
 
@@ -155,13 +175,14 @@ def wire_cost(payload: bytes, total: int, sealed: bool, sink_crc: bool) -> tuple
 
         def step() -> int:
             frame = wire.read_body(b, rx, wire.read_header(b), buffer=buf, want_crc=want)
+            assert not tagged or frame.tag_ok
             return len(frame.payload)
 
         out["rx"] = timed(step, total)
 
     t = threading.Thread(target=receive)
     t.start()
-    out["tx"] = timed(lambda: wire.send_frame(a, tx, {"k": "x"}, view, crc) and len(view), total)
+    out["tx"] = timed(lambda: wire.send_frame(a, tx, meta, view, crc) and len(view), total)
     t.join()
     a.close()
     b.close()
@@ -207,6 +228,25 @@ def stage_rows(mib: int, workdir: str) -> list[dict[str, Any]]:
 
     add("read (local, cached)", reader)
     add(f"crc32c ({IMPLEMENTATION})", lambda: lambda: crc32c(rand) and CHUNK)
+    tag_key = wire.frame_key(b"k" * 32)
+
+    def tag_only() -> Callable[[], int]:
+        view = memoryview(rand)
+
+        def step() -> int:
+            tagger = wire.FrameTagger(tag_key)
+            for pos in range(0, CHUNK, wire.CRC_PIECE):
+                tagger.update(view[pos : pos + wire.CRC_PIECE])
+            tagger.seal({"k": "x"}, CHUNK, 0)
+            return CHUNK
+
+        return step
+
+    def crc_and_tag() -> Callable[[], int]:
+        return lambda: wire.crc_and_tag(rand, wire.FrameTagger(tag_key)) * 0 + CHUNK
+
+    add("tag (gmac, 1 MiB pieces)", tag_only)
+    add("crc32c+tag (one pass)", crc_and_tag)
     for level in (1, 3):
         for name, data in (("random", rand), ("2:1", half)):
             vol = total if level == 1 else total // 2
@@ -244,12 +284,16 @@ def stage_rows(mib: int, workdir: str) -> list[dict[str, Any]]:
 
     add("aes-gcm seal (1 MiB records)", lambda: sealer(False))
     add("aes-gcm open (1 MiB records)", lambda: sealer(True))
-    for sealed in (False, True):
-        tx, rx = wire_cost(rand, total, sealed, sink_crc=True)
+    for kind, sealed, tagged in (
+        ("clear", False, False),
+        ("clear+tag", False, True),
+        ("sealed", True, False),
+    ):
+        tx, rx = wire_cost(rand, total, sealed, sink_crc=True, tagged=tagged)
         # one figure for the pair: both threads run while the spinner measures
-        held = gil_held(lambda s=sealed: wire_cost(rand, 2 * CHUNK, s, sink_crc=True))
-        kind = "sealed" if sealed else "clear"
-        for stage, cpu in ((f"send ({kind})", tx), (f"receive+crc32c ({kind})", rx)):
+        held = gil_held(partial(wire_cost, rand, 2 * CHUNK, sealed, True, tagged))
+        receive = "receive+crc32c+tag" if tagged else "receive+crc32c"
+        for stage, cpu in ((f"send ({kind})", tx), (f"{receive} ({kind})", rx)):
             rows.append({"stage": stage, "cpu_s_per_gib": cpu / (total / 1024**3)})
             rows[-1]["gil_held"] = held
             print(f"  {stage:28} {rows[-1]['cpu_s_per_gib']:7.3f} CPU s/GiB  GIL held {held:.2f}")
@@ -295,7 +339,7 @@ def gateway_rows(gib: float) -> list[dict[str, Any]]:
         for cpus in ("0", "0,1", "0", "0,1"):  # twice, interleaved: best of two is kept
             pin(fleet, cpus)
             for mode, extra in (
-                ("plain", {}),
+                ("clear+tag", {}),  # a clear hop: chunks tagged at the source, checked at the sink
                 ("aes-gcm", {"encrypt": True}),
                 ("zstd-3", {"compress_level": 3, "chunks": max(4, chunks // 2)}),
             ):
@@ -318,7 +362,8 @@ def gateway_rows(gib: float) -> list[dict[str, Any]]:
 
 
 def project(stages: list[dict[str, Any]], gws: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-process and per-VM Gbit/s ceilings of a source and a sink gateway (plain/sealed).
+    """Per-process and per-VM Gbit/s ceilings of a source and a sink gateway (clear+tag and
+    sealed; plain, untagged, as the baseline).
 
     A gateway's CPU per GiB is its stages' sum plus the agent's own work beyond them (queues,
     leases, status), taken as the best measured gateway CPU minus the stages that run in it
@@ -333,12 +378,9 @@ def project(stages: list[dict[str, Any]], gws: list[dict[str, Any]]) -> dict[str
         return next(v for k, v in cost.items() if k.startswith(prefix))
 
     out: dict[str, Any] = {}
-    for mode, kind in (("plain", "clear"), ("aes-gcm", "sealed")):
-        roles = {  # (store stages, stages the benchmark gateways also run)
-            "src": (["read"], ["crc32c", f"send ({kind})"]),
-            "dst": (["write"], [f"receive+crc32c ({kind})"]),
-        }
-        measured = [g for g in gws if g["mode"] == mode]
+    for mode, roles in modes_stages().items():
+        # The agent's work beyond the stages is the same with or without tags.
+        measured = [g for g in gws if g["mode"] == ("clear+tag" if mode == "plain" else mode)]
         for role, (store, wire_stages) in roles.items():
             names = store + wire_stages
             cpu = sum(pick(n)["cpu_s_per_gib"] for n in names)
@@ -371,6 +413,43 @@ def project(stages: list[dict[str, Any]], gws: list[dict[str, Any]]) -> dict[str
     return out
 
 
+def modes_stages() -> dict[str, dict[str, tuple[list[str], list[str]]]]:
+    """Per mode and role: (store stages, stages the benchmark gateways also run)."""
+    return {
+        "plain": {
+            "src": (["read"], ["crc32c (", "send (clear)"]),
+            "dst": (["write"], ["receive+crc32c (clear)"]),
+        },
+        "clear+tag": {
+            "src": (["read"], ["crc32c+tag", "send (clear+tag)"]),
+            "dst": (["write"], ["receive+crc32c+tag (clear+tag)"]),
+        },
+        "aes-gcm": {
+            "src": (["read"], ["crc32c (", "send (sealed)"]),
+            "dst": (["write"], ["receive+crc32c (sealed)"]),
+        },
+    }
+
+
+def modes(stages: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """MAC on clear frames vs plain vs AES-GCM: per mode and role the wire work's CPU s/GiB
+    (store read/write left out: the same in every mode) and Gbit/s per core."""
+    cost = {r["stage"]: r["cpu_s_per_gib"] for r in stages}
+
+    def pick(prefix: str) -> float:
+        return next(v for k, v in cost.items() if k.startswith(prefix))
+
+    out: dict[str, dict[str, float]] = {}
+    for mode, roles in modes_stages().items():
+        row: dict[str, float] = {}
+        for role, (_store, wire_stages) in roles.items():
+            cpu = sum(pick(n) for n in wire_stages)
+            row[f"{role}_cpu_s_per_gib"] = cpu
+            row[f"{role}_gbps_per_core"] = GIB_BITS / cpu
+        out[mode] = row
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256, help="volume per stage")
@@ -390,6 +469,14 @@ def main() -> int:
         print(f"direct pair of agents, {args.gib} GiB per row, 8 connections:")
         gws = gateway_rows(args.gib)
     proj = project(stages, gws)
+    compared = modes(stages)
+    print("MAC on clear frames vs plain vs AES-GCM (wire work only; store read/write left out):")
+    for mode, row in compared.items():
+        print(
+            f"  {mode:10} source {row['src_cpu_s_per_gib']:.3f} CPU s/GiB "
+            f"({row['src_gbps_per_core']:.1f} Gbit/s per core), sink "
+            f"{row['dst_cpu_s_per_gib']:.3f} ({row['dst_gbps_per_core']:.1f})"
+        )
     print(f"projection for a {VCPUS}-vCPU VM (1 vCPU = 1 core of this machine):")
     print(f"  {'mode/role':12} {'CPU s/GiB':>9} {'GIL s/GiB':>9} {'1 core':>7} {'1 proc':>7} "
           f"{'bound':>7} {'VM':>7}  processes for 5 / 7 / 10 / 16 Gbit/s")  # fmt: skip
@@ -407,6 +494,7 @@ def main() -> int:
         "crc32c": IMPLEMENTATION,
         "stages": stages,
         "gateways": gws,
+        "modes": compared,
         "projection": proj,
         "nic_caps_gbps": NIC_CAPS,
         "seconds": time.perf_counter() - t0,

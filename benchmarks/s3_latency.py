@@ -208,7 +208,12 @@ def main() -> int:
                     direct.create_bucket(Bucket=b)
                 with LatencyProxy(server.address, delay) as proxy:
                     endpoint = f"http://127.0.0.1:{proxy.port}"
-                    opts = {"endpoint_url": endpoint, "region": "us-east-1"}
+                    # The benchmark server has no STS: the gateways get this process's keys.
+                    opts = {
+                        "endpoint_url": endpoint,
+                        "region": "us-east-1",
+                        "credentials": "forward",
+                    }
                     opts |= row["store_options"]
                     pids = {"server": server.pid, "proxy": proxy_pid(proxy.port)}
                     up, down = f"s3://up-ours-{n}/", f"file://{work}/down-ours-{n}/"

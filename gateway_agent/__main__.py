@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="connections per listener that may be unauthenticated at once",
     )
     serve.add_argument("--poweroff-on-idle", action="store_true")
+    serve.add_argument(
+        "--deadline-command",
+        default="",
+        help="the VM's root deadline helper (e.g. 'sudo -n /usr/local/sbin/skyplane-ops-deadline'"
+        "): lease renewals extend it, a lapsed lease powers off through it",
+    )
     serve.add_argument("--buffer-mib", type=int, default=1024, help="byte budget for chunks")
     serve.add_argument("--log-level", default="WARNING")
     serve.add_argument(
@@ -111,6 +117,7 @@ def serve(args: argparse.Namespace) -> int:
         lease_s=args.lease,
         io_timeout=args.io_timeout,
         max_pending=args.max_pending,
+        deadline_command=args.deadline_command,
     )
     control = ControlServer(args.host, args.control_port, agent, max_pending=args.max_pending)
     agent.start()
@@ -128,6 +135,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     agent.stopping.wait()
     agent.wait_stopped()
+    agent.wait_power_off()  # a lapsed lease: the power-off request must not die with us
     control.stop()
     return 0
 

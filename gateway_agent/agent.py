@@ -10,6 +10,12 @@ memory and propagates back-pressure upstream.
 The lease: started with ``lease_s > 0`` the agent stops (and cleans up) once that many seconds
 pass without a renewal (``POST /v1/lease``) from its control plane, so a control plane killed
 mid-transfer leaves nothing running. The idle watchdog stays as a fallback.
+
+Powering off: an agent runs as an unprivileged user, so it cannot power its VM off itself. A
+cloud VM boots with a root-owned deadline (``deadline_command``, the helper cloud-init installs
+and sudoers grants): every lease renewal pushes that deadline later (never past its hard cap),
+and a lapsed lease asks the helper to power off now. A failure of either is logged, never
+ignored; the root deadline still fires on its own, whatever happens to this process.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import socket
 import subprocess
 import threading
@@ -32,6 +39,10 @@ from gateway_agent.job.base import JobError
 from gateway_agent.job.runner import Job
 
 log = logging.getLogger(__name__)
+
+# How far past a renewed lease the VM's root deadline is pushed: the agent's own lapse (and its
+# clean shutdown) comes first, the root deadline only if the agent is gone or hung.
+DEADLINE_GRACE_S = 120.0
 
 
 class Agent:
@@ -52,6 +63,7 @@ class Agent:
         lease_s: float = 0.0,
         io_timeout: float = wire.DATA_IO_TIMEOUT_S,
         max_pending: int = 64,
+        deadline_command: str = "",
     ) -> None:
         self.gateway_id = gateway_id
         self.region = region
@@ -62,6 +74,11 @@ class Agent:
         self.budget = ByteBudget(buffer_bytes)
         self.idle_timeout = idle_timeout
         self.poweroff_on_idle = poweroff_on_idle
+        # e.g. "sudo -n /usr/local/sbin/skyplane-ops-deadline": "extend S" and "poweroff"
+        self.deadline_command = shlex.split(deadline_command)
+        self.deadline_failures = 0
+        self._powering_off = threading.Event()
+        self._power_off_done = threading.Event()
         self.test_hooks = test_hooks
         self.jobs: dict[str, Job] = {}
         self.rejected_connections = 0
@@ -133,7 +150,52 @@ class Agent:
         if not 0 < seconds <= 86400:
             raise JobError(f"lease seconds must be in (0, 86400], not {seconds}")
         self.lease_deadline = time.monotonic() + seconds
+        if self.deadline_command:  # push the VM's root deadline past this lease (in background)
+            extend = int(seconds + DEADLINE_GRACE_S)
+            threading.Thread(
+                target=self._run_deadline, args=("extend", str(extend)), daemon=True
+            ).start()
         return {"ok": True, "lease_s": seconds}
+
+    def _run_deadline(self, *args: str) -> bool:
+        """Run the VM's deadline helper; a failure is logged loudly and counted."""
+        try:
+            done = subprocess.run(
+                [*self.deadline_command, *args], capture_output=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.deadline_failures += 1
+            log.error("deadline helper %s failed: %s", " ".join(args), exc)
+            return False
+        if done.returncode != 0:
+            self.deadline_failures += 1
+            log.error(
+                "deadline helper %s failed (exit %d): %s",
+                " ".join(args),
+                done.returncode,
+                done.stderr.decode(errors="replace").strip()[-300:],
+            )
+            return False
+        return True
+
+    def power_off(self) -> bool:
+        """Power the machine off: through the root deadline helper when there is one (an
+        unprivileged user may not call ``shutdown``), else ``shutdown -h now``. Logged."""
+        if self.deadline_command:
+            return self._run_deadline("poweroff")
+        try:
+            done = subprocess.run(["shutdown", "-h", "now"], capture_output=True, check=False)
+        except OSError as exc:
+            log.error("power-off failed: %s", exc)
+            return False
+        if done.returncode != 0:
+            log.error(
+                "power-off refused (exit %d): %s",
+                done.returncode,
+                done.stderr.decode(errors="replace").strip()[-300:],
+            )
+            return False
+        return True
 
     def _watchdog(self) -> None:
         periods = [1.0]
@@ -149,10 +211,20 @@ class Agent:
                 why = "the control plane's lease lapsed"
             if why:
                 log.warning("%s: shutting down", why)
+                if self.poweroff_on_idle:
+                    self._powering_off.set()  # before shutdown: serve() waits for the power-off
                 self.shutdown()
                 if self.poweroff_on_idle:
-                    subprocess.run(["shutdown", "-h", "now"], check=False)
+                    try:
+                        self.power_off()
+                    finally:
+                        self._power_off_done.set()
                 return
+
+    def wait_power_off(self, timeout: float = 60.0) -> None:
+        """If the watchdog is powering the machine off, wait for it to have asked."""
+        if self._powering_off.is_set():
+            self._power_off_done.wait(timeout)
 
     # ---- jobs ----------------------------------------------------------------------------------
 
@@ -350,15 +422,32 @@ class Agent:
                 frame = wire.read_body(
                     sock, session, header, decompressor, lease.buffer, self._is_sink, meta_b, meta
                 )
+            except wire.FrameRefused as exc:  # read whole: the connection is still in step
+                lease.release()
+                log.warning("refused a frame from %s: %s", addr, exc)
+                self._refused(exc.meta, exc)
+                continue
             except Exception as exc:  # a broken frame drops the connection
                 lease.release()
                 log.warning("bad frame from %s: %s", addr, exc)
+                if isinstance(exc, wire.HandshakeError):  # not a peer that went away
+                    self._refused(meta, exc)
                 return
             job = self.jobs.get(str(frame.meta.get("job")))
             if job is None:
                 lease.release()
                 continue
-            job.on_frame(frame.meta, frame.payload, frame.crc32c, lease, frame.computed_crc)
+            job.on_frame(
+                frame.meta, frame.payload, frame.crc32c, lease, frame.computed_crc, frame.tag_ok
+            )
+
+    def _refused(self, meta: dict[str, Any] | None, exc: Exception) -> None:
+        """Tell the job of a frame refused after its metadata was read (a sealed record that
+        failed its tag, a malformed body) which chunk it was, so the control plane sends it
+        again instead of waiting for it."""
+        job = self.jobs.get(str(meta.get("job"))) if isinstance(meta, dict) else None
+        if job is not None and meta is not None:
+            job.frame_refused(meta, f"frame refused on arrival: {exc}")
 
     def _try_splice(
         self,

@@ -3,7 +3,8 @@
 The secret never crosses the wire. Control requests carry an HMAC over method, path, a
 timestamp and expiry, a nonce, the body length and hash, the target gateway's id and its boot
 epoch (random per process start: a request made for an earlier process of the same gateway,
-whose replay memory died with it, is refused by the restarted one); data
+whose replay memory died with it, is refused by the restarted one); the gateway signs every
+answer, bound to the request it answers, and the client uses none it cannot verify; data
 connections run a mutual HMAC challenge-response before any frame is accepted. Sensitive job
 fields (store options, and the store credentials a control plane hands its gateways, bound
 to one job on one gateway) are sealed with AES-GCM under a key derived from the secret,
@@ -207,6 +208,48 @@ class RequestVerifier:
         return self.body_matches(body, headers) and self.verify_headers(
             method, path, len(body), headers
         )
+
+
+# ---- control answers ---------------------------------------------------------------------------
+
+ANSWER_LABEL = b"skyplane-ops control answer v1"
+ANSWER_HEADER = "X-Sky-Answer-Signature"
+
+
+def sign_answer(
+    secret: bytes, method: str, target: str, request_signature: str, status: int, body: bytes
+) -> str:
+    """The signature a gateway puts on its answer (``ANSWER_HEADER``, hex): an HMAC over the
+    request it answers (method, target with its query, and the request's own signature, which
+    covers its nonce, gateway, epoch and body), the status and the answer body's SHA-256.
+
+    Bound to the request's signature, an answer cannot be replayed to another request, nor
+    one of an earlier exchange to a later one; the unsigned ``GET /v1/hello`` carries a fresh
+    nonce in its query for the same reason. The label keeps answers and requests apart."""
+    return mac(
+        secret,
+        ANSWER_LABEL,
+        method.encode(),
+        target.encode(),
+        request_signature.encode(),
+        str(status).encode(),
+        hashlib.sha256(body).digest(),
+    ).hex()
+
+
+def answer_matches(
+    secret: bytes,
+    method: str,
+    target: str,
+    request_signature: str,
+    status: int,
+    body: bytes,
+    signature: str | None,
+) -> bool:
+    """Whether ``signature`` is the gateway's signature of this answer to this request (the
+    client checks it before using anything of the answer, its status included)."""
+    want = sign_answer(secret, method, target, request_signature, status, body)
+    return bool(signature) and hmac.compare_digest(want, str(signature))
 
 
 # ---- sealing sensitive job fields ---------------------------------------------------------------

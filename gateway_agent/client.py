@@ -7,17 +7,24 @@ the gateway once (``GET /v1/hello``, unsigned) for its epoch (and its id when no
 request is refused as unauthenticated, the client asks again: if the gateway was restarted
 meanwhile (a new epoch), the request, which the gateway refused unread, is signed anew and sent
 once more; the normal control plane thus carries on over a legitimate restart.
+
+Every answer, hello and refusals included, must carry the gateway's signature of it, bound to
+this request (``auth.sign_answer``; hello is asked with a fresh nonce): the client checks it
+before it reads anything of the answer, its status included. An unsigned or mis-signed answer
+(forged or altered on the plain-HTTP channel, or a gateway of another transfer) raises
+``AnswerNotAuthentic``; nothing of it is used.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import secrets
 from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from gateway_agent.auth import sign_request
+from gateway_agent.auth import ANSWER_HEADER, NONCE_BYTES, answer_matches, sign_request
 from gateway_agent.probe.wire import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, ProbeResult
 
 
@@ -27,6 +34,15 @@ class GatewayError(Exception):
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+class AnswerNotAuthentic(GatewayError):
+    """The answer does not carry the gateway's signature of it (altered or forged on the way,
+    or the gateway holds another secret): nothing of it was used. Its ``status`` is 401: the
+    gateway could not be authenticated."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 401)
 
 
 class ProbeFailedError(GatewayError):
@@ -118,33 +134,50 @@ class GatewayClient:
                 self.gateway_id = gateway_id
         headers = sign_request(self._secret, method, path, body, self.gateway_id, self.epoch)
         headers["Content-Type"] = "application/json"
+        return self._exchange(method, path, body, headers, headers["X-Sky-Signature"], timeout)
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        request_signature: str,
+        timeout: float | None,
+    ) -> tuple[int, str, bytes]:
+        """One request and its answer, whose signature is checked before anything of it is
+        used (``AnswerNotAuthentic`` otherwise)."""
         conn = http.client.HTTPConnection(
             self.host, self.port, timeout=self.timeout if timeout is None else timeout
         )
         try:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
-            return resp.status, resp.reason, resp.read()
+            status, reason, raw = resp.status, resp.reason, resp.read()
+            signature = resp.getheader(ANSWER_HEADER)
         finally:
             conn.close()
+        if not answer_matches(
+            self._secret, method, path, request_signature, status, raw, signature
+        ):
+            raise AnswerNotAuthentic(
+                f"gateway {self.host}:{self.port}: the answer to {method} {path.split('?')[0]} "
+                f"is {'mis-signed' if signature else 'unsigned'} (altered on the way, or not "
+                "this transfer's gateway): refused"
+            )
+        return status, reason, raw
 
     def _hello(self, timeout: float | None) -> tuple[str, str]:
-        """The gateway id and boot epoch the gateway at this address signs for."""
-        conn = http.client.HTTPConnection(
-            self.host, self.port, timeout=self.timeout if timeout is None else timeout
-        )
-        try:
-            conn.request("GET", "/v1/hello")
-            resp = conn.getresponse()
-            raw = resp.read()
-        finally:
-            conn.close()
+        """The gateway id and boot epoch the gateway at this address signs for (asked with a
+        fresh nonce, so a recorded answer cannot be played back)."""
+        path = f"/v1/hello?nonce={secrets.token_hex(NONCE_BYTES)}"
+        status, _reason, raw = self._exchange("GET", path, b"", {}, "", timeout)
         try:
             hello = json.loads(raw)
             return str(hello["gateway_id"]), str(hello.get("epoch", ""))
         except (ValueError, KeyError, TypeError):
             raise http.client.HTTPException(
-                f"{self.host}:{self.port} does not look like a gateway (status {resp.status})"
+                f"{self.host}:{self.port} does not look like a gateway (status {status})"
             ) from None
 
     def _decode(self, status: int, reason: str, raw: bytes) -> Any:
@@ -196,6 +229,13 @@ class GatewayClient:
         ``Job.leave_out``)."""
         body = {"gateway": gateway_id}
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/leave", body)
+        return result
+
+    def update_credentials(self, job_id: str, sealed: str) -> dict[str, Any]:
+        """Hand a running job fresh store credentials (sealed for it on this gateway, see
+        ``Job.update_credentials``)."""
+        body = {"sealed_credentials": sealed}
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/credentials", body)
         return result
 
     def stop_job(self, job_id: str) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Endpoints (all under /v1): GET hello (unsigned: the gateway id and boot epoch a client signs
 for), GET health, POST shutdown, POST lease, POST jobs (start), POST jobs/ID/chunks (submit
-source descriptors), GET jobs/ID/status?cursor=N[&wait=S] (incremental; a long poll of at most
+source descriptors), POST jobs/ID/credentials (fresh sealed store credentials), GET
+jobs/ID/status?cursor=N[&wait=S] (incremental; a long poll of at most
 ``MAX_STATUS_WAIT_S``), POST jobs/ID/stop, POST jobs/ID/drop (a path declared dead), POST
 probe.
 
@@ -14,6 +15,11 @@ read; a missing, negative or too large ``Content-Length`` is refused unread; at 
 ``MAX_ACTIVE`` authenticated requests run at once. An unsigned, expired, replayed, wrongly
 signed, other-gateway or earlier-process (another boot epoch) request gets 401 and changes
 nothing.
+
+Every answer whose request head could be read is signed with the transfer secret, bound to
+that request (``auth.sign_answer``: method, target, the request's signature or, for hello, the
+nonce in its query; status and body), refusals included; ``client.GatewayClient`` uses no
+answer it cannot verify, so a forged or altered answer on the plain-HTTP channel is an error.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from gateway_agent.agent import Agent
-from gateway_agent.auth import RequestVerifier
+from gateway_agent.auth import ANSWER_HEADER, RequestVerifier, sign_answer
 from gateway_agent.guard import ConnectionGate, Deadline, accept_forever, shut
 from gateway_agent.job.base import JobError
 from gateway_agent.probe.run import control_request as probe_request
@@ -44,6 +51,10 @@ MAX_STATUS_WAIT_S = 0.5
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             411: "Length Required", 413: "Payload Too Large", 431: "Header Too Large",
             500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
+
+
+# Signs an answer (status, body) for the request being served (see ``auth.sign_answer``).
+Signer = Callable[[int, bytes], str]
 
 
 class BadRequest(Exception):
@@ -109,35 +120,56 @@ class ControlServer:
 
     def _one_request(self, sock: socket.socket) -> None:
         method, target, headers, rest = _read_head(sock)
+        request_signature = headers.get("x-sky-signature", "")
+
+        def sign(code: int, body: bytes) -> str:
+            return sign_answer(self.agent.secret, method, target, request_signature, code, body)
+
+        try:
+            self._answer(sock, sign, method, target, headers, rest)
+        except BadRequest as exc:
+            log.debug("control request refused: %s", exc)
+            _reply(sock, exc.code, {"error": str(exc)}, sign)
+
+    def _answer(
+        self,
+        sock: socket.socket,
+        sign: Signer,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        rest: bytes,
+    ) -> None:
         url = urlparse(target)
         if method == "GET" and url.path == "/v1/hello":  # unsigned: which id to sign for
-            _reply(sock, 200, {"gateway_id": self.agent.gateway_id, "epoch": self.agent.epoch})
+            hello = {"gateway_id": self.agent.gateway_id, "epoch": self.agent.epoch}
+            _reply(sock, 200, hello, sign)  # the client's nonce is in the signed target
             return
         length = _content_length(headers)
         if length > MAX_BODY:
-            _reply(sock, 413, {"error": "request too large"})
+            _reply(sock, 413, {"error": "request too large"}, sign)
             return
         if not self.verifier.verify_headers(method, target, length, headers):
             self.rejected += 1
-            _reply(sock, 401, {"error": "unauthenticated"})
+            _reply(sock, 401, {"error": "unauthenticated"}, sign)
             return
         self.gate.release(sock)  # authenticated: no longer a stranger
         if not self._active.acquire(blocking=False):
-            _reply(sock, 503, {"error": "too many requests in flight"})
+            _reply(sock, 503, {"error": "too many requests in flight"}, sign)
             return
         try:
             sock.settimeout(BODY_IDLE_S)
             body = _read_body(sock, rest, length)
             if not self.verifier.body_matches(body, headers):
-                _reply(sock, 401, {"error": "body does not match its signature"})
+                _reply(sock, 401, {"error": "body does not match its signature"}, sign)
                 return
             self.agent.touch()
-            self._dispatch(sock, method, url.path, url.query, body)
+            self._dispatch(sock, sign, method, url.path, url.query, body)
         finally:
             self._active.release()
 
     def _dispatch(
-        self, sock: socket.socket, method: str, path: str, query: str, body: bytes
+        self, sock: socket.socket, sign: Signer, method: str, path: str, query: str, body: bytes
     ) -> None:
         agent = self.agent
         parts = [p for p in path.split("/") if p]
@@ -147,16 +179,16 @@ class ControlServer:
                 raise JobError("request body must be a JSON object")
             result = self._route(method, parts, parse_qs(query), data)
         except (JobError, ValueError) as exc:
-            _reply(sock, 400, {"error": str(exc)})
+            _reply(sock, 400, {"error": str(exc)}, sign)
             return
         except Exception as exc:
             log.exception("control request failed")
-            _reply(sock, 500, {"error": repr(exc)})
+            _reply(sock, 500, {"error": repr(exc)}, sign)
             return
         if result is None:
-            _reply(sock, 404, {"error": f"no such endpoint {method} {path}"})
+            _reply(sock, 404, {"error": f"no such endpoint {method} {path}"}, sign)
             return
-        _reply(sock, 200, result)
+        _reply(sock, 200, result, sign)
         if parts == ["v1", "shutdown"] and method == "POST":
             threading.Thread(target=agent.shutdown, daemon=True).start()
 
@@ -186,6 +218,8 @@ class ControlServer:
                 return agent.stop_job(job_id)
             if action == "drop" and method == "POST":
                 return agent.drop_path(job_id, str(data.get("path", "")))
+            if action == "credentials" and method == "POST":
+                return agent.job(job_id).update_credentials(data)
             if action == "leave" and method == "POST":
                 return agent.leave_out(job_id, str(data.get("gateway", "")))
         return None
@@ -252,11 +286,17 @@ def _read_body(sock: socket.socket, rest: bytes, length: int) -> bytes:
     return bytes(body)
 
 
-def _reply(sock: socket.socket, code: int, payload: dict[str, Any]) -> None:
+def _reply(
+    sock: socket.socket, code: int, payload: dict[str, Any], sign: Signer | None = None
+) -> None:
+    """Write one answer; signed (``auth.ANSWER_HEADER``) whenever the request's head was read,
+    refusals included: the client uses no answer it cannot verify."""
     body = json.dumps(payload).encode()
+    signature = f"{ANSWER_HEADER}: {sign(code, body)}\r\n" if sign is not None else ""
     head = (
         f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}\r\n"
         "Content-Type: application/json\r\n"
+        f"{signature}"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
     ).encode()

@@ -5,6 +5,7 @@ and routing parts of ``Job`` build on it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import queue
@@ -16,12 +17,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from gateway_agent import auth
+from gateway_agent import auth, wire
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore
-from gateway_agent.stores.credentials import StoreCredentials
+from gateway_agent.stores.credentials import CredentialCell, StoreCredentials
 
 # The job's logger: its records keep the name they had before ``job.py`` was split.
 log = logging.getLogger("gateway_agent.job")
@@ -66,6 +67,8 @@ class InChunk:
     lease: Lease
     # CRC32C of the payload as received here (computed on arrival), if already known.
     received_crc: int | None = None
+    # Whether the chunk's end-to-end tag matched, when checked on arrival (None: not yet).
+    tag_ok: bool | None = None
 
 
 class JobError(Exception):
@@ -82,14 +85,11 @@ class ObjectFailed(Exception):
         self.kind, self.key, self.side, self.why = kind, key, side, why
 
 
-def _credentials(
-    spec: dict[str, Any], secret: bytes, gateway_id: str
-) -> tuple[StoreCredentials | None, StoreCredentials | None]:
-    """The source and destination credentials sealed into ``spec["sealed_credentials"]`` for
-    this job on this gateway (None where the control plane sent none)."""
-    token = spec.get("sealed_credentials")
-    if not token:
-        return None, None
+def _open_credentials(
+    spec: dict[str, Any], token: Any, secret: bytes, gateway_id: str
+) -> tuple[StoreCredentials | None, StoreCredentials | None, int]:
+    """The source and destination credentials sealed in ``token`` for this job on this
+    gateway (None where the control plane sent none), and their serial (0 at the start)."""
     context = auth.credentials_context(str(spec["job_id"]), gateway_id)
     try:
         sealed = json.loads(auth.unseal(secret, str(token), context))
@@ -97,9 +97,27 @@ def _credentials(
         return (
             StoreCredentials.from_dict(src) if src else None,
             StoreCredentials.from_dict(dst) if dst else None,
+            int(sealed.get("serial", 0)),
         )
     except Exception:  # never the reason: it could quote what was sealed
         raise JobError("the job's store credentials do not open on this gateway") from None
+
+
+def _credentials(
+    spec: dict[str, Any], secret: bytes, gateway_id: str
+) -> tuple[CredentialCell | None, CredentialCell | None, int]:
+    """Cells holding the source and destination credentials sealed into
+    ``spec["sealed_credentials"]`` (None where the control plane sent none), and their
+    serial."""
+    token = spec.get("sealed_credentials")
+    if not token:
+        return None, None, 0
+    src, dst, serial = _open_credentials(spec, token, secret, gateway_id)
+    return (
+        CredentialCell(src) if src is not None else None,
+        CredentialCell(dst) if dst is not None else None,
+        serial,
+    )
 
 
 def _local_calls(store: ObjectStore) -> bool:
@@ -128,6 +146,18 @@ class JobBase:
         self._budget = budget
         self._hooks: dict[str, Any] = dict(spec.get("test_hooks") or {}) if test_hooks else {}
         self.routes: dict[str, list[str]] = {str(k): list(v) for k, v in spec["routes"].items()}
+        # Paths with a clear hop: their chunks carry an end-to-end tag from the source, which
+        # the sink requires (a path sealed hop by hop is authenticated by AES-GCM already).
+        self._frame_key = wire.frame_key(secret)
+        hops: dict[str, dict[str, Any]] = spec.get("hops", {})
+        self._tagged_paths = {
+            path
+            for path, route in self.routes.items()
+            if any(
+                not hops.get(f"{u}>{v}", {}).get("encrypt", False)
+                for u, v in itertools.pairwise(route)
+            )
+        }
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.events: list[dict[str, Any]] = []
         self.error: str | None = None
@@ -150,7 +180,10 @@ class JobBase:
         self._dst_options: dict[str, Any] = options.get("dst", {})
         # The store credentials the control plane sealed for this job on this gateway: kept in
         # memory only, handed to the store constructors (none: the SDK's own chain).
-        self._src_credentials, self._dst_credentials = _credentials(spec, secret, gateway_id)
+        # Their serial: a fresh set (``update_credentials``) must carry a higher one.
+        self._src_credentials, self._dst_credentials, self._credentials_serial = _credentials(
+            spec, secret, gateway_id
+        )
         self._src: ObjectStore | None = None
         self._dst: ObjectStore | None = None
         self._store_lock = threading.Lock()
@@ -211,6 +244,38 @@ class JobBase:
                     raise JobError("job has no destination URI")
                 self._dst = open_store(self._dst_uri, self._dst_options, self._dst_credentials)
             return self._dst
+
+    def update_credentials(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Fresh store credentials from the control plane (``POST /v1/jobs/ID/credentials``,
+        sealed for this job on this gateway like the first ones): each store's cell takes them
+        in place, so work in flight carries on. Only a set with a higher serial than the last
+        one is taken (a late, older set changes nothing); a kind or side this job was not
+        started with is refused."""
+        token = data.get("sealed_credentials")
+        if not token:
+            raise JobError("no sealed_credentials")
+        src, dst, serial = _open_credentials(self.spec, token, self._secret, self.gateway_id)
+        with self._store_lock:
+            if serial <= self._credentials_serial:
+                return {"updated": False, "serial": self._credentials_serial}
+            pairs = ((self._src_credentials, src), (self._dst_credentials, dst))
+            for cell, fresh in pairs:
+                if fresh is not None and (cell is None or cell.kind != fresh.kind):
+                    raise JobError("fresh credentials for a store this job holds none for")
+            for cell, fresh in pairs:
+                if cell is not None and fresh is not None:
+                    cell.update(fresh)
+            self._credentials_serial = serial
+        log.info("job %s: store credentials refreshed (serial %d)", self.job_id, serial)
+        return {"updated": True, "serial": serial}
+
+    def credential_counters(self) -> dict[str, int]:
+        """Fresh credential sets received, and taken by the stores' SDKs (job counters)."""
+        cells = [c for c in (self._src_credentials, self._dst_credentials) if c is not None]
+        return {
+            "credentials_received": sum(c.updates for c in cells),
+            "credentials_taken": sum(c.taken for c in cells),
+        }
 
     def _each(self, fn: Callable[[T], R], items: Sequence[T], inline: bool = False) -> list[R]:
         """``[fn(x) for x in items]``, in parallel for several items unless ``inline`` (a store

@@ -66,7 +66,7 @@ class Job(SourceRole, SinkRole):
                 "job_id": self.job_id,
                 "gateway_id": self.gateway_id,
                 "region": self.region,
-                "counters": dict(self.counters),
+                "counters": {**self.counters, **self.credential_counters()},
                 "events": events,
                 "cursor": cursor + len(events),
                 "error": self.error,
@@ -173,10 +173,17 @@ class Job(SourceRole, SinkRole):
         crc: int,
         lease: Lease,
         received_crc: int | None = None,
+        tag_ok: bool | None = None,
     ) -> None:
         """A frame arrived from upstream for this job."""
         self._count(chunks_received=1, bytes_received=len(payload))
-        self.route(InChunk(meta, payload, crc, lease, received_crc))
+        self.route(InChunk(meta, payload, crc, lease, received_crc, tag_ok))
+
+    def frame_refused(self, meta: dict[str, Any], why: str) -> None:
+        """A frame of this job failed authentication on arrival (and was dropped whole):
+        report the chunk it named, so the control plane sends it again at once."""
+        self._count(chunks_bad=1)
+        self._event(t="bad", chunk=meta.get("chunk"), path=meta.get("path"), why=why)
 
     def _next_pool(self, meta: dict[str, Any]) -> OutboundPool | None:
         route = self.routes.get(str(meta.get("path")))

@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from functools import partial
 from typing import Any, cast
 
+from gateway_agent import wire
 from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import ObjectStore, SupportsWriteBatch
 from gateway_agent.stores.checksum import crc32c
@@ -69,6 +70,15 @@ class SinkRole(JobBase):
 
     def _write_chunk(self, chunk: InChunk) -> None:
         t0 = time.monotonic()
+        if not self._authentic(chunk):
+            self._count(chunks_bad=1)
+            self._event(
+                t="bad",
+                chunk=chunk.meta["chunk"],
+                path=chunk.meta.get("path"),
+                why="the chunk's tag does not match: changed on the way (refused, not written)",
+            )
+            return
         got = chunk.received_crc if chunk.received_crc is not None else crc32c(chunk.payload)
         if got != chunk.crc32c:
             self._count(chunks_bad=1)
@@ -104,6 +114,15 @@ class SinkRole(JobBase):
             return
         self._count(chunks_written=1, bytes_written=len(view))
         self._event(t="done", chunk=chunk.meta["chunk"], crcs=crcs, vouched=vouched)
+
+    def _authentic(self, chunk: InChunk) -> bool:
+        """A chunk whose path has a clear hop must carry its source's tag, and every tag a
+        chunk carries must match (checked on arrival while hot, else here)."""
+        if "tag" not in chunk.meta:
+            return str(chunk.meta.get("path")) not in self._tagged_paths
+        if chunk.tag_ok is not None:
+            return chunk.tag_ok
+        return wire.check_tag(self._frame_key, chunk.meta, chunk.payload, chunk.crc32c)
 
     @staticmethod
     def _write_one(

@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any
 
+from gateway_agent import wire
 from gateway_agent.flow import Lease
 from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import ObjectStore, SupportsReadInto
@@ -119,17 +120,21 @@ class SourceRole(JobBase):
         store = self._store("src")
         segs: list[dict[str, Any]] = desc["segs"]
         crcs: list[int] = []
+        # A chunk whose path has a clear hop is tagged end to end (see ``wire.FrameTagger``).
+        tagger = (
+            wire.FrameTagger(self._frame_key) if str(desc["path"]) in self._tagged_paths else None
+        )
         if len(segs) == 1 and isinstance(store, SupportsReadInto):
             # A big file's range: into a pooled buffer (no fresh pages per chunk).
             lease.buffer = self._budget.take_buffer(total)
             data: bytes | bytearray | memoryview = self._read_segment_into(
                 store, segs[0], memoryview(lease.buffer)[:total]
             )
-            crcs.append(crc32c(data))
+            crcs.append(wire.crc_and_tag(data, tagger))
             full = crcs[0]
         elif len(segs) == 1:
             data = self._read_segment(store, segs[0])
-            crcs.append(crc32c(data))
+            crcs.append(wire.crc_and_tag(data, tagger))
             full = crcs[0]
         else:
             lease.buffer = self._budget.take_buffer(total)
@@ -159,14 +164,16 @@ class SourceRole(JobBase):
             else:
                 crcs = self._each(read_one, range(len(segs)))
             data = view
-            full = crc32c(view)
+            full = wire.crc_and_tag(view, tagger)
         self._count(chunks_read=1, bytes_read=total)
-        meta = {
+        meta: dict[str, Any] = {
             "job": self.job_id,
             "chunk": desc["chunk"],
             "path": str(desc["path"]),
             "segs": segs,
             "crcs": crcs,
         }
+        if tagger is not None:
+            meta["tag"] = tagger.seal(meta, total, full)
         payload = data if isinstance(data, memoryview) else memoryview(data)
         return InChunk(meta, payload, full, lease)

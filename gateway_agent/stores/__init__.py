@@ -25,7 +25,12 @@ from gateway_agent.stores.base import (
     SkippedEntry,
     SupportsCopy,
 )
-from gateway_agent.stores.credentials import StoreCredentials, for_store
+from gateway_agent.stores.credentials import (
+    CredentialCell,
+    Credentials,
+    StoreCredentials,
+    for_store,
+)
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -44,6 +49,7 @@ __all__ = [
     "AccessDeniedError",
     "BucketNotFoundError",
     "Capabilities",
+    "CredentialCell",
     "InvalidURIError",
     "KeyBlockedError",
     "KeyNotSupportedError",
@@ -67,12 +73,13 @@ __all__ = [
 def open_store(
     uri: str,
     options: Mapping[str, Any] | None = None,
-    credentials: StoreCredentials | None = None,
+    credentials: Credentials | None = None,
 ) -> ObjectStore:
     """Open the store a URI names. Cheap: no network call happens until the first operation.
 
     ``credentials``: explicit credentials of the store's cloud (never part of ``options``);
-    None means the SDK's own default chain."""
+    None means the SDK's own default chain. A ``CredentialCell`` is followed: the store signs
+    with whatever set the cell holds (a gateway's job swaps it when fresh ones arrive)."""
     scheme = urlparse(uri).scheme
     credentials = for_store(scheme, credentials)
     if scheme in ("synthetic", "null"):

@@ -314,9 +314,14 @@ class SkyplaneHook(BaseHook):
         )
 
     def deprovision(
-        self, fleet: GatewayFleet | None = None, *, transfer_id: str | None = None
+        self,
+        fleet: GatewayFleet | None = None,
+        *,
+        transfer_id: str | None = None,
+        regions: Sequence[str] = (),
     ) -> list[str]:
-        """Delete a fleet, or every leftover tagged with ``transfer_id`` (idempotent)."""
+        """Delete a fleet, or every leftover of ``transfer_id`` (its recorded fleets, pending
+        ones too, then a sweep by tag in ``regions`` and the recorded regions; idempotent)."""
         if fleet is not None:
             return list(api.deprovision(fleet, backend_options=self.backend_options()))
         return list(
@@ -324,6 +329,7 @@ class SkyplaneHook(BaseHook):
                 backend=self.settings.backend,
                 backend_options=self.backend_options(),
                 transfer_id=transfer_id,
+                regions=regions,
             )
         )
 

@@ -119,7 +119,7 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         verify=args.verify,
         part_size=args.chunk_mib * api.MiB,
         connections_per_hop=args.connections,
-        encrypt={"all": True, "none": False}.get(args.encrypt, args.encrypt),
+        encrypt=args.encrypt,
         compress_level=3 if args.compress else 0,
         journal_dir=args.journal_dir,
         wait_lock=args.wait_lock,

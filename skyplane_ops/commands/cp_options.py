@@ -94,13 +94,15 @@ def transfer_options(verb: str) -> Any:
         ),
         click.option(
             "--encrypt",
-            type=click.Choice(["all", "cross-cloud", "none"]),
+            type=click.Choice(["auto", "all", "none", "cross-cloud"]),
             is_flag=False,
             flag_value="all",
-            default="none",
+            default="auto",
             show_default=True,
-            help="AES-GCM per frame on every hop (all, what --encrypt alone means) or only "
-            "between providers (cross-cloud)",
+            help="AES-GCM on hops that leave a network you own: between providers or regions, "
+            "or to a public address (auto; cross-cloud is its old name), on every hop (all, "
+            "what --encrypt alone means) or on none (none: clear frames, each chunk still "
+            "authenticated by its tag)",
         ),
         click.option("--compress", is_flag=True, help="zstd on every hop"),
         click.option(

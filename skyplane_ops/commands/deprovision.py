@@ -124,7 +124,11 @@ def run(args: SimpleNamespace) -> int:
             raise api.ProvisionError(
                 "sweeping ssh hosts needs --inventory (or 'ssh' in --backend-options)"
             )
-        if backend == "aws" and "sweep_regions" not in options.get("aws", {}):
+        if (
+            backend == "aws"
+            and "sweep_regions" not in options.get("aws", {})
+            and not api.load_fleets(transfer_id=args.transfer_id, backend="aws")
+        ):  # a fleet record (a pending one too) names its regions
             raise api.ProvisionError(
                 "sweeping AWS needs --aws-regions (or 'aws' in --backend-options)"
             )

@@ -12,8 +12,9 @@ class Provisioner(Protocol):
     """Turns a region -> VM count map into a running ``GatewayFleet``, and back to nothing.
 
     ``provision`` must clean up everything it created before it raises. ``deprovision`` is
-    idempotent and must work from the fleet alone (a fresh process, another Airflow worker).
-    ``sweep`` finds leftovers by tag and deletes them; it returns what it deleted.
+    idempotent and must work from the fleet alone (a fresh process, another Airflow worker); a
+    cloud backend returns what it deleted (the sweeper reports it). ``sweep`` finds leftovers
+    by tag and deletes them; it returns what it deleted.
     """
 
     name: str
@@ -22,7 +23,7 @@ class Provisioner(Protocol):
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
     ) -> GatewayFleet: ...
 
-    def deprovision(self, fleet: GatewayFleet) -> None: ...
+    def deprovision(self, fleet: GatewayFleet) -> list[str] | None: ...
 
     def sweep(
         self, *, transfer_id: str | None = None, older_than_seconds: float | None = None

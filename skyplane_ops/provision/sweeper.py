@@ -2,8 +2,12 @@
 
 Two passes, because either alone can miss something: (1) every fleet recorded in
 ``$SKYPLANE_OPS_HOME/fleets`` that matches is deprovisioned from its record (works for any
-backend, even from another process); (2) each backend's ``sweep`` looks for resources that
-carry the skyplane-ops tag/prefix but have no record (the control plane died mid-provision).
+backend, even from another process; cloud backends write a *pending* record before their first
+create call, so a control plane killed mid-provision leaves one); (2) each backend's ``sweep``
+looks for resources that are ours (``skyplane-ops-`` name, transfer tag AND creator tag: a
+resource that merely carries the tag key is never touched) and have no record. Both passes
+take what is older than ``older_than_seconds`` or past its ``expires-at``. A fleet or resource
+that fails is reported; the others are still deleted.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import BACKENDS, get_provisioner, records
 from skyplane_ops.provision.documents import parse_document, read_document
+from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.local_options import check_local_options
 
 log = logging.getLogger(__name__)
@@ -95,6 +100,24 @@ def backend_options_for(value: str | None, backend: str) -> dict[str, Any]:
     return dict(data)
 
 
+def _expired(fleet: GatewayFleet) -> bool:
+    from skyplane_ops.provision.cloudvm.common import TAG_EXPIRES, expired
+
+    return expired(fleet.tags.get(TAG_EXPIRES))
+
+
+def record_regions(fleets: Sequence[GatewayFleet]) -> list[str]:
+    """The regions recorded fleets name (where a backend's sweep must look)."""
+    return sorted({r for f in fleets for r in f.resources.get("regions", {})})
+
+
+def with_sweep_regions(prov: Any, regions: Sequence[str]) -> Any:
+    """A backend that sweeps per region (aws) and was given none looks in ``regions``."""
+    if regions and hasattr(prov, "sweep_regions") and not prov.sweep_regions:
+        prov.sweep_regions = list(regions)
+    return prov
+
+
 @dataclass
 class SweepReport:
     """What a sweep deleted, per backend, and what it could not do."""
@@ -126,18 +149,28 @@ def sweep(
     report = SweepReport()
     for backend in backends:
         deleted = report.deleted.setdefault(backend, [])
+        errors: list[str] = []
         try:
             prov = get_provisioner(backend, **options.get(backend, {}))
-            for fleet in records.load_fleets(transfer_id=transfer_id, backend=backend):
-                if _age_ok(fleet.created_at, older_than_seconds):
-                    prov.deprovision(fleet)
-                    deleted += [
-                        f"{backend}:{fleet.transfer_id}:{g.gateway_id}" for g in fleet.gateways
-                    ]
+            fleets = records.load_fleets(transfer_id=transfer_id, backend=backend)
+            for fleet in fleets:
+                if not (_age_ok(fleet.created_at, older_than_seconds) or _expired(fleet)):
+                    continue
+                try:  # one fleet failing does not keep the others
+                    gone = prov.deprovision(fleet)
+                except Exception as exc:
+                    errors.append(f"fleet {fleet.transfer_id}: {exc}")
+                    continue
+                deleted += (gone if isinstance(gone, list) else []) or [
+                    f"{backend}:{fleet.transfer_id}:{g.gateway_id}" for g in fleet.gateways
+                ]
+            with_sweep_regions(prov, record_regions(fleets))
             deleted += prov.sweep(transfer_id=transfer_id, older_than_seconds=older_than_seconds)
         except ProvisionError as exc:
-            report.errors[backend] = str(exc)
+            errors.append(str(exc))
         except Exception as exc:  # keep sweeping the other backends; report this one
             log.exception("sweeping %s failed", backend)
-            report.errors[backend] = repr(exc)
+            errors.append(repr(exc))
+        if errors:
+            report.errors[backend] = "; ".join(errors)
     return report

@@ -83,14 +83,19 @@ def deprovision(
     backend: str | None = None,
     backend_options: Mapping[str, Any] | None = None,
     transfer_id: str | None = None,
+    regions: Sequence[str] = (),
 ) -> list[str]:
-    """Delete a fleet, or (with no fleet) every leftover tagged with ``transfer_id``.
+    """Delete a fleet, or (with no fleet) every leftover of ``transfer_id``: the fleets
+    recorded for it (a pending record too: provisioning writes one before its first create),
+    then the backend's sweep by tag in ``regions`` and the recorded regions (a per-region
+    backend, aws, needs them).
 
     Idempotent: deleting what is already gone is not an error. Returns what was deleted when
     sweeping by tag (an empty list after deleting a known fleet).
     """
     from skyplane_ops.errors import ProvisionError
-    from skyplane_ops.provision import get_provisioner
+    from skyplane_ops.provision import get_provisioner, records
+    from skyplane_ops.provision.sweeper import record_regions, with_sweep_regions
 
     name = backend or (fleet.backend if fleet is not None else None)
     if name is None:
@@ -101,4 +106,13 @@ def deprovision(
         return []
     if transfer_id is None:
         raise ProvisionError("deprovision needs a fleet or a transfer_id to sweep by tag")
-    return provisioner.sweep(transfer_id=transfer_id)
+    recorded = records.load_fleets(transfer_id=transfer_id, backend=name)
+    deleted: list[str] = []
+    for one in recorded:
+        gone = provisioner.deprovision(one)
+        deleted += (gone if isinstance(gone, list) else []) or [
+            f"{name}:{one.transfer_id}:{g.gateway_id}" for g in one.gateways
+        ]
+    names = [r.rpartition(":")[2] if name == "aws" else r for r in regions]
+    with_sweep_regions(provisioner, sorted({*names, *record_regions(recorded)}))
+    return deleted + list(provisioner.sweep(transfer_id=transfer_id))

@@ -100,12 +100,14 @@ def fill_listing(
     (``splitlist``)."""
     on_count = None if progress is None else (lambda n: progress(n, 0))
     args = (src, request.src_uri, request.include, request.exclude, on_count)
+    # A verified run records what it copied (``syncstate``), a cp too: the next sync then
+    # trusts the record, not clocks, and between local folders walks instead of listing.
+    syncstate.attach(catalog, syncstate.state_path(request.journal_path, request.key))
     if not request.sync:
         check_destination(request.dst.open("destination"), request.dst_uri)
         if source:
             catalog.add_source(*args)
         return
-    syncstate.attach(catalog, syncstate.state_path(request.journal_path, request.key))
     finish = sidelist.start(catalog, request.dst_uri, request.dst.options)
     try:
         if source:  # not in two halves: the destination's child has the other core

@@ -50,7 +50,7 @@ def listed(
 ) -> Iterator[list[ListRow]]:
     """A store's listing as batches of ``ListRow`` tuples: the store's own ``list_rows`` where
     it has one (a local folder: no ``ObjectInfo`` per file), else made from ``list``.
-    ``versions=False``: the caller uses neither version nor etag (they may be None)."""
+    ``versions=False``: the caller uses no version (it may be None); the etag is there."""
     if isinstance(store, ListsRows):
         yield from store.list_rows(prefix, versions=versions)
         return

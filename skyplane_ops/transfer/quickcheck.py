@@ -156,7 +156,7 @@ def _compare(
     share: int,
     shares: int,
     walked: Walked,
-    known: dict[str, tuple[str, int, int | None]] | None,
+    known: dict[str, tuple[str, int, int | None, str | None]] | None,
 ) -> list[Folder] | None:
     base, src, dst = folder
     reserved, delete = check.reserved, check.delete
@@ -208,6 +208,7 @@ def _compare(
                 rec is None
                 or rec[1] != b.st_size
                 or rec[2] != mtime_micros(b)
+                or (rec[3] is not None and rec[3] != "%x-%x" % (b.st_mtime_ns, b.st_size))  # noqa: UP031
                 or rec[0]
                 != "%d-%d-%d-%d-%d"  # noqa: UP031
                 % (a.st_size, a.st_mtime_ns, a.st_ctime_ns, a.st_dev, a.st_ino)

@@ -33,7 +33,12 @@ from skyplane_ops.transfer.journal import default_journal_dir, transfer_key
 from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
 from skyplane_ops.transfer.overlap import check_disjoint
 
-ENCRYPT_MODES = (False, True, "cross-cloud")
+# ``encrypt``: "auto" (AES-GCM on every hop that leaves a network the user owns, see
+# ``dispatch.spec.encrypt_hop``), "all" or "none" (clear frames, each chunk still tagged end to
+# end: no hop is ever unauthenticated). Older spellings are read as: True -> "all",
+# False -> "none", "cross-cloud" -> "auto" (which encrypts every hop "cross-cloud" did).
+ENCRYPT_MODES = ("all", "auto", "none")
+_ENCRYPT_ALIASES: dict[object, str] = {True: "all", False: "none", "cross-cloud": "auto"}
 
 
 def to_uri(path_or_uri: str) -> str:
@@ -193,7 +198,7 @@ class TransferRequest:
     ``delete`` (implies ``sync``) mirrors, refusing every delete when more than ``max_delete``
     would go; ``verify`` is the end check (``full``, ``read-back`` or ``size``); ``part_size``
     the chunk and multipart part size in bytes; ``connections_per_hop``, ``encrypt``
-    (``False``, ``True`` or ``"cross-cloud"``) and ``compress_level`` (zstd) shape the data
+    (``"auto"``, the default, ``"all"`` or ``"none"``) and ``compress_level`` (zstd) shape the data
     path; ``journal_dir`` is where resume journals live (default ``$SKYPLANE_OPS_HOME``);
     ``transfer_id`` tags every resource; ``wait_lock`` waits for another run of the same
     transfer instead of failing; ``src_region``/``dst_region`` and ``planning`` choose the
@@ -212,7 +217,7 @@ class TransferRequest:
     verify: str = "full"
     part_size: int = DEFAULT_PART_SIZE
     connections_per_hop: int | None = None
-    encrypt: bool | str = False
+    encrypt: str = "auto"
     compress_level: int = 0
     journal_dir: str | None = None
     transfer_id: str | None = None
@@ -230,12 +235,10 @@ class TransferRequest:
             put(self, "planning", PlanOptions.from_dict(self.planning))
         if self.journal_dir is not None:
             put(self, "journal_dir", str(self.journal_dir))
-        if self.encrypt in ("all", "none"):
-            put(self, "encrypt", self.encrypt == "all")
+        if isinstance(self.encrypt, bool | str):
+            put(self, "encrypt", _ENCRYPT_ALIASES.get(self.encrypt, self.encrypt))
         if self.encrypt not in ENCRYPT_MODES:
-            raise TransferError(
-                f"encrypt must be true, false or 'cross-cloud', not {self.encrypt!r}"
-            )
+            raise TransferError(f"encrypt must be 'auto', 'all' or 'none', not {self.encrypt!r}")
         if self.max_delete is not None and not self.delete:
             raise TransferError("max_delete (--max-delete) only applies with delete (--delete)")
         if self.delete:
@@ -315,7 +318,7 @@ class TransferRequest:
             check_transfer_options(part_size=DEFAULT_PART_SIZE, verify="full", dispatch=dispatch)
             fields.setdefault("connections_per_hop", dispatch.connections)
             encrypt = dispatch.encrypt
-            fields.setdefault("encrypt", encrypt if isinstance(encrypt, bool | str) else True)
+            fields.setdefault("encrypt", encrypt if isinstance(encrypt, bool | str) else "all")
             fields.setdefault("compress_level", dispatch.compress_level)
         if plan_options is not None:
             fields["planning"] = (

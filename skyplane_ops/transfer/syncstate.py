@@ -180,19 +180,19 @@ def _prune(catalog: Catalog) -> list[str]:
 
 class FolderRecords:
     """The quick walk's read-only view: the records of one folder at a time, as
-    {name: (source identity, destination size, destination mtime)} of the records a local
-    destination can match (no checksum, no ETag). Open it in the process that uses it."""
+    {name: (source identity, destination size, destination mtime, destination etag)} of the
+    records a local destination can match (no checksum; its etag, where recorded, is the
+    local store's ``mtime_ns-size``). Open it in the process that uses it."""
 
     def __init__(self, path: str) -> None:
         self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
-    def folder(self, base: str) -> dict[str, tuple[str, int, int | None]]:
+    def folder(self, base: str) -> dict[str, tuple[str, int, int | None, str | None]]:
         rows = self.db.execute(
-            "SELECT name, sid, dsize, dmtime FROM st WHERE dir = ? AND dck IS NULL "
-            "AND detag IS NULL",
+            "SELECT name, sid, dsize, dmtime, detag FROM st WHERE dir = ? AND dck IS NULL",
             (base,),
         )
-        return {name: (sid, dsize, dmtime) for name, sid, dsize, dmtime in rows}
+        return {name: (sid, dsize, dmtime, etag) for name, sid, dsize, dmtime, etag in rows}
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):

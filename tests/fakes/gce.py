@@ -6,7 +6,13 @@ to delete a network or subnetwork that is still in use. Faults are injected by t
 ``fail_request(n)`` makes the n-th mutating call fail (HTTP 400, not retried), ``lose_answer``
 answers 503 after doing the work, ``exhausted_zones`` answer ZONE_RESOURCE_POOL_EXHAUSTED and
 ``cpu_quota`` caps vCPUs with QUOTA_EXCEEDED. Each instance is a ``LoopbackVM`` (sshd on its own
-loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying the firewall.
+loopback address) when ``ssh_port`` is set, or a namespace on ``vm_net`` obeying the firewall;
+its serial port 1 (``serialPort``) shows what its cloud-init printed, host keys included.
+
+Lifetimes as Compute Engine has them: ``scheduling.maxRunDuration`` with
+``instanceTerminationAction`` DELETE deletes the instance (STOP: TERMINATED) that long after it
+was created, whatever the control plane does; a guest that powers off leaves the instance
+TERMINATED (its disk and the record remain).
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ class FakeGCE(JSONAPIFake):
         self.exhausted_zones: set[str] = set()
         self.cpu_quota: int | None = None
         self.inserts = 0  # instance inserts that created something
+        self.expired: list[str] = []
+        self.fail_deletes: set[str] = set()  # names whose DELETE is refused (HTTP 400)
+        self._timers: list[threading.Timer] = []
         self._ops = itertools.count(1)
         self.listen()
 
@@ -110,6 +119,8 @@ class FakeGCE(JSONAPIFake):
             if method != "GET":
                 if rid and rid[1] in self.by_request_id:
                     return 200, self.by_request_id[rid[1]]  # an idempotent retry
+                if method == "DELETE" and rest.rsplit("/", 1)[-1] in self.fail_deletes:
+                    return 400, _err(400, f"injected failure of DELETE {rest}", "invalid")
                 self.mutations.append(f"{method} {rest}")
                 if self.fail_at is not None and len(self.mutations) == self.fail_at:
                     return 400, _err(400, f"injected failure of {method} {rest}", "invalid")
@@ -185,6 +196,12 @@ class FakeGCE(JSONAPIFake):
                 return 200, {"items": items}
             case ("POST", ["zones", zone, "instances"]):
                 return self._insert_instance(zone, body)
+            case ("GET", ["zones", zone, "instances", name, "serialPort"]):
+                vm = self.vms.get((zone, name))
+                if vm is None:
+                    return 404, _err(404, f"instance {name}")
+                contents = vm.console  # serial port 1: what cloud-init printed at boot
+                return 200, {"contents": contents, "start": "0", "next": str(len(contents))}
             case ("GET", ["zones", zone, "instances", name]):
                 inst = self.instances.get((zone, name))
                 return (200, _public(inst)) if inst else (404, _err(404, f"instance {name}"))
@@ -235,17 +252,50 @@ class FakeGCE(JSONAPIFake):
         if (zone, body["name"]) in self.instances:
             return 409, _err(409, f"instance {body['name']} already exists", "alreadyExists")
         user_data = next(i["value"] for i in body["metadata"]["items"] if i["key"] == "user-data")
+        key = (zone, body["name"])
+        off = lambda vm: self._guest_powered_off(key)  # noqa: E731
         if self.vm_net is not None:
-            vm = self.vm_net.boot(self.ssh_port, user_data, self.vm_env)
+            vm = self.vm_net.boot(self.ssh_port, user_data, self.vm_env, on_poweroff=off)
         else:
-            vm = LoopbackVM.boot(next_address(64), self.ssh_port, user_data, self.vm_env)
+            vm = LoopbackVM.boot(
+                next_address(64), self.ssh_port, user_data, self.vm_env, on_poweroff=off
+            )
         self.vms[(zone, body["name"])] = vm
         body["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = vm.address
         body.update(status="RUNNING", zone=zone, _subnet=subnet)
         self.instances[(zone, body["name"])] = body
         self._enforce()
         self.inserts += 1
+        sched = body.get("scheduling") or {}
+        limit = (sched.get("maxRunDuration") or {}).get("seconds")
+        if limit is not None:
+            action = sched.get("instanceTerminationAction", "STOP")
+            timer = threading.Timer(float(limit), self._run_out, args=(key, action))
+            timer.daemon = True
+            timer.start()
+            self._timers.append(timer)
         return 200, self.op(f"zones/{zone}", body["name"])
+
+    def _guest_powered_off(self, key: tuple[str, str]) -> None:
+        with self.lock:
+            if key in self.instances:
+                self.instances[key]["status"] = "TERMINATED"
+
+    def _run_out(self, key: tuple[str, str], action: str) -> None:
+        """The instance's maxRunDuration passed: DELETE deletes it, STOP stops it."""
+        with self.lock:
+            vm = self.vms.pop(key, None) if action == "DELETE" else self.vms.get(key)
+            if vm is not None:
+                vm.stop()
+            if action == "DELETE" and self.instances.pop(key, None) is not None:
+                self.expired.append(key[1])
+            elif key in self.instances:
+                self.instances[key]["status"] = "TERMINATED"
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        super().close()
 
 
 def _public(inst: dict[str, Any]) -> dict[str, Any]:

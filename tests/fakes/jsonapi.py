@@ -1,6 +1,7 @@
 """The HTTP plumbing the fake cloud APIs share (``gce``, ``azure_compute``): a JSON server on
 loopback that hands each request to the fake's ``handle``, start/close, and the fault switch
-that makes the n-th mutating request from now fail."""
+that makes the n-th mutating request from now fail, and the one that makes it hang *after* it
+did its work (a control plane killed there never learns what it created)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,39 @@ class JSONAPIFake:
     def handle(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         raise NotImplementedError
 
-    def refuse(self, headers: Any) -> tuple[int, Any] | None:
+    def refuse(self, headers: Any, method: str = "", path: str = "") -> tuple[int, Any] | None:
         """An error answer for a request the API would refuse before routing it (None: none)."""
         return None
+
+    hang_at: int | None = None
+    hanging: threading.Event | None = None  # set once a request hangs
+    _release: threading.Event | None = None
+
+    def hang_after(self, n: int | None) -> threading.Event:
+        """Make the n-th mutating request from now do its work, then never answer (until
+        ``close`` or ``hang_after`` again); the event returned is set when it hangs."""
+        with self.lock:
+            if self._release is not None:
+                self._release.set()
+            self.hang_at = None if n is None else len(self.mutations) + n
+            self.hanging, self._release = threading.Event(), threading.Event()
+            return self.hanging
+
+    def _maybe_hang(self, method: str, done: int) -> None:
+        """Hang the first mutating request that completes once ``hang_at`` were made."""
+        with self.lock:
+            hang = (
+                method != "GET"
+                and self.hang_at is not None
+                and done >= self.hang_at
+                and self.hanging is not None
+                and not self.hanging.is_set()
+            )
+            if hang:
+                assert self.hanging is not None
+                self.hanging.set()
+        if hang and self._release is not None:
+            self._release.wait(120)
 
     def listen(self, tls: ssl.SSLContext | None = None) -> None:
         """Bind the server on a free loopback port (``url`` says where); ``start`` serves."""
@@ -43,6 +74,8 @@ class JSONAPIFake:
         return self
 
     def close(self) -> None:
+        if self._release is not None:
+            self._release.set()
         self.server.shutdown()
         self.server.server_close()
         for vm in self.vms.values():
@@ -61,8 +94,11 @@ def _handler(fake: JSONAPIFake) -> type[BaseHTTPRequestHandler]:
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}") if length else {}
-            refused = fake.refuse(self.headers)
+            refused = fake.refuse(self.headers, self.command, self.path)
             status, result = refused or fake.handle(self.command, self.path, body)
+            with fake.lock:
+                index = len(fake.mutations)
+            fake._maybe_hang(self.command, index)
             data = json.dumps(result).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tests.fakes.vm import LoopbackVM
 
@@ -92,9 +93,11 @@ class CloudNet:
         _ip("-n", ns, "link", "set", "lo", "up")
         return ns, address
 
-    def boot(self, ssh_port: int | None, user_data: str, env: Mapping[str, str]) -> LoopbackVM:
+    def boot(
+        self, ssh_port: int | None, user_data: str, env: Mapping[str, str], **kw: Any
+    ) -> LoopbackVM:
         ns, address = self.attach()
-        return LoopbackVM.boot(address, ssh_port, user_data, env, netns=ns)
+        return LoopbackVM.boot(address, ssh_port, user_data, env, netns=ns, **kw)
 
     def can_connect(self, netns: str, address: str, port: int) -> bool:
         """Whether a TCP connection from inside ``netns`` to address:port is accepted."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -21,8 +22,11 @@ class CountingProxy:
     def __init__(self, upstream: str, mangle: Mangle | None = None):
         target = urlsplit(upstream)
         self.requests: list[tuple[str, str]] = []
+        # Per request, in the order of ``requests``: when it came and its headers.
+        self.heads: list[tuple[float, dict[str, str]]] = []
         lock = threading.Lock()
         log = self.requests
+        heads = self.heads
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -30,6 +34,7 @@ class CountingProxy:
             def _forward(self) -> None:
                 with lock:
                     log.append((self.command, self.path))
+                    heads.append((time.time(), dict(self.headers.items())))
                 assert "chunked" not in self.headers.get("Transfer-Encoding", "")
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None

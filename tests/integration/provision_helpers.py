@@ -20,7 +20,7 @@ from skyplane_ops.provision.cloudhosts import InstanceHost
 from skyplane_ops.provision.cloudvm import KeyPair, cloud_init, parse_cloud_init
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import secret_bytes
-from tests.fakes.vm import LoopbackVM
+from tests.fakes.vm import LoopbackVM, console_host_keys
 from tests.fixtures.ports import free_port
 
 if TYPE_CHECKING:
@@ -64,16 +64,21 @@ def assert_healthy(fleet: GatewayFleet) -> None:
 
 
 def boot_with_a_foreign_host_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every later VM present a host key other than the one its user-data carries."""
+    """Make every later VM present a host key other than the one its user-data carries or its
+    console shows (a machine in the middle)."""
     original = LoopbackVM.boot
 
     def impostor(address: str, port: int | None, user_data: str, *a: Any, **kw: Any) -> Any:
+        config = parse_cloud_init(user_data)
+        login = next(u for u in config["users"] if isinstance(u, dict))
         other = cloud_init(
-            user="x",
-            authorized_key=parse_cloud_init(user_data)["users"][1]["ssh_authorized_keys"][0],
+            user=login["name"],
+            authorized_key=login["ssh_authorized_keys"][0],
             host_key=KeyPair.generate(),
         )
-        return original(address, port, other, *a, **kw)
+        vm = original(address, port, other, *a, **kw)
+        vm.console = console_host_keys(KeyPair.generate().public)  # not what sshd presents
+        return vm
 
     monkeypatch.setattr(LoopbackVM, "boot", staticmethod(impostor))
 

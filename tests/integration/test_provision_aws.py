@@ -37,6 +37,8 @@ from skyplane_ops.provision.aws import (
     parse_console_host_key,
 )
 from skyplane_ops.provision.aws.teardown import _RegionState
+from skyplane_ops.provision.cloudvm import AGENT_USER, DEADLINE_HELPER, parse_cloud_init
+from skyplane_ops.provision.cloudvm.common import deadline_grant
 from skyplane_ops.provision.fleet import Gateway
 from skyplane_ops.provision.secrets import secret_bytes
 from skyplane_ops.testing.sshd import SshdServer
@@ -401,4 +403,147 @@ def test_default_ssh_bootstrap_of_an_instance(
     finally:
         prov.deprovision(fleet)
     assert not remote_dir.exists()
+    assert _leftovers(endpoint) == NOTHING
+
+
+class _CapturedRunInstances:
+    """The RunInstances parameters the backend sends (botocore's ``provide-client-params``
+    event on the backend's own session: the real request, not a mock)."""
+
+    def __init__(self, session: boto3.session.Session) -> None:
+        self.calls: list[dict[str, Any]] = []
+        session.events.register("provide-client-params.ec2.RunInstances", self._record)
+
+    def _record(self, params: dict[str, Any], **kwargs: Any) -> None:
+        self.calls.append(dict(params))
+
+
+def _instances(endpoint: str, region: str) -> list[dict[str, Any]]:
+    ec2 = _ec2(endpoint, region)
+    return [
+        i
+        for r in ec2.describe_instances()["Reservations"]
+        for i in r["Instances"]
+        if i["State"]["Name"] != "terminated"
+    ]
+
+
+def test_instances_require_imdsv2_encrypt_their_disk_and_log_in_unprivileged(
+    endpoint: str,
+) -> None:
+    """IMDSv2 only with a hop limit of 1, the root volume encrypted (the account's default key,
+    or ``ebs_kms_key_id``), and cloud-init making one login user without sudo whose host key
+    is generated on the instance. moto enforces none of this (it has no metadata service and
+    no KMS): the test checks the request sent and what moto's describe calls record."""
+    session = _session()
+    sent = _CapturedRunInstances(session)
+    kms = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    prov = AWSProvisioner(
+        endpoint_url=endpoint,
+        session=session,
+        image_id="ami-1e749f67",
+        client_cidr=CLIENT_CIDR,
+        poll_interval=0.05,
+        ebs_kms_key_id=kms,
+        bootstrap=RecordingBootstrap(),
+    )
+    fleet = prov.provision({"aws:us-east-1": 2}, transfer_id="aws-hard")
+    (call,) = sent.calls
+    assert call["MetadataOptions"] == {
+        "HttpTokens": "required",
+        "HttpPutResponseHopLimit": 1,
+        "HttpEndpoint": "enabled",
+    }
+    ec2 = _ec2(endpoint, "us-east-1")
+    (image,) = ec2.describe_images(ImageIds=["ami-1e749f67"])["Images"]
+    (root,) = [
+        m for m in image["BlockDeviceMappings"] if m["DeviceName"] == image["RootDeviceName"]
+    ]
+    assert call["BlockDeviceMappings"] == [
+        {
+            "DeviceName": image["RootDeviceName"],
+            "Ebs": {
+                "Encrypted": True,
+                "DeleteOnTermination": True,
+                "VolumeSize": root["Ebs"]["VolumeSize"],
+                "KmsKeyId": kms,
+            },
+        }
+    ], "the image's root device itself, not an extra volume"
+    config = parse_cloud_init(call["UserData"])
+    (login,) = config["users"]
+    assert login["name"] == AGENT_USER and not {"sudo", "groups"} & set(login)
+    assert "ssh_keys" not in config
+    # No sudo except the deadline helper's one rule (``extend``/``poweroff``), in the same
+    # cloud-init as the login user and the root-owned deadline it guards.
+    assert call["UserData"].count("NOPASSWD") == 1
+    (sudoers,) = [f for f in config["write_files"] if f["path"].startswith("/etc/sudoers")]
+    assert sudoers["content"] == deadline_grant(AGENT_USER)
+    assert config["runcmd"] == [[DEADLINE_HELPER, "start", "3600", str(6 * 3600)]]
+    assert call["ClientToken"] and call["InstanceInitiatedShutdownBehavior"] == "terminate"
+    assert [h.ssh.user for h in prov._bootstrap.hosts] == [AGENT_USER] * 2  # type: ignore[attr-defined]
+    for inst in _instances(endpoint, "us-east-1"):
+        options = inst["MetadataOptions"]
+        assert options["HttpTokens"] == "required" and options["HttpPutResponseHopLimit"] == 1
+        (volume,) = ec2.describe_volumes(
+            Filters=[{"Name": "attachment.instance-id", "Values": [inst["InstanceId"]]}]
+        )["Volumes"]
+        assert volume["Encrypted"] is True
+    prov.deprovision(fleet)
+    assert _leftovers(endpoint) == NOTHING
+
+
+def test_private_instances_get_no_public_address(endpoint: str) -> None:
+    """With ``subnet_ids`` and ``private=True`` the instances go into the user's subnet with
+    no public address and the fleet uses their private ones; ``private`` without a subnet for
+    every region is refused before anything is created."""
+    ec2 = _ec2(endpoint, "us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.1.0/24")["Subnet"]["SubnetId"]
+    ec2.modify_subnet_attribute(SubnetId=subnet, MapPublicIpOnLaunch={"Value": True})
+    session = _session()
+    sent = _CapturedRunInstances(session)
+
+    def prov(**kw: Any) -> AWSProvisioner:
+        return AWSProvisioner(
+            endpoint_url=endpoint,
+            session=session,
+            image_id="ami-1e749f67",
+            client_cidr=CLIENT_CIDR,
+            poll_interval=0.05,
+            bootstrap=RecordingBootstrap(),
+            **kw,
+        )
+
+    with pytest.raises(ProvisionError, match="private=True needs subnet_ids for every region"):
+        prov(private=True, subnet_ids={"aws:us-east-1": subnet}).provision(
+            {"aws:us-east-1": 1, "aws:eu-west-1": 1}, transfer_id="aws-priv-bad"
+        )
+    assert sent.calls == [] and _leftovers(endpoint) == NOTHING
+
+    private = prov(private=True, subnet_ids={"aws:us-east-1": subnet})
+    fleet = private.provision({"aws:us-east-1": 2}, transfer_id="aws-priv")
+    (call,) = sent.calls
+    assert "SecurityGroupIds" not in call
+    (nic,) = call["NetworkInterfaces"]
+    assert nic["SubnetId"] == subnet and nic["AssociatePublicIpAddress"] is False
+    instances = _instances(endpoint, "us-east-1")
+    assert all(not i.get("PublicIpAddress") for i in instances), "no public address"
+    assert sorted(g.host for g in fleet.gateways) == sorted(
+        i["PrivateIpAddress"] for i in instances
+    )
+    (group,) = ec2.describe_security_groups(GroupIds=[nic["Groups"][0]])["SecurityGroups"]
+    assert group["VpcId"] == vpc
+    peers = {
+        r["CidrIp"] for p in group["IpPermissions"] if p["FromPort"] == 8701 for r in p["IpRanges"]
+    }
+    assert peers == {CLIENT_CIDR} | {f"{g.host}/32" for g in fleet.gateways}
+    private.deprovision(fleet)
+
+    public = prov(subnet_ids={"aws:us-east-1": subnet})  # the user's subnet, public addresses
+    fleet = public.provision({"aws:us-east-1": 1}, transfer_id="aws-pub")
+    assert sent.calls[-1]["NetworkInterfaces"][0]["AssociatePublicIpAddress"] is True
+    (inst,) = _instances(endpoint, "us-east-1")
+    assert fleet.gateways[0].host == inst["PublicIpAddress"]
+    public.deprovision(fleet)
     assert _leftovers(endpoint) == NOTHING

@@ -22,6 +22,7 @@ import pytest
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.azure import VM_CONTRIBUTOR, AzureProvisioner
+from skyplane_ops.provision.azure.arm import RELEASE_SCRIPT, SELF_RELEASE_ACTIONS, self_release_role
 from skyplane_ops.provision.cloudvm import (
     TAG_CREATED,
     TAG_CREATOR,
@@ -30,6 +31,7 @@ from skyplane_ops.provision.cloudvm import (
     QuotaError,
     parse_cloud_init,
 )
+from skyplane_ops.provision.cloudvm.common import deadline_grant
 from skyplane_ops.provision.ssh import HostKeyError
 from tests.fakes.azure_compute import FakeARM
 from tests.fixtures.ports import free_port
@@ -88,11 +90,16 @@ def test_tags_rules_exactly_once_and_teardown(arm: FakeARM) -> None:
         assert props["storageProfile"]["imageReference"]["sku"] == "22_04-lts-gen2"
         assert props["storageProfile"]["osDisk"]["deleteOption"] == "Delete"
         assert props["osProfile"]["linuxConfiguration"]["disablePasswordAuthentication"]
-        # The shutdown unit that deallocates the VM, and the right to do only that.
+        # The VM deletes itself (not deallocates: that keeps billing disk and IP) before its
+        # root deadline powers it off and on shutdown, and has the right to do only that.
         user_data = parse_cloud_init(base64.b64decode(props["osProfile"]["customData"]).decode())
-        assert "deallocate" in user_data["write_files"][0]["content"]
+        files = {f["path"]: f["content"] for f in user_data["write_files"]}
+        release = files["/usr/local/sbin/skyplane-ops-before-poweroff"]
+        assert "-X DELETE" in release and "deallocate" not in release
+        assert files["/usr/local/sbin/skyplane-ops-release"] == release
+        assert "skyplane-ops-deadline" in files["/etc/sudoers.d/90-skyplane-ops"]
     (assignment, *_) = arm.of_type("roleAssignments")
-    assert assignment["properties"]["roleDefinitionId"].endswith(VM_CONTRIBUTOR)
+    assert assignment["properties"]["roleDefinitionId"] == self_release_role(arm.subscription)[0]
     assert "/virtualMachines/" in assignment["id"], "scoped to the VM itself"
     for nsg in arm.of_type("networkSecurityGroups"):
         rules = {r["name"]: r["properties"] for r in nsg["properties"]["securityRules"]}
@@ -106,6 +113,75 @@ def test_tags_rules_exactly_once_and_teardown(arm: FakeARM) -> None:
     assert arm.leftovers() == []
     assert not any(Path(p).exists() for p in key_paths)
     prov.deprovision(fleet)  # idempotent
+
+
+def test_vm_identity_holds_only_its_dead_man_switch_and_the_login_has_no_sudo(
+    arm: FakeARM,
+) -> None:
+    """Each VM's identity gets one custom role, exactly the call of its self-delete (a
+    ``DELETE`` of the VM; disk, NIC and IP go with it by ``deleteOption``), at its own scope
+    (not Virtual Machine Contributor: run-command, resize, re-image...); without ``self_delete``
+    (old name ``self_deallocate``) it gets no identity at all. The VM's one login has no sudo
+    except the deadline helper's one rule, and the OS disk takes the customer key when one is
+    given (Azure encrypts it at rest either way)."""
+    des = (
+        f"/subscriptions/{arm.subscription}/resourceGroups/keys/providers/"
+        "Microsoft.Compute/diskEncryptionSets/des1"
+    )
+    prov = _prov(arm, disk_encryption_set_id=des)
+    fleet = prov.provision(REGIONS, transfer_id="az-id")
+    role_id, _ = self_release_role(arm.subscription)
+    (role,) = arm.role_definitions.values()
+    assert role["id"] == role_id
+    assert role["properties"]["permissions"] == [
+        {"actions": list(SELF_RELEASE_ACTIONS), "notActions": [], "dataActions": [],
+         "notDataActions": []}
+    ]  # fmt: skip
+    assert SELF_RELEASE_ACTIONS == ("Microsoft.Compute/virtualMachines/delete",)
+    # ... which is every call the release script makes: one DELETE of the VM's own id.
+    assert RELEASE_SCRIPT.count(" -X ") == 1 and "-X DELETE" in RELEASE_SCRIPT
+    assert '"$arm$id?' in RELEASE_SCRIPT and "deallocate" not in RELEASE_SCRIPT
+    assert role["properties"]["assignableScopes"] == [f"/subscriptions/{arm.subscription}"]
+    vms = {vm["id"].lower(): vm for vm in arm.of_type("virtualMachines")}
+    assignments = arm.of_type("roleAssignments")
+    assert len(assignments) == len(vms) == 3
+    for a in assignments:
+        props = a["properties"]
+        assert (
+            props["roleDefinitionId"] == role_id and VM_CONTRIBUTOR not in props["roleDefinitionId"]
+        )
+        scope = a["id"].lower().rsplit("/providers/microsoft.authorization/", 1)[0]
+        assert props["principalId"] == vms[scope]["identity"]["principalId"], "its own VM only"
+    # What ARM lets each identity do: delete its own VM; not deallocate it, not touch another.
+    ids = sorted(vms)
+    for own, other in zip(ids, [*ids[1:], ids[0]], strict=True):
+        token = {"Authorization": f"Bearer vm-identity:{vms[own]['identity']['principalId']}"}
+        assert arm.refuse(token, "DELETE", own) is None
+        assert arm.refuse(token, "POST", f"{own}/deallocate") is not None
+        assert arm.refuse(token, "PUT", own) is not None
+        assert arm.refuse(token, "DELETE", other) is not None
+    for vm in vms.values():
+        profile = vm["properties"]["osProfile"]
+        text = base64.b64decode(profile["customData"]).decode()
+        (login,) = parse_cloud_init(text)["users"]
+        assert login["name"] == profile["adminUsername"] == "skyplane"
+        assert not {"sudo", "groups"} & set(login), "no sudo, no admin groups"
+        # no sudo except the deadline helper's ``extend``/``poweroff`` rule
+        assert text.count("NOPASSWD") == 1
+        (sudoers,) = [
+            f for f in parse_cloud_init(text)["write_files"] if f["path"].startswith("/etc/sudoers")
+        ]
+        assert sudoers["content"] == deadline_grant("skyplane")
+        disk = vm["properties"]["storageProfile"]["osDisk"]["managedDisk"]
+        assert disk["diskEncryptionSet"] == {"id": des}
+    prov.deprovision(fleet)
+
+    bare = _prov(arm, self_deallocate=False)
+    fleet = bare.provision({"azure:westus2": 1}, transfer_id="az-noid")
+    (vm,) = arm.of_type("virtualMachines")
+    assert "identity" not in vm and arm.of_type("roleAssignments") == []
+    bare.deprovision(fleet)
+    assert arm.leftovers() == []
 
 
 def test_a_failure_at_every_step_leaves_nothing(arm: FakeARM) -> None:

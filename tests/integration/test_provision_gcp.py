@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,13 @@ import pytest
 from skyplane_ops import cli
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.cloudvm import QuotaError, parse_cloud_init
+from skyplane_ops.provision.cloudvm import (
+    AGENT_USER,
+    DEADLINE_HELPER,
+    QuotaError,
+    parse_cloud_init,
+    parse_console_host_key,
+)
 from skyplane_ops.provision.gcp import GCPProvisioner
 from skyplane_ops.provision.ssh import HostKeyError
 from tests.fakes.gce import FakeGCE
@@ -67,6 +74,110 @@ def _prov(fake: FakeGCE, **kw: Any) -> GCPProvisioner:
         machine_type="n2-standard-8",
         **kw,
     )
+
+
+def test_metadata_holds_no_secret_and_the_host_key_comes_from_the_serial_console(
+    gce: FakeGCE,
+) -> None:
+    """Metadata is readable by every process on the VM and by anyone with instances.get: it
+    holds public material only, refuses project-wide SSH keys, and the host key the backend
+    trusts is the one the VM generated and printed on serial port 1 (old code: a host private
+    key in user-data). The login has no sudo; a customer key encrypts the boot disk if given."""
+    boot = Recording()
+    kms = "projects/p/locations/us/keyRings/r/cryptoKeys/k"
+    prov = _prov(gce, bootstrap=boot, disk_kms_key=kms)
+    fleet = prov.provision(REGIONS, transfer_id="gcp-meta")
+    for (zone, name), inst in gce.instances.items():
+        public = prov.api.client("InstancesClient").get(
+            project=gce.project, zone=zone, instance=name
+        )
+        assert "PRIVATE KEY" not in type(public).to_json(public), "no secret readable via the API"
+        items = {i["key"]: i["value"] for i in inst["metadata"]["items"]}
+        assert set(items) == {"user-data", "block-project-ssh-keys", "disable-legacy-endpoints"}
+        assert items["block-project-ssh-keys"] == "TRUE"
+        config = parse_cloud_init(items["user-data"])
+        assert "ssh_keys" not in config and config["ssh_genkeytypes"] == ["ed25519"]
+        (agent_cfg,) = [  # the guest agent keeps the key cloud-init made
+            f for f in config["write_files"] if f["path"] == "/etc/default/instance_configs.cfg"
+        ]
+        # ... next to the root-owned deadline (its helper, unit and one sudoers rule)
+        paths = {f["path"] for f in config["write_files"]}
+        assert {DEADLINE_HELPER, "/etc/sudoers.d/90-skyplane-ops"} <= paths
+        assert "set_host_keys = false" in agent_cfg["content"] and agent_cfg["append"] is True
+        (login,) = config["users"]
+        assert login["name"] == "skyplane" and not {"sudo", "groups"} & set(login)
+        assert inst["disks"][0]["diskEncryptionKey"] == {"kmsKeyName": kms}
+    consoles = {name: parse_console_host_key(vm.console) for (_, name), vm in gce.vms.items()}
+    assert {h.instance_id: h.ssh.host_key for h in boot.hosts} == consoles
+    assert all(k and k.startswith("ssh-ed25519 ") for k in consoles.values())
+    prov.deprovision(fleet)
+    assert gce.leftovers() == NOTHING
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_the_agent_runs_as_the_unprivileged_login_cloud_init_made() -> None:
+    """On a fake VM whose sshd logs in as the account its cloud-init names (created here like
+    Ubuntu's useradd: own group only), the agent runs as that user: not root, in no sudo or
+    admin group. (This machine has no ``sudo`` binary, so the "no passwordless sudo" part is
+    what cloud-init is told: no ``sudo`` rule, checked in the user-data.)"""
+    import grp
+    import pwd
+
+    from tests.fakes.vmuser import image_python
+
+    ssh_port = free_port()
+    fake = FakeGCE(ssh_port=ssh_port).start()
+    try:
+        opts = {**loopback_boot_options(ssh_port), "remote_python": image_python()}
+        del opts["ssh_user"]  # the backend's default: AGENT_USER
+        prov = GCPProvisioner(
+            project=fake.project,
+            endpoint=fake.url,
+            credentials="anonymous",
+            client_cidr=CLIENT_CIDR,
+            **opts,
+        )
+        fleet = prov.provision({"gcp:us-central1": 1}, transfer_id="gcp-unpriv")
+        try:
+            (inst,) = fake.instances.values()
+            (login,) = parse_cloud_init(inst["metadata"]["items"][0]["value"])["users"]
+            assert login["name"] == AGENT_USER and "sudo" not in login
+            (gw,) = fleet.gateways
+            assert gw.resources["ssh"]["user"] == AGENT_USER
+            account = pwd.getpwnam(AGENT_USER)
+            status = Path(f"/proc/{gw.resources['pid']}/status").read_text()
+            uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+            assert set(uids) == {str(account.pw_uid)} and account.pw_uid != 0
+            groups = {grp.getgrgid(g).gr_name for g in os.getgrouplist(AGENT_USER, account.pw_gid)}
+            assert not groups & {"root", "sudo", "admin", "wheel"}, groups
+            assert gw.resources["remote_dir"].startswith(account.pw_dir + "/")
+            # Its only privilege is cloud-init's one sudoers rule: the deadline helper's
+            # ``extend``/``poweroff``, run as the guest's root; nothing else through sudo.
+            (vm,) = fake.vms.values()
+            assert vm.guest is not None and vm.login == AGENT_USER
+
+            def as_login(*argv: str) -> int:
+                return subprocess.run(
+                    argv, env={"PATH": vm.guest.path}, user=account.pw_uid,
+                    group=account.pw_gid, extra_groups=[], cwd="/", capture_output=True,
+                    timeout=30,
+                ).returncode  # fmt: skip
+
+            assert as_login("sudo", "-n", DEADLINE_HELPER, "extend", "600") == 0
+            for argv in (
+                ("sudo", "-n", "id"),
+                ("sudo", "-n", DEADLINE_HELPER, "start", "1", "99999"),
+                ("shutdown", "-h", "now"),
+            ):
+                assert as_login(*argv) != 0, argv
+            assert not vm.powered_off
+            assert_healthy(fleet)
+        finally:
+            prov.deprovision(fleet)
+        assert fake.leftovers() == NOTHING
+    finally:
+        fake.close()
 
 
 def test_labels_rules_exactly_once_and_teardown(gce: FakeGCE) -> None:
@@ -188,8 +299,11 @@ def test_sweeper_after_sigkill_of_the_control_plane(
 
 @pytest.mark.sshd
 @pytest.mark.slow
-def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Real sshd per fake VM, keyed from its user-data; the agent starts and answers."""
+def test_ssh_bootstrap_with_the_host_key_from_the_serial_console(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Real sshd per fake VM with a host key made on the VM and read back from its serial
+    console; the agent starts and answers."""
     ssh_port = free_port()
     fake = FakeGCE(ssh_port=ssh_port).start()
     try:
@@ -207,7 +321,7 @@ def test_ssh_bootstrap_with_the_host_key_from_user_data(monkeypatch: pytest.Monk
             assert_healthy(fleet)
             (inst, *_) = fake.instances.values()
             user_data = parse_cloud_init(inst["metadata"]["items"][0]["value"])
-            assert "ed25519_private" in user_data["ssh_keys"]
+            assert "ssh_keys" not in user_data
         finally:
             prov.deprovision(fleet)
         assert fake.leftovers() == NOTHING

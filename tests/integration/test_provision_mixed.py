@@ -251,7 +251,7 @@ class _LoopbackEC2(AWSProvisioner):
         self.booted = getattr(self, "booted", {})
         for iid in state.instance_ids:
             host_key = KeyPair.generate()
-            user_data = cloud_init(user="ubuntu", authorized_key=public, host_key=host_key)
+            user_data = cloud_init(user=self.ssh_user, authorized_key=public, host_key=host_key)
             vm = LoopbackVM.boot(state.public_ips[iid], self.vm_ssh_port, user_data, self.vm_env)
             self.booted[iid] = (vm, host_key.public)
 

@@ -373,3 +373,26 @@ def test_cli_sync_lists_into_a_catalog_only_what_differs(
     result = _cli(argv, capsys)
     assert (result["objects"], result["objects_skipped"]) == (0, len(FILES) + 2)
     assert listed == []
+
+
+def test_after_a_cp_the_next_sync_is_answered_by_the_walk_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verified ``cp`` records what it copied, so the first ``sync`` after it is decided by
+    the quick walk against that record (no listing of either side), and so is every sync
+    after that one: the walk trusts a local copy whose record holds its etag too."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    _tree(src)
+    dst.mkdir()
+    monkeypatch.setenv("SKYPLANE_OPS_HOME", str(tmp_path / "home"))
+    uris = [f"file://{src}", f"file://{dst}"]
+    regions = ["--src-region", "aws:us-east-1", "--dst-region", "aws:us-west-2"]
+    copied = _cli(["cp", *uris, *regions, "--no-progress", "--json"], capsys)
+    assert copied["objects"] == len(FILES)
+    request = api.TransferRequest.build(*uris, sync=True)  # the key cp and sync share
+    for _ in range(2):  # after the cp, and after a sync that recorded again
+        answer = quick_listing(request, transfer_id="t")
+        assert isinstance(answer, api.TransferResult), answer  # certain, from the walk
+        assert answer.objects_skipped == len(FILES)
+        result = _cli(["sync", *uris, *regions, "--no-progress", "--json"], capsys)
+        assert (result["objects"], result["objects_skipped"]) == (0, len(FILES))

@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 
 from gateway_agent.stores import open_store
-from gateway_agent.stores.crc32c_math import crc32c_b64
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     ObjectNotFoundError,
@@ -40,6 +39,7 @@ from gateway_agent.stores.errors import (
     StoreError,
 )
 from gateway_agent.stores.s3 import S3Store
+from gateway_agent.stores.s3.answers import crc32c_b64
 from skyplane_ops.testing.emulators import BIN, _free_port, _server, environ
 from tests.integration.http_proxy import CountingProxy
 

@@ -47,7 +47,12 @@ from gateway_agent.stores._common import (
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import combine_ranges, crc32c_b64
-from gateway_agent.stores.credentials import StoreCredentials
+from gateway_agent.stores.credentials import (
+    CREDENTIAL_OPTIONS,
+    Credentials,
+    azure_sas_credential,
+    current,
+)
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -60,8 +65,18 @@ from gateway_agent.stores.errors import (
 from gateway_agent.stores.uri import StoreURI
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-_OPTIONS = frozenset(
-    {"endpoint_url", "anonymous", "max_single_put_mib", "timeout", "list_page_size", "checksums"}
+_OPTIONS = (
+    frozenset(
+        {
+            "endpoint_url",
+            "anonymous",
+            "max_single_put_mib",
+            "timeout",
+            "list_page_size",
+            "checksums",
+        }
+    )
+    | CREDENTIAL_OPTIONS["az"]
 )
 CRC_METADATA = "skyplane_crc32c"  # the blob's CRC32C, written with its bytes (module doc)
 _BUCKET_CODES = {"ContainerNotFound", "ContainerBeingDeleted"}
@@ -116,7 +131,7 @@ class AzureBlobStore(CloudStore):
         self,
         parsed: StoreURI,
         options: Mapping[str, Any] | None = None,
-        credentials: StoreCredentials | None = None,
+        credentials: Credentials | None = None,
     ):
         import os
 
@@ -136,12 +151,15 @@ class AzureBlobStore(CloudStore):
             "retry_total": 0,  # tenacity retries, not azure-core
             "max_single_put_size": int(opts.get("max_single_put_mib", 64)) * 1024 * 1024,
         }
+        sas = azure_sas_credential(credentials) if credentials is not None else None
         if credentials is not None:
-            conn = credentials.get("connection_string")
+            conn = current(credentials).get("connection_string") if sas is None else None
         else:
             conn = os.environ.get(CONNECTION_STRING_ENV)
         account = parsed.account or ""
-        if conn and _account_of(conn) in (None, account) and "endpoint_url" not in opts:
+        if sas is not None:  # a SAS from the control plane, swapped in place when refreshed
+            service = BlobServiceClient(sas[0], credential=sas[1], **common)
+        elif conn and _account_of(conn) in (None, account) and "endpoint_url" not in opts:
             service = BlobServiceClient.from_connection_string(conn, **common)
         else:
             url = opts.get("endpoint_url") or f"https://{account}.blob.core.windows.net"

@@ -36,7 +36,7 @@ from gateway_agent.stores._common import (
     paginate,
 )
 from gateway_agent.stores.base import Capabilities, ObjectInfo
-from gateway_agent.stores.credentials import StoreCredentials
+from gateway_agent.stores.credentials import CREDENTIAL_OPTIONS, Credentials, google_credentials
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     BucketNotFoundError,
@@ -50,8 +50,18 @@ from gateway_agent.stores.uri import StoreURI
 STAGING = ".%staging/"
 COMPOSE_LIMIT = 32
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
-_OPTIONS = frozenset(
-    {"project", "endpoint_url", "anonymous", "timeout", "list_page_size", "max_pool_connections"}
+_OPTIONS = (
+    frozenset(
+        {
+            "project",
+            "endpoint_url",
+            "anonymous",
+            "timeout",
+            "list_page_size",
+            "max_pool_connections",
+        }
+    )
+    | CREDENTIAL_OPTIONS["gs"]
 )
 
 
@@ -68,7 +78,7 @@ class GCSStore(CloudStore):
         self,
         parsed: StoreURI,
         options: Mapping[str, Any] | None = None,
-        credentials: StoreCredentials | None = None,
+        credentials: Credentials | None = None,
     ):
         import os
 
@@ -86,11 +96,8 @@ class GCSStore(CloudStore):
 
             kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
             kwargs["project"] = kwargs["project"] or "test"
-        elif credentials is not None:
-            from google.oauth2.credentials import Credentials
-
-            token = credentials.get("token")
-            kwargs["credentials"] = Credentials(token=token)  # type: ignore[no-untyped-call]
+        elif credentials is not None:  # a token from the control plane, swapped when renewed
+            kwargs["credentials"] = google_credentials(credentials)
         self._client: Any = storage.Client(**kwargs)
         # requests keeps 10 connections per host by default; gateways run many more threads.
         from requests.adapters import HTTPAdapter

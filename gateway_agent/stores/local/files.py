@@ -145,13 +145,15 @@ def mtime_micros(st: os.stat_result) -> int:
 
 
 def file_row_unversioned(key: str, st: os.stat_result, size: int | None = None) -> ListRow:
-    """``file_row`` without version and etag: what a listing compared by size and time needs
-    (a sync's destination), without formatting two strings per file. Its time is the mtime,
+    """``file_row`` without version: what a sync's destination listing needs (size, time and
+    the etag its sync record keeps, ``transfer/syncstate.py``), without formatting the version
+    string per file. Its time is the mtime,
     when the file's bytes were last written: a copy's ctime also moves when it gets another
     name (a hard-link snapshot of the replica) or mode, which says nothing of its bytes and
     must not make an old copy look newer than its changed source."""
     size = st.st_size if size is None else size
-    return (key, size, mtime_micros(st), None, None, None)
+    etag = "%x-%x" % (st.st_mtime_ns, st.st_size)  # noqa: UP031 - file_info's, a little faster
+    return (key, size, mtime_micros(st), None, None, etag)
 
 
 def written_info(key: str, st: os.stat_result) -> ObjectInfo:

@@ -44,7 +44,7 @@ from gateway_agent.stores._common import (
     require_parts,
 )
 from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
-from gateway_agent.stores.credentials import StoreCredentials
+from gateway_agent.stores.credentials import CREDENTIAL_OPTIONS, Credentials, boto3_session
 from gateway_agent.stores.errors import (
     BucketNotFoundError,
     InvalidURIError,
@@ -64,20 +64,23 @@ from gateway_agent.stores.uri import StoreURI
 
 MIB = 1024 * 1024
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
-_OPTIONS = frozenset(
-    {
-        "endpoint_url",
-        "region",
-        "addressing_style",
-        "max_pool_connections",
-        "connect_timeout",
-        "read_timeout",
-        "list_page_size",
-        "checksums",
-        "fast_put",
-        "fast_get",
-        "fast_list",
-    }
+_OPTIONS = (
+    frozenset(
+        {
+            "endpoint_url",
+            "region",
+            "addressing_style",
+            "max_pool_connections",
+            "connect_timeout",
+            "read_timeout",
+            "list_page_size",
+            "checksums",
+            "fast_put",
+            "fast_get",
+            "fast_list",
+        }
+    )
+    | CREDENTIAL_OPTIONS["s3"]
 )
 
 
@@ -95,7 +98,7 @@ class S3Store(CloudStore):
         self,
         parsed: StoreURI,
         options: Mapping[str, Any] | None = None,
-        credentials: StoreCredentials | None = None,
+        credentials: Credentials | None = None,
     ):
         import boto3
         from botocore.config import Config
@@ -127,14 +130,8 @@ class S3Store(CloudStore):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        if credentials is not None:
-            session = boto3.session.Session(
-                aws_access_key_id=credentials.get("access_key_id"),
-                aws_secret_access_key=credentials.get("secret_access_key"),
-                aws_session_token=credentials.get("session_token"),
-            )
-        else:
-            session = boto3.session.Session()
+        # Credentials sealed by the control plane (refreshed in place), else the SDK's chain.
+        session = boto3_session(credentials) if credentials else boto3.session.Session()
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
         for op in ("PutObject", "UploadPart"):
             self._client.meta.events.register(f"before-sign.s3.{op}", no_continue_when_small)

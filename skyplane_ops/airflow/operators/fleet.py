@@ -39,15 +39,17 @@ class SkyplaneProvisionOperator(_SkyplaneBaseOperator):
         self.plan_conn_id = plan_conn_id
         self.tags = dict(tags or {})
         self._provisioning_id: str | None = None
+        self._regions: list[str] = []
 
     def execute(self, context: Any) -> dict[str, Any]:
         plan, _ = _load_plan(self.plan, self.plan_conn_id)
         summary_id = self.plan.get("transfer_id") if isinstance(self.plan, Mapping) else None
         transfer_id = self.resolve_transfer_id(context, summary_id)
         self._provisioning_id = transfer_id
+        self._regions = sorted(r for r, n in plan.vms.items() if n > 0)  # where the sweep looks
         ti = context.get("ti")
         if ti is not None and getattr(ti, "try_number", 1) > 1:
-            leftovers = self.hook.deprovision(transfer_id=transfer_id)
+            leftovers = self.hook.deprovision(transfer_id=transfer_id, regions=self._regions)
             if leftovers:
                 self.log.info("deleted %d leftovers of an earlier attempt", len(leftovers))
         try:
@@ -67,7 +69,7 @@ class SkyplaneProvisionOperator(_SkyplaneBaseOperator):
 
     def _sweep(self, transfer_id: str) -> None:
         try:
-            deleted = self.hook.deprovision(transfer_id=transfer_id)
+            deleted = self.hook.deprovision(transfer_id=transfer_id, regions=self._regions)
             self.log.info("cleaned up %d resources tagged %s", len(deleted), transfer_id)
         except Exception:
             self.log.exception("cleanup by tag %s failed; the teardown task retries", transfer_id)
@@ -82,7 +84,8 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
 
     The fleet comes from ``fleet`` (JSON/dict) or is pulled from ``fleet_task_id``; when the
     provision task failed half-way and left no fleet, the transfer id alone is enough (the
-    backend's sweep finds resources by tag). Returns a count and the first deleted ids.
+    backend's sweep finds resources by tag, in ``regions`` and the regions of any fleet record
+    of the transfer). Returns a count and the first deleted ids.
     """
 
     template_fields: Sequence[str] = ("fleet", "transfer_id")
@@ -93,9 +96,11 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
         fleet: Any = None,
         fleet_task_id: str | None = None,
         sweep: bool = True,
+        regions: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.regions = list(regions)
         self.fleet = fleet
         self.fleet_task_id = fleet_task_id
         self.sweep = sweep
@@ -109,7 +114,8 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
         if fleet is not None:
             deleted += self.hook.deprovision(fleet)
         if self.sweep or fleet is None:
-            deleted += self.hook.deprovision(transfer_id=transfer_id)
+            regions = sorted({*self.regions, *(fleet.regions if fleet else [])})
+            deleted += self.hook.deprovision(transfer_id=transfer_id, regions=regions)
         # The transfer's status, journal snapshot and secret go with the fleet.
         removed = self.hook.transfer_state(transfer_id).delete()
         self.log.info("removed %d state objects of %s", removed, transfer_id)

@@ -7,7 +7,7 @@ names its users import are importable from here.
 
 from __future__ import annotations
 
-from skyplane_ops.provision.aws.provisioner import AWSProvisioner, parse_console_host_key
+from skyplane_ops.provision.aws.provisioner import METADATA_OPTIONS, AWSProvisioner
 from skyplane_ops.provision.aws.teardown import (
     LIVE_STATES,
     TAG_CREATED,
@@ -19,9 +19,11 @@ from skyplane_ops.provision.aws.teardown import (
     aws_region,
 )
 from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost
+from skyplane_ops.provision.cloudvm.common import parse_console_host_key
 
 __all__ = [
     "LIVE_STATES",
+    "METADATA_OPTIONS",
     "TAG_CREATED",
     "TAG_CREATOR",
     "TAG_EXPIRES",

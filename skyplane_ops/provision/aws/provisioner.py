@@ -4,23 +4,35 @@ Per region it creates one key pair (generated locally; only the public half is s
 security group (SSH from the client only; the gateway ports, control, data and the profiler's
 probe port, from the client and the fleet's own gateways only) and the instances, every one
 tagged with the transfer id, the creator and an expiry, with
-``InstanceInitiatedShutdownBehavior=terminate`` so that an agent that powers off after losing
-its control plane also ends the bill. Regions are provisioned in parallel. Any failure deletes
-everything created so far before raising. The SSH bootstrap is injectable (the
-tests run against moto's EC2 emulator, whose instances have no SSH).
+``InstanceInitiatedShutdownBehavior=terminate`` so that a power-off ends the bill, and
+user-data (cloud-init) that sets the VM's root-owned deadline at boot (``cloudvm.common``):
+the agent's lease can push it later, never past ``ttl_seconds``, so every instance powers off,
+hence terminates, whatever happens to the control plane. A pending fleet record is written
+before the first create call and names each resource before its create call (instances by
+the transfer's tags and the ``ClientToken`` of their ``RunInstances``), so a control plane
+killed at any point leaves a record ``deprovision`` acts on. Instances are hardened: IMDSv2
+only, with a hop limit of 1 (a container or a forwarded request on the VM cannot reach the
+metadata credentials); the root volume encrypted (the account's default EBS key, or
+``ebs_kms_key_id``); one unprivileged login user made by cloud-init (``AGENT_USER``: its only
+privilege the deadline helper's ``extend``/``poweroff``; the image's ``ubuntu`` user is not
+created); the SSH host key generated on the instance and read back from its console output.
+With ``subnet_ids`` (region -> subnet) the instances go into those subnets, and with
+``private=True`` they get no public address at all: the control plane and the peers reach them
+by their private addresses (the user's VPCs must route to each other and to the control
+plane). The control plane's address(es) come from ``client_cidr`` (see
+``provision.control_cidrs``). Regions are provisioned in parallel. Any failure deletes
+everything created so far before raising. The SSH bootstrap is injectable (the tests run
+against moto's EC2 emulator, whose instances have no SSH).
 """
 
 from __future__ import annotations
 
-import getpass
 import logging
-import socket
 import threading
 import time
-import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -30,9 +42,6 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
 from skyplane_ops.provision.aws.teardown import (
     TAG_CREATED,
-    TAG_CREATOR,
-    TAG_EXPIRES,
-    TAG_TRANSFER,
     UBUNTU_2204,
     UBUNTU_OWNER,
     EC2Teardown,
@@ -48,6 +57,16 @@ from skyplane_ops.provision.cloudhosts import (
     save_cloud_fleet,
 )
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
+from skyplane_ops.provision.cloudvm.common import (
+    AGENT_USER,
+    DEADLINE_COMMAND,
+    cloud_init,
+    deadline_cloud_init,
+    default_creator,
+    fleet_tags,
+    parse_console_host_key,
+)
+from skyplane_ops.provision.control_cidrs import detect_client_cidr, parse_cidrs
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.secrets import (
     check_transfer_id,
@@ -67,10 +86,12 @@ from skyplane_ops.provision.ssh.hosts import SSHHost, gateway_id
 log = logging.getLogger("skyplane_ops.provision.aws")
 
 
-def _discover_client_cidr() -> str:
-    """This machine's public address as seen by AWS (only used when none is configured)."""
-    with urllib.request.urlopen("https://checkip.amazonaws.com", timeout=10) as resp:
-        return resp.read().decode().strip() + "/32"
+# IMDSv2 only, and its answers do not survive a second hop (a container, a forwarded request).
+METADATA_OPTIONS = {
+    "HttpTokens": "required",
+    "HttpPutResponseHopLimit": 1,
+    "HttpEndpoint": "enabled",
+}
 
 
 class AWSProvisioner(EC2Teardown):
@@ -83,8 +104,8 @@ class AWSProvisioner(EC2Teardown):
         *,
         instance_type: str = "m5.xlarge",
         image_id: str | Mapping[str, str] | None = None,
-        client_cidr: str | None = None,
-        ssh_user: str = "ubuntu",
+        client_cidr: str | Sequence[str] | None = None,
+        ssh_user: str = AGENT_USER,
         ssh_port: int = 22,
         remote_python: str = "python3",
         remote_python_version: str = "3.10",
@@ -103,13 +124,22 @@ class AWSProvisioner(EC2Teardown):
         sweep_regions: Sequence[str] = (),
         poll_interval: float = 2.0,
         start_timeout: float = 600.0,
+        boot_limit_s: float | None = None,
+        creator: str | None = None,
+        subnet_ids: Mapping[str, str] | None = None,
+        private: bool = False,
+        ebs_kms_key_id: str | None = None,
     ) -> None:
         import boto3  # lazily: only this backend needs it
 
         self.session = session or boto3.session.Session()
         self.instance_type = instance_type
         self.image_id = image_id
-        self.client_cidr = client_cidr
+        # The control plane's address(es), validated now; detected (and logged) only when absent.
+        self.client_cidrs = parse_cidrs(client_cidr)
+        self.subnet_ids = {aws_region(r): s for r, s in (subnet_ids or {}).items()}
+        self.private = private
+        self.ebs_kms_key_id = ebs_kms_key_id
         self.ssh_user = ssh_user
         self.ssh_port = ssh_port
         self.poweroff_on_idle = poweroff_on_idle
@@ -120,6 +150,9 @@ class AWSProvisioner(EC2Teardown):
         self.data_port = data_port
         self.probe_port = probe_port
         self.ttl_seconds = ttl_seconds
+        # The root deadline at boot: until the agent's first lease renewal extends it.
+        self.boot_limit_s = boot_limit_s if boot_limit_s is not None else min(ttl_seconds, 3600.0)
+        self.creator = creator or default_creator()
         self.idle_timeout = idle_timeout
         self.endpoint_url = endpoint_url
         self.wheelhouse = wheelhouse
@@ -130,6 +163,7 @@ class AWSProvisioner(EC2Teardown):
         self.start_timeout = start_timeout
         self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
         self._clients: dict[str, Any] = {}
+        self._pending: records.PendingRecord | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -159,16 +193,48 @@ class AWSProvisioner(EC2Teardown):
             raise ProvisionError(f"no Ubuntu 22.04 image found in {region}; pass image_id")
         return str(max(images, key=lambda i: i.get("CreationDate", ""))["ImageId"])
 
-    def _tags(self, transfer_id: str, extra: Mapping[str, str] | None) -> dict[str, str]:
-        now = datetime.now(UTC)
-        creator = f"{getpass.getuser()}@{socket.gethostname()}"
-        return {
-            TAG_TRANSFER: transfer_id,
-            TAG_CREATOR: creator,
-            TAG_CREATED: now.isoformat(timespec="seconds"),
-            TAG_EXPIRES: (now + timedelta(seconds=self.ttl_seconds)).isoformat(timespec="seconds"),
-            **(extra or {}),
+    def _root_volume(self, ec2: Any, image_id: str) -> list[dict[str, Any]]:
+        """The image's root device, encrypted (an unencrypted snapshot is encrypted on copy)."""
+        (image,) = ec2.describe_images(ImageIds=[image_id])["Images"]
+        device = image.get("RootDeviceName") or "/dev/sda1"
+        ebs: dict[str, Any] = {"Encrypted": True, "DeleteOnTermination": True}
+        for mapping in image.get("BlockDeviceMappings") or []:
+            size = (mapping.get("Ebs") or {}).get("VolumeSize")
+            if mapping.get("DeviceName") == device and size:
+                ebs["VolumeSize"] = size  # the image's own size (moto insists on one)
+        if self.ebs_kms_key_id:
+            ebs["KmsKeyId"] = self.ebs_kms_key_id
+        return [{"DeviceName": device, "Ebs": ebs}]
+
+    def _network(self, ec2: Any, region: str, group_id: str) -> dict[str, Any]:
+        """Where the instances go: the default VPC with a public address, or the user's subnet
+        (with a public address only when not ``private``)."""
+        subnet = self.subnet_ids.get(region)
+        if not subnet:
+            return {"SecurityGroupIds": [group_id]}
+        interface = {
+            "DeviceIndex": 0,
+            "SubnetId": subnet,
+            "Groups": [group_id],
+            "AssociatePublicIpAddress": not self.private,
+            "DeleteOnTermination": True,
         }
+        return {"NetworkInterfaces": [interface]}
+
+    def _tags(self, transfer_id: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+        return fleet_tags(transfer_id, self.ttl_seconds, extra, self.creator)
+
+    def _user_data(self, client_public: str) -> str:
+        """cloud-init: the one unprivileged login user (its only privilege: the deadline
+        helper), the host key made on the instance, the root-owned deadline (boot limit, hard
+        cap at the expiry tag)."""
+        deadline = deadline_cloud_init(self.ssh_user, self.boot_limit_s, self.ttl_seconds)
+        return cloud_init(user=self.ssh_user, authorized_key=client_public, extra=deadline)
+
+    def _record(self) -> None:
+        """Rewrite the pending record (called before each create call)."""
+        if self._pending is not None:
+            self._pending.save()
 
     # ------------------------------------------------------------------ provision
 
@@ -183,6 +249,8 @@ class AWSProvisioner(EC2Teardown):
         public = key.public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
         )
+        state.key_name = name  # recorded before the call: a lost answer must not leak it
+        self._record()
         ec2.import_key_pair(
             KeyName=name,
             PublicKeyMaterial=public,
@@ -190,7 +258,6 @@ class AWSProvisioner(EC2Teardown):
                 {"ResourceType": "key-pair", "Tags": _tag_list({**tags, "Name": name})}
             ],
         )
-        state.key_name = name
         key_path = private_dir("keys") / f"{transfer_id}-{region}.pem"
         write_private(
             key_path,
@@ -202,7 +269,14 @@ class AWSProvisioner(EC2Teardown):
         )
         state.key_path = str(key_path)
 
+        state.group_name = name
+        self._record()
+        vpc: dict[str, str] = {}
+        if self.subnet_ids.get(region):
+            (subnet,) = ec2.describe_subnets(SubnetIds=[self.subnet_ids[region]])["Subnets"]
+            vpc = {"VpcId": subnet["VpcId"]}
         group = ec2.create_security_group(
+            **vpc,
             GroupName=name,
             Description=f"skyplane-ops gateways of transfer {transfer_id}",
             TagSpecifications=[
@@ -210,7 +284,11 @@ class AWSProvisioner(EC2Teardown):
             ],
         )
         state.group_id = group_id = str(group["GroupId"])
-        client = [{"CidrIp": self.client_cidr, "Description": "skyplane-ops control plane"}]
+        self._record()
+        client = [
+            {"CidrIp": cidr, "Description": "skyplane-ops control plane"}
+            for cidr in self.client_cidrs or ()
+        ]
         own = [{"GroupId": group_id, "Description": "this fleet's gateways"}]
         ec2.authorize_security_group_ingress(
             GroupId=group_id,
@@ -229,20 +307,28 @@ class AWSProvisioner(EC2Teardown):
             ],
         )
 
+        image_id = self._image_for(region)
+        state.client_token = str(uuid.uuid4())  # names the instances before they exist
+        self._record()
         reservation = ec2.run_instances(
-            ImageId=self._image_for(region),
+            ClientToken=state.client_token,
+            ImageId=image_id,
             InstanceType=self.instance_type,
             MinCount=count,
             MaxCount=count,
             KeyName=name,
-            SecurityGroupIds=[group_id],
-            InstanceInitiatedShutdownBehavior="terminate",
+            **self._network(ec2, region, group_id),
+            MetadataOptions=dict(METADATA_OPTIONS),
+            BlockDeviceMappings=self._root_volume(ec2, image_id),
+            InstanceInitiatedShutdownBehavior="terminate",  # a power-off ends the bill
+            UserData=self._user_data(public.decode()),
             TagSpecifications=[
                 {"ResourceType": "instance", "Tags": _tag_list({**tags, "Name": name})},
                 {"ResourceType": "volume", "Tags": _tag_list({**tags, "Name": name})},
             ],
         )
         state.instance_ids = [str(i["InstanceId"]) for i in reservation["Instances"]]
+        self._record()
         state.public_ips = self._wait_running(ec2, state.instance_ids)
 
     def _gateway_ports(self) -> list[int]:
@@ -262,7 +348,8 @@ class AWSProvisioner(EC2Teardown):
             bad = {i: s for i, s in states.items() if s in ("shutting-down", "terminated")}
             if bad:
                 raise ProvisionError(f"instances ended while starting: {bad}")
-            ips = {i: found[i].get("PublicIpAddress") for i in instance_ids if i in found}
+            field = "PrivateIpAddress" if self.private else "PublicIpAddress"
+            ips = {i: found[i].get(field) for i in instance_ids if i in found}
             if len(ips) == len(instance_ids) and all(
                 states[i] == "running" and ips[i] for i in instance_ids
             ):
@@ -272,7 +359,7 @@ class AWSProvisioner(EC2Teardown):
             time.sleep(self.poll_interval)
 
     def _admit_peers(self, states: Sequence[_RegionState]) -> None:
-        """Let every gateway reach every other gateway's ports over their public addresses."""
+        """Let every gateway reach every other gateway's ports over the addresses they use."""
         ips = sorted({ip for s in states for ip in s.public_ips.values()})
         if not ips:
             return
@@ -308,12 +395,27 @@ class AWSProvisioner(EC2Teardown):
         check_transfer_id(transfer_id)
         wanted = {region: n for region, n in vms.items() if n > 0}
         by_aws = {aws_region(r): r for r in wanted}
-        if self.client_cidr is None:
-            self.client_cidr = _discover_client_cidr()
+        if self.private:
+            missing = sorted(set(by_aws) - set(self.subnet_ids))
+            if missing:
+                raise ProvisionError(
+                    f"private=True needs subnet_ids for every region; missing: {', '.join(missing)}"
+                )
+        if self.client_cidrs is None:
+            self.client_cidrs = detect_client_cidr()
         all_tags = self._tags(transfer_id, tags)
         states = [_RegionState(region=r) for r in sorted(by_aws)]
         secret_ref = create_secret(transfer_id)
+        self._pending = records.PendingRecord(
+            transfer_id=transfer_id,
+            backend=self.name,
+            secret_ref=secret_ref,
+            tags=all_tags,
+            created_at=all_tags[TAG_CREATED],
+            snapshot=lambda: {"regions": {s.region: s.to_dict() for s in states}},
+        )
         try:
+            self._pending.save()  # before the first create call
             provision_regions(self._provision_region, states, wanted, by_aws, transfer_id, all_tags)
             self._admit_peers(states)
             hosts = [
@@ -338,8 +440,10 @@ class AWSProvisioner(EC2Teardown):
             gateways = self._bootstrap(hosts, transfer_id, secret_ref)
         except BaseException as exc:
             log.warning("provisioning %s failed (%s); deleting what was created", transfer_id, exc)
-            self._cleanup(states)
+            pending, self._pending = self._pending, None
+            self._cleanup(states, transfer_id)  # raises if incomplete: the record stays
             delete_secret(secret_ref)
+            pending.forget()
             if isinstance(exc, ProvisionError):
                 raise type(exc)(f"{exc} (everything created was deleted)") from exc
             if isinstance(exc, Exception):
@@ -347,6 +451,7 @@ class AWSProvisioner(EC2Teardown):
                     f"AWS provisioning failed: {exc} (everything created was deleted)"
                 ) from exc
             raise
+        self._pending = None
         return save_cloud_fleet(
             backend=self.name,
             transfer_id=transfer_id,
@@ -387,6 +492,7 @@ class AWSProvisioner(EC2Teardown):
             wheelhouse_builder=self._default_wheelhouse,
             idle_timeout=self.idle_timeout,
             poweroff_on_idle=self.poweroff_on_idle,
+            deadline_command=DEADLINE_COMMAND,
             connect_timeout=20.0,
             ready_timeout=120.0,
         )
@@ -408,37 +514,19 @@ class AWSProvisioner(EC2Teardown):
 
     # ------------------------------------------------------------------ tear-down
 
-    def deprovision(self, fleet: GatewayFleet) -> None:
+    def deprovision(self, fleet: GatewayFleet) -> list[str]:
         try:
             teardown_gateways(fleet.gateways, fleet.transfer_id, self._bootstrap_options())
         except ProvisionError as exc:  # the instances are terminated next anyway
             log.info("agent tear-down before termination failed: %s", exc)
         states = [
-            _RegionState(
-                region=region,
-                key_name=info.get("key_name"),
-                key_path=info.get("key_path"),
-                group_id=info.get("group_id"),
-                instance_ids=list(info.get("instance_ids", [])),
-            )
+            _RegionState.from_dict(region, info)
             for region, info in fleet.resources.get("regions", {}).items()
         ]
-        self._cleanup(states)
+        deleted = self._cleanup(states, fleet.transfer_id)
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
+        return deleted
 
 
 _SESSION_LOCK = threading.Lock()
-
-
-def parse_console_host_key(output: str, key_type: str = "ssh-ed25519") -> str | None:
-    """The ``TYPE BASE64`` host key cloud-init printed between its SSH HOST KEY KEYS markers."""
-    begin, end = "-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----"
-    if begin not in output or end not in output:
-        return None
-    block = output.split(begin, 1)[1].split(end, 1)[0]
-    for line in block.splitlines():
-        parts = line.strip().split()
-        if len(parts) >= 2 and parts[0] == key_type:
-            return f"{parts[0]} {parts[1]}"
-    return None

@@ -1,7 +1,8 @@
 """The ``azure`` backend: ephemeral Azure VM gateways, bootstrapped over SSH, leak-proof.
 
 ``provisioner`` holds ``AzureProvisioner``; ``arm`` the ARM request bodies it sends and its
-constants (``VM_CONTRIBUTOR``: the role a gateway VM's own identity gets, to deallocate itself).
+constants (``SELF_RELEASE_ACTIONS``/``self_release_role``: the one custom role a gateway VM's
+own identity gets, to delete itself; ``VM_CONTRIBUTOR``: the built-in role it no longer gets).
 """
 
 from __future__ import annotations

@@ -9,10 +9,29 @@ transfer id, creator, creation and expiry tags; deleting the group deletes all o
 how tear-down, the failure path and the sweeper work.
 
 The VM's SSH host key is generated here and passed in its custom data (cloud-init), so it is
-known before boot. Azure does not end the bill when a guest powers off, so with
-``self_deallocate`` (the default) each VM gets a system-assigned identity allowed to manage only
-itself (Virtual Machine Contributor at the VM's scope) and a shutdown unit that deallocates the
-VM: an agent that loses its control plane powers off and the VM stops costing compute.
+known before boot: Azure keeps custom data root-only on the VM and returns it neither from the
+instance metadata service nor from the API. It also carries the VM's root-owned deadline
+(``cloudvm.common``: the agent's lease can push it later, never past ``ttl_seconds``). The VM's
+one login user is unprivileged: its only privilege is the deadline helper's ``extend`` and
+``poweroff``. OS disks are encrypted at rest by Azure (platform-managed keys), or with a
+customer-managed key through ``disk_encryption_set_id``. Azure's metadata service needs a
+``Metadata: true`` header and refuses forwarded requests; it has no hop-limit setting to
+configure.
+
+Azure keeps billing a stopped VM (compute) and a deallocated one (disk, static IP), so with
+``self_delete`` (the default; ``self_deallocate`` is its old name) each VM gets a
+system-assigned identity and deletes itself, with its OS disk, NIC and public IP
+(``deleteOption: Delete``), before its deadline powers it off and whenever it shuts down. Azure
+has no provider-side run limit for regular VMs, so this guest-side delete is the limit; the
+sweeper deletes the rest of the group (NSG, virtual network: free) once ``expires-at`` passes.
+That identity holds one custom role (``arm.self_release_role``: exactly
+``arm.SELF_RELEASE_ACTIONS``, the calls of the release script) assigned at the VM's own scope;
+not Virtual Machine Contributor, which would let anything on the VM run commands, resize or
+re-image it. The role is defined once per subscription (an idempotent PUT; it grants nothing
+until assigned). ``self_delete=False`` gives the VMs no identity at all.
+
+A pending fleet record naming each region's resource group is written before the group is
+created, so a control plane killed at any point leaves a record ``deprovision`` acts on.
 """
 
 from __future__ import annotations
@@ -32,7 +51,6 @@ from skyplane_ops.provision.azure.arm import (
     API,
     CAPACITY_CODES,
     UBUNTU,
-    VM_CONTRIBUTOR,
     StaticToken,
 )
 from skyplane_ops.provision.cloudhosts import provision_regions, save_cloud_fleet
@@ -41,14 +59,16 @@ from skyplane_ops.provision.cloudvm.boot import CloudBoot
 from skyplane_ops.provision.cloudvm.common import (
     NAME_PREFIX,
     TAG_CREATED,
-    TAG_TRANSFER,
     KeyPair,
     QuotaError,
     cloud_init,
-    created_before,
+    deadline_cloud_init,
+    default_creator,
     fleet_tags,
+    merge_cloud_config,
     region_of,
     save_client_key,
+    sweepable,
 )
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
@@ -86,14 +106,20 @@ class AzureProvisioner(CloudBoot):
         image: Mapping[str, str] = UBUNTU,
         zones: Sequence[str] = ("1", "2", "3"),
         spot: bool = False,
-        self_deallocate: bool = True,
+        self_delete: bool = True,
+        self_deallocate: bool | None = None,
+        boot_limit_s: float | None = None,
+        creator: str | None = None,
         credential: Any = "default",
         base_url: str | None = None,
         ca_bundle: str | None = None,
         sweep_regions: Sequence[str] = (),
+        disk_encryption_set_id: str | None = None,
         **boot: Any,
     ) -> None:
         super().__init__(**boot)
+        self.disk_encryption_set_id = disk_encryption_set_id
+        self._role_ready = False
         from azure.mgmt.compute import ComputeManagementClient  # lazily: only azure needs them
         from azure.mgmt.network import NetworkManagementClient
         from azure.mgmt.resource.resources import ResourceManagementClient
@@ -118,7 +144,13 @@ class AzureProvisioner(CloudBoot):
         self.image = dict(image)
         self.zones = list(zones)
         self.spot = spot
-        self.self_deallocate = self_deallocate
+        # ``self_deallocate`` is the old name of ``self_delete`` (the VM now deletes itself).
+        self.self_delete = self_delete if self_deallocate is None else self_deallocate
+        self.boot_limit_s = (
+            boot_limit_s if boot_limit_s is not None else min(self.ttl_seconds, 3600.0)
+        )
+        self.creator = creator or default_creator()
+        self._pending: records.PendingRecord | None = None
         self.sweep_regions = list(sweep_regions)  # unused: groups are listed subscription-wide
         self._lock = threading.Lock()
 
@@ -134,6 +166,8 @@ class AzureProvisioner(CloudBoot):
         region, group = state.region, self._group(tid, state.region)
         base = {"location": region, "tags": tags}
         state.group = group  # before the call: an answer lost on the way must not leak it
+        if self._pending is not None:
+            self._pending.save()
         self.resources.resource_groups.create_or_update(group, base)
         prefix = f"10.{state.index}.0.0"
         nsg = self.network.network_security_groups.begin_create_or_update(
@@ -154,19 +188,27 @@ class AzureProvisioner(CloudBoot):
                 group, f"{name}-nic", arm.nic(base, subnet_id, pip["id"])
             ).result()
             host_key = KeyPair.generate()
+            if self.self_delete:  # defined before any VM: the VM-to-role window is one call
+                self._self_release_role()
+            state.vms.append(name)  # named (with the key path) before the create call
+            if self._pending is not None:
+                self._pending.save()
             vm = self._create_vm(group, name, region, base, nic["id"], client_key, host_key)
-            state.vms.append(name)
             state.host_keys[name] = host_key.public
-            if self.self_deallocate:
-                self._allow_self_deallocate(vm)
+            if self.self_delete:
+                self._allow_self_delete(vm)
             got = self.network.public_ip_addresses.get(group, f"{name}-ip")
             state.public_ips[name] = got["properties"]["ipAddress"]
 
     def _rules(self, peers: Sequence[str]) -> list[dict[str, Any]]:
-        return arm.nsg_rules(self.client_cidr or "", self.gateway_ports(), peers)
+        return arm.nsg_rules(self.resolve_client_cidr(), self.gateway_ports(), peers)
 
     def _user_data(self, client_key: KeyPair, host_key: KeyPair) -> str:
-        extra = arm.release_on_shutdown() if self.self_deallocate else {}
+        release = arm.RELEASE_SCRIPT if self.self_delete else None
+        extra = merge_cloud_config(
+            deadline_cloud_init(self.ssh_user, self.boot_limit_s, self.ttl_seconds, release),
+            arm.release_on_shutdown() if self.self_delete else {},
+        )
         return cloud_init(
             user=self.ssh_user, authorized_key=client_key.public, host_key=host_key, extra=extra
         )
@@ -188,10 +230,14 @@ class AzureProvisioner(CloudBoot):
         props = arm.vm_properties(
             self.vm_size, self.image, name, self.ssh_user, client_key.public, custom, nic_id
         )
+        if self.disk_encryption_set_id:  # a customer-managed key (platform-managed otherwise)
+            props["storageProfile"]["osDisk"]["managedDisk"]["diskEncryptionSet"] = {
+                "id": self.disk_encryption_set_id
+            }
         if self.spot:
             props.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
         body: dict[str, Any] = {**base, "properties": props}
-        if self.self_deallocate:
+        if self.self_delete:
             body["identity"] = {"type": "SystemAssigned"}
         tried: list[str] = []
         zones: list[str | None] = list(self.zones) or [None]
@@ -225,15 +271,23 @@ class AzureProvisioner(CloudBoot):
         except ResourceNotFoundError:
             pass
 
-    def _allow_self_deallocate(self, vm: Any) -> None:
-        """Let the VM's own identity deallocate the VM (and nothing else)."""
+    def _self_release_role(self) -> str:
+        """The custom role's id, its definition PUT once per provisioner (idempotent)."""
+        role, body = arm.self_release_role(self.subscription_id)
+        with self._lock:
+            if not self._role_ready:
+                self.resources.resources.begin_create_or_update_by_id(
+                    role, body, api_version=API["authorization"]
+                ).result()
+                self._role_ready = True
+        return role
+
+    def _allow_self_delete(self, vm: Any) -> None:
+        """Let the VM's own identity delete the VM (and nothing else)."""
         principal = (vm.get("identity") or {}).get("principalId")
         if not principal:
-            raise ProvisionError(f"VM {vm['id']} has no managed identity to deallocate itself")
-        role = (
-            f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization/"
-            f"roleDefinitions/{VM_CONTRIBUTOR}"
-        )
+            raise ProvisionError(f"VM {vm['id']} has no managed identity to delete itself")
+        role = self._self_release_role()
         self.resources.resources.begin_create_or_update_by_id(
             f"{vm['id']}/providers/Microsoft.Authorization/roleAssignments/{uuid.uuid4()}",
             {
@@ -253,10 +307,22 @@ class AzureProvisioner(CloudBoot):
         wanted = {r: n for r, n in vms.items() if n > 0}
         by_name = {region_of(r, "azure"): r for r in wanted}
         self.resolve_client_cidr()
-        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
+        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags, self.creator)
         states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
         secret_ref = create_secret(transfer_id)
+        pending = self._pending = records.PendingRecord(
+            transfer_id=transfer_id,
+            backend=self.name,
+            secret_ref=secret_ref,
+            tags=all_tags,
+            created_at=all_tags[TAG_CREATED],
+            snapshot=lambda: {
+                "subscription_id": self.subscription_id,
+                "regions": {s.region: s.to_dict() for s in states},
+            },
+        )
         try:
+            pending.save()  # before the first create call
             provision_regions(
                 self._provision_region, states, wanted, by_name, transfer_id, all_tags
             )
@@ -264,7 +330,9 @@ class AzureProvisioner(CloudBoot):
             self._set_peers([s.group for s in states if s.group], [h.ssh.address for h in hosts])
             gateways = self._bootstrap(hosts, transfer_id, secret_ref)
         except BaseException as exc:
-            self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(states), secret_ref)
+            self._pending = None
+            self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(states), secret_ref, pending)
+        self._pending = None
         return save_cloud_fleet(
             backend=self.name,
             transfer_id=transfer_id,
@@ -330,38 +398,52 @@ class AzureProvisioner(CloudBoot):
             return False
 
     def _cleanup(self, states: Sequence[_Region]) -> list[str]:
+        """Delete every group (each one tried: the errors are reported together)."""
         groups = [s.group for s in states if s.group]
         results = _run_all(self._delete_group, groups, raise_first=False)
         for s in states:
             self.forget_key(s.key_path)
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise ProvisionError("Azure clean-up incomplete: " + "; ".join(errors))
-        return [
+        deleted = [
             f"azure:resourceGroups/{g}" for g, r in zip(groups, results, strict=True) if r is True
         ]
+        errors = [
+            f"{g}: {r}"
+            for g, r in zip(groups, results, strict=True)
+            if isinstance(r, BaseException)
+        ]
+        if errors:
+            raise ProvisionError(
+                "Azure clean-up incomplete: "
+                + "; ".join(errors)
+                + f" (deleted: {', '.join(deleted) or 'none'})"
+            )
+        return deleted
 
-    def deprovision(self, fleet: GatewayFleet) -> None:
+    def deprovision(self, fleet: GatewayFleet) -> list[str]:
         self.stop_agents(fleet)
         states = [
             _Region(region=r, index=0, group=i.get("group"), key_path=i.get("key_path"))
             for r, i in fleet.resources.get("regions", {}).items()
         ]
-        self._cleanup(states)
+        deleted = self._cleanup(states)
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
+        return deleted
 
     def sweep(
         self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
     ) -> list[str]:
-        """Delete every resource group tagged with a (or this) transfer id, oldest first."""
-        states = []
-        for group in self.resources.resource_groups.list():
-            tags = group.get("tags") or {}
-            if TAG_TRANSFER not in tags:
-                continue
-            if transfer_id and tags[TAG_TRANSFER] != transfer_id:
-                continue
-            if created_before(tags.get(TAG_CREATED), older_than_seconds):
-                states.append(_Region(region=group["location"], index=0, group=group["name"]))
+        """Delete our resource groups: named ``skyplane-ops-``, tagged with a transfer id AND
+        this creator, of ``transfer_id`` (if given), old enough or past ``expires-at``."""
+        states = [
+            _Region(region=group["location"], index=0, group=group["name"])
+            for group in self.resources.resource_groups.list()
+            if sweepable(
+                group["name"],
+                group.get("tags") or {},
+                creator=self.creator,
+                transfer_id=transfer_id,
+                older_than_seconds=older_than_seconds,
+            )
+        ]
         return self._cleanup(states)

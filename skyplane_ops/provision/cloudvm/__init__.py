@@ -7,6 +7,9 @@ which imports the tags from here)."""
 from __future__ import annotations
 
 from skyplane_ops.provision.cloudvm.common import (
+    AGENT_USER,
+    DEADLINE_COMMAND,
+    DEADLINE_HELPER,
     GCP_LABEL_CREATED,
     GCP_LABEL_TRANSFER,
     NAME_PREFIX,
@@ -18,14 +21,22 @@ from skyplane_ops.provision.cloudvm.common import (
     QuotaError,
     cloud_init,
     created_before,
+    deadline_cloud_init,
+    default_creator,
+    expired,
     fleet_tags,
     gcp_labels,
     parse_cloud_init,
+    parse_console_host_key,
     region_of,
     save_client_key,
+    sweepable,
 )
 
 __all__ = [
+    "AGENT_USER",
+    "DEADLINE_COMMAND",
+    "DEADLINE_HELPER",
     "GCP_LABEL_CREATED",
     "GCP_LABEL_TRANSFER",
     "NAME_PREFIX",
@@ -37,9 +48,14 @@ __all__ = [
     "QuotaError",
     "cloud_init",
     "created_before",
+    "deadline_cloud_init",
+    "default_creator",
+    "expired",
     "fleet_tags",
     "gcp_labels",
     "parse_cloud_init",
+    "parse_console_host_key",
     "region_of",
     "save_client_key",
+    "sweepable",
 ]

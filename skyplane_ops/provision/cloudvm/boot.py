@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost, cached_wheelhouse
+from skyplane_ops.provision.cloudvm.common import AGENT_USER, DEADLINE_COMMAND
+from skyplane_ops.provision.control_cidrs import detect_client_cidr, parse_cidrs
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
+from skyplane_ops.provision.records import PendingRecord
 from skyplane_ops.provision.secrets import delete_secret
 from skyplane_ops.provision.ssh.bootstrap import (
     BootstrapOptions,
@@ -31,8 +33,8 @@ class CloudBoot:
     def __init__(
         self,
         *,
-        client_cidr: str | None = None,
-        ssh_user: str = "ubuntu",
+        client_cidr: str | Sequence[str] | None = None,
+        ssh_user: str = AGENT_USER,
         ssh_port: int = 22,
         remote_python: str = "python3",
         remote_python_version: str = "3.10",
@@ -45,8 +47,10 @@ class CloudBoot:
         poweroff_on_idle: bool = True,
         wheelhouse: str | None = None,
         bootstrap: Bootstrap | None = None,
+        deadline_command: str = DEADLINE_COMMAND,
     ) -> None:
-        self.client_cidr = client_cidr
+        # The control plane's address(es) the firewalls admit; validated now (one-line errors).
+        self.client_cidrs = parse_cidrs(client_cidr)
         self.ssh_user = ssh_user
         self.ssh_port = ssh_port
         self.remote_python = remote_python
@@ -60,15 +64,17 @@ class CloudBoot:
         self.idle_timeout = idle_timeout
         self.poweroff_on_idle = poweroff_on_idle
         self.wheelhouse = wheelhouse
+        # How the agent reaches the VM's root deadline (cloud-init's helper, through sudo).
+        self.deadline_command = deadline_command
         self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
         self._wheel_lock = threading.Lock()
 
-    def resolve_client_cidr(self) -> str:
-        """The control plane's address the firewalls admit (discovered when not configured)."""
-        if self.client_cidr is None:
-            with urllib.request.urlopen("https://checkip.amazonaws.com", timeout=10) as resp:
-                self.client_cidr = resp.read().decode().strip() + "/32"
-        return self.client_cidr
+    def resolve_client_cidr(self) -> tuple[str, ...]:
+        """The control plane's address(es) the firewalls admit: as configured, else detected
+        (the logged fallback of ``control_cidrs.detect_client_cidr``)."""
+        if self.client_cidrs is None:
+            self.client_cidrs = detect_client_cidr()
+        return self.client_cidrs
 
     def gateway_ports(self) -> list[int]:
         return sorted({self.control_port, self.data_port, self.probe_port})
@@ -121,6 +127,7 @@ class CloudBoot:
             wheelhouse_builder=self._default_wheelhouse,
             idle_timeout=self.idle_timeout,
             poweroff_on_idle=self.poweroff_on_idle,
+            deadline_command=self.deadline_command,
             connect_timeout=20.0,
             ready_timeout=120.0,
         )
@@ -144,14 +151,22 @@ class CloudBoot:
             Path(key_path).unlink(missing_ok=True)
 
     def fail_cleanly(
-        self, exc: BaseException, transfer_id: str, cleanup: Callable[[], Any], secret_ref: str
+        self,
+        exc: BaseException,
+        transfer_id: str,
+        cleanup: Callable[[], Any],
+        secret_ref: str,
+        pending: PendingRecord | None = None,
     ) -> NoReturn:
-        """Delete everything created so far, then re-raise ``exc`` saying so."""
+        """Delete everything created so far, then re-raise ``exc`` saying so. The pending
+        record goes only once everything is deleted (else it is what the sweeper works from)."""
         log.warning("provisioning %s failed (%s); deleting what was created", transfer_id, exc)
         try:
             cleanup()
         finally:
             delete_secret(secret_ref)
+        if pending is not None:
+            pending.forget()
         if isinstance(exc, ProvisionError):
             raise type(exc)(f"{exc} (everything created was deleted)") from exc
         if isinstance(exc, Exception):

@@ -5,18 +5,30 @@ from the control plane only; the gateway ports from the control plane and the fl
 addresses only), and per region one subnetwork and the instances, labelled with transfer id,
 creator, creation and expiry time (networks, subnets and firewalls take no labels: they carry the
 ``skyplane-ops-<transfer>`` name and the tags in their description). Instances boot Ubuntu LTS
-with cloud-init user-data holding the SSH host key the control plane generated (so the key is
-known, never trusted on first use) and the fleet's client key. ``max_run_duration`` with
-``instance_termination_action=DELETE`` deletes every VM at its expiry whatever happens to the
-control plane; an agent that loses its control plane powers off (the VM stops billing for CPU)
-and the sweeper deletes it. Regions go in parallel, zones are tried in order when one has no
-capacity, and any failure deletes everything created so far.
+with cloud-init user-data holding only public material: the fleet's client key for the one,
+unprivileged login user (its only privilege: the deadline helper's ``extend``/``poweroff``) and
+the VM's root-owned deadline (``cloudvm.common``: the agent's lease can push it later, never
+past ``ttl_seconds``). Metadata is readable by every process on the VM and by anyone with
+``compute.instances.get``, so no secret goes there: the VM generates its own SSH host key and
+cloud-init prints it on serial port 1, which the backend reads back through the API (as the aws
+backend reads the console output) and paramiko then verifies strictly. ``block-project-ssh-
+keys`` keeps project-wide SSH keys off the VMs. Boot disks are encrypted at rest by Google (or
+with ``disk_kms_key``, a customer-managed Cloud KMS key). ``max_run_duration`` with
+``instance_termination_action=DELETE`` deletes every VM (and its auto-delete boot disk) at its
+expiry whatever happens to the control plane or the guest; a VM whose deadline powered it off
+stops billing for CPU until then, and the sweeper deletes it once its ``expires-at`` passes. A
+pending fleet record is written before the first create call and names every network,
+firewall, subnetwork and instance (with its zone) before its insert, so a control plane killed
+at any point leaves a record ``deprovision`` acts on. Regions go in parallel, zones are tried in
+order when one has no capacity, and any failure deletes everything created so far; deleting
+tries every resource and reports every error.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,27 +40,42 @@ from skyplane_ops.provision.cloudhosts import InstanceHost, provision_regions, s
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm.boot import CloudBoot
 from skyplane_ops.provision.cloudvm.common import (
-    GCP_LABEL_CREATED,
-    GCP_LABEL_TRANSFER,
     NAME_PREFIX,
     TAG_CREATED,
     KeyPair,
     QuotaError,
     cloud_init,
-    created_before,
+    deadline_cloud_init,
+    default_creator,
     fleet_tags,
     gcp_labels,
+    merge_cloud_config,
+    parse_console_host_key,
     region_of,
     save_client_key,
+    sweepable,
 )
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.gcp.api import ComputeAPI, NoCapacity
+from skyplane_ops.provision.records import PendingRecord
 from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
 
 # The package's name, as when this was the module skyplane_ops.provision.gcp.
 log = logging.getLogger("skyplane_ops.provision.gcp")
 
 UBUNTU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+# cloud-init makes the host key and prints it on the console; Google's guest agent would make
+# new ones on first boot (``[InstanceSetup] set_host_keys``), so the printed key would not be the
+# one sshd presents. write_files runs in cloud-init's init stage, before the guest agent starts.
+KEEP_HOST_KEYS = {
+    "write_files": [
+        {
+            "path": "/etc/default/instance_configs.cfg",
+            "append": True,
+            "content": "[InstanceSetup]\nset_host_keys = false\n",
+        }
+    ]
+}
 
 
 @dataclass
@@ -86,10 +113,23 @@ class GCPProvisioner(CloudBoot):
         endpoint: str | None = None,
         sweep_regions: Sequence[str] = (),
         op_timeout: float = 600.0,
+        boot_limit_s: float | None = None,
+        creator: str | None = None,
+        disk_kms_key: str | None = None,
+        host_key_timeout: float = 300.0,
+        poll_interval: float = 5.0,
         **boot: Any,
     ) -> None:
         super().__init__(**boot)
+        self.boot_limit_s = (
+            boot_limit_s if boot_limit_s is not None else min(self.ttl_seconds, 3600.0)
+        )
+        self.creator = creator or default_creator()
+        self._pending: PendingRecord | None = None
         self.project = project
+        self.disk_kms_key = disk_kms_key
+        self.host_key_timeout = host_key_timeout
+        self.poll_interval = poll_interval
         self.machine_type = machine_type
         self.image = image
         self.disk_gb = disk_gb
@@ -104,8 +144,15 @@ class GCPProvisioner(CloudBoot):
         """Compute names allow ``[a-z0-9-]`` only: ``Nightly_42`` -> ``skyplane-ops-nightly-42``."""
         return f"{NAME_PREFIX}{tid}".lower().replace("_", "-")
 
+    def _record(self) -> None:
+        """Rewrite the pending record (called before each create call)."""
+        if self._pending is not None:
+            self._pending.save()
+
     def _create_network(self, tid: str, tags: Mapping[str, str], created: dict) -> None:
         net = self._network(tid)
+        created["network"] = net  # named before the call: a lost answer must not leak it
+        self._record()
         self.api.wait(
             self.api.mutate(
                 "NetworksClient",
@@ -118,13 +165,14 @@ class GCPProvisioner(CloudBoot):
             f"network {net}",
             "global",
         )
-        created["network"] = net
         ports = [str(p) for p in self.gateway_ports()]
         for suffix, allowed, ranges in (
-            ("ssh", ["22"], [self.client_cidr]),
-            ("gw", ports, [self.client_cidr]),
+            ("ssh", ["22"], list(self.resolve_client_cidr())),
+            ("gw", ports, list(self.resolve_client_cidr())),
         ):
             name = f"{net}-{suffix}"
+            created.setdefault("firewalls", []).append(name)
+            self._record()
             self.api.wait(
                 self.api.mutate(
                     "FirewallsClient",
@@ -143,7 +191,6 @@ class GCPProvisioner(CloudBoot):
                 f"firewall {name}",
                 "global",
             )
-            created.setdefault("firewalls", []).append(name)
 
     def _zones(self, region: str) -> list[str]:
         got = self.api.client("RegionsClient").get(project=self.project, region=region)
@@ -156,6 +203,8 @@ class GCPProvisioner(CloudBoot):
         region, net = state.region, self._network(tid)
         labels = gcp_labels(tags)
         subnet = f"{net}-{region}"
+        state.subnet = subnet  # named before the call
+        self._record()
         self.api.wait(
             self.api.mutate(
                 "SubnetworksClient",
@@ -172,39 +221,62 @@ class GCPProvisioner(CloudBoot):
             f"subnetwork {subnet}",
             region,
         )
-        state.subnet = subnet
         client_key = KeyPair.generate()
         state.key_path = str(save_client_key("gcp", tid, region, client_key))
         zones = self._zones(region)
+        # Public material only: the VM makes its own host key (see the module's docstring).
+        user_data = cloud_init(
+            user=self.ssh_user,
+            authorized_key=client_key.public,
+            extra=merge_cloud_config(
+                KEEP_HOST_KEYS,
+                deadline_cloud_init(self.ssh_user, self.boot_limit_s, self.ttl_seconds),
+            ),
+        )
         for i in range(count):
             name = f"{subnet}-{i}"
-            host_key = KeyPair.generate()
-            user_data = cloud_init(
-                user=self.ssh_user, authorized_key=client_key.public, host_key=host_key
-            )
-            state.instances[name] = self._insert_instance(
-                name, region, zones, subnet, labels, user_data, net, tags
-            )
-            state.host_keys[name] = host_key.public
+            self._insert_instance(state, name, zones, subnet, labels, user_data, net, tags)
         for name, zone in state.instances.items():
             inst = self.api.client("InstancesClient").get(
                 project=self.project, zone=zone, instance=name
             )
             state.public_ips[name] = inst.network_interfaces[0].access_configs[0].nat_i_p
+        keys = _run_all(lambda item: self._console_host_key(*item), list(state.instances.items()))
+        state.host_keys.update(zip(state.instances, keys, strict=True))
+
+    def _console_host_key(self, name: str, zone: str) -> str:
+        """The VM's ed25519 host key as cloud-init printed it on serial port 1."""
+        deadline = time.monotonic() + self.host_key_timeout
+        client = self.api.client("InstancesClient")
+        while True:
+            output = client.get_serial_port_output(
+                request={"project": self.project, "zone": zone, "instance": name, "port": 1}
+            )
+            key = parse_console_host_key(output.contents or "")
+            if key:
+                return key
+            if time.monotonic() > deadline:
+                raise ProvisionError(
+                    f"no SSH host key on the serial console of gcp instance {name} after "
+                    f"{self.host_key_timeout:.0f}s"
+                )
+            time.sleep(self.poll_interval)
 
     def _insert_instance(
         self,
+        state: _Region,
         name: str,
-        region: str,
         zones: list[str],
         subnet: str,
         labels: dict[str, str],
         user_data: str,
         net: str,
         tags: Mapping[str, str],
-    ) -> str:
-        """Create one VM in the first zone with capacity; returns the zone."""
+    ) -> None:
+        """Create one VM in the first zone with capacity (recorded, with the zone tried, before
+        each insert)."""
         c = self.compute
+        region = state.region
         scheduling = c.Scheduling(
             instance_termination_action="DELETE",
             max_run_duration=c.Duration(seconds=int(self.ttl_seconds)),
@@ -225,6 +297,7 @@ class GCPProvisioner(CloudBoot):
                         initialize_params=c.AttachedDiskInitializeParams(
                             source_image=self.image, disk_size_gb=self.disk_gb, labels=labels
                         ),
+                        **self._disk_key(),
                     )
                 ],
                 network_interfaces=[
@@ -233,9 +306,16 @@ class GCPProvisioner(CloudBoot):
                         access_configs=[c.AccessConfig(name="external", type_="ONE_TO_ONE_NAT")],
                     )
                 ],
-                metadata=c.Metadata(items=[c.Items(key="user-data", value=user_data)]),
+                metadata=c.Metadata(
+                    items=[
+                        c.Items(key=key, value=value)
+                        for key, value in instance_metadata(user_data).items()
+                    ]
+                ),
                 scheduling=scheduling,
             )
+            state.instances[name] = zone
+            self._record()
             try:
                 self.api.wait(
                     self.api.mutate(
@@ -248,13 +328,21 @@ class GCPProvisioner(CloudBoot):
                     f"instance {name} ({self.machine_type})",
                     region,
                 )
-                return zone
+                return
             except NoCapacity as exc:
+                del state.instances[name]
                 log.info("gcp zone %s has no capacity for %s: %s", zone, self.machine_type, exc)
                 tried.append(zone)
         raise QuotaError(
             f"gcp {region}: no capacity for {self.machine_type} in zones {', '.join(tried)}"
         )
+
+    def _disk_key(self) -> dict[str, Any]:
+        """Boot disks are encrypted by Google; with ``disk_kms_key``, by that Cloud KMS key."""
+        if not self.disk_kms_key:
+            return {}
+        key = self.compute.CustomerEncryptionKey(kms_key_name=self.disk_kms_key)
+        return {"disk_encryption_key": key}
 
     def provision(
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
@@ -270,11 +358,24 @@ class GCPProvisioner(CloudBoot):
                 f"({self._network(transfer_id)}-{longest} > 63 characters): use a shorter one"
             )
         self.resolve_client_cidr()
-        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags)
+        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags, self.creator)
         created: dict[str, Any] = {}
         states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
         secret_ref = create_secret(transfer_id)
+        pending = self._pending = PendingRecord(
+            transfer_id=transfer_id,
+            backend=self.name,
+            secret_ref=secret_ref,
+            tags=all_tags,
+            created_at=all_tags[TAG_CREATED],
+            snapshot=lambda: {
+                **json.loads(json.dumps(created)),
+                "project": self.project,
+                "regions": {s.region: s.to_dict() for s in states},
+            },
+        )
         try:
+            pending.save()  # before the first create call
             self._create_network(transfer_id, all_tags, created)
             provision_regions(
                 self._provision_region, states, wanted, by_name, transfer_id, all_tags
@@ -283,8 +384,12 @@ class GCPProvisioner(CloudBoot):
             self.set_peer_ranges(transfer_id, [h.ssh.address for h in hosts])
             gateways = self._bootstrap(hosts, transfer_id, secret_ref)
         except BaseException as exc:
-            self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(created, states), secret_ref)
+            self._pending = None
+            self.fail_cleanly(
+                exc, transfer_id, lambda: self._cleanup(created, states), secret_ref, pending
+            )
             raise  # fail_cleanly always raises; this keeps type checkers informed
+        self._pending = None
         zones = {n: z for s in states for n, z in s.instances.items()}
         return save_cloud_fleet(
             backend=self.name,
@@ -308,7 +413,7 @@ class GCPProvisioner(CloudBoot):
     def set_peer_ranges(self, transfer_id: str, addresses: Sequence[str]) -> None:
         """Open the gateway ports to exactly the control plane and these gateway addresses."""
         net = self._network(transfer_id)
-        ranges = sorted({self.client_cidr or "", *(f"{a}/32" for a in addresses)} - {""})
+        ranges = sorted({*self.resolve_client_cidr(), *(f"{a}/32" for a in addresses)})
         self.api.wait(
             self.api.mutate(
                 "FirewallsClient",
@@ -332,7 +437,7 @@ class GCPProvisioner(CloudBoot):
         net = f"{NAME_PREFIX}{transfer_id}"
         out: list[tuple[str, float]] = [
             (f"gcp network {net}", 0.0),
-            (f"gcp firewall {net}-ssh (tcp:22 from {self.client_cidr or 'this host'})", 0.0),
+            (f"gcp firewall {net}-ssh (tcp:22 from {_cidrs_text(self.client_cidrs)})", 0.0),
             (f"gcp firewall {net}-gw (tcp:{self.ports_text()} from control plane + fleet)", 0.0),
         ]
         price = vm_price("gcp", self.machine_type, self.spot)
@@ -360,35 +465,60 @@ class GCPProvisioner(CloudBoot):
             pairs,
             raise_first=False,
         )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        deleted += [f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results, strict=True) if r]
+        errors = [
+            f"instance {p[1]}: {r}"
+            for p, r in zip(pairs, results, strict=True)
+            if isinstance(r, BaseException)
+        ]
+        deleted += [
+            f"gcp:{p[2]}:instance/{p[1]}" for p, r in zip(pairs, results, strict=True) if r is True
+        ]
+
+        def attempt(what: str, ident: str, op: Any, region: str) -> None:
+            try:  # every resource is tried: one failure does not keep the others
+                if self.api.delete(op, what, region):
+                    deleted.append(ident)
+            except Exception as exc:
+                errors.append(f"{what}: {exc}")
+
         fws = self.api.client("FirewallsClient")
         for fw in created.get("firewalls", []):
-            if self.api.delete(partial(fws.delete, project=self.project, firewall=fw), fw, "-"):
-                deleted.append(f"gcp:global:firewall/{fw}")
+            attempt(
+                f"firewall {fw}",
+                f"gcp:global:firewall/{fw}",
+                partial(fws.delete, project=self.project, firewall=fw),
+                "global",
+            )
         subs = self.api.client("SubnetworksClient")
         for s in states:
-            if s.subnet and self.api.delete(
-                partial(subs.delete, project=self.project, region=s.region, subnetwork=s.subnet),
-                f"subnetwork {s.subnet}",
-                s.region,
-            ):
-                deleted.append(f"gcp:{s.region}:subnetwork/{s.subnet}")
+            if s.subnet:
+                attempt(
+                    f"subnetwork {s.subnet}",
+                    f"gcp:{s.region}:subnetwork/{s.subnet}",
+                    partial(
+                        subs.delete, project=self.project, region=s.region, subnetwork=s.subnet
+                    ),
+                    s.region,
+                )
         if created.get("network"):
             nets = self.api.client("NetworksClient")
-            if self.api.delete(
-                lambda: nets.delete(project=self.project, network=created["network"]),
-                created["network"],
+            attempt(
+                f"network {created['network']}",
+                f"gcp:global:network/{created['network']}",
+                partial(nets.delete, project=self.project, network=created["network"]),
                 "global",
-            ):
-                deleted.append(f"gcp:global:network/{created['network']}")
+            )
         for s in states:
             self.forget_key(s.key_path)
         if errors:
-            raise ProvisionError("GCP clean-up incomplete: " + "; ".join(map(str, errors)))
+            raise ProvisionError(
+                "GCP clean-up incomplete: "
+                + "; ".join(errors)
+                + f" (deleted: {', '.join(deleted) or 'none'})"
+            )
         return deleted
 
-    def deprovision(self, fleet: GatewayFleet) -> None:
+    def deprovision(self, fleet: GatewayFleet) -> list[str]:
         self.stop_agents(fleet)
         regions = fleet.resources.get("regions", {})
         states = [
@@ -401,67 +531,104 @@ class GCPProvisioner(CloudBoot):
             )
             for r, info in regions.items()
         ]
-        self._cleanup(fleet.resources, states)
+        deleted = self._cleanup(fleet.resources, states)
         delete_secret(fleet.secret_ref)
         records.forget_fleet(fleet)
+        return deleted
 
     def sweep(
         self, *, transfer_id: str | None = None, older_than_seconds: float | None = None
     ) -> list[str]:
-        """Delete labelled instances and ``skyplane-ops-`` networks (with their rules/subnets)."""
-        prefix = self._network(transfer_id) if transfer_id else NAME_PREFIX
+        """Delete our instances and networks (with their firewalls and subnetworks): named
+        ``skyplane-ops-``, labelled (instances) or described (the rest) with a transfer id AND
+        this creator, of ``transfer_id`` if given, old enough or past ``expires-at``. Every
+        resource is tried; the errors are reported together."""
+
+        def ours(name: str, tags: Mapping[str, str], labels: bool = False) -> bool:
+            return sweepable(
+                name,
+                tags,
+                creator=self.creator,
+                transfer_id=transfer_id,
+                older_than_seconds=older_than_seconds,
+                labels=labels,
+            )
+
         states: dict[str, _Region] = {}
-        want_label = transfer_id.lower() if transfer_id else None
         for zone, scoped in self.api.client("InstancesClient").aggregated_list(
             project=self.project
         ):
             for inst in scoped.instances:
-                labels = dict(inst.labels)
-                if GCP_LABEL_TRANSFER not in labels:
-                    continue
-                if want_label and labels[GCP_LABEL_TRANSFER] != want_label:
-                    continue
-                if not created_before(labels.get(GCP_LABEL_CREATED), older_than_seconds):
+                if not ours(inst.name, dict(inst.labels), labels=True):
                     continue
                 z = zone.rsplit("/", 1)[-1]
                 region = z.rsplit("-", 1)[0]
                 states.setdefault(region, _Region(region=region, index=0)).instances[inst.name] = z
-        nets = [
-            n
+        names = {
+            n.name
             for n in self.api.client("NetworksClient").list(project=self.project)
-            if (n.name == prefix if transfer_id else n.name.startswith(prefix))
-            and _old_enough(n.description, older_than_seconds)
-        ]
-        created: dict[str, Any] = {}
-        deleted: list[str] = []
-        names = {n.name for n in nets}
-        created["firewalls"] = [
-            f.name
-            for f in self.api.client("FirewallsClient").list(project=self.project)
-            if f.network.rsplit("/", 1)[-1] in names
-        ]
+            if ours(n.name, _described_tags(n.description))
+        }
+        created: dict[str, Any] = {
+            "firewalls": [
+                f.name
+                for f in self.api.client("FirewallsClient").list(project=self.project)
+                if f.network.rsplit("/", 1)[-1] in names
+                and ours(f.name, _described_tags(f.description))
+            ]
+        }
+        extra: list[_Region] = []
         for region, scoped in self.api.client("SubnetworksClient").aggregated_list(
             project=self.project
         ):
             for sub in scoped.subnetworks:
-                if sub.network.rsplit("/", 1)[-1] in names:
+                if sub.network.rsplit("/", 1)[-1] in names and ours(
+                    sub.name, _described_tags(sub.description)
+                ):
                     r = region.rsplit("/", 1)[-1]
                     states.setdefault(r, _Region(region=r, index=0))
                     if states[r].subnet:  # one subnet per record: delete extra ones directly
-                        deleted += self._cleanup({}, [_Region(region=r, index=0, subnet=sub.name)])
+                        extra.append(_Region(region=r, index=0, subnet=sub.name))
                     else:
                         states[r].subnet = sub.name
-        deleted += self._cleanup(created, list(states.values()))
-        for net in names:
-            deleted += self._cleanup({"network": net}, [])
+        deleted: list[str] = []
+        errors: list[str] = []
+        for what, regions in (
+            (created, list(states.values())),
+            ({}, extra),
+            *(({"network": net}, []) for net in sorted(names)),
+        ):
+            try:
+                deleted += self._cleanup(what, regions)
+            except ProvisionError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ProvisionError(
+                "GCP sweep incomplete: "
+                + "; ".join(errors)
+                + f" (deleted: {', '.join(deleted) or 'none'})"
+            )
         return deleted
 
 
-def _old_enough(description: str, older_than_seconds: float | None) -> bool:
+def instance_metadata(user_data: str) -> dict[str, str]:
+    """A gateway VM's metadata: public material only (readable on the VM and by anyone with
+    ``compute.instances.get``), project-wide SSH keys refused, the legacy endpoints off."""
+    return {
+        "user-data": user_data,
+        "block-project-ssh-keys": "TRUE",
+        "disable-legacy-endpoints": "TRUE",
+    }
+
+
+def _cidrs_text(cidrs: Sequence[str] | None) -> str:
+    return ", ".join(cidrs) if cidrs else "this host (detected)"
+
+
+def _described_tags(description: str) -> dict[str, str]:
+    """The tags a network, subnetwork or firewall carries in its description (JSON)."""
     try:
         tags = json.loads(description or "{}")
     except ValueError:
-        tags = {}
-    return created_before(
-        tags.get(TAG_CREATED) if isinstance(tags, dict) else None, older_than_seconds
-    )
+        return {}
+    return {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {}

@@ -50,6 +50,8 @@ class BootstrapOptions:
     wheelhouse_builder: Callable[[], str] | None = None
     idle_timeout: float = 900.0
     poweroff_on_idle: bool = False
+    # The VM's root deadline helper (cloud VMs): lease renewals extend it, a lapse powers off.
+    deadline_command: str = ""
     connect_timeout: float = 10.0
     ready_timeout: float = 60.0
 
@@ -75,6 +77,8 @@ def _serve_command(
     )
     if opts.poweroff_on_idle:
         args.append("--poweroff-on-idle")
+    if opts.deadline_command:
+        args += ["--deadline-command", opts.deadline_command]
     # ``python`` is a shell word list on purpose ("python3 -X utf8"); the rest is quoted.
     agent = host.python + " " + " ".join(q(a) for a in args)
     # ``env -i``: an allow-list environment; nothing of the login's credentials reaches it.

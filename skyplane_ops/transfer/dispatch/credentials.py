@@ -1,22 +1,31 @@
-"""The store credentials a transfer's gateways are handed, resolved by the control plane.
+"""The store credentials a transfer's gateways are handed: minted by the control plane.
 
 Gateways start with a clean environment (see ``provision.bundle.agent_env``): nothing of the
 control plane's ``AWS_*``, ``AZURE_*``, ``GOOGLE_*`` or ``STORAGE_EMULATOR_HOST`` reaches them
-by inheritance. Instead the control plane resolves, from its own SDK chains and environment,
-the credentials of each cloud end of the job, and the dispatcher seals them into the job spec
-of every gateway that opens that end (``JobSpecs.job_spec``):
+by inheritance. Instead the control plane, from its own SDK chains and environment, mints for
+each cloud end of the job credentials scoped to that end and short-lived (``minting``), and
+the dispatcher seals them into the job spec of every gateway that opens that end
+(``JobSpecs.job_spec``) and sends fresh ones before they expire (``refresh``). The store
+option ``credentials`` chooses, per end:
 
-* ``s3://``: ``boto3.Session().get_credentials()``, frozen (access key, secret, session token);
-* ``az://``: ``AZURE_STORAGE_CONNECTION_STRING`` when it is set and the store would use it (it
-  names the account and no ``endpoint_url`` is given); otherwise nothing, and the gateway uses
-  its own identity;
-* ``gs://``: ``STORAGE_EMULATOR_HOST`` is a store setting, not a secret: it becomes the
-  ``endpoint_url`` and ``anonymous`` options; otherwise an access token from
-  ``google.auth.default()``, refreshed, when there are default credentials.
+* ``"minted"`` (the default): per transfer and end, scoped and short-lived --
+  ``s3://``: STS session credentials with a session policy on the bucket and prefix
+  (``AssumeRole`` into ``role_arn`` when given, else ``GetFederationToken``);
+  ``gs://``: a downscoped token (Credential Access Boundary on the bucket and prefix);
+  ``az://``: a container SAS (user delegation, or service SAS with an account key).
+  Where this process has no identity of that cloud at all, nothing is sent (as with
+  ``"instance"``); where it has one and minting fails, the transfer fails and says why.
+* ``"instance"``: nothing is sent; the gateways use their own identity (an instance role,
+  a managed identity or a service account on the VM), which the user then grants.
+* ``"forward"``: this process's own credentials as they are (a frozen AWS set, the Azure
+  connection string, a Google access token): only for stores that cannot mint (an
+  S3-compatible service without STS).
 
-Settings the control plane's store reads from its environment and a gateway could not (the
-S3 region, the GCP project) are added to the gateways' options when the options lack them.
-Where nothing resolves, gateways use their SDK's default chain (an instance role on a VM).
+``gs://`` with ``STORAGE_EMULATOR_HOST`` set: a store setting, not a secret; it becomes the
+``endpoint_url`` and ``anonymous`` options. Settings the control plane's store reads from its
+environment and a gateway could not (the S3 region, the GCP project) are added to the
+gateways' options when the options lack them; the credential options themselves
+(``credentials``, ``role_arn``, ``sts_endpoint_url``) are the control plane's and are not sent.
 """
 
 from __future__ import annotations
@@ -28,7 +37,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from gateway_agent.stores.credentials import StoreCredentials
+from gateway_agent.stores.credentials import CREDENTIAL_OPTIONS, SCHEME_KIND, StoreCredentials
+from gateway_agent.stores.uri import parse_uri
+from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.dispatch.minting import (
+    DEFAULT_LIFETIME_S,
+    Mint,
+    Minted,
+    Scope,
+    aws_minter,
+    azure_minter,
+    gcp_minter,
+    mode_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,35 +60,99 @@ GCS_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
 
 @dataclass(frozen=True)
 class EndAccess:
-    """How gateways open one end of a job: options (JSON, no secrets) and credentials."""
+    """How gateways open one end of a job: options (JSON, no secrets), the credentials as
+    minted first, and how to mint the next set (None: they do not expire)."""
 
     options: dict[str, Any] = field(default_factory=dict)
     credentials: StoreCredentials | None = None
+    minted: Minted | None = None
+    mint: Mint | None = None
 
 
-def resolve(uri: str, options: Mapping[str, Any] | None = None) -> EndAccess:
-    """The gateways' access to the store ``uri`` names, from this process's SDK chains."""
+def resolve(
+    uri: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    write: bool = False,
+    lifetime_s: float = DEFAULT_LIFETIME_S,
+    name: str = "skyplane-ops",
+) -> EndAccess:
+    """The gateways' access to the store ``uri`` names (its source end unless ``write``),
+    from this process's SDK chains; ``name`` names the session (AWS)."""
     opts = dict(options or {})
     scheme = urlparse(uri).scheme
+    if scheme not in SCHEME_KIND:
+        return EndAccess(opts)
+    mode = mode_of(opts)
+    for key in CREDENTIAL_OPTIONS.get(scheme, ()):
+        opts.pop(key, None)
+    if mode == "minted":
+        try:
+            return _minted(uri, scheme, opts, dict(options or {}), write, lifetime_s, name)
+        except TransferError:
+            raise
+        except Exception as exc:  # never the message: it could quote a credential
+            raise TransferError(
+                f"minting credentials for {uri} failed ({type(exc).__name__}); set the store "
+                "option credentials to 'instance' or 'forward' to do without"
+            ) from None
     try:
         if scheme == "s3":
-            return _aws(opts)
+            return _aws(opts, mode)
         if scheme == "az":
-            return _azure(uri, opts)
-        if scheme == "gs":
-            return _gcp(opts)
-    except Exception as exc:  # resolving is best effort: the gateways then use their own
+            return _azure(uri, opts, mode)
+        return _gcp(opts, mode)
+    except TransferError:
+        raise
+    except Exception as exc:  # forwarding is best effort: the gateways then use their own
         log.warning("no %s credentials for the gateways: %s", scheme, type(exc).__name__)
     return EndAccess(opts)
 
 
-def _aws(opts: dict[str, Any]) -> EndAccess:
+def _minted(
+    uri: str,
+    scheme: str,
+    opts: dict[str, Any],
+    given: dict[str, Any],
+    write: bool,
+    lifetime_s: float,
+    name: str,
+) -> EndAccess:
+    scope = Scope(uri, write)
+    mint: Mint | None = None
+    if scheme == "s3":
+        access = _aws(opts, "instance")  # the region, nothing else
+        mint = aws_minter(scope, given, lifetime_s, name)
+    elif scheme == "az":
+        if opts.get("anonymous"):
+            return EndAccess(opts)
+        mint = azure_minter(scope, given, lifetime_s)
+        access = EndAccess(opts)
+    else:
+        access = _gcp(opts, "instance")
+        if access.options.get("anonymous"):
+            return access  # the emulator, or a public bucket: no token to give
+        found = gcp_minter(scope, lifetime_s)
+        if found is not None:
+            mint, project = found
+            if not opts.get("project") and project:
+                opts["project"] = project
+    if mint is None:
+        log.info("%s: no %s identity here; the gateways use their own", uri, scheme)
+        return access
+    first = mint()
+    if first.expires_at == float("inf"):
+        return EndAccess(opts, first.credentials)
+    return EndAccess(opts, first.credentials, first, mint)
+
+
+def _aws(opts: dict[str, Any], mode: str) -> EndAccess:
     import boto3
 
     session = boto3.Session()
     if not opts.get("region") and session.region_name:
         opts["region"] = session.region_name
-    found = session.get_credentials()
+    found = session.get_credentials() if mode == "forward" else None
     if found is None:
         return EndAccess(opts)
     frozen = found.get_frozen_credentials()
@@ -79,11 +164,9 @@ def _aws(opts: dict[str, Any]) -> EndAccess:
     return EndAccess(opts, StoreCredentials("aws", values))
 
 
-def _azure(uri: str, opts: dict[str, Any]) -> EndAccess:
-    from gateway_agent.stores.uri import parse_uri
-
+def _azure(uri: str, opts: dict[str, Any], mode: str) -> EndAccess:
     conn = os.environ.get(AZURE_CONNECTION_ENV)
-    if not conn or opts.get("anonymous") or "endpoint_url" in opts:
+    if mode != "forward" or not conn or opts.get("anonymous") or "endpoint_url" in opts:
         return EndAccess(opts)
     fields = dict(item.split("=", 1) for item in conn.split(";") if "=" in item)
     if fields.get("AccountName") not in (None, parse_uri(uri).account or ""):
@@ -91,7 +174,7 @@ def _azure(uri: str, opts: dict[str, Any]) -> EndAccess:
     return EndAccess(opts, StoreCredentials("azure", {"connection_string": conn}))
 
 
-def _gcp(opts: dict[str, Any]) -> EndAccess:
+def _gcp(opts: dict[str, Any], mode: str) -> EndAccess:
     emulator = os.environ.get(GCS_EMULATOR_ENV)
     if emulator:
         if not opts.get("endpoint_url"):
@@ -99,7 +182,7 @@ def _gcp(opts: dict[str, Any]) -> EndAccess:
             opts["endpoint_url"] = host
         opts["anonymous"] = True
         return EndAccess(opts)
-    if opts.get("anonymous"):
+    if opts.get("anonymous") or mode != "forward":
         return EndAccess(opts)
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -43,6 +44,7 @@ from skyplane_ops.transfer.dispatch.credentials import resolve
 from skyplane_ops.transfer.dispatch.flight import _Flight
 from skyplane_ops.transfer.dispatch.liveness import Liveness
 from skyplane_ops.transfer.dispatch.options import ChunkTotals, DispatchOptions, DispatchStats
+from skyplane_ops.transfer.dispatch.refresh import CredentialRefresher
 from skyplane_ops.transfer.dispatch.spec import JobSpecs, check_fleet, plan_routes
 from skyplane_ops.transfer.liveness import HopWatch
 from skyplane_ops.transfer.manifest import Chunk
@@ -121,13 +123,27 @@ class Dispatcher(JobSpecs, Liveness):
         self._src_uri = src_uri
         self._dst_uri = dst_uri
         # What the gateways open the stores with: options (sealed like everything of the
-        # stores) and the credentials this process resolves from its own SDK chains, sealed
-        # per gateway that needs them (``job_spec``); the gateways inherit none.
-        src_access, dst_access = resolve(src_uri, src_options), resolve(dst_uri, dst_options)
+        # stores) and credentials this process mints for this job from its own identity,
+        # scoped to each end and short-lived, sealed per gateway that needs them
+        # (``job_spec``) and refreshed while the job runs (``refresh``); the gateways inherit
+        # none.
+        lifetime = self.options.credentials_lifetime_s
+        src_access = resolve(src_uri, src_options, lifetime_s=lifetime, name=self.job_id)
+        dst_access = resolve(
+            dst_uri, dst_options, write=True, lifetime_s=lifetime, name=self.job_id
+        )
         self._sealed = seal(
             secret, json.dumps({"src": src_access.options, "dst": dst_access.options}).encode()
         )
         self._credentials = (src_access.credentials, dst_access.credentials)
+        self._credentials_lock = threading.Lock()
+        self._credentials_serial = 0
+        self._minted = {
+            side: (access.minted, access.mint)
+            for side, access in (("src", src_access), ("dst", dst_access))
+            if access.minted is not None and access.mint is not None
+        }
+        self.refresher: CredentialRefresher | None = None
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)  # submitted along each path
         self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)
@@ -165,6 +181,8 @@ class Dispatcher(JobSpecs, Liveness):
                         linger_s=self.options.lease_linger_s,
                     )
                 )
+            refresher = stack.enter_context(CredentialRefresher(self, self.clients))
+            self.refresher = refresher
             # Not a ``with`` block: leaving must not wait for a poll stuck on a hung gateway.
             pollers = ThreadPoolExecutor(
                 max_workers=max(1, 2 * len(self.gateways)), thread_name_prefix="poll"
@@ -172,6 +190,7 @@ class Dispatcher(JobSpecs, Liveness):
             try:
                 return self._run(iter(chunks), totals, uploads, on_done, progress, pollers)
             finally:
+                refresher.close()
                 self._sender.close()
                 self.stop(pollers)
                 pollers.shutdown(wait=False, cancel_futures=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyplane_ops.provision.lease import LINGER_S
+from skyplane_ops.transfer.dispatch.minting import DEFAULT_LIFETIME_S
 
 
 @dataclass
@@ -16,9 +17,10 @@ class DispatchOptions:
     """Knobs of the data path; ``None`` connections means "as the plan says"."""
 
     connections: int | None = None
-    # True/False for every hop, "cross-cloud" for hops between providers (aws:... -> gcp:...),
-    # or an explicit collection of (src_region, dst_region) hops.
-    encrypt: bool | str | frozenset[tuple[str, str]] = False
+    # AES-GCM per hop: "auto" where the hop leaves a network the user owns (see
+    # ``spec.encrypt_hop``), "all"/True, "none"/False, or an explicit collection of
+    # (src_region, dst_region) hops. A clear hop's chunks are still tagged end to end.
+    encrypt: bool | str | frozenset[tuple[str, str]] = "auto"
     compress_level: int = 0
     max_attempts: int = 4
     poll_interval: float = 0.1
@@ -43,6 +45,10 @@ class DispatchOptions:
     # The largest chunk the job sends (its part size): a gateway whose byte budget is smaller
     # refuses the job before any byte moves (None: not checked).
     max_chunk_bytes: int | None = None
+    # How long the store credentials minted for the job live (seconds): they are minted again
+    # and sent to the gateways half-way through (AWS sessions last 15 min at least; the
+    # control plane keeps a shorter life itself: see ``dispatch.minting``).
+    credentials_lifetime_s: float = DEFAULT_LIFETIME_S
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 

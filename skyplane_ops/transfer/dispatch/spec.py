@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
+import threading
 from typing import Any
 
 from gateway_agent.auth import credentials_context, seal
@@ -16,19 +17,77 @@ from gateway_agent.stores.credentials import StoreCredentials
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
+from skyplane_ops.transfer.dispatch.minting import Mint, Minted
 from skyplane_ops.transfer.dispatch.options import DispatchOptions
 
 # TCP connections per hop at most when the hop's receivers listen on a loopback address.
 LOOPBACK_CONNECTIONS = 8
 
+# Backends whose gateways run on hosts of the user's own network (this machine, the user's SSH
+# hosts, namespaces of this machine): a hop between them over private addresses stays there.
+# Gateways of a cloud backend in two regions talk over the provider's network or the Internet.
+OWN_NETWORK_BACKENDS = frozenset({"local", "ssh", "netns"})
+
+
+# Addresses not routed on the Internet, so only reached inside a network someone owns
+# (``ipaddress``'s ``is_private`` is wider: it also counts documentation and reserved ranges).
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fc00::/7",
+              "fe80::/10")
+)  # fmt: skip
+
 
 def _is_loopback(host: str) -> bool:
+    return _address_scope(host) == "loopback"
+
+
+def _address_scope(host: str) -> str:
+    """``loopback``, ``private`` (RFC 1918, ULA, link-local: not routed on the Internet) or
+    ``public`` (a public address, or a name: what it resolves to is not known here)."""
     if host == "localhost":
-        return True
+        return "loopback"
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        return False
+        return "public"
+    if ip.is_loopback:
+        return "loopback"
+    return "private" if any(ip in net for net in PRIVATE_NETWORKS) else "public"
+
+
+def hop_kind(src: str, dst: str, addresses: list[str], backend: str) -> str:
+    """Where hop ``src -> dst`` runs, from its regions, the addresses its senders dial and
+    the fleet's backend: ``loopback`` (every receiver on this host), ``private`` (inside a
+    network the user owns: the same region over private addresses, or hosts of an own-network
+    backend over private addresses) or ``internet`` (anything else: between providers, between
+    cloud regions, to a public address or a name)."""
+    scopes = {_address_scope(a) for a in addresses}
+    if not scopes or src.split(":", 1)[0] != dst.split(":", 1)[0]:
+        return "internet"  # between clouds: always over networks the user does not own
+    if scopes == {"loopback"}:
+        return "loopback"
+    if "public" in scopes:
+        return "internet"
+    if src == dst or backend in OWN_NETWORK_BACKENDS:
+        return "private"
+    return "internet"
+
+
+def encrypt_hop(mode: object, src: str, dst: str, kind: str) -> bool:
+    """Whether hop ``src -> dst`` (of ``kind``, see ``hop_kind``) is sealed with AES-GCM under
+    ``mode``: ``auto`` seals every ``internet`` hop and leaves loopback and private hops clear
+    (their chunks still carry an end-to-end tag); ``all``/True and ``none``/False are what
+    they say; a collection of (src, dst) pairs seals those hops."""
+    if isinstance(mode, bool):
+        return mode
+    if mode in ("auto", "cross-cloud"):
+        return kind == "internet"
+    if mode in ("all", "none"):
+        return mode == "all"
+    if isinstance(mode, str) or not isinstance(mode, set | frozenset | list | tuple):
+        raise TransferError(f"encrypt must be 'auto', 'all', 'none' or a set of hops: {mode!r}")
+    return (src, dst) in mode
 
 
 def plan_routes(plan: TransferPlan) -> list[tuple[list[str], float]]:
@@ -64,6 +123,11 @@ class JobSpecs:
     _sealed: str
     _secret: bytes
     _credentials: tuple[StoreCredentials | None, StoreCredentials | None]
+    # Ends with minted (expiring) credentials: the newest set and how to mint the next; the
+    # serial of the newest sets (0: those the jobs start with), under the lock.
+    _minted: dict[str, tuple[Minted, Mint]]
+    _credentials_serial: int
+    _credentials_lock: threading.Lock
 
     def _connections(self, src: str, dst: str) -> int:
         if self.options.connections:
@@ -87,31 +151,55 @@ class JobSpecs:
         receivers = self.fleet.in_region(dst)
         return bool(receivers) and all(_is_loopback(data_host(g, src)) for g in receivers)
 
+    def _hop_kind(self, src: str, dst: str) -> str:
+        """``hop_kind`` of hop ``src -> dst`` with the addresses its senders dial."""
+        addresses = [data_host(g, src) for g in self.fleet.in_region(dst)]
+        return hop_kind(src, dst, addresses, self.fleet.backend)
+
     def _encrypt_hop(self, src: str, dst: str) -> bool:
-        mode = self.options.encrypt
-        if isinstance(mode, bool):
-            return mode
-        if mode == "cross-cloud":
-            return src.split(":", 1)[0] != dst.split(":", 1)[0]
-        if isinstance(mode, str):
-            raise TransferError(f"encrypt must be a bool, 'cross-cloud' or a set of hops: {mode!r}")
-        return (src, dst) in mode
+        return encrypt_hop(self.options.encrypt, src, dst, self._hop_kind(src, dst))
 
     def _sealed_credentials(self, gateway: Gateway) -> dict[str, str]:
         """``sealed_credentials`` for ``gateway``: the source's credentials if it reads the
         source, the destination's if it writes the destination, none for a relay; sealed
         under the transfer secret for this job on this gateway only."""
-        src, dst = self._credentials
+        _, sealed = self.credentials_for(gateway)
+        return {"sealed_credentials": sealed} if sealed else {}
+
+    def credentials_for(self, gateway: Gateway) -> tuple[int, str | None]:
+        """The serial of the newest credential sets and, sealed for ``gateway``, those it
+        needs (None for a gateway that opens no store with credentials)."""
+        with self._credentials_lock:
+            src, dst = self._credentials
+            serial = self._credentials_serial
         reads = any(route[0] == gateway.region for route, _ in self.routes)
         writes = any(route[-1] == gateway.region for route, _ in self.routes)
-        wanted = {
+        wanted: dict[str, Any] = {
             "src": src.to_dict() if src is not None and reads else None,
             "dst": dst.to_dict() if dst is not None and writes else None,
         }
         if not any(wanted.values()):
-            return {}
+            return serial, None
+        wanted["serial"] = serial
         context = credentials_context(self.job_id, gateway.gateway_id)
-        return {"sealed_credentials": seal(self._secret, json.dumps(wanted).encode(), context)}
+        return serial, seal(self._secret, json.dumps(wanted).encode(), context)
+
+    def minted_ends(self) -> dict[str, tuple[Minted, Mint]]:
+        """The ends whose credentials expire: their newest set and how to mint the next."""
+        with self._credentials_lock:
+            return dict(self._minted)
+
+    def replace_credentials(self, side: str, minted: Minted) -> None:
+        """``minted`` is the newest set of end ``side`` ("src" or "dst"): the next job specs
+        and ``credentials_for`` carry it, under a higher serial."""
+        with self._credentials_lock:
+            src, dst = self._credentials
+            if side == "src":
+                self._credentials = (minted.credentials, dst)
+            else:
+                self._credentials = (src, minted.credentials)
+            self._minted[side] = (minted, self._minted[side][1])
+            self._credentials_serial += 1
 
     def job_spec(self, gateway: Gateway) -> dict[str, Any]:
         hops: dict[str, dict[str, Any]] = {}
