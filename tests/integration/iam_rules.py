@@ -389,9 +389,22 @@ def _subscribe(text: str, subscription: str) -> str:
     return re.sub(r"<[^>]*subscription[^>]*>", subscription, text)
 
 
-def abac_allowed_roles(condition: str) -> tuple[set[str], set[str]] | None:
+def gateway_role_guid(subscription: str) -> str:
+    """What ``skyplane-ops setup --backend azure`` prints for a subscription: the GUID of the
+    gateways' self-delete role, which the assignment file names as ``<gateway-role-guid>``."""
+    from skyplane_ops.provision.azure.arm import self_release_role
+
+    return self_release_role(subscription)[0].rsplit("/", 1)[-1]
+
+
+def abac_allowed_roles(
+    condition: str, subscription: str | None = None
+) -> tuple[set[str], set[str]] | None:
     """``(role definition GUIDs, principal types)`` a roleAssignments/write condition allows,
-    or None when the condition does not constrain roleAssignments/write by role definition."""
+    or None when the condition does not constrain roleAssignments/write by role definition.
+    With a subscription, ``<gateway-role-guid>`` is that subscription's self-delete role."""
+    if subscription is not None:
+        condition = condition.replace("<gateway-role-guid>", gateway_role_guid(subscription))
     if not re.search(r"!\(ActionMatches\{'" + re.escape(ROLE_WRITE) + r"'\}\)", condition):
         return None
     m = re.search(
@@ -425,7 +438,7 @@ def azure_denied(
     problems: list[str] = []
     where = AZURE_ROLE.relative_to(REPO)
     condition = (assignment or {}).get("properties", {}).get("condition") or ""
-    allowed = abac_allowed_roles(condition)
+    allowed = abac_allowed_roles(condition, subscription)
     for method, path, body in requests:
         for need in azure_needs(method, path, body):
             if not _grants(role["Actions"], need.action):
@@ -631,6 +644,9 @@ GCE_ROUTES: list[tuple[str, str, list[tuple[str, str]] | Route]] = [
     # instances
     ("POST", "zones/{zone}/instances", _insert_instance),
     ("GET", "zones/{z}/instances/{n}", [("compute.instances.get", "{p}/zones/{z}/instances/{n}")]),
+    # the host key the VM prints on its serial console (read back, as AWS's console output)
+    ("GET", "zones/{z}/instances/{n}/serialPort",
+     [("compute.instances.getSerialPortOutput", "{p}/zones/{z}/instances/{n}")]),
     ("DELETE", "zones/{zone}/instances/{name}", _delete_instance),
     ("POST", "zones/{z}/instances/{n}/{verb}",
      [("compute.instances.{verb}", "{p}/zones/{z}/instances/{n}")]),

@@ -22,6 +22,7 @@ import copy
 import threading
 from collections.abc import Iterator, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,7 +214,17 @@ def _scenario(make: Any, regions: dict[str, int], sweep: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def aws_calls() -> Iterator[list[iam.AWSCall]]:
+def own_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A state home of this module's own: the fleet records its scenarios leave (swept
+    fleets keep theirs) must not reach later tests' ``deprovision --all``."""
+    home = tmp_path_factory.mktemp("permissions-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SKYPLANE_OPS_HOME", str(home))
+        yield home
+
+
+@pytest.fixture(scope="module")
+def aws_calls(own_home: Path) -> Iterator[list[iam.AWSCall]]:
     with run_moto() as emu:
         endpoint = emu.options["endpoint_url"]
         session = RecordingSession(endpoint)
@@ -247,7 +258,7 @@ def aws_calls() -> Iterator[list[iam.AWSCall]]:
 
 
 @pytest.fixture(scope="module")
-def azure_requests() -> Iterator[tuple[FakeARM, list[tuple]]]:
+def azure_requests(own_home: Path) -> Iterator[tuple[FakeARM, list[tuple]]]:
     fake = FakeARM().start()
     log: list[tuple] = []
     record_requests(fake, log)
@@ -276,7 +287,7 @@ def azure_requests() -> Iterator[tuple[FakeARM, list[tuple]]]:
 
 
 @pytest.fixture(scope="module")
-def gce_requests() -> Iterator[tuple[FakeGCE, list[tuple]]]:
+def gce_requests(own_home: Path) -> Iterator[tuple[FakeGCE, list[tuple]]]:
     fake = FakeGCE().start()
     log: list[tuple] = []
     prefix = f"/compute/v1/projects/{fake.project}/"
@@ -426,10 +437,21 @@ def test_azure_condition_refuses_privileged_roles() -> None:
         }
         return iam.azure_denied(role, assignment, [("PUT", path, body)], sub)
 
-    assert not assign("9980e02c-c2be-4d73-94e8-173b1dc7cf3c")
+    own = iam.gateway_role_guid(sub)
+    assert not assign(own)
     for guid in iam.AZURE_PRIVILEGED:
         assert assign(guid), iam.AZURE_PRIVILEGED[guid]
-    assert assign("9980e02c-c2be-4d73-94e8-173b1dc7cf3c", "User"), "only service principals"
+    assert assign("9980e02c-c2be-4d73-94e8-173b1dc7cf3c"), "not Virtual Machine Contributor"
+    assert assign(iam.gateway_role_guid("00000000-0000-0000-0000-000000000002")), "another sub's"
+    assert assign(own, "User"), "only service principals"
+
+
+def test_azure_control_plane_cannot_define_roles() -> None:
+    """The one role the condition allows is defined by an administrator (``skyplane-ops setup
+    --backend azure --apply``): an identity that could rewrite it could put any action in it."""
+    role = iam.load_json(iam.AZURE_ROLE)
+    assert not iam._grants(role["Actions"], "Microsoft.Authorization/roleDefinitions/write")
+    assert iam._grants(role["Actions"], "Microsoft.Authorization/roleDefinitions/read")
 
 
 # ===================================================================================== GCP
