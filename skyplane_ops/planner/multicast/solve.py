@@ -1,0 +1,189 @@
+"""Solve a multicast ``Problem`` exactly (modes a and b, Dinkelbach for "at least the floor")
+and turn the solution into a ``TransferPlan``.
+
+The drive is the unicast one (``milp``) on ``MulticastModel``: mode (a) prices the cheapest
+plan at exactly the floor, then Dinkelbach steps look for a cheaper faster one; mode (b) is
+one solve under the ceiling. Whole connections: when rounding each hop up needs more VMs than
+the solver's fleet, the model is solved again with integer connections per edge.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from skyplane_ops.errors import InfeasibleError
+from skyplane_ops.planner.evaluate import FLOW_TOL, costs, hop_connections, needed_vms
+from skyplane_ops.planner.milp import MAX_DINKELBACH, overflows
+from skyplane_ops.planner.multicast.model import MulticastModel, MulticastSolution
+from skyplane_ops.planner.multicast.paths import multicast_paths
+from skyplane_ops.planner.paths import CandidatePath
+from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
+from skyplane_ops.planner.problem import Edge, InvalidProblemError, Problem
+
+
+def multicast_routes(problem: Problem) -> list[CandidatePath]:
+    """Candidate routes, or ``InfeasibleError`` if some destination cannot be reached."""
+    problem.validate()
+    routes = multicast_paths(problem)
+    reached = {r.commodity for r in routes}
+    for k, dst in enumerate(problem.dsts):
+        if k not in reached:
+            raise InfeasibleError(
+                f"no path with measured throughput leads from {problem.src} to {dst}"
+            )
+    return routes
+
+
+def max_multicast_gbps(problem: Problem, routes: Sequence[CandidatePath]) -> float:
+    """The most every destination can receive at once: all regions at their VM limits."""
+    limits = {u: float(s.max_vms) for u, s in problem.regions.items()}
+    model = MulticastModel(problem.with_objective("max_throughput", None), routes, fixed_vms=limits)
+    model.set_ceiling(None)
+    solution = model.solve()
+    return 0.0 if solution is None else solution.gbps
+
+
+def _solve(
+    problem: Problem,
+    routes: Sequence[CandidatePath],
+    *,
+    solver: str | None,
+    exact_floor: bool,
+    integer_conns: bool,
+) -> tuple[MulticastSolution, int]:
+    """(solution, solves) of the problem's mode; ``InfeasibleError`` for a bound too tight."""
+    kw: dict[str, Any] = {"solver": solver, "integer_conns": integer_conns}
+    tmax = max_multicast_gbps(problem, routes)
+    if problem.objective == "max_throughput":
+        model = MulticastModel(problem, routes, tmax=tmax, **kw)
+        model.set_ceiling(problem.bound)
+        solution = model.solve()
+        if solution is None:
+            raise InfeasibleError(
+                f"cost ceiling ${problem.bound:.4g} is infeasible for this multicast"
+            )
+        return solution, 1
+    if problem.bound is None:
+        raise InvalidProblemError("minimising cost needs a throughput floor")
+    floor = problem.bound
+    model = MulticastModel(problem, routes, **kw)
+    model.set_floor(floor)
+    best = model.solve()
+    if best is None:
+        raise InfeasibleError(
+            f"throughput floor {floor:g} Gbps is infeasible; the most this multicast allows is "
+            f"{tmax:.3g} Gbps to every destination"
+        )
+    lam = best.objective / floor
+    if exact_floor or tmax <= floor * (1 + 1e-9) or lam <= 0:
+        return best, 1
+    ratio = MulticastModel(problem.with_objective("max_throughput", None), routes, tmax=tmax, **kw)
+    solves = 1
+    for _ in range(MAX_DINKELBACH):  # min T*cost - lambda*T over plans with T >= floor
+        tolerance = max(problem.mip_gap, 1e-9) * lam * floor
+        ratio.set_ratio(lam, floor, tolerance)
+        sol = ratio.solve()
+        solves += 1
+        if sol is None:
+            break
+        cost = (sol.objective + lam * sol.gbps) / sol.gbps
+        if cost < lam * (1 - 1e-9):
+            lam, best = cost, sol
+        if sol.best_bound >= -tolerance:
+            break
+    return best, solves
+
+
+def edge_loads(routes: Sequence[CandidatePath], flows: Sequence[float]) -> dict[Edge, float]:
+    """Each edge's load: the largest flow any one destination sends over it."""
+    per: dict[tuple[int, Edge], float] = {}
+    for route, g in zip(routes, flows, strict=True):
+        for e in itertools.pairwise(route.regions):
+            per[(route.commodity, e)] = per.get((route.commodity, e), 0.0) + g
+    out: dict[Edge, float] = {}
+    for (_, e), g in per.items():
+        out[e] = max(out.get(e, 0.0), g)
+    return out
+
+
+def build_multicast_plan(
+    problem: Problem,
+    routes: Sequence[CandidatePath],
+    solution: MulticastSolution,
+    *,
+    seconds: float,
+    details: dict[str, Any] | None = None,
+) -> TransferPlan:
+    """The plan of a solution: routes per destination, one hop per edge at its (max) load."""
+    gbps = solution.gbps
+    kept = [
+        (r, g)
+        for r, g in zip(routes, solution.route_flows, strict=True)
+        if g > FLOW_TOL * max(gbps, 1e-12)
+    ]
+    loads = edge_loads([r for r, _ in kept], [g for _, g in kept])
+    fleet = needed_vms(problem, loads)
+    usd_per_gb_sent = sum(problem.price(*e) * f for e, f in loads.items()) / gbps
+    hops = []
+    for (u, v), f in sorted(loads.items()):
+        source, when = problem.link_source(u, v)
+        conns = hop_connections(problem, u, v, f)
+        hops.append(Hop(src=u, dst=v, gbps=f, connections=conns, source=source, measured_at=when))
+    paths = [PlanPath(regions=r.regions, share=g / gbps, gbps=g) for r, g in kept]
+    paths.sort(key=lambda p: (problem.dsts.index(p.regions[-1]), -p.gbps))
+    egress_usd, vm_usd = costs(problem, gbps, usd_per_gb_sent, fleet)
+    src_out = sum(f for (u, _), f in loads.items() if u == problem.src)
+    info: dict[str, Any] = {
+        "objective": problem.objective,
+        "bound": problem.bound,
+        "volume_gb": problem.volume_gb,
+        "transfer_seconds": problem.transfer_seconds(gbps) if gbps > 0 else math.inf,
+        "max_relays": problem.max_relays,
+        "provisioning_seconds": problem.provisioning_seconds,
+        "candidate_paths": len(routes),
+        "solver": "SCIP",
+        "multicast": {"source_egress_gb": problem.volume_gb * src_out / gbps},
+    }
+    info.update(problem.details)
+    info.update(details or {})
+    return TransferPlan(
+        src=problem.src,
+        dsts=problem.dsts,
+        volume_gb=problem.volume_gb,
+        mode=problem.objective,
+        paths=paths,
+        hops=hops,
+        vms=dict(sorted(fleet.items())),
+        predicted_gbps=gbps,
+        egress_cost_usd=egress_usd,
+        vm_cost_usd=vm_usd,
+        solver_status=solution.status,
+        solve_seconds=seconds,
+        details=info,
+    )
+
+
+def solve_multicast(
+    problem: Problem, solver: str | None = None, *, exact_floor: bool = False
+) -> TransferPlan:
+    """The exact multicast plan for the problem's objective and bound, in whole connections."""
+    start = time.perf_counter()
+    routes = multicast_routes(problem)
+    for integer_conns in (False, True):
+        solution, solves = _solve(
+            problem, routes, solver=solver, exact_floor=exact_floor, integer_conns=integer_conns
+        )
+        plan = build_multicast_plan(
+            problem,
+            routes,
+            solution,
+            seconds=time.perf_counter() - start,
+            details={"solves": solves, "whole_connections": "integer" if integer_conns else None},
+        )
+        if not overflows(plan, solution.vms):
+            return plan
+    raise InfeasibleError("no multicast plan in whole TCP connections meets the bound")
