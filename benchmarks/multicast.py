@@ -1,0 +1,178 @@
+"""Multicast benchmark (plans only) on the default grid: one source, three destinations.
+
+For 20 fixed triples of destinations, plan the replica with ``plan_multicast`` (the default
+objective: the cheapest plan finishing within 5% of the fastest, provisioning included; up
+to 8 VMs per region) and compare with three separate unicast plans of the same settings:
+
+- source egress: GB the source sends, as a multiple of the dataset (target <= 1.1x; three
+  unicasts send 3x);
+- modelled cost against the three unicasts (the saving);
+- completion time against the slowest single unicast (target <= 1.1x).
+
+Then the same at a throughput floor (mode a, the cheapest plan at least that fast): half the
+slowest single unicast's rate in the default mode, per destination, for multicast and for
+each unicast alike ("at floor" columns).
+
+Figures come from the planner's model; the lead re-runs them on a quiet machine.
+
+    .venv/bin/python benchmarks/multicast.py [--quick] [--volume-gb 100] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from skyplane_ops.planner.multicast.api import plan_multicast
+from skyplane_ops.planner.problem import build_problem
+from skyplane_ops.profiles import load_default_profile
+
+TRIPLES: list[tuple[str, tuple[str, str, str]]] = [
+    ("aws:us-east-1", ("aws:eu-west-1", "aws:eu-central-1", "aws:ap-northeast-1")),
+    ("aws:us-east-1", ("aws:us-west-2", "aws:eu-west-1", "aws:ap-southeast-1")),
+    ("aws:us-east-1", ("gcp:europe-west1", "gcp:asia-east1", "gcp:us-west1")),
+    ("aws:eu-west-1", ("aws:us-east-1", "aws:us-west-2", "aws:ap-south-1")),
+    ("aws:us-west-2", ("aws:ap-northeast-1", "aws:ap-southeast-2", "aws:ap-south-1")),
+    ("aws:eu-central-1", ("azure:westeurope", "gcp:europe-west4", "aws:eu-west-2")),
+    ("aws:sa-east-1", ("aws:us-east-1", "aws:eu-west-1", "aws:ap-northeast-1")),
+    ("azure:eastus", ("azure:westeurope", "azure:japaneast", "azure:australiaeast")),
+    ("azure:westeurope", ("azure:eastus", "azure:westus2", "azure:brazilsouth")),
+    ("azure:canadacentral", ("gcp:asia-northeast1", "aws:ap-northeast-1", "azure:japaneast")),
+    ("azure:uksouth", ("aws:us-east-1", "gcp:us-central1", "azure:eastus2")),
+    ("azure:southeastasia", ("azure:northeurope", "aws:eu-west-1", "gcp:europe-west1")),
+    ("gcp:us-central1", ("gcp:europe-west1", "gcp:asia-southeast1", "gcp:australia-southeast1")),
+    ("gcp:europe-west4", ("gcp:us-east4", "gcp:us-west1", "gcp:asia-east1")),
+    ("gcp:asia-east1", ("aws:us-west-2", "azure:westus2", "gcp:us-west1")),
+    ("gcp:us-east4", ("aws:eu-west-2", "azure:uksouth", "gcp:europe-west2")),
+    ("gcp:southamerica-east1", ("gcp:us-east1", "aws:us-east-1", "azure:eastus")),
+    ("aws:ap-southeast-2", ("aws:ap-northeast-1", "aws:us-west-2", "aws:eu-central-1")),
+    ("aws:ca-central-1", ("gcp:asia-south1", "aws:ap-south-1", "azure:centralindia")),
+    ("azure:australiaeast", ("aws:eu-central-1", "gcp:europe-west3", "azure:germanywestcentral")),
+]
+RESULTS = Path(__file__).parent / "results" / "multicast.json"
+MAX_VMS = 8
+
+
+def one(profile: Any, src: str, dsts: tuple[str, ...], volume_gb: float) -> dict[str, Any]:
+    problem = build_problem(profile, src, dsts, volume_gb, max_vms=MAX_VMS)
+    start = time.perf_counter()
+    plan = plan_multicast(problem)
+    seconds = time.perf_counter() - start
+    rows = plan.details["multicast"]
+    this, uni, star = rows["this"], rows["unicasts"], rows["star"]
+    floor = 0.5 * uni["predicted_gbps"]
+    at_floor = plan_multicast(problem.with_objective("min_cost", floor))
+    f_this, f_uni = at_floor.details["multicast"]["this"], at_floor.details["multicast"]["unicasts"]
+    return {
+        "floor_gbps": floor,
+        "floor_source_egress_x": f_this["source_egress_gb"] / volume_gb,
+        "floor_cost_usd": f_this["total_cost_usd"],
+        "floor_unicasts_cost_usd": f_uni["total_cost_usd"],
+        "floor_saving": 1 - f_this["total_cost_usd"] / f_uni["total_cost_usd"],
+        "src": src,
+        "dsts": list(dsts),
+        "relays": sorted({r for p in plan.paths for r in p.regions[1:-1]}),
+        "plan_seconds": seconds,
+        "source_egress_x": this["source_egress_gb"] / volume_gb,
+        "unicasts_source_egress_x": uni["source_egress_gb"] / volume_gb,
+        "cost_usd": this["total_cost_usd"],
+        "unicasts_cost_usd": uni["total_cost_usd"],
+        "star_cost_usd": star["total_cost_usd"] if star else None,
+        "saving": 1 - this["total_cost_usd"] / uni["total_cost_usd"],
+        "completion_s": this["completion_seconds"],
+        "slowest_unicast_s": uni["slowest_single_seconds"],
+        "time_x": this["completion_seconds"] / uni["slowest_single_seconds"],
+        "star_completion_s": star["completion_seconds"] if star else None,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ["source", "destinations", "egress x", "uni x", "cost", "3 unicasts", "saving"]
+    head += ["time x", "at floor: Gbps", "egress x", "cost", "3 unicasts", "saving"]
+    lines = [head]
+    for r in rows:
+        lines.append(
+            [
+                r["src"],
+                ", ".join(d.split(":", 1)[1] for d in r["dsts"]),
+                f"{r['source_egress_x']:.2f}",
+                f"{r['unicasts_source_egress_x']:.2f}",
+                f"${r['cost_usd']:.2f}",
+                f"${r['unicasts_cost_usd']:.2f}",
+                f"{100 * r['saving']:.1f}%",
+                f"{r['time_x']:.2f}",
+                f"{r['floor_gbps']:.1f}",
+                f"{r['floor_source_egress_x']:.2f}",
+                f"${r['floor_cost_usd']:.2f}",
+                f"${r['floor_unicasts_cost_usd']:.2f}",
+                f"{100 * r['floor_saving']:.1f}%",
+            ]
+        )
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
+    out = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the first 4 triples only")
+    parser.add_argument("--volume-gb", type=float, default=100.0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    profile = load_default_profile()
+    triples = TRIPLES[:4] if args.quick else TRIPLES
+    rows = [one(profile, src, dsts, args.volume_gb) for src, dsts in triples]
+    print(table(rows))
+    summary = {
+        "triples": len(rows),
+        "max_source_egress_x": max(r["source_egress_x"] for r in rows),
+        "median_saving": statistics.median(r["saving"] for r in rows),
+        "min_saving": min(r["saving"] for r in rows),
+        "max_saving": max(r["saving"] for r in rows),
+        "max_time_x": max(r["time_x"] for r in rows),
+        "median_time_x": statistics.median(r["time_x"] for r in rows),
+        "floor_max_source_egress_x": max(r["floor_source_egress_x"] for r in rows),
+        "floor_median_saving": statistics.median(r["floor_saving"] for r in rows),
+        "floor_min_saving": min(r["floor_saving"] for r in rows),
+        "floor_max_saving": max(r["floor_saving"] for r in rows),
+        "median_plan_seconds": statistics.median(r["plan_seconds"] for r in rows),
+    }
+    print()
+    print(
+        f"source egress <= {summary['max_source_egress_x']:.2f}x the dataset (3 unicasts: 3x); "
+        f"saving vs 3 unicasts: median {100 * summary['median_saving']:.1f}% "
+        f"(min {100 * summary['min_saving']:.1f}%, max {100 * summary['max_saving']:.1f}%); "
+        f"time vs slowest single unicast: max {summary['max_time_x']:.2f}x, "
+        f"median {summary['median_time_x']:.2f}x; plan {summary['median_plan_seconds']:.1f} s"
+    )
+    print(
+        f"at a floor: source egress <= {summary['floor_max_source_egress_x']:.2f}x; saving "
+        f"median {100 * summary['floor_median_saving']:.1f}% "
+        f"(min {100 * summary['floor_min_saving']:.1f}%, "
+        f"max {100 * summary['floor_max_saving']:.1f}%)"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "volume_gb": args.volume_gb,
+                "max_vms_per_region": MAX_VMS,
+                "python": platform.python_version(),
+                "rows": rows,
+                "summary": summary,
+            },
+            indent=2,
+        )
+    )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
