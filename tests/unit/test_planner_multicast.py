@@ -187,3 +187,30 @@ def test_cli_plans_a_multicast_beside_unicasts_and_the_star(
     )
     single = json.loads(capsys.readouterr().out)
     assert "multicast" not in single["details"]
+
+
+def test_trees_send_each_slice_down_one_tree_within_the_plan() -> None:
+    from skyplane_ops.planner.multicast.trees import excess, multicast_trees
+
+    problem = diamond()
+    plan = plan_multicast(problem)
+    trees = multicast_trees(plan)
+    assert [t.next_hops for t in trees] == [{"d1": ("d2",), "s": ("d1",)}]
+    assert trees[0].share == pytest.approx(1.0)
+    assert excess(plan, trees) <= 1e-9
+    for seed in range(6):
+        rng = random.Random(seed)
+        base = random_problem(rng, 3)
+        plan = plan_multicast(base, compare=False)
+        trees = multicast_trees(plan)
+        assert sum(t.share for t in trees) == pytest.approx(1.0)
+        for tree in trees:  # every destination reached from the source, once
+            reached = {"s"}
+            frontier = ["s"]
+            while frontier:
+                u = frontier.pop()
+                for v in tree.next_hops.get(u, ()):
+                    assert v not in reached
+                    reached.add(v)
+                    frontier.append(v)
+            assert set(base.dsts) <= reached
