@@ -1,0 +1,125 @@
+"""Multicast on real gateway processes over loopback: a chunk read once at the source fans out
+along its tree (a relay to two next hops, a destination that writes and forwards), and every
+destination folder ends up byte-identical to the source; a slow sink holds back no other."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway_agent.auth import load_secret, new_secret, write_secret
+from gateway_agent.client import GatewayClient
+
+CHUNK = 64 * 1024
+N = 8
+#: Regions: a (source), r (relay only), b and c (destinations), d (a destination behind c).
+TREE = {"next": {"test:a": ["test:r"], "test:r": ["test:b", "test:c"], "test:c": ["test:d"]}}
+SINKS = ["test:b", "test:c", "test:d"]
+
+
+def _start(tmp: Path, name: str, region: str) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    ready = tmp / f"{name}.ready.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway_agent", "serve", "--host", "127.0.0.1",
+         "--control-port", "0", "--data-port", "0", "--secret-file", str(tmp / "secret"),
+         "--ready-file", str(ready), "--gateway-id", name, "--region", region,
+         "--enable-test-hooks", "--idle-timeout", "120"],
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, f"{name} did not start"
+        time.sleep(0.02)
+    return proc, json.loads(ready.read_text())
+
+
+@pytest.fixture
+def gateways(tmp_path: Path) -> Iterator[tuple[dict[str, GatewayClient], dict[str, Any]]]:
+    write_secret(str(tmp_path / "secret"), new_secret())
+    secret = load_secret(str(tmp_path / "secret"))
+    procs, clients, table = [], {}, {}
+    try:
+        for region in ("test:a", "test:r", "test:b", "test:c", "test:d"):
+            name = "gw-" + region.split(":")[1]
+            proc, info = _start(tmp_path, name, region)
+            procs.append(proc)
+            clients[region] = GatewayClient("127.0.0.1", info["control_port"], secret)
+            table[region] = [{"id": name, "host": "127.0.0.1", "data_port": info["data_port"]}]
+        yield clients, table
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _done(client: GatewayClient, job: str) -> set[int]:
+    events = client.status(job)["events"]
+    return {e["chunk"] for e in events if e["t"] == "done"}
+
+
+def test_a_chunk_read_once_reaches_every_destination_whole(
+    tmp_path: Path, gateways: tuple[dict[str, GatewayClient], dict[str, Any]]
+) -> None:
+    clients, table = gateways
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"obj-{i}": os.urandom(CHUNK + i) for i in range(N)}
+    for key, body in data.items():
+        (src / key).write_bytes(body)
+    dsts = {r: tmp_path / r.split(":")[1] for r in SINKS}
+    spec: dict[str, Any] = {
+        "job_id": "j-mc",
+        "routes": {},
+        "trees": {"m": {**TREE, "sinks": SINKS}},
+        "gateways": table,
+        "hops": {f"{u}>{v}": {"connections": 2} for u, vs in TREE["next"].items() for v in vs},
+        "src_uri": f"file://{src}/",
+        "dst_uris": {r: f"file://{p}/" for r, p in dsts.items()},
+        "writer_threads": 1,
+    }
+    slow = {"test_hooks": {"sink_rate_bps": 50_000}}  # d writes 50 kB/s: >= 10 s for all
+    for region in ("test:d", "test:c", "test:b", "test:r", "test:a"):
+        clients[region].start_job({**spec, **(slow if region == "test:d" else {})})
+    descs = [
+        {"chunk": i, "path": "m", "segs": [{"key": k, "offset": 0, "length": len(b), "part": 1}]}
+        for i, (k, b) in enumerate(data.items())
+    ]
+    clients["test:a"].submit_chunks("j-mc", descs)
+    deadline = time.monotonic() + 60
+    while _done(clients["test:b"], "j-mc") != set(range(N)):
+        assert time.monotonic() < deadline, "b never got every chunk"
+        time.sleep(0.05)
+    # b is done while the slow sink behind c is still writing: d held nobody back.
+    assert _done(clients["test:d"], "j-mc") != set(range(N))
+    while _done(clients["test:d"], "j-mc") != set(range(N)) or _done(
+        clients["test:c"], "j-mc"
+    ) != set(range(N)):
+        assert time.monotonic() < deadline, "c or d never got every chunk"
+        time.sleep(0.05)
+    for region, folder in dsts.items():
+        for key, body in data.items():
+            assert (folder / key).read_bytes() == body, f"{region} {key}"
+        events = clients[region].status("j-mc")["events"]
+        assert {e.get("dst") for e in events if e["t"] == "done"} == {region}
+    total = sum(len(b) for b in data.values())
+    counters = {r: c.status("j-mc")["counters"] for r, c in clients.items()}
+    assert counters["test:a"]["bytes_read"] == total  # read once
+    assert counters["test:a"]["bytes_sent"] == total  # the shared edge a -> r carries it once
+    assert counters["test:r"]["bytes_sent"] == 2 * total  # to b and to c
+    assert counters["test:c"]["bytes_sent"] == total  # c writes it and forwards it to d
+    assert counters["test:r"]["bytes_written"] == 0
+    for region in SINKS:
+        assert counters[region]["bytes_written"] == total
