@@ -88,6 +88,8 @@ def one(profile: Any, src: str, dsts: tuple[str, ...], volume_gb: float) -> dict
         "slowest_unicast_s": uni["slowest_single_seconds"],
         "time_x": this["completion_seconds"] / uni["slowest_single_seconds"],
         "star_completion_s": star["completion_seconds"] if star else None,
+        "trees": len(rows["trees"]),
+        "tree_excess": rows["tree_excess"],
     }
 
 
@@ -141,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor_median_saving": statistics.median(r["floor_saving"] for r in rows),
         "floor_min_saving": min(r["floor_saving"] for r in rows),
         "floor_max_saving": max(r["floor_saving"] for r in rows),
+        "max_tree_excess": max(r["tree_excess"] for r in rows),
         "median_plan_seconds": statistics.median(r["plan_seconds"] for r in rows),
     }
     print()
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         f"saving vs 3 unicasts: median {100 * summary['median_saving']:.1f}% "
         f"(min {100 * summary['min_saving']:.1f}%, max {100 * summary['max_saving']:.1f}%); "
         f"time vs slowest single unicast: max {summary['max_time_x']:.2f}x, "
-        f"median {summary['median_time_x']:.2f}x; plan {summary['median_plan_seconds']:.1f} s"
+        f"median {summary['median_time_x']:.2f}x; plan {summary['median_plan_seconds']:.1f} s; "
+        f"trees overload an edge by <= {100 * summary['max_tree_excess']:.1f}%"
     )
     print(
         f"at a floor: source egress <= {summary['floor_max_source_egress_x']:.2f}x; saving "

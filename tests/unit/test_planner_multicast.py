@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from gateway_agent.job.tree import parse_trees
 from skyplane_ops.cli import main
 from skyplane_ops.errors import InfeasibleError
 from skyplane_ops.planner import Problem, RegionSpec, TransferPlan, solve_plan
@@ -214,3 +215,7 @@ def test_trees_send_each_slice_down_one_tree_within_the_plan() -> None:
                     reached.add(v)
                     frontier.append(v)
             assert set(base.dsts) <= reached
+        # What a gateway job is started with: the gateway reads every tree back.
+        parsed = parse_trees({"trees": {str(i): t.job_tree() for i, t in enumerate(trees)}})
+        assert [set(p.edges()) for p in parsed.values()] == [set(t.edges()) for t in trees]
+        assert all(p.root == "s" and p.sinks == set(base.dsts) for p in parsed.values())

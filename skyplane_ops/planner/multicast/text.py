@@ -45,4 +45,16 @@ def comparison_lines(details: Mapping[str, Any], volume_gb: float, table: Table)
     if uni and uni["total_cost_usd"] > 0:
         saving = 1 - this["total_cost_usd"] / uni["total_cost_usd"]
         lines.append(f"  => saves {100 * saving:.1f}% of the separate unicasts' cost")
+    trees = multicast.get("trees") or []
+    if trees:
+        lines += ["", "Trees (each slice of the data goes down one; region -> next hops):"]
+        rows = [["share", "tree"]]
+        for tree in trees:
+            hops = "; ".join(f"{u} -> {', '.join(vs)}" for u, vs in tree["next_hops"].items())
+            rows.append([f"{100 * tree['share']:.1f}%", hops])
+        lines += table(rows, {0})
+        if multicast.get("tree_excess", 0.0) > 1e-6:
+            lines.append(
+                f"  (the trees load some edge {100 * multicast['tree_excess']:.1f}% over the plan)"
+            )
     return lines

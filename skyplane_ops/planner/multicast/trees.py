@@ -38,6 +38,10 @@ class Tree:
     def to_dict(self) -> dict[str, Any]:
         return {"share": self.share, "next_hops": {u: list(v) for u, v in self.next_hops.items()}}
 
+    def job_tree(self) -> dict[str, Any]:
+        """The tree as a gateway job spec names it (``gateway_agent.job.tree``)."""
+        return {"next": {u: list(v) for u, v in self.next_hops.items()}, "sinks": list(self.dsts)}
+
 
 def _lanes(plan: TransferPlan, dst: str) -> list[tuple[float, float, tuple[str, ...]]]:
     """(start, end, route) of the destination's routes laid on [0, 1) in a canonical order."""
@@ -68,7 +72,12 @@ def multicast_trees(plan: TransferPlan) -> list[Tree]:
         nxt: dict[str, list[str]] = {}
         for v, u in parent.items():
             nxt.setdefault(u, []).append(v)
-        hops = {u: tuple(sorted(vs)) for u, vs in sorted(nxt.items())}
+        hops: dict[str, tuple[str, ...]] = {}
+        order = [plan.src]  # from the source down, as the data goes
+        for u in order:
+            if u in nxt:
+                hops[u] = tuple(sorted(nxt[u]))
+                order.extend(hops[u])
         if trees and trees[-1].next_hops == hops:
             last = trees.pop()
             trees.append(Tree(last.share + hi - lo, hops, plan.dsts))
