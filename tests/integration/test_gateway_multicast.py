@@ -20,6 +20,9 @@ from gateway_agent.client import GatewayClient
 
 CHUNK = 64 * 1024
 N = 8
+MiB = 1024 * 1024
+#: Every gateway's byte budget: small, so a stalled branch backs up into its upstream.
+BUDGET_MIB = 16
 #: Regions: a (source), r (relay only), b and c (destinations), d (a destination behind c).
 TREE = {"next": {"test:a": ["test:r"], "test:r": ["test:b", "test:c"], "test:c": ["test:d"]}}
 SINKS = ["test:b", "test:c", "test:d"]
@@ -31,7 +34,7 @@ def _start(tmp: Path, name: str, region: str) -> tuple[subprocess.Popen[bytes], 
         [sys.executable, "-m", "gateway_agent", "serve", "--host", "127.0.0.1",
          "--control-port", "0", "--data-port", "0", "--secret-file", str(tmp / "secret"),
          "--ready-file", str(ready), "--gateway-id", name, "--region", region,
-         "--enable-test-hooks", "--idle-timeout", "120"],
+         "--enable-test-hooks", "--idle-timeout", "120", "--buffer-mib", str(BUDGET_MIB)],
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while not ready.exists():
@@ -40,24 +43,28 @@ def _start(tmp: Path, name: str, region: str) -> tuple[subprocess.Popen[bytes], 
     return proc, json.loads(ready.read_text())
 
 
+Gateways = tuple[dict[str, GatewayClient], dict[str, Any], dict[str, subprocess.Popen[bytes]]]
+
+
 @pytest.fixture
-def gateways(tmp_path: Path) -> Iterator[tuple[dict[str, GatewayClient], dict[str, Any]]]:
+def gateways(tmp_path: Path) -> Iterator[Gateways]:
     write_secret(str(tmp_path / "secret"), new_secret())
     secret = load_secret(str(tmp_path / "secret"))
-    procs, clients, table = [], {}, {}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    clients, table = {}, {}
     try:
         for region in ("test:a", "test:r", "test:b", "test:c", "test:d"):
             name = "gw-" + region.split(":")[1]
             proc, info = _start(tmp_path, name, region)
-            procs.append(proc)
+            procs[region] = proc
             clients[region] = GatewayClient("127.0.0.1", info["control_port"], secret)
             table[region] = [{"id": name, "host": "127.0.0.1", "data_port": info["data_port"]}]
-        yield clients, table
+        yield clients, table, procs
     finally:
-        for proc in procs:
+        for proc in procs.values():
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
+        for proc in procs.values():
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -70,17 +77,14 @@ def _done(client: GatewayClient, job: str) -> set[int]:
     return {e["chunk"] for e in events if e["t"] == "done"}
 
 
-def test_a_chunk_read_once_reaches_every_destination_whole(
-    tmp_path: Path, gateways: tuple[dict[str, GatewayClient], dict[str, Any]]
-) -> None:
-    clients, table = gateways
+def _spec(tmp_path: Path, table: dict[str, Any], data: dict[str, bytes]) -> dict[str, Any]:
+    """A tree job from the folder ``src`` (filled with ``data``) to one folder per sink."""
     src = tmp_path / "src"
     src.mkdir()
-    data = {f"obj-{i}": os.urandom(CHUNK + i) for i in range(N)}
     for key, body in data.items():
         (src / key).write_bytes(body)
     dsts = {r: tmp_path / r.split(":")[1] for r in SINKS}
-    spec: dict[str, Any] = {
+    return {
         "job_id": "j-mc",
         "routes": {},
         "trees": {"m": {**TREE, "sinks": SINKS}},
@@ -90,14 +94,26 @@ def test_a_chunk_read_once_reaches_every_destination_whole(
         "dst_uris": {r: f"file://{p}/" for r, p in dsts.items()},
         "writer_threads": 1,
     }
-    slow = {"test_hooks": {"sink_rate_bps": 50_000}}  # d writes 50 kB/s: >= 10 s for all
-    for region in ("test:d", "test:c", "test:b", "test:r", "test:a"):
-        clients[region].start_job({**spec, **(slow if region == "test:d" else {})})
-    descs = [
+
+
+def _descs(data: dict[str, bytes]) -> list[dict[str, Any]]:
+    return [
         {"chunk": i, "path": "m", "segs": [{"key": k, "offset": 0, "length": len(b), "part": 1}]}
         for i, (k, b) in enumerate(data.items())
     ]
-    clients["test:a"].submit_chunks("j-mc", descs)
+
+
+def test_a_chunk_read_once_reaches_every_destination_whole(
+    tmp_path: Path, gateways: Gateways
+) -> None:
+    clients, table, _ = gateways
+    data = {f"obj-{i}": os.urandom(CHUNK + i) for i in range(N)}
+    spec = _spec(tmp_path, table, data)
+    dsts = {r: tmp_path / r.split(":")[1] for r in SINKS}
+    slow = {"test_hooks": {"sink_rate_bps": 50_000}}  # d writes 50 kB/s: >= 10 s for all
+    for region in ("test:d", "test:c", "test:b", "test:r", "test:a"):
+        clients[region].start_job({**spec, **(slow if region == "test:d" else {})})
+    clients["test:a"].submit_chunks("j-mc", _descs(data))
     deadline = time.monotonic() + 60
     while _done(clients["test:b"], "j-mc") != set(range(N)):
         assert time.monotonic() < deadline, "b never got every chunk"
@@ -123,3 +139,37 @@ def test_a_chunk_read_once_reaches_every_destination_whole(
     assert counters["test:r"]["bytes_written"] == 0
     for region in SINKS:
         assert counters[region]["bytes_written"] == total
+
+
+def test_a_dead_destination_stops_holding_the_others_back(
+    tmp_path: Path, gateways: Gateways
+) -> None:
+    """d's sink crawls, so its backlog fills c's budget, then r's: b stalls with it. Killing d
+    mid-run frees them (c's sends to d fail and release their copies): b and c complete."""
+    clients, table, procs = gateways
+    n = 24
+    data = {f"big-{i}": os.urandom(4 * MiB) for i in range(n)}  # 96 MiB: 2x the budgets
+    spec = _spec(tmp_path, table, data)
+    slow = {"test_hooks": {"sink_rate_bps": 1_000_000}}
+    for region in ("test:d", "test:c", "test:b", "test:r", "test:a"):
+        clients[region].start_job({**spec, **(slow if region == "test:d" else {})})
+    clients["test:a"].submit_chunks("j-mc", _descs(data))
+    deadline = time.monotonic() + 60
+    # Back-pressure reached the fan-out at r: c and r hold full budgets, b waits.
+    while min(clients[r].health()["buffer"]["in_use"] for r in ("test:c", "test:r")) < 12 * MiB:
+        assert time.monotonic() < deadline, "the slow branch never backed up"
+        time.sleep(0.05)
+    assert len(_done(clients["test:b"], "j-mc")) < n
+    procs["test:d"].kill()
+    procs["test:d"].wait()
+    while (_done(clients["test:b"], "j-mc"), _done(clients["test:c"], "j-mc")) != (
+        set(range(n)),
+        set(range(n)),
+    ):
+        assert time.monotonic() < deadline, "b and c did not complete without d"
+        time.sleep(0.05)
+    for region in ("test:b", "test:c"):
+        folder = tmp_path / region.split(":")[1]
+        assert all((folder / k).read_bytes() == body for k, body in data.items()), region
+    events = clients["test:c"].status("j-mc")["events"]
+    assert any(e["t"] in ("lost", "error") for e in events)  # d's copies, for a re-send
