@@ -219,3 +219,20 @@ def test_trees_send_each_slice_down_one_tree_within_the_plan() -> None:
         parsed = parse_trees({"trees": {str(i): t.job_tree() for i, t in enumerate(trees)}})
         assert [set(p.edges()) for p in parsed.values()] == [set(t.edges()) for t in trees]
         assert all(p.root == "s" and p.sinks == set(base.dsts) for p in parsed.values())
+
+
+def test_a_plan_its_trees_cannot_carry_is_solved_again_on_the_trees() -> None:
+    """Whatever the routes, the plan's trees carry exactly its hops (no edge over the plan)."""
+    on_trees = 0
+    for seed in range(40):
+        problem = random_problem(random.Random(seed), 3)
+        try:
+            plan = solve_multicast(problem.with_objective("max_throughput", None))
+        except InfeasibleError:
+            continue
+        rows = plan.details["multicast"]
+        assert rows["tree_excess"] <= 1e-6, seed
+        assert multicast_violations(problem, plan) == [], seed
+        assert sum(t["share"] for t in rows["trees"]) == pytest.approx(1.0)
+        on_trees += bool(plan.details.get("on_trees"))
+    assert on_trees >= 1  # the re-solve happened on some of these graphs

@@ -18,9 +18,8 @@ from skyplane_ops.planner.api import (
     tolerance_floor,
 )
 from skyplane_ops.planner.baselines import direct_plan, summary
-from skyplane_ops.planner.multicast.compare import row, star_row, unicasts_row
+from skyplane_ops.planner.multicast.compare import joint_row, row, star_row, unicasts_row
 from skyplane_ops.planner.multicast.solve import solve_multicast
-from skyplane_ops.planner.multicast.trees import excess, multicast_trees
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.planner.problem import InvalidProblemError, Problem
 
@@ -66,10 +65,6 @@ def plan_multicast(
     else:
         plan = solve_multicast(problem, solver, exact_floor=exact_floor)
     plan.details["default_bound"] = default
-    trees = multicast_trees(plan)
-    plan.details["multicast"].update(
-        trees=[t.to_dict() for t in trees], tree_excess=excess(plan, trees)
-    )
     plan.details["completion_seconds"] = completion_seconds(problem, plan.predicted_gbps)
     vms = baseline_vms(problem)
 
@@ -88,6 +83,9 @@ def plan_multicast(
             )
 
         plan.details["multicast"].update(
-            this=row(plan, problem), unicasts=unicasts_row(problem, one), star=star_figures
+            this=row(plan, problem),
+            unicasts=unicasts_row(problem, one),
+            joint=joint_row(problem, one),
+            star=star_figures,
         )
     return plan

@@ -1,10 +1,13 @@
-"""What a multicast plan is compared with: N separate unicasts, and a direct star.
+"""What a multicast plan is compared with: N separate unicasts, the same unicasts in one job,
+and a direct star.
 
 Each row is cost, completion time (provisioning + transfer, at the slowest destination) and
 the bytes the source sends (its egress: price and NIC), the numbers a user weighs multicast
 by. The separate unicasts are N independent plans of the same settings (a cost ceiling is
-split evenly among them); the star sends straight from the source to every destination with
-the direct baseline's VMs.
+split evenly among them), each with the whole VM limit of every region (so together up to N
+times the VMs a region allows); the unicasts in one job share the limits (the planner's
+unicast model on all destinations: every byte sent once per destination); the star sends
+straight from the source to every destination with the direct baseline's VMs.
 """
 
 from __future__ import annotations
@@ -70,5 +73,15 @@ def star_row(problem: Problem, star: Callable[[Problem], TransferPlan]) -> dict[
     """The direct star (source straight to every destination), or None without direct links."""
     try:
         return row(star(problem), problem)
+    except InfeasibleError:
+        return None
+
+
+def joint_row(
+    problem: Problem, plan_all: Callable[[Problem], TransferPlan]
+) -> dict[str, Any] | None:
+    """The unicast model on every destination at once (shared VM limits), or None."""
+    try:
+        return row(plan_all(problem), problem)
     except InfeasibleError:
         return None

@@ -20,6 +20,7 @@ from skyplane_ops.planner.evaluate import FLOW_TOL, costs, hop_connections, need
 from skyplane_ops.planner.milp import MAX_DINKELBACH, overflows
 from skyplane_ops.planner.multicast.model import MulticastModel, MulticastSolution
 from skyplane_ops.planner.multicast.paths import multicast_paths
+from skyplane_ops.planner.multicast.trees import Tree, excess, multicast_trees
 from skyplane_ops.planner.paths import CandidatePath
 from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
 from skyplane_ops.planner.problem import Edge, InvalidProblemError, Problem
@@ -67,10 +68,14 @@ def select_routes(
     return [r for r in routes if all(x in problem.dsts or x in relays for x in r.regions[1:-1])]
 
 
-def max_multicast_gbps(problem: Problem, routes: Sequence[CandidatePath]) -> float:
+def max_multicast_gbps(
+    problem: Problem, routes: Sequence[CandidatePath], groups: Sequence[int] | None = None
+) -> float:
     """The most every destination can receive at once: all regions at their VM limits."""
     limits = {u: float(s.max_vms) for u, s in problem.regions.items()}
-    model = MulticastModel(problem.with_objective("max_throughput", None), routes, fixed_vms=limits)
+    model = MulticastModel(
+        problem.with_objective("max_throughput", None), routes, groups, fixed_vms=limits
+    )
     model.set_ceiling(None)
     solution = model.solve()
     return 0.0 if solution is None else solution.gbps
@@ -83,10 +88,11 @@ def _solve(
     solver: str | None,
     exact_floor: bool,
     integer_conns: bool,
+    groups: Sequence[int] | None = None,
 ) -> tuple[MulticastSolution, int]:
     """(solution, solves) of the problem's mode; ``InfeasibleError`` for a bound too tight."""
-    kw: dict[str, Any] = {"solver": solver, "integer_conns": integer_conns}
-    tmax = max_multicast_gbps(problem, routes)
+    kw: dict[str, Any] = {"solver": solver, "integer_conns": integer_conns, "groups": groups}
+    tmax = max_multicast_gbps(problem, routes, groups)
     if problem.objective == "max_throughput":
         model = MulticastModel(problem, routes, tmax=tmax, **kw)
         model.set_ceiling(problem.bound)
@@ -127,12 +133,21 @@ def _solve(
     return best, solves
 
 
-def edge_loads(routes: Sequence[CandidatePath], flows: Sequence[float]) -> dict[Edge, float]:
-    """Each edge's load: the largest flow any one destination sends over it."""
+def edge_loads(
+    routes: Sequence[CandidatePath], flows: Sequence[float], groups: Sequence[int] | None = None
+) -> dict[Edge, float]:
+    """Each edge's load: the largest flow any one destination sends over it; with ``groups``
+    (trees), the sum of the trees through it."""
     per: dict[tuple[int, Edge], float] = {}
-    for route, g in zip(routes, flows, strict=True):
+    seen: set[tuple[int, Edge]] = set()
+    for i, (route, g) in enumerate(zip(routes, flows, strict=True)):
         for e in itertools.pairwise(route.regions):
-            per[(route.commodity, e)] = per.get((route.commodity, e), 0.0) + g
+            if groups is not None:
+                if (groups[i], e) in seen:
+                    continue
+                seen.add((groups[i], e))
+            key = route.commodity if groups is None else -1
+            per[(key, e)] = per.get((key, e), 0.0) + g
     out: dict[Edge, float] = {}
     for (_, e), g in per.items():
         out[e] = max(out.get(e, 0.0), g)
@@ -145,16 +160,22 @@ def build_multicast_plan(
     solution: MulticastSolution,
     *,
     seconds: float,
+    groups: Sequence[int] | None = None,
     details: dict[str, Any] | None = None,
 ) -> TransferPlan:
     """The plan of a solution: routes per destination, one hop per edge at its (max) load."""
     gbps = solution.gbps
+    index = list(range(len(routes))) if groups is None else list(groups)
     kept = [
-        (r, g)
-        for r, g in zip(routes, solution.route_flows, strict=True)
-        if g > FLOW_TOL * max(gbps, 1e-12)
+        (r, solution.route_flows[k], k)
+        for r, k in zip(routes, index, strict=True)
+        if solution.route_flows[k] > FLOW_TOL * max(gbps, 1e-12)
     ]
-    loads = edge_loads([r for r, _ in kept], [g for _, g in kept])
+    loads = edge_loads(
+        [r for r, _, _ in kept],
+        [g for _, g, _ in kept],
+        None if groups is None else [k for _, _, k in kept],
+    )
     fleet = needed_vms(problem, loads)
     usd_per_gb_sent = sum(problem.price(*e) * f for e, f in loads.items()) / gbps
     hops = []
@@ -162,7 +183,10 @@ def build_multicast_plan(
         source, when = problem.link_source(u, v)
         conns = hop_connections(problem, u, v, f)
         hops.append(Hop(src=u, dst=v, gbps=f, connections=conns, source=source, measured_at=when))
-    paths = [PlanPath(regions=r.regions, share=g / gbps, gbps=g) for r, g in kept]
+    merged: dict[tuple[str, ...], float] = {}
+    for r, g, _ in kept:  # trees may share a route to a destination
+        merged[r.regions] = merged.get(r.regions, 0.0) + g
+    paths = [PlanPath(regions=r, share=g / gbps, gbps=g) for r, g in merged.items()]
     paths.sort(key=lambda p: (problem.dsts.index(p.regions[-1]), -p.gbps))
     egress_usd, vm_usd = costs(problem, gbps, usd_per_gb_sent, fleet)
     src_out = sum(f for (u, _), f in loads.items() if u == problem.src)
@@ -196,29 +220,97 @@ def build_multicast_plan(
     )
 
 
-def solve_multicast(
-    problem: Problem, solver: str | None = None, *, exact_floor: bool = False
-) -> TransferPlan:
-    """The exact multicast plan for the problem's objective and bound, in whole connections."""
-    start = time.perf_counter()
-    routes = multicast_routes(problem)
-    full = len(routes)
-    routes = select_routes(problem, routes, max_multicast_gbps(problem, routes))
+#: Trees overloading an edge by more than this (relative) are re-planned as trees.
+TREE_TOL = 1e-6
+
+
+def tree_routes(problem: Problem, trees: Sequence[Tree]) -> tuple[list[CandidatePath], list[int]]:
+    """Each tree's route to each destination, and the tree (group) each route belongs to."""
+    routes, groups = [], []
+    for g, tree in enumerate(trees):
+        parent = {v: u for u, vs in tree.next_hops.items() for v in vs}
+        for k, dst in enumerate(problem.dsts):
+            path = [dst]
+            while path[-1] != problem.src:
+                path.append(parent[path[-1]])
+            regions = tuple(reversed(path))
+            price = sum(problem.price(u, v) for u, v in itertools.pairwise(regions))
+            routes.append(CandidatePath(k, regions, price))
+            groups.append(g)
+    return routes, groups
+
+
+def _whole(
+    problem: Problem,
+    routes: Sequence[CandidatePath],
+    groups: Sequence[int] | None,
+    solver: str | None,
+    exact_floor: bool,
+    start: float,
+    details: dict[str, Any],
+) -> tuple[TransferPlan, MulticastSolution]:
+    """The plan in whole connections: solved again with integer connections if rounding up
+    needs more VMs than the solver's fleet."""
     for integer_conns in (False, True):
         solution, solves = _solve(
-            problem, routes, solver=solver, exact_floor=exact_floor, integer_conns=integer_conns
+            problem,
+            routes,
+            solver=solver,
+            exact_floor=exact_floor,
+            integer_conns=integer_conns,
+            groups=groups,
         )
         plan = build_multicast_plan(
             problem,
             routes,
             solution,
             seconds=time.perf_counter() - start,
+            groups=groups,
             details={
+                **details,
                 "solves": solves,
                 "whole_connections": "integer" if integer_conns else None,
-                "routes_offered": full,
             },
         )
         if not overflows(plan, solution.vms):
-            return plan
+            return plan, solution
     raise InfeasibleError("no multicast plan in whole TCP connections meets the bound")
+
+
+def solve_multicast(
+    problem: Problem, solver: str | None = None, *, exact_floor: bool = False
+) -> TransferPlan:
+    """The exact multicast plan for the problem's objective and bound, in whole connections,
+    with the trees the data plane sends it down (``trees``).
+
+    When the trees of the per-destination plan would load some edge more than the plan does
+    (a routing cannot always carry the model's "largest flow per edge"), the problem is solved
+    again over those trees, where every edge carries the sum of its trees: the plan is then
+    exactly what the trees carry. If no plan on the trees meets the bound, the first plan is
+    kept and ``details["multicast"]["tree_excess"]`` says by how much its trees overload.
+    """
+    start = time.perf_counter()
+    routes = multicast_routes(problem)
+    info = {"routes_offered": len(routes)}
+    routes = select_routes(problem, routes, max_multicast_gbps(problem, routes))
+    plan, _ = _whole(problem, routes, None, solver, exact_floor, start, info)
+    trees = multicast_trees(plan)
+    over = excess(plan, trees)
+    if over > TREE_TOL:
+        shapes, groups = tree_routes(problem, trees)
+        try:
+            on_trees, solution = _whole(
+                problem, shapes, groups, solver, exact_floor, start, {**info, "on_trees": True}
+            )
+        except InfeasibleError:
+            pass
+        else:
+            gbps = on_trees.predicted_gbps
+            trees = [
+                Tree(x / gbps, t.next_hops, t.dsts)
+                for t, x in zip(trees, solution.route_flows, strict=True)
+                if x > FLOW_TOL * gbps
+            ]
+            plan, over = on_trees, excess(on_trees, trees)
+    plan.details["multicast"].update(trees=[t.to_dict() for t in trees], tree_excess=over)
+    return plan

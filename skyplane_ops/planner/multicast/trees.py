@@ -6,7 +6,8 @@ largest of them (``model``). To route without coding, every chunk must take one 
 destination's routes side by side on ``[0, 1)`` of the data (routes with the same first hops
 next to each other, so destinations that share an edge share it over the same slice), cut
 ``[0, 1)`` at every route boundary, and in each slice join the routes the destinations take
-there into a tree (a region already reached keeps its first parent, so nothing arrives twice).
+there into a tree (a region already reached keeps its first parent, so nothing arrives twice,
+and a branch that then leads to no destination is cut).
 ``excess`` tells how far the trees' edge loads exceed the plan's (0 when they fit, as for
 chains and shared relays); the data plane sends each chunk down the tree of its slice.
 """
@@ -69,9 +70,16 @@ def multicast_trees(plan: TransferPlan) -> list[Tree]:
             for u, v in itertools.pairwise(route):
                 if v not in parent and v != plan.src:
                     parent[v] = u
+        needed: set[str] = set()  # regions on the way to some destination (no dead ends)
+        for dst in plan.dsts:
+            v = dst
+            while v in parent and v not in needed:
+                needed.add(v)
+                v = parent[v]
         nxt: dict[str, list[str]] = {}
         for v, u in parent.items():
-            nxt.setdefault(u, []).append(v)
+            if v in needed:
+                nxt.setdefault(u, []).append(v)
         hops: dict[str, tuple[str, ...]] = {}
         order = [plan.src]  # from the source down, as the data goes
         for u in order:
