@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway_agent.client import GatewayClient
+from skyplane_ops.planner.plan import TransferPlan
+from skyplane_ops.planner.problem import Problem, RegionSpec
 from skyplane_ops.provision.fleet import GatewayFleet, data_host
 from skyplane_ops.provision.secrets import secret_bytes
 
@@ -107,3 +109,63 @@ def run_trees(
     for r in used:
         clients[r].stop_job(job_id)
     return TreeRun(seconds, counters, done)
+
+
+# ---- the netns WAN of the multicast test and benchmark ---------------------------------------
+
+#: A source, a relay and three destinations: the source's links to the destinations are slow
+#: (0.25 Gbit/s) and every GB leaving the source costs $0.09; the relay's links and those
+#: between destinations are fast (4 Gbit/s, $0.02), other pairs 1 Gbit/s. The testbed scales
+#: rates by ``WAN_SCALE`` (to 25, 400 and 100 Mbit/s).
+WAN_SRC, WAN_RELAY = "netns:S", "netns:R"
+WAN_DSTS = ("netns:X", "netns:Y", "netns:Z")
+WAN_FAST = {
+    (WAN_SRC, WAN_RELAY),
+    (WAN_RELAY, "netns:X"),
+    (WAN_RELAY, "netns:Y"),
+    (WAN_RELAY, "netns:Z"),
+    ("netns:X", "netns:Z"),
+    ("netns:Y", "netns:Z"),
+}
+WAN_SCALE = 0.1
+
+
+def wan_grid() -> dict[str, float]:
+    """The testbed's grid (Gbit/s before scaling), every ordered pair of the five regions."""
+    regions = [WAN_SRC, WAN_RELAY, *WAN_DSTS]
+
+    def rate(u: str, v: str) -> float:
+        if (u, v) in WAN_FAST or (v, u) in WAN_FAST:
+            return 4.0
+        return 0.25 if WAN_SRC in (u, v) else 1.0
+
+    return {f"{u}->{v}": rate(u, v) for u in regions for v in regions if u != v}
+
+
+def wan_problem(volume_gb: float, floor_gbps: float) -> Problem:
+    """The planner's view of the WAN: one VM per region, the grid's rates, the prices above."""
+    regions = {
+        r: RegionSpec(r, "netns", 0.0, 10.0, 10.0, 1) for r in (WAN_SRC, WAN_RELAY, *WAN_DSTS)
+    }
+    grid = {tuple(k.split("->")): g for k, g in wan_grid().items()}
+    throughput = {(u, v): g for (u, v), g in grid.items() if v != WAN_SRC}
+    prices = {e: 0.09 if e[0] == WAN_SRC else 0.02 for e in throughput}
+    return Problem(
+        WAN_SRC,
+        WAN_DSTS,
+        volume_gb,
+        regions,
+        throughput,
+        prices,
+        "min_cost",
+        floor_gbps,
+        max_conns_per_vm=256,
+    )
+
+
+def job_trees(plan: TransferPlan) -> list[tuple[float, dict[str, Any]]]:
+    """A multicast plan's trees as ``run_trees`` takes them."""
+    return [
+        (t["share"], {"next": t["next_hops"], "sinks": list(plan.dsts)})
+        for t in plan.details["multicast"]["trees"]
+    ]
