@@ -3,7 +3,8 @@ and a direct star.
 
 Each row is cost, completion time (provisioning + transfer, at the slowest destination) and
 the bytes the source sends (its egress: price and NIC), the numbers a user weighs multicast
-by. The separate unicasts are N independent plans of the same settings (a cost ceiling is
+by (a row the unicast planner cannot make, infeasible or out of solver time, is None). The
+separate unicasts are N independent plans of the same settings (a cost ceiling is
 split evenly among them), each with the whole VM limit of every region (so together up to N
 times the VMs a region allows); the unicasts in one job share the limits (the planner's
 unicast model on all destinations: every byte sent once per destination); the star sends
@@ -16,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from skyplane_ops.errors import InfeasibleError
+from skyplane_ops.errors import InfeasibleError, PlanningError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.planner.problem import Problem
 
@@ -54,7 +55,7 @@ def unicasts_row(
         one = dataclasses.replace(problem, dsts=(dst,), bound=bound)
         try:
             rows.append(row(plan_one(one), one))
-        except InfeasibleError:
+        except (InfeasibleError, PlanningError):  # infeasible, or the solver gave up
             return None
     slowest = min(rows, key=lambda r: r["predicted_gbps"])
     return {
@@ -73,7 +74,7 @@ def star_row(problem: Problem, star: Callable[[Problem], TransferPlan]) -> dict[
     """The direct star (source straight to every destination), or None without direct links."""
     try:
         return row(star(problem), problem)
-    except InfeasibleError:
+    except (InfeasibleError, PlanningError):  # infeasible, or the solver gave up
         return None
 
 
@@ -83,5 +84,5 @@ def joint_row(
     """The unicast model on every destination at once (shared VM limits), or None."""
     try:
         return row(plan_all(problem), problem)
-    except InfeasibleError:
+    except (InfeasibleError, PlanningError):  # infeasible, or the solver gave up
         return None
