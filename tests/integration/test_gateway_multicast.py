@@ -173,3 +173,33 @@ def test_a_dead_destination_stops_holding_the_others_back(
         assert all((folder / k).read_bytes() == body for k, body in data.items()), region
     events = clients["test:c"].status("j-mc")["events"]
     assert any(e["t"] in ("lost", "error") for e in events)  # d's copies, for a re-send
+
+
+def test_a_big_object_lands_in_each_destinations_own_multipart_upload(
+    tmp_path: Path, gateways: Gateways
+) -> None:
+    """Parts of one object fan out; each sink writes them to its destination's upload."""
+    from gateway_agent.stores import open_store
+
+    clients, table, _ = gateways
+    body = os.urandom(3 * MiB + 123)
+    spec = _spec(tmp_path, table, {"big.bin": body})
+    stores = {r: open_store(spec["dst_uris"][r]) for r in SINKS}
+    uploads = {r: s.create_multipart("big.bin") for r, s in stores.items()}
+    assert len(set(uploads.values())) == len(SINKS)  # one upload per destination
+    for region in ("test:d", "test:c", "test:b", "test:r", "test:a"):
+        clients[region].start_job(spec)
+    parts = []
+    for n, offset in enumerate(range(0, len(body), MiB), start=1):
+        seg = {"key": "big.bin", "offset": offset, "length": min(MiB, len(body) - offset)}
+        parts.append({"chunk": n, "path": "m", "segs": [{**seg, "part": n, "upload_ids": uploads}]})
+    clients["test:a"].submit_chunks("j-mc", parts)
+    deadline = time.monotonic() + 60
+    want = {p["chunk"] for p in parts}
+    while any(_done(clients[r], "j-mc") != want for r in SINKS):
+        assert time.monotonic() < deadline, "some sink never wrote every part"
+        time.sleep(0.05)
+    for region, store in stores.items():
+        store.complete_multipart("big.bin", uploads[region], [p["chunk"] for p in parts])
+        folder = tmp_path / region.split(":")[1]
+        assert (folder / "big.bin").read_bytes() == body, region
