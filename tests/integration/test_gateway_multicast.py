@@ -203,3 +203,28 @@ def test_a_big_object_lands_in_each_destinations_own_multipart_upload(
         store.complete_multipart("big.bin", uploads[region], [p["chunk"] for p in parts])
         folder = tmp_path / region.split(":")[1]
         assert (folder / "big.bin").read_bytes() == body, region
+
+
+def test_a_destination_that_cannot_write_still_forwards_to_the_next(
+    tmp_path: Path, gateways: Gateways
+) -> None:
+    """c's destination refuses every write: c reports it, and still forwards to d; b and d
+    complete byte-identical."""
+    clients, table, _ = gateways
+    data = {f"obj-{i}": os.urandom(CHUNK + i) for i in range(N)}
+    spec = _spec(tmp_path, table, data)
+    spec["dst_uris"]["test:c"] = "file:///proc/skyplane-not-writable/"
+    for region in ("test:d", "test:c", "test:b", "test:r", "test:a"):
+        clients[region].start_job(spec)
+    clients["test:a"].submit_chunks("j-mc", _descs(data))
+    deadline = time.monotonic() + 60
+    while any(_done(clients[r], "j-mc") != set(range(N)) for r in ("test:b", "test:d")):
+        assert time.monotonic() < deadline, "b or d never got every chunk"
+        time.sleep(0.05)
+    for region in ("test:b", "test:d"):
+        folder = tmp_path / region.split(":")[1]
+        assert all((folder / k).read_bytes() == body for k, body in data.items()), region
+    status = clients["test:c"].status("j-mc")
+    assert not _done(clients["test:c"], "j-mc")
+    assert status["error"] or any(e["t"] == "failed" for e in status["events"])
+    assert status["counters"]["bytes_sent"] == sum(len(b) for b in data.values())
