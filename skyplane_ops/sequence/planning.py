@@ -154,6 +154,12 @@ def plan(
     if len(problem.dsts) > 1:  # one source, several destinations: a multicast plan
         from skyplane_ops.planner.multicast.api import plan_multicast
 
+        if lp or frontier_points:
+            raise PlanningError(
+                "the LP relaxation and the Pareto frontier plan one destination; "
+                "several destinations get an exact multicast plan"
+            )
+
         result = plan_multicast(problem, exact_floor=exact_floor, completion_tolerance=tolerance)
         if grid_source is not None:
             result.details["grid"] = grid_source

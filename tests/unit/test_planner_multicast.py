@@ -170,6 +170,8 @@ def test_cli_plans_a_multicast_beside_unicasts_and_the_star(
     rows = plan.details["multicast"]
     assert rows["this"]["source_egress_gb"] <= 1.1 * 100
     assert rows["unicasts"]["source_egress_gb"] == pytest.approx(200.0)
+    assert main([*argv, "--lp"]) == 2  # one clear line, before any solve
+    assert "plan one destination" in capsys.readouterr().err
     # One destination: today's unicast plan, without multicast rows.
     assert (
         main(
