@@ -28,6 +28,7 @@ from skyplane_ops.sequence.fleet import (
 from skyplane_ops.sequence.fleet import deprovision as deprovision
 from skyplane_ops.sequence.fleet import new_transfer_id as new_transfer_id
 from skyplane_ops.sequence.fleet import provision as provision
+from skyplane_ops.sequence.fleet import setup_backend as setup_backend
 from skyplane_ops.sequence.fleet import start_early as start_early
 from skyplane_ops.sequence.fleet import vms_for as vms_for
 from skyplane_ops.sequence.planning import check_regions as check_regions

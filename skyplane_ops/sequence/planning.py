@@ -80,6 +80,11 @@ def plan(
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
+    Several destinations give a multicast plan (``planner.multicast``: a region may forward
+    each chunk to several next hops, so a shared edge carries the data once), compared with
+    separate unicasts and a direct star; ``lp`` and ``frontier_points`` apply to one
+    destination only.
+
     Measured throughput comes from a grid file (``measured_grid``) or from the latest version
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
     ``details["grid"]`` then names it. ``fleet`` (``FleetUniverse.from_backend``: an ssh
@@ -146,6 +151,22 @@ def plan(
         problem = fleet.constrain(problem)
     from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
 
+    tolerance = (
+        DEFAULT_COMPLETION_TOLERANCE if completion_tolerance is None else completion_tolerance
+    )
+    if len(problem.dsts) > 1:  # one source, several destinations: a multicast plan
+        from skyplane_ops.planner.multicast.api import plan_multicast
+
+        if lp or frontier_points:
+            raise PlanningError(
+                "the LP relaxation and the Pareto frontier plan one destination; "
+                "several destinations get an exact multicast plan"
+            )
+
+        result = plan_multicast(problem, exact_floor=exact_floor, completion_tolerance=tolerance)
+        if grid_source is not None:
+            result.details["grid"] = grid_source
+        return result
     result = plan_transfer(
         problem,
         lp=lp,
