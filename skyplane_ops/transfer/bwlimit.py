@@ -63,6 +63,33 @@ def parse_rate(text: object, name: str = "bwlimit (--bwlimit)") -> float:
     return rate
 
 
+# A capped hop sends a frame (a part, or a batch of small objects up to ``BATCH_BYTES``) whole,
+# then waits until it is paid for: at a low cap that is a long quiet time on the hop, and a
+# hop that moves nothing for the hop timeout (30 s) counts as dead. So a frame must move
+# within ``MAX_FRAME_S`` at the cap.
+MAX_FRAME_S = 10.0
+BATCH_BYTES = 8 << 20  # ``manifest.DEFAULT_BATCH_BYTES``
+
+
+def check_frame_time(bytes_per_s: float, part_size: int) -> None:
+    """Refuse a cap under which one frame takes longer than ``MAX_FRAME_S``, saying which
+    part size (``--chunk-mib``) would do."""
+    frame = max(part_size, BATCH_BYTES)
+    if frame / bytes_per_s <= MAX_FRAME_S:
+        return
+    fits = int(bytes_per_s * MAX_FRAME_S) >> 20
+    advice = (
+        f"give --chunk-mib {fits} or less (part_size {fits << 20})"
+        if fits >= BATCH_BYTES >> 20
+        else f"the least cap is {format_rate(BATCH_BYTES / MAX_FRAME_S)}"
+    )
+    raise TransferError(
+        f"bwlimit (--bwlimit) {format_rate(bytes_per_s)} takes {frame / bytes_per_s:.0f} s per "
+        f"{frame >> 20} MiB frame (a part or a batch of small objects), more than "
+        f"{MAX_FRAME_S:.0f} s (a quiet hop counts as dead): {advice}"
+    )
+
+
 def format_rate(bytes_per_s: float) -> str:
     """``25.0 MB/s (200.0 Mbit/s)``: both units, for messages."""
     return f"{bytes_per_s / 1e6:.1f} MB/s ({bytes_per_s * 8 / 1e6:.1f} Mbit/s)"

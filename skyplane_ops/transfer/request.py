@@ -27,7 +27,7 @@ from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.uri import parse_uri
 from skyplane_ops.errors import TransferError
-from skyplane_ops.transfer.bwlimit import parse_rate
+from skyplane_ops.transfer.bwlimit import check_frame_time, parse_rate
 from skyplane_ops.transfer.checks import check_int, check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import default_journal_dir, transfer_key
@@ -296,7 +296,7 @@ class TransferRequest:
 
     def _check_selection(self) -> None:
         if self.bwlimit is not None:
-            parse_rate(self.bwlimit)
+            check_frame_time(parse_rate(self.bwlimit), self.part_size)
         check_window(self.max_age, self.min_age, self.changed_since, self.changed_before)
         if self.ignore_existing and self.update:
             raise TransferError(

@@ -79,3 +79,13 @@ def test_the_window_is_the_narrowest_of_the_controls() -> None:
     assert win.lo == int((now - 3600) * 1e6) and win.hi == int((now - 60) * 1e6)
     assert win.keeps(int((now - 100) * 1e6)) and not win.keeps(int((now - 30) * 1e6))
     assert not win.keeps(None) and Window().keeps(None)
+
+
+def test_a_cap_too_low_for_the_part_size_says_which_part_size_would_do() -> None:
+    """A capped hop sends a frame whole and then waits: at a low cap that quiet time would
+    look like a dead hop, so the request refuses it up front, naming the fix."""
+    with pytest.raises(TransferError, match=r"give --chunk-mib 59 or less"):
+        _req(bwlimit="50Mbit", part_size=64 << 20)
+    assert _req(bwlimit="50Mbit", part_size=8 << 20).bwlimit_bps == 50e6 / 8
+    with pytest.raises(TransferError, match=r"the least cap is 0.8 MB/s"):
+        _req(bwlimit="2Mbit", part_size=1 << 20)
