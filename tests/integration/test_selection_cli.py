@@ -60,9 +60,21 @@ def test_bad_selection_options_are_one_line_errors_before_any_work(tmp_path: Pat
         (["--changed-since", "yesterday"], "must be an ISO 8601 timestamp"),
         (["--ignore-existing", "--update"], "not both"),
         (["--files-from", str(tmp_path / "none.txt")], "cannot read --files-from"),
+        (["--bwlimit", "200"], "must be a rate with its unit"),
     ):
         proc = _cli(tmp_path / "home", "cp", *ends, *extra)
         assert proc.returncode == 2, (extra, proc.stderr)
         assert message in proc.stderr, (extra, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) <= 3, proc.stderr  # click adds usage
     assert not (tmp_path / "dst").exists()
+
+
+def test_bwlimit_writes_the_new_cap_where_the_running_transfer_reads_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = _cli(home, "bwlimit", "cp-123", "40Mbit")
+    assert proc.returncode == 0, proc.stderr
+    assert "cap 5.0 MB/s (40.0 Mbit/s)" in proc.stdout
+    assert (home / "bwlimit" / "cp-123").read_text() == "40Mbit"
+    bad = _cli(home, "bwlimit", "cp-123", "40")
+    assert bad.returncode == 2 and "must be a rate with its unit" in bad.stderr
+    assert (home / "bwlimit" / "cp-123").read_text() == "40Mbit"  # unchanged
