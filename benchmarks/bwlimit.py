@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -93,8 +94,11 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="skyplane-bwlimit-"))
     os.environ.setdefault("SKYPLANE_OPS_HOME", str(root / "home"))
-    rows = [run(root, args.mib, cap, None, args.relay) for cap in args.caps]
-    rows.append(run(root, args.mib, args.caps[0], args.caps[-1], args.relay))
+    try:
+        rows = [run(root, args.mib, cap, None, args.relay) for cap in args.caps]
+        rows.append(run(root, args.mib, args.caps[0], args.caps[-1], args.relay))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     print(f"{'cap':>8} {'MB/s cap':>9} {'MB/s got':>9} {'error':>7}   after a change")
     for r in rows:
         err = r["achieved_Bps"] / r["cap_Bps"] - 1
