@@ -180,6 +180,7 @@ class CopyRun:
                     request.dst_region,
                     volume,
                     **request.planning.kwargs(),
+                    bwlimit_gbps=request.bwlimit_gbps,
                     backend=self.gateways.backend,
                     fleet=self.universe(),
                 )

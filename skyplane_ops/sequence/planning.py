@@ -76,6 +76,7 @@ def plan(
     mip_gap: float | None = None,
     completion_tolerance: float | None = None,
     fleet: FleetUniverse | None = None,
+    bwlimit_gbps: float | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
@@ -96,6 +97,7 @@ def plan(
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
     ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
     ``completion_tolerance`` (plans within it of the fastest completion count as fast).
+    ``bwlimit_gbps``: the transfer's bandwidth cap, a bound on the plan's throughput.
     """
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
@@ -142,6 +144,7 @@ def plan(
         relays_allow=relays_allow,
         relays_deny=relays_deny,
         measured_only=measured_only,
+        max_gbps=bwlimit_gbps,
         **extra,
     )
     if fleet is not None:
