@@ -46,6 +46,10 @@ from skyplane_ops.transfer.listing import list_request as list_request
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress import plan_paths as plan_paths
+from skyplane_ops.transfer.report import find_reports as find_reports
+from skyplane_ops.transfer.report import load_summary as load_summary
+from skyplane_ops.transfer.report import summary_text as summary_text
+from skyplane_ops.transfer.report.reader import failed_rows as failed_rows
 from skyplane_ops.transfer.request import as_request as as_request
 from skyplane_ops.transfer.request import request_from
 from skyplane_ops.transfer.state import TransferState as TransferState

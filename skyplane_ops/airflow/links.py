@@ -1,4 +1,4 @@
-"""Extra links on the transfer tasks: the stored plan and the route diagram.
+"""Extra links on the transfer tasks: the stored plan, the route diagram and the report.
 
 Airflow 3 resolves a link from the XCom the task pushed under the link's ``xcom_key``, so
 the operators push the finished URL (``persist``) and the UI reads it back. The route link
@@ -70,6 +70,13 @@ class SkyplaneRouteLink(_XComLink):
     """The overlay route as a diagram."""
 
     name = "Skyplane route"
+
+
+class SkyplaneReportLink(_XComLink):
+    """The transfer report's summary (every object's outcome is in the Parquet file beside
+    it)."""
+
+    name = "Skyplane report"
 
 
 def persist_links(

@@ -123,8 +123,26 @@ def _pick(summary: Mapping[str, Any], *names: str) -> Any:
     return None
 
 
+def verified(summary: Mapping[str, Any]) -> bool | None:
+    """Whether the end check passed, as a bool in every face (None: no check was made)."""
+    value = summary.get("verified", summary.get("verification"))
+    if isinstance(value, Mapping):
+        return str(value.get("status", "")).lower() == "passed" if value else None
+    return None if value is None else bool(value)
+
+
+def unchanged(summary: Mapping[str, Any]) -> bool:
+    """The run wrote and deleted nothing at the destination (an up-to-date sync)."""
+    return (
+        summary.get("status", "ok") == "ok"
+        and not summary.get("objects")
+        and not summary.get("objects_deleted")
+    )
+
+
 def asset_metadata(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """Event metadata for the destination Asset: bytes, objects, Gbit/s, cost, route."""
+    """Event metadata for the destination Asset: bytes, objects, Gbit/s, cost, route, whether
+    it verified (a bool, as in Dagster) and the transfer report."""
     return {
         "transfer_id": summary.get("transfer_id"),
         "bytes": _pick(summary, "bytes", "bytes_transferred", "total_bytes"),
@@ -132,8 +150,9 @@ def asset_metadata(summary: Mapping[str, Any]) -> dict[str, Any]:
         "gbps": _pick(summary, "gbps", "throughput_gbps", "actual_gbps"),
         "cost_usd": _pick(summary, "cost_usd", "actual_cost_usd", "predicted_cost_usd"),
         "route": summary.get("route"),
-        "verified": _pick(summary, "verified", "verification"),
+        "verified": verified(summary),
         "plan_uri": summary.get("plan_uri"),
+        "report_uri": (summary.get("uris") or {}).get("report"),
     }
 
 

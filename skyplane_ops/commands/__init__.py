@@ -14,5 +14,6 @@ from skyplane_ops.commands.grid import grid
 from skyplane_ops.commands.plan import plan
 from skyplane_ops.commands.profile import profile
 from skyplane_ops.commands.provision import provision
+from skyplane_ops.commands.report import report
 
-COMMANDS: list[click.Command] = [plan, cp, sync, profile, grid, provision, deprovision]
+COMMANDS: list[click.Command] = [plan, cp, sync, profile, grid, provision, deprovision, report]

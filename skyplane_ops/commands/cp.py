@@ -122,6 +122,8 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         encrypt=args.encrypt,
         compress_level=3 if args.compress else 0,
         journal_dir=args.journal_dir,
+        report_uri=getattr(args, "report_uri", None),
+        report_options=getattr(args, "report_options", None) or {},
         wait_lock=args.wait_lock,
         plan_options=planning,
     )

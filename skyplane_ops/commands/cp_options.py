@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from skyplane_ops.commands.options import (
+    JSON_OBJECT,
     backend_option,
     backend_options_option,
     compose,
@@ -130,6 +131,19 @@ def transfer_options(verb: str) -> Any:
         ),
         click.option(
             "--journal-dir", metavar="DIR", default=None, help="where resume journals live"
+        ),
+        click.option(
+            "--report-uri",
+            metavar="URI",
+            default=None,
+            help="folder (any store) the transfer report goes to: <URI>/<transfer id>/"
+            "objects.parquet and summary.json (default $SKYPLANE_OPS_HOME/reports)",
+        ),
+        click.option(
+            "--report-options",
+            type=JSON_OBJECT,
+            default=None,
+            help="store options of --report-uri, as --dst-options",
         ),
         click.option(
             "--wait-lock",

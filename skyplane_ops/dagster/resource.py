@@ -82,6 +82,14 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         default=None,
         description="Directory for resume journals (default $SKYPLANE_OPS_HOME/dagster/journals).",
     )
+    report_uri: str | None = Field(
+        default=None,
+        description="Folder (any store) of the transfer reports: every object's outcome as "
+        "Parquet and a JSON summary (default $SKYPLANE_OPS_HOME/reports).",
+    )
+    report_options: dict[str, Any] = Field(
+        default_factory=dict, description="Store options of report_uri (no credentials)."
+    )
     check_checksums: str = Field(
         default="auto",
         description=(
@@ -175,6 +183,8 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             dst_options=self.store_options_for(dst_uri),
             journal_dir=journal_dir,
             transfer_id=transfer_id,
+            report_uri=self.report_uri,
+            report_options=self.report_options,
         )
 
     def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:

@@ -23,6 +23,7 @@ from skyplane_ops.transfer.commit import (
 )
 from skyplane_ops.transfer.dispatch import DispatchStats
 from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.report import ReportRun, write_report
 from skyplane_ops.transfer.result import TransferResult, partial_error, plan_costs
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import fold_expected, segments_of, whole_limit
@@ -69,11 +70,13 @@ def finish_run(
     run.step("commit")
     verification = _verify(run, catalog, dst, journal, verify, unconfirmed)
     run.step("verify")
-    deleted = 0
-    if delete and not changed and not failed:
+    deleting = delete and not changed and not failed
+    deleted, delete_errors = 0, dict[str, str]()
+    if deleting:
         deleted, delete_errors = mirror.delete_absent(src, dst, catalog, run.src_uri, True)
         failed.update(delete_errors)
-    return _report(run, catalog, journal, moved, verification, failed, changed, deleted)
+    report = run.report_run(deleted=deleting, delete_failed=delete_errors)
+    return _report(run, catalog, journal, moved, verification, failed, changed, deleted, report)
 
 
 def _check_source(
@@ -181,6 +184,7 @@ def _report(
     failed: dict[str, str],
     changed: set[str],
     deleted: int,
+    report: ReportRun,
 ) -> TransferResult:
     """Record the paths' measurements and build the result; objects left out raise a
     ``PartialTransferError`` (the journal is kept), else the journal goes."""
@@ -219,6 +223,7 @@ def _report(
         first_errors=notes[:5],
         routed_around=stats.dead_hops[:5],
     )
+    write_report(run.request, result, report, catalog)  # every object's outcome
     if changed or failed:
         for line in notes:
             log.warning("not copied: %s", line)

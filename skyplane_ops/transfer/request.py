@@ -202,7 +202,9 @@ class TransferRequest:
     path; ``journal_dir`` is where resume journals live (default ``$SKYPLANE_OPS_HOME``);
     ``transfer_id`` tags every resource; ``wait_lock`` waits for another run of the same
     transfer instead of failing; ``src_region``/``dst_region`` and ``planning`` choose the
-    route.
+    route; ``report_uri`` (with ``report_options``, store options as for the ends) is the
+    folder of any store the run's report goes to (``<report_uri>/<transfer id>/<job id>/``: every
+    object's outcome as Parquet and a JSON summary; default ``$SKYPLANE_OPS_HOME/reports``).
     """
 
     src: StoreLocation
@@ -223,6 +225,8 @@ class TransferRequest:
     transfer_id: str | None = None
     wait_lock: bool = False
     planning: PlanOptions = field(default_factory=PlanOptions)
+    report_uri: str | None = None
+    report_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -239,6 +243,9 @@ class TransferRequest:
             put(self, "encrypt", _ENCRYPT_ALIASES.get(self.encrypt, self.encrypt))
         if self.encrypt not in ENCRYPT_MODES:
             raise TransferError(f"encrypt must be 'auto', 'all' or 'none', not {self.encrypt!r}")
+        if self.report_uri is not None:
+            put(self, "report_uri", StoreLocation(self.report_uri).uri)
+        put(self, "report_options", dict(self.report_options or {}))
         if self.max_delete is not None and not self.delete:
             raise TransferError("max_delete (--max-delete) only applies with delete (--delete)")
         if self.delete:
@@ -260,6 +267,15 @@ class TransferRequest:
         for side, where in (("source", self.src), ("destination", self.dst)):
             where.check(side)
         check_disjoint(self.src.uri, self.dst.uri, self.src.options, self.dst.options)
+        if self.report_uri is not None:
+            report = StoreLocation(self.report_uri, self.report_options)
+            report.check("report")
+            for side, where in (("source", self.src), ("destination", self.dst)):
+                if _inside(report.uri, where.uri):
+                    raise TransferError(
+                        f"report_uri {report.uri} is inside the {side} {where.uri}: a report "
+                        "there would be copied or mirror-deleted; name a folder outside it"
+                    )
 
     # -- derived ---------------------------------------------------------------------------
 
@@ -338,6 +354,7 @@ class TransferRequest:
         out["src"], out["dst"] = self.src.to_dict(), self.dst.to_dict()
         out["include"], out["exclude"] = list(self.include), list(self.exclude)
         out["planning"] = self.planning.kwargs()
+        out["report_options"] = dict(self.report_options)
         return out
 
     def to_json(self) -> str:
@@ -356,6 +373,12 @@ class TransferRequest:
         except ValueError as exc:
             raise TransferError(f"a transfer request must be JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def _inside(uri: str, folder: str) -> bool:
+    """``uri`` is ``folder`` or under it (same scheme, bucket and prefix)."""
+    a, b = uri.rstrip("/") + "/", folder.rstrip("/") + "/"
+    return a.startswith(b)
 
 
 def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequest:

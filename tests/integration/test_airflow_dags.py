@@ -181,6 +181,22 @@ def _states(run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 
+def _asset_events(name: str) -> list[dict[str, Any]]:
+    """The extras of the Asset events of the Asset named ``name``, newest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        found = session.scalars(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == name)
+            .order_by(AssetEvent.id.desc())
+        ).all()
+        return [dict(e.extra) for e in found]
+
+
 def _xcom(run: Any, task_id: str) -> Any:
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -407,6 +423,9 @@ def test_copy_operator_sync_with_nothing_to_do_plans_and_starts_nothing(af: Path
     assert set(_states(first).values()) == {"success"}, _states(first)
     copied = _xcom(first, "sync_copy")
     assert copied["objects"] == 20 and copied["plan_uri"], copied
+    events = _asset_events(f"file://{dst}/")
+    assert len(events) == 1 and events[0]["objects"] == 20 and events[0]["verified"] is True
+    assert events[0]["report_uri"].endswith("summary.json")
 
     again = _dag("skyplane_test_sync").test()
     assert set(_states(again).values()) == {"success"}, _states(again)
@@ -415,10 +434,14 @@ def test_copy_operator_sync_with_nothing_to_do_plans_and_starts_nothing(af: Path
     assert skipped["verification"]["method"] == "sync: up to date", skipped
     assert skipped["plan_uri"] is None, skipped  # never planned, so never provisioned
     assert not list((af / "work" / "plans").glob(f"{skipped['transfer_id']}*"))
+    # Nothing changed at the destination: no Asset event (it would re-trigger every DAG
+    # scheduled on the replica).
+    assert len(_asset_events(f"file://{dst}/")) == 1
 
     (src / "f00.bin").write_bytes(os.urandom(5000))  # a change is still copied
     changed = _xcom(_dag("skyplane_test_sync").test(), "sync_copy")
     assert changed["objects"] == 1 and changed["plan_uri"], changed
+    assert [e["objects"] for e in _asset_events(f"file://{dst}/")] == [1, 20]
     for i in range(20):
         name = f"f{i:02d}.bin"
         assert (dst / name).read_bytes() == (src / name).read_bytes()

@@ -300,6 +300,7 @@ def test_xcom_of_a_10000_object_transfer_stays_under_a_few_kb() -> None:
     meta = asset_metadata(summary)
     assert meta["bytes"] == 10_000 * 4096 and meta["objects"] == 10_000
     assert meta["gbps"] == 0.026 and meta["route"] and meta["cost_usd"] is not None
+    assert meta["verified"] is True  # a bool, as in the Dagster face, not the check's dict
 
 
 def test_bounded_replaces_key_lists_with_counts() -> None:
