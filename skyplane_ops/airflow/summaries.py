@@ -159,7 +159,8 @@ def asset_metadata(summary: Mapping[str, Any]) -> dict[str, Any]:
 def progress_counters(update: Any) -> dict[str, Any]:
     """Scalar counters of a progress sample (a mapping or the core's ``Progress`` dataclass).
 
-    Only scalars: a progress sample must never carry key lists into logs or status files.
+    Scalars, and the Gbit/s of each of the plan's paths (at most 8): a progress sample must
+    never carry key lists into logs or status files.
     """
     if dataclasses.is_dataclass(update) and not isinstance(update, type):
         items = dataclasses.asdict(update)
@@ -167,6 +168,16 @@ def progress_counters(update: Any) -> dict[str, Any]:
         items = dict(update)
     else:
         items = dict(getattr(update, "__dict__", {}))
-    return {
+    out: dict[str, Any] = {
         str(k): v for k, v in items.items() if isinstance(v, int | float | str | bool) or v is None
     }
+    paths = items.get("path_gbps")
+    if isinstance(paths, Mapping):  # a few routes (the plan's paths), never keys
+        out["path_gbps"] = {
+            str(r): round(float(g), 4) for r, g in list(paths.items())[:8] if _number(g)
+        }
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -292,6 +292,9 @@ def test_example_etl_dag_replicates_parquet_and_checks_it(
     assert len(json.dumps(summary)) < 4096
     fleet = _xcom(run, "replicate.provision")
     assert fleet["gateways"] and not _gateways_alive(fleet)
+    # the teardown counts the gateways it deleted (it said "0 resources")
+    torn = _xcom(run, "replicate.deprovision")
+    assert torn["deleted_count"] >= len(fleet["gateways"]), torn
     # The destination Asset event carries the transfer's numbers.
     with create_session() as session:
         event = session.scalars(
@@ -534,6 +537,7 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     assert set(_states(scratch_run).values()) == {"success"}, _states(scratch_run)
     scratch = _xcom(scratch_run, "refresh")
     assert scratch["scratch"] is True and "scratch store" in scratch["publish_reason"], scratch
+    assert _asset_events("skyplane_throughput_grid") == []  # scratch is not the planning grid
     assert GridStore(str(af / "work" / "grid-scratch")).latest_version() == scratch["version"]
     store = GridStore(str(af / "work" / "grid"))
     assert store.latest_version() is None
@@ -548,6 +552,8 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     summary = _xcom(first, "refresh")
     assert summary["measured"] == 6 and summary["version"], summary
     assert summary["scratch"] is False
+    (event,) = _asset_events("skyplane_throughput_grid")
+    assert event["version"] == summary["version"] and event["scratch"] is False
     run_id = summary["run_id"]
     assert not _processes_mentioning(run_id)
     assert store.latest_version() == summary["version"]
