@@ -16,6 +16,8 @@ from gateway_agent.stores.base import ObjectInfo as ObjectInfo
 from skyplane_ops.errors import PlanningError as PlanningError
 from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
+from skyplane_ops.metrics import MetricsEvents as MetricsEvents
+from skyplane_ops.metrics import RunMetrics as RunMetrics
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
 from skyplane_ops.sequence import CopyRun as CopyRun

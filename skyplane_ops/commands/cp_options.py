@@ -146,6 +146,26 @@ def transfer_options(verb: str) -> Any:
             help="store options of --report-uri, as --dst-options",
         ),
         click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            default=None,
+            help="serve Prometheus metrics of the run on this port while it runs (0: any free "
+            "port, printed on stderr): bytes, objects and chunks by outcome, per-path Gbit/s, "
+            "retries, each gateway's byte-budget use",
+        ),
+        click.option(
+            "--metrics-addr",
+            default="127.0.0.1",
+            show_default=True,
+            help="address the metrics server binds to",
+        ),
+        click.option(
+            "--metrics-textfile",
+            metavar="FILE",
+            default=None,
+            help="write the run's final metrics to FILE (node_exporter textfile collector)",
+        ),
+        click.option(
             "--wait-lock",
             is_flag=True,
             help="wait for another run of the same transfer instead of stopping",

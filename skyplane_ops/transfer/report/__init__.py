@@ -10,13 +10,13 @@ summarises a report for ``skyplane-ops report``.
 """
 
 from skyplane_ops.transfer.report.reader import find_reports, load_summary, summary_text
-from skyplane_ops.transfer.report.schema import OUTCOMES, SCHEMA
+from skyplane_ops.transfer.report.schema import OUTCOMES, arrow_schema
 from skyplane_ops.transfer.report.writer import ReportRun, report_location, write_report
 
 __all__ = [
     "OUTCOMES",
-    "SCHEMA",
     "ReportRun",
+    "arrow_schema",
     "find_reports",
     "load_summary",
     "report_location",

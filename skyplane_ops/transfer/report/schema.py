@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+import functools
+from typing import Any
 
 OBJECTS = "objects.parquet"
 SUMMARY = "summary.json"
@@ -15,21 +16,42 @@ FAILED = "failed"
 DELETED = "deleted"
 OUTCOMES = (COPIED, SKIPPED_UP_TO_DATE, SKIPPED_BY_RULE, FAILED, DELETED)
 
-_TIME = pa.timestamp("us", tz="UTC")
-SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.string(), nullable=False),
-        pa.field("size", pa.int64()),
-        pa.field("outcome", pa.dictionary(pa.int8(), pa.string()), nullable=False),
-        pa.field("error", pa.string()),
-        pa.field("src_version", pa.string()),
-        pa.field("src_etag", pa.string()),
-        pa.field("dst_etag", pa.string()),
-        pa.field("checksum", pa.string()),
-        pa.field("checksum_kind", pa.string()),
-        pa.field("paths", pa.string()),
-        pa.field("src_modified", _TIME),
-        pa.field("finished", _TIME),
-    ]
+COLUMNS = (
+    "key",
+    "size",
+    "outcome",
+    "error",
+    "src_version",
+    "src_etag",
+    "dst_etag",
+    "checksum",
+    "checksum_kind",
+    "paths",
+    "src_modified",
+    "finished",
 )
-COLUMNS = tuple(SCHEMA.names)
+
+
+@functools.cache
+def arrow_schema() -> Any:
+    """The Parquet schema (pyarrow is imported here, when a report is written: a run that
+    starts pays nothing for it)."""
+    import pyarrow as pa
+
+    time = pa.timestamp("us", tz="UTC")
+    types = {
+        "key": pa.string(),
+        "size": pa.int64(),
+        "outcome": pa.dictionary(pa.int8(), pa.string()),
+        "error": pa.string(),
+        "src_version": pa.string(),
+        "src_etag": pa.string(),
+        "dst_etag": pa.string(),
+        "checksum": pa.string(),
+        "checksum_kind": pa.string(),
+        "paths": pa.string(),
+        "src_modified": time,
+        "finished": time,
+    }
+    required = {"key", "outcome"}
+    return pa.schema([pa.field(c, types[c], nullable=c not in required) for c in COLUMNS])

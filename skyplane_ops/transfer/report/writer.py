@@ -19,9 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore
 from skyplane_ops.transfer.catalog import CHANGED, COMMITTED, FAILED, REFUSED, SKIPPED, TODO
@@ -186,12 +183,16 @@ def _paths(bits: int | None, routes: Sequence[str]) -> str | None:
 def _write_parquet(path: Path, pages: Iterator[Page], run: ReportRun) -> dict[str, Any]:
     """Stream ``pages`` into ``path`` in row groups of ``ROW_GROUP`` rows; objects and bytes
     per outcome."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     counts: dict[str, Any] = {o: {"objects": 0, "bytes": 0} for o in S.OUTCOMES}
     meta = {"transfer_id": run.transfer_id, "job_id": run.job_id}
-    held: list[pa.Table] = []
+    schema = S.arrow_schema()
+    held: list[Any] = []
     rows = 0
     with pq.ParquetWriter(
-        path, S.SCHEMA.with_metadata({"skyplane_ops": json.dumps(meta)}), compression="zstd"
+        path, schema.with_metadata({"skyplane_ops": json.dumps(meta)}), compression="zstd"
     ) as writer:
         for page in pages:
             for outcome, size in zip(page["outcome"], page["size"], strict=True):
@@ -205,17 +206,20 @@ def _write_parquet(path: Path, pages: Iterator[Page], run: ReportRun) -> dict[st
                 held, rows = [], 0
         if held or not any(t["objects"] for t in counts.values()):
             writer.write_table(
-                pa.concat_tables(held) if held else S.SCHEMA.empty_table(),
+                pa.concat_tables(held) if held else schema.empty_table(),
                 row_group_size=ROW_GROUP,
             )
     return counts
 
 
-def _table(page: Page) -> pa.Table:
+def _table(page: Page) -> Any:
     """A page as a table, column by column (``Table.from_pydict`` with a schema is ~15 times
     slower: it converts row by row)."""
-    arrays = [pa.array(page[name], type=S.SCHEMA.field(name).type) for name in S.COLUMNS]
-    return pa.Table.from_arrays(arrays, schema=S.SCHEMA)
+    import pyarrow as pa
+
+    schema = S.arrow_schema()
+    arrays = [pa.array(page[name], type=schema.field(name).type) for name in S.COLUMNS]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _upload(store: ObjectStore, key: str, path: Path) -> None:
