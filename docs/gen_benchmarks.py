@@ -50,6 +50,10 @@ def _tables(value: Any, path: str = "") -> Iterator[tuple[str, list[dict[str, An
                 yield from _tables(inner, f"{path}.{key}" if path else str(key))
 
 
+def _scalars(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if not isinstance(v, dict | list)}
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     columns: list[str] = []
     for row in rows:
@@ -85,10 +89,15 @@ def section(path: Path) -> str:
     except ValueError as exc:
         return "\n".join([*parts, f"*Not readable as JSON: {exc}.*", ""])
     if isinstance(data, dict):
-        scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
+        scalars = _scalars(data)
         if scalars:
             parts += [_table([scalars]), ""]
     tables = list(_tables(data))
+    if isinstance(data, dict):  # the figures of a nested dict (a summary) are a one-row table
+        for key, inner in data.items():
+            figures = _scalars(inner) if isinstance(inner, dict) else {}
+            if figures:
+                tables.append((str(key), [figures]))
     for where, rows in tables:
         if where:
             parts += [f"**{where}**", ""]
