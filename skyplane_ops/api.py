@@ -18,6 +18,8 @@ from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
 from skyplane_ops.metrics import MetricsEvents as MetricsEvents
 from skyplane_ops.metrics import RunMetrics as RunMetrics
+from skyplane_ops.metrics import textfile_path as textfile_path
+from skyplane_ops.metrics import write_final_metrics as write_final_metrics
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
 from skyplane_ops.sequence import CopyRun as CopyRun
