@@ -14,8 +14,9 @@ from skyplane_ops.commands.grid import grid
 from skyplane_ops.commands.plan import plan
 from skyplane_ops.commands.profile import profile
 from skyplane_ops.commands.provision import provision
+from skyplane_ops.commands.report import report
 from skyplane_ops.commands.setup import setup
 
 COMMANDS: list[click.Command] = [
-    plan, cp, sync, mv, bwlimit, profile, grid, provision, deprovision, setup,
+    plan, cp, sync, mv, bwlimit, profile, grid, provision, deprovision, report, setup,
 ]  # fmt: skip

@@ -148,6 +148,8 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         encrypt=args.encrypt,
         compress_level=3 if args.compress else 0,
         journal_dir=args.journal_dir,
+        report_uri=getattr(args, "report_uri", None),
+        report_options=getattr(args, "report_options", None) or {},
         wait_lock=args.wait_lock,
         plan_options=planning,
         max_age=args.max_age,
@@ -266,6 +268,7 @@ def _execute(args: ArgsNS, sync: bool) -> int:
         return _dry_run(args, build_request(args, sync))
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
     run = make_run(args, sync, _ViewEvents(view, capped=args.bwlimit is not None))
+    metrics = _metrics(args, run)
     status = 0
     try:
         try:
@@ -273,9 +276,31 @@ def _execute(args: ArgsNS, sync: bool) -> int:
         except api.PartialTransferError as exc:
             result, status = exc.result, api.EXIT_PARTIAL
             print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
+        if metrics is not None:
+            metrics.observe_result(result)
+            if getattr(args, "metrics_textfile", None):
+                metrics.write_textfile(args.metrics_textfile)
         return _report(args, result, None if run.up_to_date else run.plan, view, status)
     finally:
         view.close()
+
+
+def _metrics(args: ArgsNS, run: api.CopyRun) -> api.RunMetrics | None:
+    """``--metrics-port``/``--metrics-textfile``: the run's Prometheus metrics, fed by its
+    events; served on loopback (``--metrics-addr`` to widen) while it runs."""
+    port = getattr(args, "metrics_port", None)
+    if port is None and not getattr(args, "metrics_textfile", None):
+        return None
+    metrics = api.RunMetrics(run.transfer_id)
+    run.events = api.MetricsEvents(metrics, run.events)
+    if port is not None:
+        server = metrics.serve(port, getattr(args, "metrics_addr", "127.0.0.1"))
+        print(
+            f"skyplane-ops {args.command}: metrics on http://{server.server_address[0]}:"
+            f"{server.server_port}/metrics",
+            file=sys.stderr,
+        )
+    return metrics
 
 
 def _report(

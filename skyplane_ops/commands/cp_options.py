@@ -11,6 +11,7 @@ import click
 
 from skyplane_ops.commands.options import (
     DURATION,
+    JSON_OBJECT,
     backend_option,
     backend_options_option,
     compose,
@@ -192,6 +193,39 @@ def transfer_options(verb: str) -> Any:
         ),
         click.option(
             "--journal-dir", metavar="DIR", default=None, help="where resume journals live"
+        ),
+        click.option(
+            "--report-uri",
+            metavar="URI",
+            default=None,
+            help="folder (any store) the transfer report goes to: <URI>/<transfer id>/"
+            "objects.parquet and summary.json (default $SKYPLANE_OPS_HOME/reports)",
+        ),
+        click.option(
+            "--report-options",
+            type=JSON_OBJECT,
+            default=None,
+            help="store options of --report-uri, as --dst-options",
+        ),
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            default=None,
+            help="serve Prometheus metrics of the run on this port while it runs (0: any free "
+            "port, printed on stderr): bytes, objects and chunks by outcome, per-path Gbit/s, "
+            "retries, each gateway's byte-budget use",
+        ),
+        click.option(
+            "--metrics-addr",
+            default="127.0.0.1",
+            show_default=True,
+            help="address the metrics server binds to",
+        ),
+        click.option(
+            "--metrics-textfile",
+            metavar="FILE",
+            default=None,
+            help="write the run's final metrics to FILE (node_exporter textfile collector)",
         ),
         click.option(
             "--wait-lock",

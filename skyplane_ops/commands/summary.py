@@ -55,4 +55,7 @@ def summary_lines(result: api.TransferResult, phases: dict[str, float]) -> list[
         )
     if extra:
         lines.append("  " + "; ".join(extra))
+    if result.uris.get("report"):
+        report = result.uris["report"]
+        lines.append(f"  report: {report} (skyplane-ops report {result.transfer_id})")
     return lines + api.path_warnings(result.paths)

@@ -122,6 +122,14 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     max_delete: int | None = Field(
         default=None, description="With move: refuse a move that would delete more objects."
     )
+    report_uri: str | None = Field(
+        default=None,
+        description="Folder (any store) of the transfer reports: every object's outcome as "
+        "Parquet and a JSON summary (default $SKYPLANE_OPS_HOME/reports).",
+    )
+    report_options: dict[str, Any] = Field(
+        default_factory=dict, description="Store options of report_uri (no credentials)."
+    )
     check_checksums: str = Field(
         default="auto",
         description=(
@@ -237,6 +245,8 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             move=self.move,
             max_delete=self.max_delete,
             bwlimit=self.bwlimit,
+            report_uri=self.report_uri,
+            report_options=self.report_options,
         )
 
     def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:

@@ -138,11 +138,16 @@ class _LogEvents(api.RunEvents):
         self.label = label
         self.line: api.ProgressLine | None = None
         self.last = 0.0
+        self.latest: Any = None  # the newest sample, logged when the transfer ends
 
     @contextmanager
     def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
         note: dict[str, str] = {}
         yield note
+        if name == "transfer" and self.line is not None and self.latest is not None:
+            text = self.line.update(self.latest)  # None when it was the last one logged
+            if text:
+                self.context.log.info(text)
         if "done" in note:
             self.context.log.info(f"{self.label}: {name}: {note['done']}")
 
@@ -150,8 +155,11 @@ class _LogEvents(api.RunEvents):
         self.line = api.ProgressLine(f"transfer {self.label}", api.plan_paths(plan))
 
     def progress(self, update: Any) -> None:
+        self.latest = update
         now = time.monotonic()
         if now - self.last < PROGRESS_EVERY_S or self.line is None:
+            return
+        if not getattr(update, "bytes_done", 1):  # nothing moved yet: no lone "0.0%" line
             return
         self.last = now
         text = self.line.update(update)

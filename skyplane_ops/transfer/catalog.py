@@ -10,6 +10,8 @@ disk, in tables made for it, and the engine streams over them in key order:
 - ``seg``: CRC32C per finished segment (``part`` 0: a whole object), from the gateways or the
   journal, and ``v`` = 1 when this run's write of it was vouched for; ``exp``: the whole-object
   (size, CRC32C) verification expects;
+- ``way``: the plan paths (a bit per path index) this run's segments of each object finished
+  on, and when the last one did (epoch microseconds): the transfer report's path and time;
 - ``vouch``: multipart objects all of whose parts' writes this run vouched for (whole objects:
   ``seg.v`` of part 0), so ``--verify full`` reads nothing back for them;
 - ``outcome``: objects that failed or changed, with why (few, unless something is badly wrong);
@@ -59,7 +61,7 @@ from skyplane_ops.transfer.listrows import (
 from skyplane_ops.transfer.manifest import check_found, matches
 from skyplane_ops.transfer.selection import Window, head_rows, row_filter
 
-__all__ = ["BATCH", "Catalog", "checksums_json", "dec", "enc", "fp_text", "micros"]
+__all__ = ["BATCH", "WAY_SQL", "Catalog", "checksums_json", "dec", "enc", "fp_text", "micros"]
 
 # Object states in ``src``.
 TODO, SKIPPED, REFUSED, COMMITTED, CHANGED, FAILED = range(6)
@@ -80,11 +82,18 @@ CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, eta
 CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER, mtime INTEGER, ck TEXT,
                  etag TEXT) WITHOUT ROWID;
 CREATE TABLE vouch(key PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE way(key PRIMARY KEY, paths INTEGER NOT NULL, at INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE j_upload(key PRIMARY KEY, upload_id TEXT, fp TEXT) WITHOUT ROWID;
 CREATE TABLE j_done(key, part INTEGER, crc INTEGER, fp TEXT, PRIMARY KEY(key, part)) WITHOUT ROWID;
 CREATE TABLE j_commit(key PRIMARY KEY, size INTEGER, crc INTEGER, fp TEXT) WITHOUT ROWID;
 """
 
+
+# Which paths an object's segments finished on (bits OR-ed) and when the last one did.
+WAY_SQL = (
+    "INSERT INTO way(key,paths,at) VALUES(?,?,?) ON CONFLICT(key) DO UPDATE SET "
+    "paths = paths | excluded.paths, at = max(at, excluded.at)"
+)
 
 # An object's fingerprint (what must not change between listing and commit: size, etag,
 # modification time in microseconds, the store's version) is the column ``fp``: JSON SQLite

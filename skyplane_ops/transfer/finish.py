@@ -24,6 +24,7 @@ from skyplane_ops.transfer.commit import (
 from skyplane_ops.transfer.dispatch import DispatchStats
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.move import delete_moved
+from skyplane_ops.transfer.report import ReportRun, write_report
 from skyplane_ops.transfer.result import TransferResult, partial_error, plan_costs
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import fold_expected, segments_of, whole_limit
@@ -72,8 +73,9 @@ def finish_run(
     run.step("commit")
     verification = _verify(run, catalog, dst, journal, verify, unconfirmed)
     run.step("verify")
-    deleted = 0
-    if delete and not changed and not failed:
+    deleting = delete and not changed and not failed
+    deleted, delete_errors = 0, dict[str, str]()
+    if deleting:
         deleted, delete_errors = mirror.delete_absent(src, dst, catalog, run.src_uri, True)
         failed.update(delete_errors)
     moved_away = 0
@@ -81,7 +83,10 @@ def finish_run(
         moved_away, kept = delete_moved(src, catalog)
         failed.update(kept)
         run.step("move_delete")
-    return _report(run, catalog, journal, moved, verification, failed, changed, deleted, moved_away)
+    report = run.report_run(deleted=deleting, delete_failed=delete_errors)
+    return _report(
+        run, catalog, journal, moved, verification, failed, changed, deleted, report, moved_away
+    )
 
 
 def _check_source(
@@ -189,6 +194,7 @@ def _report(
     failed: dict[str, str],
     changed: set[str],
     deleted: int,
+    report: ReportRun,
     moved_away: int = 0,
 ) -> TransferResult:
     """Record the paths' measurements and build the result; objects left out raise a
@@ -230,6 +236,7 @@ def _report(
         first_errors=notes[:5],
         routed_around=stats.dead_hops[:5],
     )
+    write_report(run.request, result, report, catalog)  # every object's outcome
     if changed or failed:
         for line in notes:
             log.warning("not copied: %s", line)

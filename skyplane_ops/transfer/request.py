@@ -215,6 +215,10 @@ class TransferRequest:
     deletes each source object once its copy is committed and verified (``transfer.move``),
     at most ``max_delete`` of them. ``bwlimit`` caps the transfer's rate over all paths (a
     rate with its unit, per second: ``200Mbit``, ``25MiB``; ``transfer.bwlimit``).
+
+    ``report_uri`` (with ``report_options``, store options as for the ends) is the
+    folder of any store the run's report goes to (``<report_uri>/<transfer id>/<job id>/``: every
+    object's outcome as Parquet and a JSON summary; default ``$SKYPLANE_OPS_HOME/reports``).
     """
 
     src: StoreLocation
@@ -244,6 +248,8 @@ class TransferRequest:
     update: bool = False
     move: bool = False
     bwlimit: str | None = None
+    report_uri: str | None = None
+    report_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -266,6 +272,9 @@ class TransferRequest:
             )
         if self.move and self.delete:
             raise TransferError("give move (mv) or delete (--delete), not both")
+        if self.report_uri is not None:
+            put(self, "report_uri", StoreLocation(self.report_uri).uri)
+        put(self, "report_options", dict(self.report_options or {}))
         if self.delete:
             put(self, "sync", True)
         for name in ("max_age", "min_age"):
@@ -310,6 +319,15 @@ class TransferRequest:
             )
         if self.files_from is not None and not self.files_from:
             raise TransferError("files_from (--files-from) names no key")
+        if self.report_uri is not None:
+            report = StoreLocation(self.report_uri, self.report_options)
+            report.check("report")
+            for side, where in (("source", self.src), ("destination", self.dst)):
+                if _inside(report.uri, where.uri):
+                    raise TransferError(
+                        f"report_uri {report.uri} is inside the {side} {where.uri}: a report "
+                        "there would be copied or mirror-deleted; name a folder outside it"
+                    )
 
     # -- derived ---------------------------------------------------------------------------
 
@@ -418,6 +436,7 @@ class TransferRequest:
         out["planning"] = self.planning.kwargs()
         if self.files_from is not None:
             out["files_from"] = list(self.files_from)
+        out["report_options"] = dict(self.report_options)
         return out
 
     def to_json(self) -> str:
@@ -436,6 +455,12 @@ class TransferRequest:
         except ValueError as exc:
             raise TransferError(f"a transfer request must be JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def _inside(uri: str, folder: str) -> bool:
+    """``uri`` is ``folder`` or under it (same scheme, bucket and prefix)."""
+    a, b = uri.rstrip("/") + "/", folder.rstrip("/") + "/"
+    return a.startswith(b)
 
 
 def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequest:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from gateway_agent.auth import load_secret
@@ -13,7 +14,7 @@ from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import mirror, syncstate
 from skyplane_ops.transfer.bwlimit import live_path
-from skyplane_ops.transfer.catalog import TODO, Catalog, enc
+from skyplane_ops.transfer.catalog import TODO, WAY_SQL, Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
 from skyplane_ops.transfer.finish import Moved, finish_run
@@ -21,6 +22,7 @@ from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
 from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.progress import ProgressCallback
+from skyplane_ops.transfer.report import write_report
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult, partial_error
 from skyplane_ops.transfer.run_state import RunState
@@ -151,6 +153,9 @@ class _Run(RunState):
                 objects_failed=len(errors),
                 first_errors=[f"{k!r}: {why}" for k, why in sorted(errors.items())][:5],
             )
+            deleting = not unread
+            report = self.report_run(deleted=deleting, delete_failed=errors if deleting else {})
+            write_report(request, result, report, catalog)
             if errors:
                 raise partial_error(result, errors, [])
             syncstate.record_equal(catalog)
@@ -172,14 +177,17 @@ class _Run(RunState):
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             nonlocal done_now
-            rows, records = [], []
+            rows, records, ways = [], [], []
+            at = time.time_ns() // 1000
             for chunk, seg_crcs in finished:
                 ok = set(chunk.vouched)  # ``seg.v``: a whole object's vouch, or a part's
                 for i, (seg, crc) in enumerate(zip(chunk.segments, seg_crcs, strict=False)):
                     rows.append((enc(seg.key), seg.part, crc, int(i in ok)))
                     records.append((seg.seg_id, crc, seg.fp or "null"))
+                    ways.append((enc(seg.key), 1 << min(chunk.path, 62), at))
             journal.record_done(records)  # the durable record first, then the scratch one
             catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?,?)", rows)
+            catalog.write(WAY_SQL, ways)
             done_now += len(rows)
 
         dispatcher = Dispatcher(

@@ -200,6 +200,22 @@ def _states(run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 
+def _asset_events(name: str) -> list[dict[str, Any]]:
+    """The extras of the Asset events of the Asset named ``name``, newest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        found = session.scalars(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == name)
+            .order_by(AssetEvent.id.desc())
+        ).all()
+        return [dict(e.extra) for e in found]
+
+
 def _xcom(run: Any, task_id: str) -> Any:
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -295,6 +311,9 @@ def test_example_etl_dag_replicates_parquet_and_checks_it(
     assert len(json.dumps(summary)) < 4096
     fleet = _xcom(run, "replicate.provision")
     assert fleet["gateways"] and not _gateways_alive(fleet)
+    # the teardown counts the gateways it deleted (it said "0 resources")
+    torn = _xcom(run, "replicate.deprovision")
+    assert torn["deleted_count"] >= len(fleet["gateways"]), torn
     # The destination Asset event carries the transfer's numbers.
     with create_session() as session:
         event = session.scalars(
@@ -426,6 +445,9 @@ def test_copy_operator_sync_with_nothing_to_do_plans_and_starts_nothing(af: Path
     assert set(_states(first).values()) == {"success"}, _states(first)
     copied = _xcom(first, "sync_copy")
     assert copied["objects"] == 20 and copied["plan_uri"], copied
+    events = _asset_events(f"file://{dst}/")
+    assert len(events) == 1 and events[0]["objects"] == 20 and events[0]["verified"] is True
+    assert events[0]["report_uri"].endswith("summary.json")
 
     again = _dag("skyplane_test_sync").test()
     assert set(_states(again).values()) == {"success"}, _states(again)
@@ -434,10 +456,14 @@ def test_copy_operator_sync_with_nothing_to_do_plans_and_starts_nothing(af: Path
     assert skipped["verification"]["method"] == "sync: up to date", skipped
     assert skipped["plan_uri"] is None, skipped  # never planned, so never provisioned
     assert not list((af / "work" / "plans").glob(f"{skipped['transfer_id']}*"))
+    # Nothing changed at the destination: no Asset event (it would re-trigger every DAG
+    # scheduled on the replica).
+    assert len(_asset_events(f"file://{dst}/")) == 1
 
     (src / "f00.bin").write_bytes(os.urandom(5000))  # a change is still copied
     changed = _xcom(_dag("skyplane_test_sync").test(), "sync_copy")
     assert changed["objects"] == 1 and changed["plan_uri"], changed
+    assert [e["objects"] for e in _asset_events(f"file://{dst}/")] == [1, 20]
     for i in range(20):
         name = f"f{i:02d}.bin"
         assert (dst / name).read_bytes() == (src / name).read_bytes()
@@ -530,6 +556,7 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     assert set(_states(scratch_run).values()) == {"success"}, _states(scratch_run)
     scratch = _xcom(scratch_run, "refresh")
     assert scratch["scratch"] is True and "scratch store" in scratch["publish_reason"], scratch
+    assert _asset_events("skyplane_throughput_grid") == []  # scratch is not the planning grid
     assert GridStore(str(af / "work" / "grid-scratch")).latest_version() == scratch["version"]
     store = GridStore(str(af / "work" / "grid"))
     assert store.latest_version() is None
@@ -544,6 +571,8 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     summary = _xcom(first, "refresh")
     assert summary["measured"] == 6 and summary["version"], summary
     assert summary["scratch"] is False
+    (event,) = _asset_events("skyplane_throughput_grid")
+    assert event["version"] == summary["version"] and event["scratch"] is False
     run_id = summary["run_id"]
     assert not _processes_mentioning(run_id)
     assert store.latest_version() == summary["version"]

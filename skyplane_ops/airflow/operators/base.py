@@ -17,10 +17,12 @@ from airflow.sdk.configuration import conf
 
 from skyplane_ops.airflow.deferral import TransferJob
 from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env
+from skyplane_ops.airflow.links import SkyplaneReportLink, plan_url
 from skyplane_ops.airflow.settings import DEFAULT_CONN_ID, make_transfer_id
 from skyplane_ops.airflow.summaries import (
     asset_metadata,
     transfer_summary,
+    unchanged,
 )
 from skyplane_ops.api import (
     CopyRun,
@@ -111,7 +113,14 @@ class _SkyplaneBaseOperator(BaseOperator):
         return make_transfer_id(f"{self.dag_id}-{run_id}-{group}")
 
     def _emit_asset_events(self, context: Any, summary: Mapping[str, Any]) -> None:
-        """Attach transfer metadata to every destination Asset outlet's event."""
+        """Attach transfer metadata to every destination Asset outlet's event; a run that
+        changed nothing at the destination emits none."""
+        if unchanged(summary):
+            # The task runner emits an event for every Asset outlet when the task succeeds,
+            # and each one re-triggers the DAGs scheduled on the replica: drop them.
+            self.outlets = [o for o in self.outlets or [] if not isinstance(o, Asset)]
+            self.log.info("the destination is unchanged: no Asset event")
+            return
         meta = asset_metadata(summary)
         events = context.get("outlet_events")
         if events is None:  # run outside a task runner (a test, a script)
@@ -264,6 +273,19 @@ class _TransferringOperator(_SkyplaneBaseOperator):
     sync: bool
     plan_conn_id: str | None
 
+    def __init__(
+        self,
+        *,
+        report_uri: str | None = None,
+        report_options: Mapping[str, Any] | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``report_uri`` (templated): the folder, in any store, of the transfer report
+        (every object's outcome); ``report_options``: that store's options."""
+        super().__init__(**kwargs)
+        self.report_uri = report_uri
+        self.report_options = report_options
+
     def _job(
         self,
         transfer_id: str,
@@ -287,6 +309,8 @@ class _TransferringOperator(_SkyplaneBaseOperator):
             journal_dir=journal,
             transfer_id=transfer_id,
             **self._selection(),
+            report_uri=self.report_uri or None,
+            report_options=_as_mapping("report_options", self.report_options) or {},
             **fields,
         )
         return TransferJob(request=request, env=env)
@@ -330,6 +354,10 @@ class _TransferringOperator(_SkyplaneBaseOperator):
             journal_dir=journal,
         )
         self.log.info("%s", done_line(transfer_id, summary))
+        report = (summary.get("uris") or {}).get("report")
+        if report:
+            SkyplaneReportLink.persist(context, plan_url(report))
+            self.log.info("transfer report: %s", report)
         self._emit_asset_events(context, summary)
         return summary
 

@@ -12,7 +12,12 @@ from airflow.sdk import Asset
 from skyplane_ops.airflow.deferral import TransferDeferral
 from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
-from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
+from skyplane_ops.airflow.links import (
+    SkyplanePlanLink,
+    SkyplaneReportLink,
+    SkyplaneRouteLink,
+    persist_links,
+)
 from skyplane_ops.airflow.operators.base import (
     SELECTION_TEMPLATED,
     TaskLogEvents,
@@ -36,7 +41,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
     fleet when it resumes.
     """
 
-    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink(), SkyplaneReportLink())
     template_fields: Sequence[str] = (
         "src",
         "dst",
@@ -52,6 +57,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         "journal_dir",
         "transfer_id",
         *SELECTION_TEMPLATED,
+        "report_uri",
     )
 
     def __init__(

@@ -13,7 +13,12 @@ from airflow.sdk import Asset
 from skyplane_ops.airflow.deferral import TransferDeferral
 from skyplane_ops.airflow.hooks import StoreAccess, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
-from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
+from skyplane_ops.airflow.links import (
+    SkyplanePlanLink,
+    SkyplaneReportLink,
+    SkyplaneRouteLink,
+    persist_links,
+)
 from skyplane_ops.airflow.operators.base import (
     SELECTION_TEMPLATED,
     _load_fleet,
@@ -48,7 +53,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
     ``on_kill`` stops the driver and the gateways.
     """
 
-    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink(), SkyplaneReportLink())
     template_fields: Sequence[str] = (
         "src",
         "dst",
@@ -59,6 +64,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         "journal_dir",
         "transfer_id",
         *SELECTION_TEMPLATED,
+        "report_uri",
     )
     template_fields_renderers = {"plan": "json", "fleet": "json"}
 

@@ -320,7 +320,7 @@ class Dispatcher(JobSpecs, Liveness):
                         stats.bytes_done += chunk.nbytes
                         if path is not None:
                             watch.chunk_finished(path, time.monotonic())
-                        p = path or 0
+                        p = chunk.path = path or 0
                         stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
                         stats.path_seconds[p] = time.monotonic() - t0
                     elif kind in ("bad", "lost"):
