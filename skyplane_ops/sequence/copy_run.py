@@ -181,6 +181,7 @@ class CopyRun:
                     volume,
                     **request.planning.kwargs(),
                     backend=self.gateways.backend,
+                    backend_options=self.gateways.backend_options,
                     fleet=self.universe(),
                 )
                 n["done"] = (

@@ -70,6 +70,7 @@ def plan(
     frontier_points: int = 0,
     backend: str | None = None,
     provisioning_defaults: Mapping[str, float] | None = None,
+    backend_options: Mapping[str, Any] | None = None,
     relays_allow: Sequence[str] | None = None,
     relays_deny: Sequence[str] | None = None,
     measured_only: bool = False,
@@ -95,7 +96,7 @@ def plan(
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
     from skyplane_ops.planner.problem import Objective, build_problem
-    from skyplane_ops.planner.provisioning import default_provisioning_seconds
+    from skyplane_ops.planner.provisioning import backend_provisioning_seconds
 
     bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
     if len(bounds) > 1:
@@ -115,7 +116,9 @@ def plan(
     bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
     extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
     if provisioning_seconds is None:
-        provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
+        provisioning_seconds = backend_provisioning_seconds(
+            backend, backend_options, provisioning_defaults
+        )
     dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
     if fleet is not None:
         fleet.check_ends([src_region, *dst_list])
