@@ -77,6 +77,10 @@ def plan(
     mip_gap: float | None = None,
     completion_tolerance: float | None = None,
     fleet: FleetUniverse | None = None,
+    vms: str = "auto",
+    worker_region: str | None = None,
+    worker_gbps: float | None = None,
+    server_side: bool = True,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
@@ -92,6 +96,11 @@ def plan(
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
     ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
     ``completion_tolerance`` (plans within it of the fastest completion count as fast).
+    The plan is a schedule (``planner.schedule``, in ``details["schedule"]``): paths that need
+    no VM (server-side copy where the stores do it, ``server_side``; the worker, in
+    ``worker_region`` with ``worker_gbps``) from t = 0 and the overlay once its VMs are up;
+    ``vms`` = ``auto`` starts VMs only when they pay, ``none`` never, ``only`` ignores the
+    VM-less paths.
     """
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
@@ -105,6 +114,8 @@ def plan(
         )
     if volume_gb < 0:
         raise PlanningError(f"volume must not be negative, got {volume_gb} GB")
+    if vms not in _FORCE:
+        raise PlanningError(f"vms must be one of auto, none, only; not {vms!r}")
     profile, grid_source = planning_profile(
         profile_overrides=profile_overrides,
         measured_grid=measured_grid,
@@ -157,7 +168,38 @@ def plan(
     )
     if grid_source is not None:
         result.details["grid"] = grid_source
-    return result
+    schedule = (vms, worker_region, worker_gbps, server_side, completion_tolerance)
+    return _scheduled(result, problem, profile, *schedule)
+
+
+_FORCE = {"auto": None, "none": "none", "only": "overlay"}
+
+
+def _scheduled(
+    result: TransferPlan,
+    problem: Any,
+    profile: Profile,
+    vms: str,
+    worker_region: str | None,
+    worker_gbps: float | None,
+    server_side: bool,
+    tolerance: float | None,
+) -> TransferPlan:
+    """``result`` with its schedule: VM-less paths from t = 0, the overlay when it pays."""
+    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+    from skyplane_ops.planner.schedule import attach_schedule
+    from skyplane_ops.planner.vmless import DEFAULT_WORKER_GBPS, WorkerSpec
+
+    region = str(profile.catalog.get(worker_region).id) if worker_region else None
+    worker = WorkerSpec(region, DEFAULT_WORKER_GBPS if worker_gbps is None else worker_gbps)
+    return attach_schedule(
+        result,
+        problem,
+        tolerance=DEFAULT_COMPLETION_TOLERANCE if tolerance is None else tolerance,
+        force=_FORCE[vms],  # type: ignore[arg-type]
+        worker=worker,
+        server_side=server_side,
+    )
 
 
 def check_regions(regions: Sequence[str], *, fleet: FleetUniverse | None = None) -> None:
