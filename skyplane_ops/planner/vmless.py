@@ -47,13 +47,13 @@ class WorkerSpec:
 @dataclass(frozen=True)
 class VmlessPath:
     """One VM-less path: ``kind`` (``worker`` or ``server_side``), the regions its bytes
-    cross, its rate, its egress $/GB (all legs) and where the rate came from."""
+    cross, its rate, its egress $/GB (all legs) and where the rate came from (``rate_from``)."""
 
     kind: str
     regions: tuple[str, ...]
     gbps: float
     egress_usd_per_gb: float
-    source: str
+    rate_from: str
     how: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def vmless_paths(
     if how is not None and direct > 0:
         gbps = min(SERVER_SIDE_GBPS, direct)
         price = egress_usd_per_gb.get((src, dst), 0.0)
-        paths.append(VmlessPath("server_side", (src, dst), gbps, price, "model", how))
+        paths.append(VmlessPath("server_side", (src, dst), gbps, price, "modelled store copy", how))
     if worker is not None:
         at = worker.region or src
         legs = [(u, v) for u, v in ((src, at), (at, dst)) if u != v]
@@ -103,6 +103,8 @@ def vmless_paths(
             where = "configured" if worker.region else "source region (default)"
             regions = tuple(dict.fromkeys((src, at, dst)))
             paths.append(
-                VmlessPath("worker", regions, gbps, price, "model", f"worker in {at} ({where})")
+                VmlessPath(
+                    "worker", regions, gbps, price, "grid and NIC", f"worker in {at} ({where})"
+                )
             )
     return paths

@@ -35,7 +35,7 @@ def _overlay(volume_gb: float, gbps: float = 20.0, t0: float = 60.0) -> Transfer
     )  # fmt: skip
 
 
-WORKER = VmlessPath("worker", (AWS, AWS2), 4.0, 0.02, "model", "worker")
+WORKER = VmlessPath("worker", (AWS, AWS2), 4.0, 0.02, "grid and NIC", "worker")
 
 
 def test_server_side_copy_is_known_only_where_the_stores_do_it() -> None:
