@@ -79,31 +79,6 @@ Examples:
         metavar="N",
         help="compute an N-point Pareto frontier (cost vs Gbit/s)",
     ),
-    click.option(
-        "--no-vms",
-        "vms",
-        flag_value="none",
-        help="VM-less paths only (server-side copy, the worker): start no VM",
-    ),
-    click.option(
-        "--vms-only",
-        "vms",
-        flag_value="only",
-        help="the overlay's VMs only (ignore the VM-less paths)",
-    ),
-    click.option(
-        "--worker-region",
-        metavar="REGION",
-        default=None,
-        help="region of the machine running the job (default: the source's)",
-    ),
-    click.option(
-        "--worker-gbps",
-        type=click.FloatRange(0, min_open=True),
-        default=None,
-        metavar="GBIT/S",
-        help="NIC limit of the machine running the job (default 5)",
-    ),
     json_option("the plan"),
     click.option("--mermaid", is_flag=True, help="also print a Mermaid graph of the route"),
     click.option(
@@ -159,9 +134,6 @@ def run(args: SimpleNamespace) -> int:
         frontier_points=args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0),
         fleet=_fleet(args),
         backend_options=_backend_options(args),
-        vms=args.vms or "auto",
-        worker_region=args.worker_region,
-        worker_gbps=args.worker_gbps,
     )
     if args.as_json:
         sys.stdout.write(result.to_json() + "\n")

@@ -47,7 +47,8 @@ class WorkerSpec:
 @dataclass(frozen=True)
 class VmlessPath:
     """One VM-less path: ``kind`` (``worker`` or ``server_side``), the regions its bytes
-    cross, its rate, its egress $/GB (all legs) and where the rate came from (``rate_from``)."""
+    cross (a worker's: source, the worker's region, destination), its rate, its egress $/GB
+    (all legs) and where the rate came from (``rate_from``)."""
 
     kind: str
     regions: tuple[str, ...]
@@ -101,10 +102,6 @@ def vmless_paths(
             gbps = min([worker.nic_gbps, *rates])
             price = sum(egress_usd_per_gb.get(e, 0.0) for e in legs)
             where = "configured" if worker.region else "source region (default)"
-            regions = tuple(dict.fromkeys((src, at, dst)))
-            paths.append(
-                VmlessPath(
-                    "worker", regions, gbps, price, "grid and NIC", f"worker in {at} ({where})"
-                )
-            )
+            how = f"worker in {at} ({where})"
+            paths.append(VmlessPath("worker", (src, at, dst), gbps, price, "grid and NIC", how))
     return paths

@@ -110,11 +110,7 @@ class CopyRun:
                 if done is not None:
                     return done
                 self.make_plan()
-                try:
-                    self.provision()
-                    return self.move()
-                finally:
-                    self.deprovision()
+                return self.transfer()
             finally:
                 self.close()
 
@@ -183,13 +179,46 @@ class CopyRun:
                     backend=self.gateways.backend,
                     backend_options=self.gateways.backend_options,
                     fleet=self.universe(),
+                    server_side=False,  # known to the planner, not yet run by the engine
                 )
+                self._to_worker()
                 n["done"] = (
                     f"{len(self.plan.paths)} path(s), "
                     f"{self.plan.predicted_gbps:.2f} Gbit/s predicted"
                 )
         self.events.planned(self.plan)
         return self.plan
+
+    @property
+    def on_worker(self) -> bool:
+        """The plan runs on this machine alone (no VM pays): seconds, no gateway started."""
+        return self.plan is not None and self.plan.details.get("worker") is not None
+
+    def transfer(self) -> TransferResult:
+        """Provision, move and always deprovision (the run after its plan)."""
+        try:
+            self.provision()
+            return self.move()
+        finally:
+            self.deprovision()
+
+    def _to_worker(self) -> None:
+        """When the schedule starts no VM, the run is the worker's (``sequence.worker``): the
+        gateways started early (VMs whose work is done before they boot) are cancelled."""
+        from skyplane_ops.sequence.fleet import WORKER_BACKEND
+        from skyplane_ops.sequence.worker import worker_plan
+
+        assert self.plan is not None
+        worker = worker_plan(self.plan) if self.fleet is None else None
+        if worker is None:
+            return
+        self.plan = worker
+        self.gateways = dataclasses.replace(
+            self.gateways, backend=WORKER_BACKEND, backend_options={}, early=False
+        )
+        if self._early is not None:
+            early, self._early = self._early, None
+            early.cancel()
 
     def provision(self) -> GatewayFleet:
         """Start the plan's gateways (adopting those started early), unless a fleet was
@@ -271,6 +300,9 @@ class CopyRun:
         wanted = (
             gateways.early
             and gateways.backend == "local"
+            # An emulated VM start-up stands for a cloud, where nothing starts before the plan
+            # (which may start no VM at all).
+            and not gateways.backend_options.get("boot_delay")
             and self.fleet is None
             and self._early is None
             and request.src_region

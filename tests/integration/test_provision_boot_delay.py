@@ -95,6 +95,9 @@ def test_plan_on_the_local_backend_does_not_print_the_clouds_t0(
 ) -> None:
     argv = ["plan", "--src", A, "--dst", B, "--volume-gb", "0.05", "--backend", "local"]
     assert main(argv) == 0
+    assert "60 s" not in capsys.readouterr().out
+    argv.append("--vms-only")
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "60 s provisioning" not in out and "0.5 s provisioning" in out
     assert main([*argv, "--backend-options", '{"boot_delay": 30}']) == 0
