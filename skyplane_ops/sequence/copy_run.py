@@ -209,9 +209,15 @@ class CopyRun:
         from skyplane_ops.sequence.worker import worker_plan
 
         assert self.plan is not None
+        if not self._worker_wanted():
+            return
         worker = worker_plan(self.plan) if self.fleet is None else None
         if worker is None:
             return
+        from skyplane_ops.provision import get_provisioner
+
+        # The backend is not used, but bad options of it are still the user's mistake to hear.
+        get_provisioner(self.gateways.backend, **dict(self.gateways.backend_options))
         self.plan = worker
         self.gateways = dataclasses.replace(
             self.gateways, backend=WORKER_BACKEND, backend_options={}, early=False
@@ -219,6 +225,17 @@ class CopyRun:
         if self._early is not None:
             early, self._early = self._early, None
             early.cancel()
+
+    def _worker_wanted(self) -> bool:
+        """Whether the schedule may give the run to the worker: always with ``vms="none"``;
+        with ``"auto"`` wherever gateways take a VM's start-up (the clouds, ssh hosts, a
+        ``boot_delay``). The plain local backend keeps its gateway processes (they start in
+        half a second and are what its users and tests exercise) unless told ``none``."""
+        vms = self.request.planning.vms
+        if vms != "auto":
+            return vms == "none"
+        gateways = self.gateways
+        return gateways.backend != "local" or bool(gateways.backend_options.get("boot_delay"))
 
     def provision(self) -> GatewayFleet:
         """Start the plan's gateways (adopting those started early), unless a fleet was
