@@ -80,6 +80,7 @@ def schedule(
             "between these stores and no worker path"
         )
     cancel = R > 0 and bits <= R * t0  # the VM-less paths are done before any VM is up
+    both: dict[str, Any] | None
     if R <= 0:
         both = overlay
     elif force == "none" or cancel:
