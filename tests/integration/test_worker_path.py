@@ -119,3 +119,35 @@ def test_a_killed_worker_run_tears_nothing_and_resumes(tmp_path: Path) -> None:
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
     assert read_tree(dst) == data and json.loads(out)["verification"]["status"] == "passed"
+
+
+def test_airflows_deferrable_copy_runs_a_worker_plan_inline(tmp_path: Path) -> None:
+    """Seconds of work on the worker: the deferrable copy operator's steps run it in the task
+    (no fleet handed to a driver, no trigger round trip); a plan with VMs still hands over."""
+    pytest.importorskip("airflow")
+    from types import SimpleNamespace
+
+    from skyplane_ops.airflow.operators.copy import SkyplaneCopyOperator
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    data = write_dataset(src, {f"{i}": 900 for i in range(5)})
+    saved: list[str] = []
+    state = SimpleNamespace(save_secret=saved.append)
+    job = SimpleNamespace(env={})
+
+    def run_for(vms: str) -> CopyRun:
+        request = api.TransferRequest.build(
+            f"file://{src}", f"file://{dst}", src_region="aws:us-east-1",
+            dst_region="aws:us-west-2", planning={"vms": vms},
+        )  # fmt: skip
+        return CopyRun(request, Gateways(backend="local", backend_options={"boot_delay": 0.5}))
+
+    run = run_for("auto")
+    result = SkyplaneCopyOperator._start_deferred(None, run, job, state)  # type: ignore[arg-type]
+    assert result is not None and result.verification["status"] == "passed"
+    assert read_tree(dst) == data and saved == [] and run.fleet is None
+    assert running_agents() == 0
+    run = run_for("only")
+    assert SkyplaneCopyOperator._start_deferred(None, run, job, state) is None  # type: ignore[arg-type]
+    assert run.fleet is not None and saved == [run.fleet.secret_ref]  # the driver's to run
+    api.deprovision(run.fleet)
