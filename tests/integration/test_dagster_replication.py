@@ -299,3 +299,22 @@ def test_failing_transfer_still_tears_the_fleet_down(example: ModuleType, spy: F
     assert _wait_gone(fleet.transfer_id, timeout=5.0) == []
     logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any(f"deprovisioned {fleet.transfer_id}" in m for m in logs)
+
+
+def test_an_up_to_date_partition_starts_no_gateway(example: ModuleType, spy: FleetSpy) -> None:
+    """Re-materialising a replicated partition checks the replica in the replication step and
+    starts nothing (on a cloud backend: no VM paid for nothing); the replica is left as is."""
+    day = "2026-11-23"
+    first = _run(example, partition_key=day)
+    assert first.success, [e.message for e in first.all_events if e.is_failure]
+    assert len(spy.fleets) == 1
+    replica = _folder(example, "eu-west-1", day)
+    before = {p.name: p.stat().st_mtime_ns for p in replica.iterdir()}
+    # The replica alone this time (the example's upstream asset writes a new source each run).
+    replicas = example.events_replicas.assets_def
+    again = _run(example, partition_key=day, selection=list(replicas.keys))
+    assert again.success, [e.message for e in again.all_events if e.is_failure]
+    assert len(spy.fleets) == 1  # the second run started no fleet
+    (mat,) = [m for m in again.asset_materializations_for_node("events_replication")]
+    assert mat.metadata["gateways"].value == 0
+    assert {p.name: p.stat().st_mtime_ns for p in replica.iterdir()} == before
