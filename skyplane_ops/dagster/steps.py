@@ -55,7 +55,7 @@ def replicas_up_to_date(
     context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec, planned: Mapping[str, Any]
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """(destination, partition prefix) -> the up-to-date result of each replica that already
-    matches its source (``api.sync_check`` under the journal lock): re-materialising an
+    matches its source (``CopyRun.list`` of a sync, under the journal lock): re-materialising an
     up-to-date partition starts no gateway (on a cloud backend, no VM paid for nothing)."""
     fresh: dict[tuple[str, str], dict[str, Any]] = {}
     for dest in spec.destinations:
@@ -69,18 +69,18 @@ def replicas_up_to_date(
                 journal_dir=journal,
                 transfer_id=planned["transfer_id"],
             ).replace(sync=True)
-            lock = api.transfer_lock(request)
+            # The run sequence's own lock and check (a sync's listing): no plan, no gateway.
+            run = api.CopyRun(request, api.Gateways(early=False))
             try:
-                got = api.sync_check(request, transfer_id=planned["transfer_id"])
+                with run.locked():
+                    got = run.list()
             except Exception as exc:  # not a reason to fail: the copy will say what is wrong
                 context.log.info(f"replica check of {dest.output_name} skipped: {exc}")
                 continue
             finally:
-                lock.release()
-            if isinstance(got, api.TransferResult):
+                run.close()
+            if got is not None:
                 fresh[(dest.output_name, unit["prefix"])] = got.to_dict()
-            else:
-                got.close()
     return fresh
 
 
