@@ -37,6 +37,9 @@ from skyplane_ops.transfer.result import PartialTransferError, TransferResult
 from skyplane_ops.transfer.run import run_transfer
 from skyplane_ops.transfer.uptodate import sync_check
 
+# Backends whose gateways are cloud VMs (a minute to boot): their runs may go to the worker.
+CLOUD_BACKENDS = frozenset({"aws", "gcp", "azure", "mixed"})
+
 
 @dataclass(frozen=True)
 class Gateways:
@@ -228,14 +231,17 @@ class CopyRun:
 
     def _worker_wanted(self) -> bool:
         """Whether the schedule may give the run to the worker: always with ``vms="none"``;
-        with ``"auto"`` wherever gateways take a VM's start-up (the clouds, ssh hosts, a
-        ``boot_delay``). The plain local backend keeps its gateway processes (they start in
-        half a second and are what its users and tests exercise) unless told ``none``."""
+        with ``"auto"`` on the clouds' backends (VMs take a minute; the worker is placed in a
+        region) and wherever a ``boot_delay`` emulates them. The user's own hosts (ssh, netns)
+        and the plain local backend keep their gateways: they are up in seconds and the
+        machine running the job is in none of their regions (``--no-vms`` still applies)."""
         vms = self.request.planning.vms
         if vms != "auto":
             return vms == "none"
         gateways = self.gateways
-        return gateways.backend != "local" or bool(gateways.backend_options.get("boot_delay"))
+        return gateways.backend in CLOUD_BACKENDS or bool(
+            gateways.backend_options.get("boot_delay")
+        )
 
     def provision(self) -> GatewayFleet:
         """Start the plan's gateways (adopting those started early), unless a fleet was
