@@ -126,7 +126,6 @@ def test_cp_through_an_ssh_fleet_from_an_inventory_file(
         "0",
         "--max-vms",
         "1",
-        "--vms-only",  # this test is about the ssh hosts: not the worker, whose copy is sooner
         "--backend",
         "ssh",
         "--backend-options",
