@@ -326,6 +326,7 @@ class CopyRun:
             # An emulated VM start-up stands for a cloud, where nothing starts before the plan
             # (which may start no VM at all).
             and not gateways.backend_options.get("boot_delay")
+            and request.planning.vms != "none"  # the worker's run starts no gateway
             and self.fleet is None
             and self._early is None
             and request.src_region

@@ -151,3 +151,19 @@ def test_airflows_deferrable_copy_runs_a_worker_plan_inline(tmp_path: Path) -> N
     assert SkyplaneCopyOperator._start_deferred(None, run, job, state) is None  # type: ignore[arg-type]
     assert run.fleet is not None and saved == [run.fleet.secret_ref]  # the driver's to run
     api.deprovision(run.fleet)
+
+
+def test_no_vms_on_the_local_backend_starts_no_gateway_even_early(tmp_path: Path) -> None:
+    src, dst, home = tmp_path / "src", tmp_path / "dst", tmp_path / "home"
+    data = write_dataset(src, {f"{i}": 800 for i in range(20)})
+    proc = _cli(home, "cp", f"file://{src}", f"file://{dst}", *REGIONS, "--no-vms", "--json")
+    seen: set[int] = set()
+    while proc.poll() is None:
+        seen.update(agents_of(home))
+        try:
+            proc.wait(timeout=0.02)
+        except subprocess.TimeoutExpired:
+            pass
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert not seen and read_tree(dst) == data
