@@ -164,6 +164,6 @@ def test_no_vms_on_the_local_backend_starts_no_gateway_even_early(tmp_path: Path
             proc.wait(timeout=0.02)
         except subprocess.TimeoutExpired:
             pass
-    out, err = proc.communicate()
+    _out, err = proc.communicate()
     assert proc.returncode == 0, err
     assert not seen and read_tree(dst) == data
