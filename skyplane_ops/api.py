@@ -28,6 +28,7 @@ from skyplane_ops.sequence.fleet import (
 from skyplane_ops.sequence.fleet import deprovision as deprovision
 from skyplane_ops.sequence.fleet import new_transfer_id as new_transfer_id
 from skyplane_ops.sequence.fleet import provision as provision
+from skyplane_ops.sequence.fleet import setup_backend as setup_backend
 from skyplane_ops.sequence.fleet import start_early as start_early
 from skyplane_ops.sequence.fleet import vms_for as vms_for
 from skyplane_ops.sequence.planning import check_regions as check_regions
@@ -41,6 +42,9 @@ from skyplane_ops.transfer import TransferResult as TransferResult
 from skyplane_ops.transfer import preview_transfer as preview_transfer
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer import transfer_lock as transfer_lock
+from skyplane_ops.transfer.bwlimit import format_rate as format_rate
+from skyplane_ops.transfer.bwlimit import parse_rate as parse_rate
+from skyplane_ops.transfer.bwlimit import set_bwlimit as set_bwlimit
 from skyplane_ops.transfer.listing import Listing as Listing
 from skyplane_ops.transfer.listing import list_request as list_request
 from skyplane_ops.transfer.progress import Progress as Progress
@@ -48,6 +52,7 @@ from skyplane_ops.transfer.progress import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress import plan_paths as plan_paths
 from skyplane_ops.transfer.request import as_request as as_request
 from skyplane_ops.transfer.request import request_from
+from skyplane_ops.transfer.selection import read_files_from as read_files_from
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age

@@ -37,6 +37,16 @@ def _fail(skyplane: SkyplaneResource, context: Any, what: str, exc: BaseExceptio
     return dg.Failure(description=skyplane.redact(f"{what}: {type(exc).__name__}: {exc}"))
 
 
+def partition_window(
+    partitions_def: dg.PartitionsDefinition[Any] | None, key: str | None
+) -> tuple[Any, Any] | None:
+    """A time-window partition's (start, end), for ``SkyplaneResource.partition_window``."""
+    if key is None or not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        return None
+    span = partitions_def.time_window_for_partition_key(key)
+    return span.start, span.end
+
+
 def replicate(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> Iterator[Any]:
     """Plan, provision and transfer every replica of ``spec`` for the run's partitions."""
     started = time.monotonic()
@@ -232,7 +242,11 @@ def transfer_step(
                 )
                 # The run sequence on the shared fleet and this destination's plan.
                 request = skyplane.request(
-                    unit["src_uri"], dst_uri, journal_dir=journal, transfer_id=fleet.transfer_id
+                    unit["src_uri"],
+                    dst_uri,
+                    journal_dir=journal,
+                    transfer_id=fleet.transfer_id,
+                    window=partition_window(spec.partitions_def, unit["partition"]),
                 )
                 gateways = skyplane.gateways(fleet=fleet, plan=plan)
                 result = api.CopyRun(request, gateways, _LogEvents(context, label)).run()

@@ -179,6 +179,7 @@ class CopyRun:
                     request.dst_region,
                     volume,
                     **request.planning.kwargs(),
+                    bwlimit_gbps=request.bwlimit_gbps,
                     backend=self.gateways.backend,
                     backend_options=self.gateways.backend_options,
                     fleet=self.universe(),

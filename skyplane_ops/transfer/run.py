@@ -12,6 +12,7 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import mirror, syncstate
+from skyplane_ops.transfer.bwlimit import live_path
 from skyplane_ops.transfer.catalog import TODO, Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
@@ -86,14 +87,17 @@ class _Run(RunState):
                 f"cannot read the secret of fleet {self.fleet.transfer_id}{gone}: {exc}"
             ) from exc
         request = self.request
+        # A new cap written for this transfer while it runs (``skyplane-ops bwlimit``).
+        live = live_path(request.transfer_id or self.fleet.transfer_id)
+        dispatch = dataclasses.replace(dispatch, bwlimit_file=str(live))
         src = request.src.open("source")
         dst = request.dst.open("destination")
         fresh = listing is None  # else the caller's listing; a sync may still lack the dst
         if listing is None:
             listing = Listing(Catalog(journal.path.parent))
-        if fresh or (request.sync and not listing.has_destination):
+        if fresh or (request.lists_destination and not listing.has_destination):
             fill_listing(listing.catalog, request, src, source=fresh)
-        else:
+        elif request.files_from is None:  # a key list was checked by key when looked up
             check_destination(dst, self.dst_uri)
         try:
             return self._run(listing.catalog, src, dst, journal, secret, progress, dispatch)
@@ -121,6 +125,10 @@ class _Run(RunState):
             delete=request.delete,
             max_delete=request.max_delete,
             names_fit=src.capabilities.file_names and dst.capabilities.file_names,
+            ignore_existing=request.ignore_existing,
+            update=request.update,
+            move=request.move,
+            src_uri=request.src_uri,
         )
         skipped = todo.skipped
         self.step("list")
@@ -205,9 +213,13 @@ class _Run(RunState):
                 f"are finished and journaled in {journal.path}: re-run the same command to resume"
             ) from exc
         journal.sync()
-        moved = Moved(stats, dispatcher.routes, uploads, skipped, resumed, self.elapsed())
+        moved = Moved(
+            stats, dispatcher.routes, uploads, skipped, resumed, self.elapsed(),
+            capped=dispatcher.bwlimit is not None,
+        )  # fmt: skip
         self.step("move")
         return finish_run(
             self, catalog, src, dst, journal, moved,
             part_size=part_size, verify=request.verify, delete=todo.to_delete > 0,
+            move=request.move,
         )  # fmt: skip

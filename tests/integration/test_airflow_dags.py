@@ -133,6 +133,25 @@ with DAG("skyplane_test_sync", schedule=None, start_date=datetime(2024, 1, 1)):
         dst_region=DST_REGION,
         sync=True,
     )
+
+with DAG("skyplane_test_selection", schedule=None, start_date=datetime(2024, 1, 1)):
+    from airflow.sdk import task
+
+    @task
+    def landed():
+        return ["in/b.bin", "in/c.bin"]  # what an upstream task wrote
+
+    names = landed()
+    names >> SkyplaneCopyOperator(
+        task_id="copy_named",
+        src=f"file://{BASE}/selsrc/",
+        dst=f"file://{BASE}/seldst/",
+        src_region=SRC_REGION,
+        dst_region=DST_REGION,
+        files_from="{{ ti.xcom_pull(task_ids='landed') }}",
+        changed_before="{{ macros.datetime(2100, 1, 1) }}",
+        ignore_existing=True,
+    )
 '''
 
 
@@ -584,3 +603,23 @@ def test_trigger_on_kill_also_deletes_the_fleet(af: Path) -> None:
             idle.kill()
         idle.wait(timeout=10)
         api.deprovision(fleet)
+
+
+def test_copy_operator_copies_the_keys_an_upstream_task_names_and_keeps_existing_ones(
+    af: Path,
+) -> None:
+    """``files_from`` from an upstream XCom and a templated timestamp (issue 39): only the
+    named keys are copied, and ``ignore_existing`` keeps the destination's own copy."""
+    src, dst = af / "selsrc", af / "seldst"
+    (src / "in").mkdir(parents=True, exist_ok=True)
+    (dst / "in").mkdir(parents=True, exist_ok=True)
+    for name in ("a", "b", "c"):
+        (src / "in" / f"{name}.bin").write_bytes(os.urandom(3000))
+    (dst / "in" / "b.bin").write_bytes(b"theirs")
+    run = _dag("skyplane_test_selection").test()
+    assert set(_states(run).values()) == {"success"}, _states(run)
+    copied = _xcom(run, "copy_named")
+    assert copied["objects"] == 1 and copied["objects_skipped"] == 1, copied
+    assert sorted(p.name for p in (dst / "in").iterdir()) == ["b.bin", "c.bin"]
+    assert (dst / "in" / "b.bin").read_bytes() == b"theirs"
+    assert (dst / "in" / "c.bin").read_bytes() == (src / "in" / "c.bin").read_bytes()

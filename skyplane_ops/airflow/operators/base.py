@@ -226,8 +226,36 @@ def _load_fleet(value: Any) -> GatewayFleet | None:
     return GatewayFleet.from_dict(data) if data else None
 
 
+# What to copy beyond globs, when to overwrite, and move, named as the request's fields and
+# the CLI's options (issue 39); the first five are templated: ``{{ data_interval_start }}``
+# and an upstream task's XCom (a list of keys, or its rendering as text) come in through them.
+SELECTION_TEMPLATED = ("max_age", "min_age", "changed_since", "changed_before", "files_from")
+SELECTION_FIELDS = (
+    *SELECTION_TEMPLATED, "ignore_existing", "update", "move", "max_delete", "bwlimit",
+)  # fmt: skip
+
+
 class _TransferringOperator(_SkyplaneBaseOperator):
     """What the transfer and the one-task copy operators share: the job and the summary."""
+
+    max_age: str | float | None = None
+    min_age: str | float | None = None
+    changed_since: Any = None
+    changed_before: Any = None
+    files_from: Any = None
+    ignore_existing: bool = False
+    update: bool = False
+    move: bool = False  # delete each source object once its copy is verified
+    max_delete: int | None = None  # with move: refuse a move that would delete more
+    bwlimit: str | None = None  # a rate with its unit (200Mbit, 25MiB), per second
+
+    def _selection(self) -> dict[str, Any]:
+        """The request's selection fields as rendered (an empty template is no filter)."""
+        out = {name: getattr(self, name) for name in SELECTION_FIELDS}
+        for name in SELECTION_TEMPLATED:
+            if isinstance(out[name], str) and not out[name].strip():
+                out[name] = None
+        return out
 
     src: str | None
     dst: str
@@ -258,6 +286,7 @@ class _TransferringOperator(_SkyplaneBaseOperator):
             sync=self.sync,
             journal_dir=journal,
             transfer_id=transfer_id,
+            **self._selection(),
             **fields,
         )
         return TransferJob(request=request, env=env)
