@@ -144,6 +144,10 @@ class PlanOptions:
     measured_only: bool = False
     mip_gap: float | None = None
     completion_tolerance: float | None = None
+    # The schedule (planner.schedule): VMs only when they pay ("auto"), never, or only them.
+    vms: str = "auto"
+    worker_region: str | None = None
+    worker_gbps: float | None = None
 
     def __post_init__(self) -> None:
         given = [
@@ -159,6 +163,9 @@ class PlanOptions:
         _number("provisioning_seconds", self.provisioning_seconds)
         _number("mip_gap", self.mip_gap)
         _number("completion_tolerance", self.completion_tolerance)
+        _number("worker_gbps", self.worker_gbps, positive=True)
+        if self.vms not in ("auto", "none", "only"):
+            raise TransferError(f"vms must be 'auto', 'none' or 'only', not {self.vms!r}")
         for name in ("max_vms_per_region", "max_connections_per_vm"):
             if getattr(self, name) is not None:  # named as the API and the CLI spell it
                 check_int(f"{name} (--{name.replace('_', '-')})", getattr(self, name), 1)

@@ -162,6 +162,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
             if self.deferrable:
                 run = CopyRun(job.request, gateways, events, volume_gb=volume)
                 result = self._start_deferred(run, job, state)
+                if result is not None:
+                    self._fleet = None  # ran inline (or nothing to do): no fleet left
             else:
                 result, run = run_here(self, job, gateways, events, volume_gb=volume)
                 self._fleet = None  # the run deleted it
@@ -201,13 +203,16 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
 
     def _start_deferred(self, run: CopyRun, job: Any, state: Any) -> Any:
         """The run's steps up to its fleet (lock, list, plan, provision), here; None when the
-        driver is to take over, or the result of a sync with nothing to do."""
+        driver is to take over, or the result of a sync with nothing to do or of a copy the
+        plan gives to this worker (no VM pays: it runs inline, in seconds)."""
         with exported_env(job.env), run.locked():
             try:
                 done = run.list()
                 if done is not None:
                     return done
                 run.make_plan()
+                if run.on_worker:  # seconds on this worker, no VM: inline, no deferral
+                    return run.transfer()
                 run.provision()
                 assert run.fleet is not None
                 state.save_secret(run.fleet.secret_ref)
