@@ -353,8 +353,9 @@ def bwlimit(transfer_id: str, rate: str) -> int:
     same SKYPLANE_OPS_HOME) applies it within a second; its gateways enforce it per hop.
 
     \b
-    Example:
+    Examples:
       skyplane-ops bwlimit cp-20261127-ab12cd 50MiB
+      skyplane-ops bwlimit cp-20261127-ab12cd 1.5Gbit
     """
     value = api.set_bwlimit(transfer_id, rate)
     print(f"transfer {transfer_id}: cap {api.format_rate(value)}")
