@@ -93,18 +93,22 @@ with DAG("celery_copy", schedule=None, start_date=datetime(2026, 1, 1), catchup=
     )
 
 with DAG("celery_split", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    # Each task on the other worker than the one before; the plan is kept where both reach.
     tid = "{tid}-split"
+    stored = dict(plan_uri="s3://{state}/plans/" + tid + ".json", plan_conn_id="s3_dst")
     plan = SkyplanePlanOperator(
         task_id="plan", dst_regions="aws:eu-west-1", src="s3://{src}/data/",
-        transfer_id=tid, queue="a", **COMMON,
+        transfer_id=tid, queue="a", **COMMON, **stored,
     )
     provision = SkyplaneProvisionOperator(
         task_id="provision", plan=plan.output, transfer_id=tid, queue="b",
+        plan_conn_id="s3_dst",
     )
     transfer = SkyplaneTransferOperator(
         task_id="transfer", src="s3://{src}/data/", src_conn_id="s3_src",
         dst="s3://{dst}/split/", dst_conn_id="s3_dst", plan=plan.output,
         fleet=provision.output, transfer_id=tid, poll_interval=1.0, queue="a",
+        plan_conn_id="s3_dst",
     )
     deprovision = SkyplaneDeprovisionOperator(
         task_id="deprovision", fleet_task_id="provision", transfer_id=tid, queue="b",
@@ -234,7 +238,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, moto_s3: Emulator) -> I
     tid = f"celery-{suffix}"
     (base / "dags").mkdir()
     (base / "dags" / "celery_e2e.py").write_text(
-        DAGS.replace("{src}", buckets["src"]).replace("{dst}", buckets["dst"]).replace("{tid}", tid)
+        DAGS.replace("{src}", buckets["src"])
+        .replace("{dst}", buckets["dst"])
+        .replace("{state}", buckets["state"])
+        .replace("{tid}", tid)
     )
     upstream = moto_s3.options["endpoint_url"].rsplit(":", 1)
     with (
@@ -332,13 +339,42 @@ def _status(deployment: Deployment, tid: str) -> dict[str, Any]:
     return state.read_status() or {}
 
 
+def test_the_split_tasks_run_on_alternate_workers(deployment: Deployment) -> None:
+    """plan on A, provision on B, the deferred transfer (its driver) on A, teardown on B:
+    the plan, the fleet secret, the journal and the status cross hosts only through the
+    state store and XCom."""
+    dep = deployment
+    dep.run_dag("celery_split")
+    dep.wait_dag("celery_split")
+    ran = {task: dep.tries("celery_split", task) for task in ("plan", "provision")}
+    ran |= {task: dep.tries("celery_split", task) for task in ("transfer", "deprovision")}
+    assert {task: [h for _, h, _ in tries] for task, tries in ran.items()} == {
+        "plan": ["worker-a"],
+        "provision": ["worker-b"],
+        "transfer": ["worker-a"],
+        "deprovision": ["worker-b"],
+    }, ran
+    client = dep.s3_client()
+    for name, blob in dep.blobs.items():
+        got = client.get_object(Bucket=dep.buckets["dst"], Key=f"split/{name}")["Body"].read()
+        assert got == blob, name
+    status = _status(dep, f"{dep.tid}-split")
+    assert status.get("state") in (None, "success"), status
+    # B made the fleet secret and deleted it with the fleet. (A's driver found it through the
+    # fleet's reference: one machine has one disk; tests/integration/test_airflow_state.py
+    # removes the file and shows the secret then comes from the state store.)
+    assert not list((dep.base / "worker-b" / "skyplane" / "secrets").glob("*split*"))
+    wait_until("every gateway to stop", lambda: not gateway_processes(str(dep.base)), 60)
+
+
 def test_a_deferred_copy_killed_on_one_worker_resumes_on_the_other(
     deployment: Deployment,
 ) -> None:
-    """Try 1 runs on whichever worker takes it and defers; once its driver has journaled
-    chunks, that worker dies (the Celery worker and the driver it started, SIGKILL). The
-    trigger reports the driver lost, the other worker fails the try and deletes its gateways,
-    and the retry on that worker restores the journal from the state store and resumes."""
+    """(It kills a worker: the module's last test.) Try 1 runs on whichever worker takes it
+    and defers; once its driver has journaled chunks, that worker dies (the Celery worker
+    and the driver it started, SIGKILL). The trigger reports the driver lost, the other
+    worker fails the try and deletes its gateways, and the retry on that worker restores
+    the journal from the state store and resumes."""
     dep, tid = deployment, deployment.tid
     dep.run_dag("celery_copy")
 
