@@ -96,14 +96,15 @@ def _popen(
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    name = Path(str(proc.args[0] if isinstance(proc.args, list) else proc.args)).name
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited: {log.read_text(errors='replace')[-2000:]}")
+            raise RuntimeError(f"{name} exited: {log.read_text(errors='replace')[-2000:]}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"{proc.args[0]} did not listen on 127.0.0.1:{port} in {timeout:.0f} s")
+    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} in {timeout:.0f} s")
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: int) -> None:

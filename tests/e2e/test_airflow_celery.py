@@ -44,7 +44,8 @@ from tests.e2e.deployment import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.emulator]
+# The module's deployment starts with its first test: more than the suite's 300 s per test.
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.emulator, pytest.mark.timeout(900)]
 
 if postgres_bindir() is None or redis_binary() is None:  # pragma: no cover - tool missing
     pytest.skip(
