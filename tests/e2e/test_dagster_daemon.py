@@ -178,6 +178,14 @@ class Deployment:
 
         return wait_until(f"a successful run of {day}", done, timeout, [self.daemon], every=2)
 
+    def describe(self) -> str:
+        """Every run: id, root, status and tags (for a failing assertion)."""
+        with self.instance() as instance:
+            runs = instance.get_runs()
+        return "\n".join(
+            f"{r.run_id} root={r.root_run_id} {r.status.value} {dict(r.tags)}" for r in runs
+        )
+
     def messages(self, run_id: str) -> str:
         with self.instance() as instance:
             return "\n".join(e.message or "" for e in instance.all_logs(run_id))
@@ -252,6 +260,8 @@ def test_a_schedule_and_a_sensor_replicate_their_partitions(deployment: Deployme
             assert dep.replica(day, name) == blob, (day, name)
     log = dep.messages(sensed_run.run_id)
     assert "multiprocess executor" in log, log[-3000:]
+    for day in (SCHEDULED_DAY, SENSED_DAY):  # one run each: the run keys hold on later ticks
+        assert len(dep.runs_of(day)) == 1, dep.describe()
 
 
 def test_a_run_killed_mid_transfer_resumes_on_re_execution(deployment: Deployment) -> None:
@@ -283,8 +293,9 @@ def test_a_run_killed_mid_transfer_resumes_on_re_execution(deployment: Deploymen
     shutil.rmtree(dep.base / "journals")  # the step's disk is gone with it
     final = dep.wait_success(KILLED_DAY, timeout=420)
     runs = dep.runs_of(KILLED_DAY)
+    assert len(runs) == 2, dep.describe()
     first = next(r for r in runs if r.run_id != final.run_id)
-    assert final.root_run_id == first.run_id, [(r.run_id, r.root_run_id) for r in runs]
+    assert final.root_run_id == first.run_id, dep.describe()
     log = dep.messages(final.run_id)
     assert "restored" in log and "journal file(s) from s3://" in log, log[-4000:]
     assert "resumed from the journal" in log, log[-4000:]
