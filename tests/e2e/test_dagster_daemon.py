@@ -95,7 +95,11 @@ replicate = dg.define_asset_job(
 
 @dg.schedule(job=replicate, cron_schedule="* * * * *",
              default_status=dg.DefaultScheduleStatus.RUNNING)
-def every_minute(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+def every_minute(context: dg.ScheduleEvaluationContext):
+    # A schedule's run key holds within one tick only: skip a day that already has a run.
+    done = context.instance.get_runs(dg.RunsFilter(tags={"dagster/partition": SCHEDULED}), limit=1)
+    if done:
+        return dg.SkipReason(f"{SCHEDULED} has a run")
     return dg.RunRequest(run_key=f"scheduled-{SCHEDULED}", partition_key=SCHEDULED)
 
 
