@@ -280,13 +280,18 @@ def test_a_run_killed_mid_transfer_resumes_on_re_execution(deployment: Deploymen
         snapshot = client.list_objects_v2(Bucket=dep.buckets["state"], Prefix="dagster/")
         if not any("/journal/" in o["Key"] for o in snapshot.get("Contents", [])):
             return None
-        # The step process is the parent of the run's gateways.
+        # The step process is the parent of the run's gateways (and one of this deployment's
+        # processes: never an adoptive parent such as init).
+        marker = f"DAGSTER_HOME={dep.home}".encode()
         for pid in gateway_processes(str(dep.base)):
             try:
                 stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
+                parent = int(stat.rsplit(")", 1)[1].split()[1])
+                environ = Path(f"/proc/{parent}/environ").read_bytes().split(b"\0")
+            except (OSError, ValueError, IndexError):
                 continue
-            return int(stat.rsplit(")", 1)[1].split()[1])
+            if parent > 1 and parent != os.getpid() and marker in environ:
+                return parent
         return None
 
     step = wait_until("the step to journal chunks", journaled_step, 300, [dep.daemon], every=0.5)
