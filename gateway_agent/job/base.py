@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from gateway_agent import auth, wire
 from gateway_agent.flow import ByteBudget, Lease
+from gateway_agent.job.tree import Tree, parse_trees
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
 from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore
@@ -120,6 +121,13 @@ def _credentials(
     )
 
 
+def _rate(value: Any) -> float | None:
+    """A hop's rate from the spec: a positive number of bytes/s, else none."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
 def _local_calls(store: ObjectStore) -> bool:
     """Whether the store's calls are local system calls (see ``Capabilities.local_calls``)."""
     return bool(getattr(store.capabilities, "local_calls", False))
@@ -146,17 +154,21 @@ class JobBase:
         self._budget = budget
         self._hooks: dict[str, Any] = dict(spec.get("test_hooks") or {}) if test_hooks else {}
         self.routes: dict[str, list[str]] = {str(k): list(v) for k, v in spec["routes"].items()}
+        # Multicast paths: a distribution tree each (``tree``); their chunks fan out.
+        try:
+            self.trees: dict[str, Tree] = parse_trees(spec)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JobError(f"job {spec.get('job_id')}: {exc}") from None
         # Paths with a clear hop: their chunks carry an end-to-end tag from the source, which
         # the sink requires (a path sealed hop by hop is authenticated by AES-GCM already).
         self._frame_key = wire.frame_key(secret)
         hops: dict[str, dict[str, Any]] = spec.get("hops", {})
+        edges = {p: list(itertools.pairwise(r)) for p, r in self.routes.items()}
+        edges.update({p: t.edges() for p, t in self.trees.items()})
         self._tagged_paths = {
             path
-            for path, route in self.routes.items()
-            if any(
-                not hops.get(f"{u}>{v}", {}).get("encrypt", False)
-                for u, v in itertools.pairwise(route)
-            )
+            for path, pairs in edges.items()
+            if any(not hops.get(f"{u}>{v}", {}).get("encrypt", False) for u, v in pairs)
         }
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.events: list[dict[str, Any]] = []
@@ -175,7 +187,8 @@ class JobBase:
         if spec.get("sealed_options"):
             options = json.loads(auth.unseal(secret, spec["sealed_options"]))
         self._src_uri: str | None = spec.get("src_uri")
-        self._dst_uri: str | None = spec.get("dst_uri")
+        # A multicast job names a destination per sink region (``dst_uris``).
+        self._dst_uri: str | None = (spec.get("dst_uris") or {}).get(region, spec.get("dst_uri"))
         self._src_options: dict[str, Any] = options.get("src", {})
         self._dst_options: dict[str, Any] = options.get("dst", {})
         # The store credentials the control plane sealed for this job on this gateway: kept in
@@ -194,7 +207,8 @@ class JobBase:
         self._objects_pool: ThreadPoolExecutor | None = None
         self._local_batch_readers = threading.BoundedSemaphore(LOCAL_BATCH_READERS)
         self._local_batch_writers = threading.BoundedSemaphore(LOCAL_BATCH_WRITERS)
-        if not any(region in r for r in self.routes.values()):
+        on_tree = any(region in t.regions for t in self.trees.values())
+        if not on_tree and not any(region in r for r in self.routes.values()):
             raise JobError(f"gateway region {region!r} is on no path of job {self.job_id}")
         self._build_pools()
 
@@ -209,6 +223,8 @@ class JobBase:
                 i = route.index(self.region)
                 if i + 1 < len(route):
                     next_regions.add(route[i + 1])
+        for tree in self.trees.values():
+            next_regions.update(tree.next.get(self.region, ()))
         for nxt in sorted(next_regions):
             callbacks = PoolCallbacks(
                 sent=self._on_sent,
@@ -229,7 +245,20 @@ class JobBase:
                 encrypt=bool(hop.get("encrypt", False)),
                 compress_level=int(hop.get("compress_level", 0)),
                 sender=self.gateway_id,
+                rate=_rate(hop.get("rate")),
             )
+
+    def set_rates(self, rates: dict[str, Any]) -> dict[str, Any]:
+        """New bandwidth caps per hop (``{"a>b": bytes/s or None}``) of this gateway's pools,
+        from the next frame on (the transfer's cap changed while it runs)."""
+        applied = {}
+        for hop, rate in rates.items():
+            src, _, nxt = str(hop).partition(">")
+            pool = self._pools.get(nxt)
+            if src == self.region and pool is not None:
+                pool.bucket.set_rate(_rate(rate))
+                applied[hop] = pool.bucket.rate
+        return {"rates": applied}
 
     def _store(self, which: str) -> ObjectStore:
         with self._store_lock:

@@ -24,6 +24,7 @@ from gateway_agent.flow import Lease
 from gateway_agent.job.base import InChunk, JobError
 from gateway_agent.job.sink import SinkRole
 from gateway_agent.job.source import SourceRole
+from gateway_agent.job.tree import SharedLease, Tree
 from gateway_agent.pool import OutboundPool, OutChunk
 
 # How long stopping a job waits for its readers and writers to finish their current call.
@@ -36,8 +37,12 @@ class Job(SourceRole, SinkRole):
     def start(self) -> None:
         for pool in self._pools.values():
             pool.start()
-        is_source = any(r[0] == self.region for r in self.routes.values())
-        is_sink = any(r[-1] == self.region for r in self.routes.values())
+        is_source = any(r[0] == self.region for r in self.routes.values()) or any(
+            t.root == self.region for t in self.trees.values()
+        )
+        is_sink = any(r[-1] == self.region for r in self.routes.values()) or any(
+            self.region in t.sinks for t in self.trees.values()
+        )
         if is_source:
             for i in range(int(self.spec.get("reader_threads", 8))):
                 self._spawn(self._source_loop, f"read-{i}")
@@ -111,7 +116,8 @@ class Job(SourceRole, SinkRole):
     def submit(self, descriptors: list[dict[str, Any]]) -> int:
         """Queue chunk descriptors for this gateway to read and send (source role)."""
         for d in descriptors:
-            route = self.routes.get(str(d["path"]))
+            tree = self.trees.get(str(d["path"]))
+            route = [tree.root] if tree is not None else self.routes.get(str(d["path"]))
             if route is None or route[0] != self.region:
                 raise JobError(f"chunk {d.get('chunk')} is not sourced in {self.region}")
             self._source_q.put(d)
@@ -121,6 +127,10 @@ class Job(SourceRole, SinkRole):
         """Hand a chunk on: to the sink writers if this is its last region, else downstream."""
         if self._stop.is_set():
             chunk.lease.release()
+            return
+        tree = self.trees.get(str(chunk.meta["path"]))
+        if tree is not None:
+            self._fan_out(chunk, tree)
             return
         route = self.routes.get(str(chunk.meta["path"]))
         if route is None or self.region not in route:
@@ -141,6 +151,38 @@ class Job(SourceRole, SinkRole):
             OutChunk(chunk.meta, chunk.payload, chunk.crc32c, chunk.lease)
         )
 
+    def _fan_out(self, chunk: InChunk, tree: Tree) -> None:
+        """A multicast chunk: one copy to each next hop of this region, and one to the sink
+        writers if this region is one of the tree's sinks; they share the chunk's lease."""
+        if self.region not in tree.regions:
+            chunk.lease.release()
+            self._fail(f"chunk {chunk.meta.get('chunk')} arrived on a tree not through here")
+            return
+        path = str(chunk.meta["path"])
+        targets = [] if path in self._dropped else list(tree.next.get(self.region, ()))
+        sink = self.region in tree.sinks
+        if not targets and not sink:
+            chunk.lease.release()
+            self._event(t="lost", chunk=chunk.meta.get("chunk"), path=path,
+                        why="its path was declared dead")  # fmt: skip
+            return
+        if targets:
+            chunk = self._apply_relay_hooks(chunk, first=tree.root == self.region)
+        leases = SharedLease(chunk.lease, len(targets) + int(sink)).copies()
+        for nxt, lease in zip(targets, leases, strict=False):
+            self._pools[nxt].put(OutChunk(chunk.meta, chunk.payload, chunk.crc32c, lease))
+        if sink:
+            self._sink_q.put(
+                InChunk(
+                    chunk.meta,
+                    chunk.payload,
+                    chunk.crc32c,
+                    leases[-1],
+                    chunk.received_crc,
+                    chunk.tag_ok,
+                )
+            )
+
     def drop_path(self, path: str) -> dict[str, Any]:
         """The control plane declared ``path`` dead (it re-sends its chunks on other paths):
         release what waits to go along it, and abort a next hop no live path still uses."""
@@ -152,7 +194,7 @@ class Job(SourceRole, SinkRole):
                 p
                 for p, r in self.routes.items()
                 if self.region in r and r[r.index(self.region) + 1 :][:1] == [nxt]
-            }
+            } | {p for p, t in self.trees.items() if nxt in t.next.get(self.region, ())}
             if users <= dropped:
                 pool.abort()
             else:
@@ -186,6 +228,7 @@ class Job(SourceRole, SinkRole):
         self._event(t="bad", chunk=meta.get("chunk"), path=meta.get("path"), why=why)
 
     def _next_pool(self, meta: dict[str, Any]) -> OutboundPool | None:
+        """The one pool a relayed chunk goes to (None for a tree's chunk: it may fan out)."""
         route = self.routes.get(str(meta.get("path")))
         if route is None or self.region not in route:
             return None
@@ -213,6 +256,8 @@ class Job(SourceRole, SinkRole):
         """
         payload_len = header[2]
         pool = self._next_pool(meta)
+        if pool is not None:
+            pool.bucket.take(payload_len, self._stop.is_set)
         conn = pool.borrow() if pool is not None else None
         if pool is None or conn is None or conn.sock is None:
             wire.discard(upstream, payload_len)
@@ -247,6 +292,9 @@ class Job(SourceRole, SinkRole):
 
     def is_sink_for(self, meta: dict[str, Any]) -> bool:
         """Whether a chunk with this metadata ends its path at this gateway."""
+        tree = self.trees.get(str(meta.get("path")))
+        if tree is not None:
+            return self.region in tree.sinks
         route = self.routes.get(str(meta.get("path")))
         return route is not None and route[-1] == self.region
 

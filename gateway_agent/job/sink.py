@@ -91,7 +91,7 @@ class SinkRole(JobBase):
         pos = 0
         for seg in chunk.meta["segs"]:
             n = int(seg["length"])
-            pieces.append((seg, view[pos : pos + n]))
+            pieces.append((self._seg_here(seg), view[pos : pos + n]))
             pos += n
 
         crcs: list[int] = chunk.meta.get("crcs", [])
@@ -113,7 +113,14 @@ class SinkRole(JobBase):
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))
-        self._event(t="done", chunk=chunk.meta["chunk"], crcs=crcs, vouched=vouched)
+        here = {"dst": self.region} if str(chunk.meta.get("path")) in self.trees else {}
+        self._event(t="done", chunk=chunk.meta["chunk"], crcs=crcs, vouched=vouched, **here)
+
+    def _seg_here(self, seg: dict[str, Any]) -> dict[str, Any]:
+        """The segment as this sink writes it: a multicast part names the multipart upload of
+        each destination region (``upload_ids``), of which this region's is the one."""
+        ids = seg.get("upload_ids")
+        return seg if not ids else {**seg, "upload_id": ids.get(self.region)}
 
     def _authentic(self, chunk: InChunk) -> bool:
         """A chunk whose path has a clear hop must carry its source's tag, and every tag a

@@ -38,6 +38,16 @@ def _fail(skyplane: SkyplaneResource, context: Any, what: str, exc: BaseExceptio
     return dg.Failure(description=skyplane.redact(f"{what}: {type(exc).__name__}: {exc}"))
 
 
+def partition_window(
+    partitions_def: dg.PartitionsDefinition[Any] | None, key: str | None
+) -> tuple[Any, Any] | None:
+    """A time-window partition's (start, end), for ``SkyplaneResource.partition_window``."""
+    if key is None or not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        return None
+    span = partitions_def.time_window_for_partition_key(key)
+    return span.start, span.end
+
+
 def replicate(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> Iterator[Any]:
     """Plan, provision and transfer every replica of ``spec`` for the run's partitions."""
     started = time.monotonic()
@@ -129,11 +139,16 @@ class _LogEvents(api.RunEvents):
         self.label = label
         self.line: api.ProgressLine | None = None
         self.last = 0.0
+        self.latest: Any = None  # the newest sample, logged when the transfer ends
 
     @contextmanager
     def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
         note: dict[str, str] = {}
         yield note
+        if name == "transfer" and self.line is not None and self.latest is not None:
+            text = self.line.update(self.latest)  # None when it was the last one logged
+            if text:
+                self.context.log.info(text)
         if "done" in note:
             self.context.log.info(f"{self.label}: {name}: {note['done']}")
 
@@ -141,8 +156,11 @@ class _LogEvents(api.RunEvents):
         self.line = api.ProgressLine(f"transfer {self.label}", api.plan_paths(plan))
 
     def progress(self, update: Any) -> None:
+        self.latest = update
         now = time.monotonic()
         if now - self.last < PROGRESS_EVERY_S or self.line is None:
+            return
+        if not getattr(update, "bytes_done", 1):  # nothing moved yet: no lone "0.0%" line
             return
         self.last = now
         text = self.line.update(update)
@@ -194,7 +212,11 @@ def transfer_step(
                 )
                 # The run sequence on the shared fleet and this destination's plan.
                 request = skyplane.request(
-                    unit["src_uri"], dst_uri, journal_dir=journal, transfer_id=fleet.transfer_id
+                    unit["src_uri"],
+                    dst_uri,
+                    journal_dir=journal,
+                    transfer_id=fleet.transfer_id,
+                    window=partition_window(spec.partitions_def, unit["partition"]),
                 )
                 gateways = skyplane.gateways(fleet=fleet, plan=plan)
                 key = unit_key(root_run, spec.name, dest.output_name, unit["partition"] or "")

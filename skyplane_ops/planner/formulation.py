@@ -214,6 +214,11 @@ class PathModel:
                 if path.commodity == k:
                     row.SetCoefficient(self.flows[i], 1.0)
             self.demand.append(row)
+            if p.max_gbps is not None:  # the bandwidth cap: a row of its own, kept by set_floor
+                cap = s.Constraint(0.0, p.max_gbps)
+                for i, path in enumerate(self.paths):
+                    if path.commodity == k:
+                        cap.SetCoefficient(self.flows[i], 1.0)
         objective = s.Objective()
         if self.mode == "min_cost":
             for i, path in enumerate(self.paths):

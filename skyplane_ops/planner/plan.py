@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from skyplane_ops.planner.multicast.text import comparison_lines
+
 
 @dataclass(frozen=True)
 class Hop:
@@ -243,6 +245,7 @@ def render_text(plan: TransferPlan) -> str:
         speed = plan.predicted_gbps / plan.baseline["predicted_gbps"]
         price = plan.total_cost_usd / plan.baseline["total_cost_usd"]
         lines.append(f"  => {speed:.2f}x the direct path's throughput at {price:.2f}x its cost")
+    lines += comparison_lines(plan.details, plan.volume_gb, _table)
     if "gap_to_lp_bound" in plan.details:
         lines.append("")
         lines.append(

@@ -32,6 +32,7 @@ from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock
 from skyplane_ops.transfer.listing import Listing, list_request, transfer_lock
 from skyplane_ops.transfer.preflight import check_before_run
+from skyplane_ops.transfer.report import ReportRun, write_report
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import PartialTransferError, TransferResult
 from skyplane_ops.transfer.run import run_transfer
@@ -156,6 +157,7 @@ class CopyRun:
                 if isinstance(got, TransferResult):
                     note["done"] = f"{got.objects_skipped:,} objects up to date"
                     self.up_to_date = True
+                    write_report(request, got, _report_run(got))  # counts; no rows listed
                     return got
                 self.listing = got
             else:
@@ -180,6 +182,7 @@ class CopyRun:
                     request.dst_region,
                     volume,
                     **request.planning.kwargs(),
+                    bwlimit_gbps=request.bwlimit_gbps,
                     backend=self.gateways.backend,
                     fleet=self.universe(),
                 )
@@ -285,6 +288,10 @@ class CopyRun:
             )
         except Exception:
             self._early = None
+
+
+def _report_run(result: TransferResult) -> ReportRun:
+    return ReportRun(result.transfer_id, result.job_id, result.src_uri, result.dst_uri)
 
 
 def _with_backend(gateways: Gateways, backend: str) -> Gateways:

@@ -116,3 +116,23 @@ def deprovision(
     names = [r.rpartition(":")[2] if name == "aws" else r for r in regions]
     with_sweep_regions(provisioner, sorted({*names, *record_regions(recorded)}))
     return deleted + list(provisioner.sweep(transfer_id=transfer_id))
+
+
+def setup_backend(
+    backend: str, backend_options: Mapping[str, Any] | None = None, *, apply: bool = False
+) -> dict[str, Any]:
+    """What a backend needs created once per account, by an administrator (and, with
+    ``apply``, create it). Only ``azure`` needs anything: the gateways' self-delete role."""
+    from skyplane_ops.provision import get_provisioner
+
+    provisioner: Any = get_provisioner(backend, **dict(backend_options or {}))
+    if not hasattr(provisioner, "self_release_role_definition"):
+        return {"backend": backend, "needs": [], "applied": False}
+    role, body = provisioner.self_release_role_definition()
+    if apply:
+        provisioner.define_self_release_role()
+    return {
+        "backend": backend,
+        "needs": [{"kind": "role definition", "id": role, "definition": body}],
+        "applied": apply,
+    }

@@ -76,8 +76,14 @@ def plan(
     mip_gap: float | None = None,
     completion_tolerance: float | None = None,
     fleet: FleetUniverse | None = None,
+    bwlimit_gbps: float | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
+
+    Several destinations give a multicast plan (``planner.multicast``: a region may forward
+    each chunk to several next hops, so a shared edge carries the data once), compared with
+    separate unicasts and a direct star; ``lp`` and ``frontier_points`` apply to one
+    destination only.
 
     Measured throughput comes from a grid file (``measured_grid``) or from the latest version
     a profiler run published to ``grid_store`` (``skyplane-ops profile --store``); the plan's
@@ -91,6 +97,7 @@ def plan(
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
     ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
     ``completion_tolerance`` (plans within it of the fastest completion count as fast).
+    ``bwlimit_gbps``: the transfer's bandwidth cap, a bound on the plan's throughput.
     """
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
@@ -137,12 +144,29 @@ def plan(
         relays_allow=relays_allow,
         relays_deny=relays_deny,
         measured_only=measured_only,
+        max_gbps=bwlimit_gbps,
         **extra,
     )
     if fleet is not None:
         problem = fleet.constrain(problem)
     from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
 
+    tolerance = (
+        DEFAULT_COMPLETION_TOLERANCE if completion_tolerance is None else completion_tolerance
+    )
+    if len(problem.dsts) > 1:  # one source, several destinations: a multicast plan
+        from skyplane_ops.planner.multicast.api import plan_multicast
+
+        if lp or frontier_points:
+            raise PlanningError(
+                "the LP relaxation and the Pareto frontier plan one destination; "
+                "several destinations get an exact multicast plan"
+            )
+
+        result = plan_multicast(problem, exact_floor=exact_floor, completion_tolerance=tolerance)
+        if grid_source is not None:
+            result.details["grid"] = grid_source
+        return result
     result = plan_transfer(
         problem,
         lp=lp,

@@ -90,6 +90,7 @@ class FakeARM(JSONAPIFake):
         self,
         subscription: str = "00000000-0000-0000-0000-000000000001",
         ssh_port: int | None = None,
+        gateway_role: bool = True,
     ) -> None:
         self.subscription = subscription
         self.ssh_port = ssh_port
@@ -106,6 +107,11 @@ class FakeARM(JSONAPIFake):
         self.core_quota: int | None = None
         self.vm_creations = 0
         self.role_definitions: dict[str, dict[str, Any]] = {}  # lower-cased id -> definition
+        if gateway_role:  # the subscription as an administrator left it after ``setup --apply``
+            from skyplane_ops.provision.azure.arm import self_release_role
+
+            role, body = self_release_role(subscription)
+            self._role_definition("PUT", role.lower(), role, body)
         self._dir = Path(tempfile.mkdtemp(prefix="fake-arm-"))
         cert, key = self_signed(self._dir)
         self.ca_bundle = str(cert)

@@ -189,6 +189,9 @@ def test_example_replicates_real_parquet_and_check_passes(
     assert meta["objects"] == 4
     assert meta["bytes"] == sum(len(b) for b in src.values())
     assert meta["verified"] is True
+    # the transfer report of the partition, every object in it
+    report = api.load_summary(meta["report_uri"])
+    assert report["outcomes"]["copied"]["objects"] == 4 and report["status"] == "ok"
     route = mat.metadata["route"]
     assert isinstance(route, dg.TableMetadataValue)
     assert route.records and route.records[0].data["from"] == "aws:us-east-1"

@@ -189,6 +189,18 @@ def test_fleet_tags_rules_and_clean_teardown(endpoint: str) -> None:
     prov.deprovision(fleet)  # idempotent
 
 
+def test_deprovision_of_a_record_naming_an_instance_that_no_longer_exists(endpoint: str) -> None:
+    """An instance deleted elsewhere (the sweeper, a person, EC2 forgetting a terminated one)
+    is gone, as wanted: the record's other instances, group and key are still deleted and the
+    record dropped, instead of every later ``deprovision --all`` failing on it."""
+    prov = _provisioner(endpoint, bootstrap=RecordingBootstrap())
+    fleet = prov.provision({"aws:us-east-1": 2}, transfer_id="aws-gone")
+    region = fleet.resources["regions"]["us-east-1"]
+    region["instance_ids"] = ["i-0123456789abcdef0", *region["instance_ids"]]  # never existed
+    prov.deprovision(fleet)
+    assert _leftovers(endpoint) == NOTHING
+
+
 def test_profiler_probes_on_the_port_the_security_group_opens(
     endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -184,6 +184,40 @@ def test_vm_identity_holds_only_its_dead_man_switch_and_the_login_has_no_sudo(
     assert arm.leftovers() == []
 
 
+def test_the_self_delete_role_is_defined_once_by_an_administrator_not_by_the_backend(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The control plane only reads the role (it holds no ``roleDefinitions/write``, which
+    would let it rewrite the one role its assignment condition allows): on a subscription
+    where nobody ran the setup, provisioning fails before creating anything, naming the
+    command; ``skyplane-ops setup --backend azure`` prints the role, ``--apply`` defines it."""
+    fake = FakeARM(gateway_role=False).start()
+    try:
+        with pytest.raises(ProvisionError, match=r"setup --backend azure --apply"):
+            _prov(fake).provision(REGIONS, transfer_id="az-norole")
+        assert fake.mutations == [], "nothing created"
+        assert fake.leftovers() == [] and fake.role_definitions == {}
+        options = json.dumps(
+            {"subscription_id": fake.subscription, "base_url": fake.url,
+             "ca_bundle": fake.ca_bundle, "credential": "fake"}
+        )  # fmt: skip
+        assert cli.main(["setup", "--backend", "azure", "--backend-options", options]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        role_id, body = self_release_role(fake.subscription)
+        assert printed["needs"] == [{"kind": "role definition", "id": role_id, "definition": body}]
+        assert printed["applied"] is False and fake.role_definitions == {}, "printed only"
+        assert (
+            cli.main(["setup", "--backend", "azure", "--backend-options", options, "--apply"]) == 0
+        )
+        assert json.loads(capsys.readouterr().out)["applied"] is True
+        assert list(fake.role_definitions) == [role_id.lower()]
+        prov = _prov(fake)
+        prov.deprovision(prov.provision({"azure:westus2": 1}, transfer_id="az-role"))
+        assert fake.leftovers() == []
+    finally:
+        fake.close()
+
+
 def test_a_failure_at_every_step_leaves_nothing(arm: FakeARM) -> None:
     prov = _prov(arm)
     before = len(arm.mutations)

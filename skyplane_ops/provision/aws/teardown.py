@@ -145,8 +145,25 @@ class EC2Teardown:
         return deleted
 
     def _terminate(self, ec2: Any, instance_ids: list[str]) -> None:
-        ec2.terminate_instances(InstanceIds=instance_ids)
-        self._wait_terminated(ec2, instance_ids)
+        """Terminate and wait; an instance that no longer exists (swept, or deleted by hand,
+        long gone from EC2's answers) is what was wanted, not an error: one such id must not
+        keep a record, and the instances beside it, from ever being cleaned up."""
+        try:
+            ec2.terminate_instances(InstanceIds=instance_ids)
+            live = list(instance_ids)
+        except Exception as exc:
+            if _error_code(exc) != "InvalidInstanceID.NotFound":
+                raise
+            live = []
+            for instance_id in instance_ids:  # one by one: which ones are gone
+                try:
+                    ec2.terminate_instances(InstanceIds=[instance_id])
+                    live.append(instance_id)
+                except Exception as one:
+                    if _error_code(one) != "InvalidInstanceID.NotFound":
+                        raise
+        if live:
+            self._wait_terminated(ec2, live)
 
     @staticmethod
     def _delete_key(ec2: Any, name: str) -> None:
@@ -173,7 +190,7 @@ class EC2Teardown:
                 ec2.delete_security_group(GroupId=group_id)
                 return
             except Exception as exc:
-                code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+                code = _error_code(exc)
                 if code == "InvalidGroup.NotFound":
                     return
                 if code != "DependencyViolation" or time.monotonic() > deadline:
@@ -265,3 +282,8 @@ class EC2Teardown:
         if errors:
             raise ProvisionError("; ".join(errors) + f" (deleted: {', '.join(deleted) or 'none'})")
         return deleted
+
+
+def _error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ``ClientError`` ("" for anything else)."""
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))

@@ -27,8 +27,10 @@ sweeper deletes the rest of the group (NSG, virtual network: free) once ``expire
 That identity holds one custom role (``arm.self_release_role``: exactly
 ``arm.SELF_RELEASE_ACTIONS``, the calls of the release script) assigned at the VM's own scope;
 not Virtual Machine Contributor, which would let anything on the VM run commands, resize or
-re-image it. The role is defined once per subscription (an idempotent PUT; it grants nothing
-until assigned). ``self_delete=False`` gives the VMs no identity at all.
+re-image it. An administrator defines the role once per subscription
+(``define_self_release_role``, ``skyplane-ops setup --backend azure --apply``); the backend
+only reads it, so the control plane's identity needs no ``roleDefinitions/write``.
+``self_delete=False`` gives the VMs no identity at all.
 
 A pending fleet record naming each region's resource group is written before the group is
 created, so a control plane killed at any point leaves a record ``deprovision`` acts on.
@@ -115,11 +117,15 @@ class AzureProvisioner(CloudBoot):
         ca_bundle: str | None = None,
         sweep_regions: Sequence[str] = (),
         disk_encryption_set_id: str | None = None,
+        self_release_role_id: str | None = None,
         **boot: Any,
     ) -> None:
         super().__init__(**boot)
         self.disk_encryption_set_id = disk_encryption_set_id
         self._role_ready = False
+        # The self-delete role an administrator defined once (``define_self_release_role``);
+        # by default the deterministic id that ``arm.self_release_role`` gives.
+        self.self_release_role_id = self_release_role_id
         from azure.mgmt.compute import ComputeManagementClient  # lazily: only azure needs them
         from azure.mgmt.network import NetworkManagementClient
         from azure.mgmt.resource.resources import ResourceManagementClient
@@ -272,14 +278,50 @@ class AzureProvisioner(CloudBoot):
             pass
 
     def _self_release_role(self) -> str:
-        """The custom role's id, its definition PUT once per provisioner (idempotent)."""
-        role, body = arm.self_release_role(self.subscription_id)
+        """The self-delete role's id, read (never written) once per provisioner.
+
+        Defining a role needs ``roleDefinitions/write``, which would let this identity rewrite
+        the one role its ``roleAssignments/write`` condition allows: so an administrator
+        defines it once (``skyplane-ops setup --backend azure --apply``) and the control plane
+        only checks that it is there, before the first VM (a missing role fails the fleet
+        with nothing of it created)."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        role = self._self_release_role_id()
         with self._lock:
             if not self._role_ready:
-                self.resources.resources.begin_create_or_update_by_id(
-                    role, body, api_version=API["authorization"]
-                ).result()
+                try:
+                    self.resources.resources.get_by_id(role, api_version=API["authorization"])
+                except ResourceNotFoundError as exc:
+                    raise ProvisionError(
+                        f"azure: the gateway self-delete role {role.rsplit('/', 1)[-1]} is not "
+                        f"defined in subscription {self.subscription_id}; an administrator "
+                        "defines it once with `skyplane-ops setup --backend azure --apply` "
+                        "(see docs/cloud-permissions.md), or pass self_delete=False"
+                    ) from exc
                 self._role_ready = True
+        return role
+
+    def _self_release_role_id(self) -> str:
+        given = self.self_release_role_id
+        if not given:
+            return arm.self_release_role(self.subscription_id)[0]
+        if "/" in given:
+            return given
+        scope = f"/subscriptions/{self.subscription_id}"
+        return f"{scope}/providers/Microsoft.Authorization/roleDefinitions/{given}"
+
+    def self_release_role_definition(self) -> tuple[str, dict[str, Any]]:
+        """The role gateway VMs need (id and definition), for the one-time setup."""
+        return arm.self_release_role(self.subscription_id)
+
+    def define_self_release_role(self) -> str:
+        """Define the self-delete role (an idempotent PUT): run once per subscription by an
+        identity with ``roleDefinitions/write`` (an administrator, not the control plane)."""
+        role, body = self.self_release_role_definition()
+        self.resources.resources.begin_create_or_update_by_id(
+            role, body, api_version=API["authorization"]
+        ).result()
         return role
 
     def _allow_self_delete(self, vm: Any) -> None:
@@ -307,6 +349,8 @@ class AzureProvisioner(CloudBoot):
         wanted = {r: n for r, n in vms.items() if n > 0}
         by_name = {region_of(r, "azure"): r for r in wanted}
         self.resolve_client_cidr()
+        if self.self_delete and wanted:  # before anything is created: a missing role is one error
+            self._self_release_role()
         all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags, self.creator)
         states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
         secret_ref = create_secret(transfer_id)
