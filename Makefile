@@ -33,7 +33,8 @@ unit: venv
 test: venv tools lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -ra
 
-# The end-to-end tests alone (also part of `make test`): airflow standalone + dagster CLI.
+# The end-to-end tests alone (also part of `make test`): airflow standalone + dagster CLI, and the
+# deployments: Airflow on Celery (Postgres, Redis, two workers), dagster-daemon on Postgres (~7 min).
 e2e: venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -ra tests/e2e
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the non-Python parts the tests use: OpenSSH sshd (SSH bootstrap tests), iperf3 and
-# rclone (benchmarks' reference points), iproute2 (netns testbed) and Azurite (Azure Blob
-# emulator, from npm into ./.cache/node, never globally). Idempotent and quiet when all is there.
+# rclone (benchmarks' reference points), iproute2 (netns testbed), PostgreSQL and Redis (the
+# deployed Airflow/Dagster e2e tests run them as private processes, never as services) and
+# Azurite (Azure Blob emulator, from npm into ./.cache/node, never globally). Idempotent and
+# quiet when all is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +14,9 @@ command -v rclone >/dev/null 2>&1 || need+=(rclone)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)  # fake clouds enforce firewalls
+# Debian keeps initdb/postgres under /usr/lib/postgresql/<version>/bin (skyplane_ops/testing/services.py)
+command -v pg_ctl >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || need+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "install-test-tools: apt-get install ${need[*]}"

@@ -7,6 +7,7 @@ triggerer and the retry may run on other hosts than the worker that started the 
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -76,12 +77,7 @@ class TransferDeferral:
         settings = hook.settings
         state = hook.transfer_state(transfer_id)
         previous = state.read_status() or {}
-        age = heartbeat_age(previous)
-        if (
-            previous.get("state") in ("starting", "running")
-            and age is not None
-            and (age < self.lost_after)
-        ):
+        if self._driver_still_runs(state, previous):
             # A retry after the worker died while its driver still works (on whatever host):
             # follow it instead of starting a second driver on the same journal.
             log.info(
@@ -134,6 +130,30 @@ class TransferDeferral:
             kwargs={"plan_uri": plan_uri, "journal": journal, "fleet": fleet.to_dict()},
         )
 
+    def _driver_still_runs(self, state: Any, previous: Mapping[str, Any]) -> bool:
+        """Whether the driver that wrote ``previous`` still works: a retry follows it then.
+
+        A fresh heartbeat is not enough: a retry often starts seconds after its worker died,
+        with the dead driver's last heartbeat still young, and following that driver would
+        only fail again as "lost". On the driver's own host its pid says; elsewhere the
+        heartbeat must move within a few beats."""
+        age = heartbeat_age(previous)
+        if previous.get("state") not in ("starting", "running") or age is None:
+            return False
+        if age >= self.lost_after:
+            return False
+        pid, host = previous.get("pid"), previous.get("host")
+        if pid and host == socket.gethostname():
+            return driver.is_alive(int(pid))
+        stamp = previous.get("updated_at")
+        deadline = time.monotonic() + 3 * driver.HEARTBEAT_S + 1.0
+        while time.monotonic() < deadline:
+            time.sleep(driver.HEARTBEAT_S / 4)
+            now = state.read_status() or {}
+            if now.get("updated_at") != stamp:
+                return now.get("state") in ("starting", "running")
+        return False
+
     @staticmethod
     def event_result(event: Mapping[str, Any]) -> dict[str, Any]:
         """The result summary of a ``success`` event; raises for ``error`` and ``timeout``."""
@@ -158,7 +178,5 @@ class TransferDeferral:
             return
         pid, host, transfer_id = found
         getattr(self, "hook").transfer_state(transfer_id).request_cancel("the task was killed")  # noqa: B009
-        import socket
-
         if pid and host == socket.gethostname():
             driver.stop_driver(int(pid))

@@ -276,22 +276,22 @@ class SkyplaneHook(BaseHook):
 
         The route picture (``api.route_svg``) goes next to it (``route_uri_for``): the
         "Skyplane route" extra link opens it."""
-        path = ObjectStoragePath(uri, conn_id=conn_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(plan.to_json())
-        ObjectStoragePath(route_uri_for(uri), conn_id=conn_id).write_text(api.route_svg(plan))
-        return str(path)
+        _write_text(uri, plan.to_json(), conn_id)
+        _write_text(route_uri_for(uri), api.route_svg(plan), conn_id)
+        return uri if _core_uri(uri) else str(ObjectStoragePath(uri, conn_id=conn_id))
 
     @staticmethod
     def read_plan(uri: str, conn_id: str | None = None) -> TransferPlan:
+        if _core_uri(uri):
+            store, key, env = _core_store(uri, conn_id)
+            with exported_env(env):
+                return TransferPlan.from_json(store.read(key).decode())
         return TransferPlan.from_json(ObjectStoragePath(uri, conn_id=conn_id).read_text())
 
     @staticmethod
     def write_json(data: Mapping[str, Any], uri: str, conn_id: str | None = None) -> str:
-        path = ObjectStoragePath(uri, conn_id=conn_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, sort_keys=True, default=str))
-        return str(path)
+        _write_text(uri, json.dumps(data, sort_keys=True, default=str), conn_id)
+        return uri if _core_uri(uri) else str(ObjectStoragePath(uri, conn_id=conn_id))
 
     # -- fleets -----------------------------------------------------------------------------
 
@@ -395,3 +395,32 @@ class SkyplaneHook(BaseHook):
             plan=plan,
             tags=self.tags(transfer_id),
         )
+
+
+# Object-store URIs the core opens itself (``api.open_store``): a plan written by one worker is
+# read by another through them with no Airflow provider (``ObjectStoragePath`` needs the
+# amazon/google/microsoft provider's filesystem for these schemes).
+_CORE_SCHEMES = ("s3://", "gs://", "az://")
+
+
+def _core_uri(uri: str) -> bool:
+    return uri.startswith(_CORE_SCHEMES)
+
+
+def _core_store(uri: str, conn_id: str | None) -> tuple[Any, str, dict[str, str]]:
+    """The core store of ``uri``'s folder, the object's key and the connection's credentials."""
+    folder, key = uri.rsplit("/", 1)
+    access = SkyplaneHook.store_access(conn_id)
+    with exported_env(access.env):
+        return api.open_store(folder + "/", access.options), key, access.env
+
+
+def _write_text(uri: str, text: str, conn_id: str | None) -> None:
+    if _core_uri(uri):
+        store, key, env = _core_store(uri, conn_id)
+        with exported_env(env):
+            store.write(key, text.encode())
+        return
+    path = ObjectStoragePath(uri, conn_id=conn_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from skyplane_ops import api
 from skyplane_ops.api import GatewayFleet, PlanningError, TransferPlan, parse_rate
+from skyplane_ops.dagster.journal_store import StoredJournal
 from skyplane_ops.dagster.spec import spec_for
 from skyplane_ops.dagster.steps import replicate
 
@@ -81,6 +82,14 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     journal_root: str | None = Field(
         default=None,
         description="Directory for resume journals (default $SKYPLANE_OPS_HOME/dagster/journals).",
+    )
+    state_store: str | None = Field(
+        default=None,
+        description=(
+            "Store URI every run worker reaches (s3://bucket/prefix, ...; options from "
+            "store_options): journals are snapshotted there as they grow, so a re-execution "
+            "on any machine resumes. Default: none (journals stay on the step's disk)."
+        ),
     )
     max_age: str | None = Field(
         default=None,
@@ -297,6 +306,13 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         path = os.path.join(root, *parts)
         os.makedirs(path, exist_ok=True)
         return path
+
+    def stored_journal(self, key: str, journal_dir: str, log: Any) -> StoredJournal | None:
+        """The unit ``key``'s journal in ``state_store`` (None without a state store)."""
+        if not self.state_store:
+            return None
+        state = api.TransferState(self.state_store, key, self.store_options_for(self.state_store))
+        return StoredJournal(state, journal_dir, log)
 
     def write_artifact(self, name: str, text: str) -> str:
         """Store a small artifact (a plan) and return its URI, for metadata links."""

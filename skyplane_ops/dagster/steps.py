@@ -20,6 +20,7 @@ import dagster as dg
 
 from skyplane_ops import api
 from skyplane_ops.api import GatewayFleet, TransferError, TransferPlan
+from skyplane_ops.dagster.journal_store import StoredJournal, unit_key
 from skyplane_ops.dagster.locations import join_uri, prefix_for
 from skyplane_ops.dagster.metadata import fleet_metadata, transfer_metadata
 from skyplane_ops.dagster.spec import ReplicationSpec, run_partition_keys, transfer_id_for
@@ -213,6 +214,19 @@ class _LogEvents(api.RunEvents):
             self.context.log.info(text)
 
 
+class _StoredEvents(_LogEvents):
+    """The log, and the journal snapshotted to the state store as chunks land."""
+
+    def __init__(self, context: Any, label: str, stored: StoredJournal | None) -> None:
+        super().__init__(context, label)
+        self.stored = stored
+
+    def progress(self, update: Any) -> None:
+        if self.stored is not None:
+            self.stored.tick()
+        super().progress(update)
+
+
 def transfer_step(
     context: Any,
     skyplane: SkyplaneResource,
@@ -257,7 +271,23 @@ def transfer_step(
                     window=partition_window(spec.partitions_def, unit["partition"]),
                 )
                 gateways = skyplane.gateways(fleet=fleet, plan=plan)
-                result = api.CopyRun(request, gateways, _LogEvents(context, label)).run()
+                key = unit_key(root_run, spec.name, dest.output_name, unit["partition"] or "")
+                stored = skyplane.stored_journal(key, journal, context.log)
+                if stored is not None:
+                    stored.restore()
+                try:
+                    result = api.CopyRun(
+                        request, gateways, _StoredEvents(context, label, stored)
+                    ).run()
+                finally:
+                    if stored is not None:
+                        stored.save()
+                if stored is not None:
+                    stored.forget()
+                if result.chunks_resumed:
+                    context.log.info(
+                        f"{label}: {result.chunks_resumed} chunk(s) resumed from the journal"
+                    )
                 summary = result.to_dict()
                 status = (summary.get("verification") or {}).get("status", "passed")
                 if status != "passed":
