@@ -199,11 +199,12 @@ def test_deferred_copy_under_airflow_standalone_emits_lineage(
         e for e in events if e.get("eventType") == "COMPLETE" and e["job"]["name"].endswith("copy")
     ]
     assert complete, [e.get("eventType") for e in events]
-    host = socket.gethostname()
+    # Named as Airflow's own common.io converter names ``Asset("file:///abs/p")``: ``file``
+    # without a host, so the lineage joins the Asset events of the same task.
     inputs = {(d["namespace"], d["name"]) for e in complete for d in e.get("inputs", [])}
     outputs = {(d["namespace"], d["name"]) for e in complete for d in e.get("outputs", [])}
-    assert (f"file://{host}", str(base / "data" / "us")) in inputs, complete
-    assert (f"file://{host}", str(base / "data" / "eu")) in outputs, complete
+    assert ("file", str(base / "data" / "us")) in inputs, complete
+    assert ("file", str(base / "data" / "eu")) in outputs, complete
 
 
 def test_dagster_materialises_a_partitioned_replica_with_its_check(tmp_path: Path) -> None:
