@@ -434,7 +434,7 @@ def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequ
 
 
 def request_from(
-    src: TransferRequest | str, dst: str | None = None, **fields: Any
+    src: TransferRequest | str, dst: str | Sequence[str] | None = None, **fields: Any
 ) -> TransferRequest:
     """The convenience every entry point shares: a request as given, or built from the loose
     arguments ``(src, dst, **fields)`` (``TransferRequest.build``)."""
