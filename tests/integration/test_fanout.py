@@ -5,8 +5,11 @@ block the others, and the re-run completes it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +20,14 @@ from skyplane_ops import api
 from skyplane_ops.sequence.copy_run import Gateways
 from skyplane_ops.sequence.events import RunEvents
 from skyplane_ops.sequence.fanout import FanoutError, FanoutRun
-from skyplane_ops.testing.transfer import SRC, local_fleet, make_plan, read_tree, write_dataset
+from skyplane_ops.testing.transfer import (
+    SRC,
+    agents_of,
+    local_fleet,
+    make_plan,
+    read_tree,
+    write_dataset,
+)
 from skyplane_ops.transfer import DispatchOptions
 from skyplane_ops.transfer.progress import Progress
 from skyplane_ops.transfer.request import TransferRequest
@@ -126,3 +136,26 @@ def test_one_sink_killed_the_others_commit_and_the_rerun_completes_it(tmp_path: 
     # written before the kill); the small objects it had committed are skipped.
     assert resumed.objects == 1 and resumed.objects_skipped == 2
     assert resumed.chunks_resumed >= 1 and resumed.chunks + resumed.chunks_resumed == 8
+
+
+def test_cli_cp_to_three_destinations(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "src", {"big.bin": 2 * MiB + 1, "a/b": 4000, "c": 0})
+    dsts = [tmp_path / n for n in ("x", "y", "z")]
+    regions = ["aws:eu-west-1", "aws:eu-central-1", "gcp:europe-west4"]
+    home = tmp_path / "home"
+    env = {**os.environ, "SKYPLANE_OPS_HOME": str(home)}
+    args = [sys.executable, "-m", "skyplane_ops.cli", "cp", str(tmp_path / "src")]
+    args += [str(d) for d in dsts] + ["--src-region", "aws:us-east-1", "--json", "--no-progress"]
+    for r in regions:
+        args += ["--dst-region", r]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "ok"
+    assert [d["dst_uri"] for d in out["destinations"]] == [d.as_uri() for d in dsts]
+    assert all(d["verification"]["status"] == "passed" for d in out["destinations"])
+    assert all(read_tree(d) == data for d in dsts)
+    assert agents_of(home) == []  # the one fleet was torn down
+
+    bad = subprocess.run(args[:-2], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "one --dst-region per DST" in bad.stderr
