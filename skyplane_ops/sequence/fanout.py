@@ -26,7 +26,6 @@ from skyplane_ops.sequence.events import RunEvents
 from skyplane_ops.sequence.fleet import deprovision, new_transfer_id, provision
 from skyplane_ops.sequence.planning import check_regions, plan
 from skyplane_ops.transfer.dispatch import DispatchOptions
-from skyplane_ops.transfer.listing import list_request
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import PartialTransferError, TransferResult
 
@@ -192,11 +191,18 @@ class FanoutRun:
             if not request.src_region:
                 raise TransferError("src_region is required to plan a transfer")
             check_regions([request.src_region, *regions], fleet=self.gateways.universe())
-            with self.events.phase("list", request.src_uri) as note:
-                listing = list_request(request.per_destination()[0])
-                volume = listing.volume_gb
-                listing.close()
-                note["done"] = f"{volume:.3f} GB to consider"
+            # The first destination's listing sizes the plan (each run lists its own again).
+            sizing = CopyRun(
+                request.per_destination()[0],
+                dataclasses.replace(self.gateways, early=False),
+                self.events,
+            )
+            with sizing.locked():
+                try:
+                    sizing.list()
+                    volume = sizing.listing.volume_gb if sizing.listing is not None else 0.0
+                finally:
+                    sizing.close()
             with self.events.phase("plan", f"{request.src_region} -> {', '.join(regions)}") as n:
                 self.plan = plan(
                     request.src_region,
