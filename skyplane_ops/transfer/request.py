@@ -367,7 +367,10 @@ class TransferRequest:
         ``dispatch`` gives its connections, encryption and compression (its other knobs are
         engine tuning, passed to the run, not part of the request). ``dst`` may be a list of
         destinations, with ``dst_region`` a list of their regions (one each, in order)."""
-        if not isinstance(dst, str | StoreLocation | Mapping):
+        first: StoreLocation | str | Mapping[str, Any]
+        if isinstance(dst, str | StoreLocation | Mapping):
+            first = dst
+        else:
             many = tuple(StoreLocation.of(d, dst_options) for d in dst)
             if not many:
                 raise TransferError("a destination is required")
@@ -377,7 +380,7 @@ class TransferRequest:
                 regions = tuple(region)
                 fields["dst_region"] = regions[0] if regions else None
                 fields["dst_regions"] = regions if len(many) > 1 else ()
-            dst, dst_options = many[0], None
+            first, dst_options = many[0], None
         if dispatch is not None:
             check_transfer_options(part_size=DEFAULT_PART_SIZE, verify="full", dispatch=dispatch)
             fields.setdefault("connections_per_hop", dispatch.connections)
@@ -392,7 +395,7 @@ class TransferRequest:
             )
         return cls(
             src=StoreLocation.of(src, src_options),
-            dst=StoreLocation.of(dst, dst_options),
+            dst=StoreLocation.of(first, dst_options),
             **fields,
         )
 
