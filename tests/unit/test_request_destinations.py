@@ -72,3 +72,10 @@ def test_a_destinations_plan_is_its_routes_of_the_multicast_plan() -> None:
     }
     with pytest.raises(TransferError, match="no destination"):
         destination_plan(plan, "t:z")
+
+
+def test_one_destination_runs_refuse_a_request_with_several() -> None:
+    from skyplane_ops.sequence.copy_run import CopyRun
+
+    with pytest.raises(TransferError, match="FanoutRun"):
+        CopyRun(_three())
