@@ -201,6 +201,7 @@ _LAZY: dict[str, str] = {
     "FanoutRun": "skyplane_ops.sequence.fanout",
     "FanoutResult": "skyplane_ops.sequence.fanout",
     "FanoutError": "skyplane_ops.sequence.fanout",
+    "destination_plan": "skyplane_ops.sequence.fanout",
     "BudgetExceededError": "skyplane_ops.profiler.errors",
     "ProfileError": "skyplane_ops.errors",
     "ProvisionError": "skyplane_ops.errors",
