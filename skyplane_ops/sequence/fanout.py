@@ -4,8 +4,9 @@ One plan for all destinations (the multicast planner: ``plan`` with several regi
 fleet for it, then one ``CopyRun`` per destination on that fleet, each with its sub-plan (the
 multicast plan's routes that end at that destination). Each destination therefore keeps what
 a single copy has: its own lock, journal, atomic commit and verification. A destination that
-fails is reported and the others go on; a re-run resumes each destination from its own
-journal (and, with ``sync``, sends each only what it lacks).
+fails is reported and the others go on. A re-run resumes each destination from its own
+journal, and syncs the destinations an unfinished run reached (``fanout_record``): each
+destination gets only what it lacks.
 
 The chunks of each destination are sent separately, in turn, along its routes: the gateways'
 tree paths (a chunk read once and forwarded to every next hop, ``gateway_agent/job/tree.py``)
@@ -21,6 +22,7 @@ from typing import Any
 from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
+from skyplane_ops.sequence import fanout_record
 from skyplane_ops.sequence.copy_run import CopyRun, Gateways
 from skyplane_ops.sequence.events import RunEvents
 from skyplane_ops.sequence.fleet import deprovision, new_transfer_id, provision
@@ -144,9 +146,12 @@ class FanoutRun:
         owns = self.fleet is None if self.gateways.teardown is None else self.gateways.teardown
         out = FanoutResult(self.transfer_id, self.request.src_uri)
         out.order = [r.dst_uri for r in requests]
+        before = fanout_record.reached_before(self.request)
         try:
             fleet = self.provision()
             for req, region in zip(requests, regions, strict=True):
+                if req.dst_uri in before and not req.sync:  # reached by the unfinished run
+                    req = req.replace(sync=True)
                 assert self.plan is not None
                 gateways = dataclasses.replace(
                     self.gateways,
@@ -169,6 +174,8 @@ class FanoutRun:
                 fleet, self.fleet = self.fleet, None
                 with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
                     deprovision(fleet, backend_options=self.gateways.backend_options)
+        reached = set(out.results) | set(out.errors) | before
+        fanout_record.record(self.request, reached if out.errors else None)
         if out.errors:
             raise FanoutError(out)
         return out
