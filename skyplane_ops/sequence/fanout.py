@@ -181,11 +181,19 @@ class FanoutRun:
         return out
 
     def _regions(self, requests: list[TransferRequest]) -> list[str]:
-        """Each destination's region: the request's, or the given plan's destinations."""
-        if self.request.dst_regions:
-            return list(self.request.dst_regions)
-        if self.plan is not None and len(self.plan.dsts) == len(requests):
-            return list(self.plan.dsts)
+        """Each destination's region: the request's, or the given plan's destinations; a
+        given plan must name every destination's region (checked before anything starts)."""
+        regions = list(self.request.dst_regions)
+        if self.plan is not None:
+            if not regions and len(self.plan.dsts) == len(requests):
+                regions = list(self.plan.dsts)
+            if sorted(self.plan.dsts) != sorted(regions):
+                raise TransferError(
+                    f"the plan goes to {', '.join(self.plan.dsts)}, not to every destination's "
+                    f"region ({', '.join(regions) or 'none given'}): plan them together"
+                )
+        if regions:
+            return regions
         raise TransferError(
             "dst_regions (--dst-region): one region per destination, in order, to plan a copy "
             "to several destinations"

@@ -79,3 +79,12 @@ def test_one_destination_runs_refuse_a_request_with_several() -> None:
 
     with pytest.raises(TransferError, match="FanoutRun"):
         CopyRun(_three())
+
+
+def test_a_given_plan_must_name_every_destination() -> None:
+    from skyplane_ops.sequence.copy_run import Gateways
+    from skyplane_ops.sequence.fanout import FanoutRun
+
+    one = make_plan(["aws:us-east-1", "aws:eu-west-1"])
+    with pytest.raises(TransferError, match="not to every destination"):
+        FanoutRun(_three(), Gateways(plan=one)).run()  # refused before listing or provisioning
