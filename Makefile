@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test e2e lint typecheck unit tools venv clean bench
+.PHONY: demo test e2e lint typecheck unit tools venv clean bench docs
 
 venv: $(STAMP)
 
@@ -44,4 +44,8 @@ bench: venv
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .cache build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .cache build dist site *.egg-info .mypy_cache .ruff_cache .pytest_cache
+
+# The documentation site (MkDocs Material + mkdocstrings), warnings as errors, into ./site.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --site-dir site

@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import base64
 import bisect
+import collections
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -130,11 +132,31 @@ def _crc_b64(data: bytes) -> str:
     return base64.b64encode(crc32c(data).to_bytes(4, "big")).decode()
 
 
+def _kind(method: str, bucket: str, key: str) -> str:
+    """A request's kind for the counts: ``list`` (a GET of a bucket), ``head``, ``get``..."""
+    if not bucket:
+        return "list_buckets"
+    if not key:
+        return "list" if method == "GET" else f"bucket_{method.lower()}"
+    return method.lower()
+
+
+def bench_stats(endpoint: str) -> dict[str, int]:
+    """The server's request counts so far (``App.counts``)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{endpoint}/_bench/stats", timeout=10) as answer:
+        return dict(json.loads(answer.read()))
+
+
 class App:
     """The ASGI application: one request at a time per connection, all in one event loop."""
 
     def __init__(self, root: Path) -> None:
         self.store = Buckets(root)
+        # Requests by kind (list, head, get, put, delete, ...), read at ``GET /_bench/stats``
+        # (an invalid bucket name, so never a bucket): what a benchmark counts.
+        self.counts: collections.Counter[str] = collections.Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -184,6 +206,9 @@ class App:
         } & set(query):
             raise S3Error(501, "NotImplemented", "not supported by this benchmark server")
         bucket, _, key = unquote(scope["raw_path"].decode()).lstrip("/").partition("/")
+        if bucket == "_bench" and key == "stats":
+            return 200, {"content-type": "application/json"}, json.dumps(self.counts).encode()
+        self.counts[_kind(method, bucket, key)] += 1
         if not bucket:
             return self.list_buckets()
         if not key:
@@ -363,11 +388,13 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.
 
 
 @contextlib.contextmanager
-def serve_process(cmd: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+def serve_process(
+    cmd: list[str], port: int, timeout: float = 30.0
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``cmd`` (which listens on ``port``) as its own process group; stop it on exit."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, timeout)
         yield proc
     finally:
         proc.terminate()
@@ -388,14 +415,15 @@ class Server:
 
 
 @contextlib.contextmanager
-def run_s3_server(root: Path | None = None) -> Iterator[Server]:
-    """This server on a free loopback port (data under ``root`` or a temporary directory)."""
+def run_s3_server(root: Path | None = None, timeout: float = 30.0) -> Iterator[Server]:
+    """This server on a free loopback port (data under ``root`` or a temporary directory);
+    ``timeout``: for its start, which reads every object already under ``root``."""
     with contextlib.ExitStack() as stack:
         if root is None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="s3-bench-")))
         port = free_port()
         cmd = [sys.executable, __file__, "--root", str(root), "--port", str(port)]
-        proc = stack.enter_context(serve_process(cmd, port))
+        proc = stack.enter_context(serve_process(cmd, port, timeout))
         yield Server(f"http://127.0.0.1:{port}", ("127.0.0.1", port), proc.pid)
 
 

@@ -28,8 +28,11 @@ at the first count).
 highest memory of any): single runs of one count vary by 10-20% here, which a ratio of two
 counts (linearity: 1M within 12x of 100k) doubles.
 
+``--no-vms`` runs ours on the worker path (an in-process gateway: no gateway process, no
+TCP; see ``docs/vmless.md``) instead of the local backend's gateway processes.
+
 Usage: ``python benchmarks/scale.py [--counts 10000,100000] [--full] [--warmup 1] [--repeat 1]
-[--work DIR]``
+[--work DIR] [--no-vms]``
 (``--full``: 10k, 100k and 1M; run it alone: other work on the machine skews both tools).
 Writes ``benchmarks/results/scale.json``.
 """
@@ -274,7 +277,12 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_count(
-    work: Path, count: int, env: dict[str, str], warmup: int = 1, repeat: int = 1
+    work: Path,
+    count: int,
+    env: dict[str, str],
+    warmup: int = 1,
+    repeat: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     src, ours, theirs = work / "src", work / "dst-ours", work / "dst-rclone"
     state = work / "state"
@@ -285,7 +293,7 @@ def run_count(
     ours.mkdir()
     theirs.mkdir()
     cli = cli_command()
-    common = [*REGIONS, "--journal-dir", str(state), "--no-progress", "--json"]
+    common = [*REGIONS, "--journal-dir", str(state), "--no-progress", "--json", *extra]
     rclone = [
         "rclone",
         "copy",
@@ -383,6 +391,12 @@ def main() -> int:
         default=1,
         help="timed copies by each tool, in turn, per count: the median one is shown",
     )
+    parser.add_argument(
+        "--no-vms",
+        action="store_true",
+        help="ours on the worker path (no gateway process: planner.schedule) instead of the "
+        "local backend's gateway processes",
+    )
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     args = parser.parse_args()
     if args.repeat < 1 or args.warmup < 0:
@@ -396,7 +410,8 @@ def main() -> int:
     rows = []
     try:
         for count in counts:
-            rows.append(run_count(work, count, env, args.warmup, args.repeat))
+            extra = ("--no-vms",) if args.no_vms else ()
+            rows.append(run_count(work, count, env, args.warmup, args.repeat, extra))
             print_table(rows[-1:])
     finally:
         if not args.work:

@@ -102,6 +102,12 @@ with DAG(
             "scratch": target.scratch,
             "publish_reason": target.reason,
         }
+        if target.scratch:
+            # Scratch figures are not the planning grid: no GRID event (the task runner emits
+            # one for every Asset outlet of a task that succeeds), so nothing scheduled on the
+            # grid runs for them.
+            context["task"].outlets = [o for o in context["task"].outlets if o != GRID]
+            return summary
         context["outlet_events"][GRID].extra.update(
             {
                 "scratch": target.scratch,

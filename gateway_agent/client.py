@@ -231,6 +231,11 @@ class GatewayClient:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/leave", body)
         return result
 
+    def set_rates(self, job_id: str, rates: dict[str, float | None]) -> dict[str, Any]:
+        """New bandwidth caps per hop (``{"a>b": bytes/s}``) of the job on this gateway."""
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/rates", {"rates": rates})
+        return result
+
     def update_credentials(self, job_id: str, sealed: str) -> dict[str, Any]:
         """Hand a running job fresh store credentials (sealed for it on this gateway, see
         ``Job.update_credentials``)."""

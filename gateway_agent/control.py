@@ -220,6 +220,8 @@ class ControlServer:
                 return agent.drop_path(job_id, str(data.get("path", "")))
             if action == "credentials" and method == "POST":
                 return agent.job(job_id).update_credentials(data)
+            if action == "rates" and method == "POST":
+                return agent.job(job_id).set_rates(dict(data.get("rates") or {}))
             if action == "leave" and method == "POST":
                 return agent.leave_out(job_id, str(data.get("gateway", "")))
         return None

@@ -25,6 +25,7 @@ from tenacity import retry, retry_if_not_exception_type, stop_after_attempt, wai
 from gateway_agent import wire
 from gateway_agent.flow import Lease
 from gateway_agent.guard import set_io_timeout
+from gateway_agent.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,12 @@ class OutboundPool:
         compress_level: int = 0,
         io_timeout: float = wire.DATA_IO_TIMEOUT_S,
         sender: str = "",
+        rate: float | None = None,
     ) -> None:
         self.region = region
+        # The hop's share of the transfer's bandwidth cap (bytes/s; None: none), taken by every
+        # frame this gateway sends on the hop, buffered or spliced.
+        self.bucket = TokenBucket(rate)
         self.sender = sender  # this gateway's id, named in each handshake
         self.io_timeout = io_timeout
         self.queue: queue.Queue[OutChunk | None] = queue.Queue()
@@ -279,6 +284,7 @@ class OutboundPool:
                 continue
             if item is None:
                 return
+            self.bucket.take(len(item.payload), self._cb.stopped)
             conn = self.borrow()
             if conn is None:
                 item.lease.release()

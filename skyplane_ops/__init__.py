@@ -5,4 +5,4 @@ drives the transfer through them and verifies the result. The data plane lives i
 ``gateway_agent`` and is what runs on every gateway.
 """
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0"

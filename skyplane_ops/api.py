@@ -16,6 +16,10 @@ from gateway_agent.stores.base import ObjectInfo as ObjectInfo
 from skyplane_ops.errors import PlanningError as PlanningError
 from skyplane_ops.errors import SkyplaneOpsError as SkyplaneOpsError
 from skyplane_ops.errors import TransferError as TransferError
+from skyplane_ops.metrics import MetricsEvents as MetricsEvents
+from skyplane_ops.metrics import RunMetrics as RunMetrics
+from skyplane_ops.metrics import textfile_path as textfile_path
+from skyplane_ops.metrics import write_final_metrics as write_final_metrics
 from skyplane_ops.planner.plan import TransferPlan as TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet as GatewayFleet
 from skyplane_ops.sequence import CopyRun as CopyRun
@@ -42,13 +46,21 @@ from skyplane_ops.transfer import TransferResult as TransferResult
 from skyplane_ops.transfer import preview_transfer as preview_transfer
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer import transfer_lock as transfer_lock
+from skyplane_ops.transfer.bwlimit import format_rate as format_rate
+from skyplane_ops.transfer.bwlimit import parse_rate as parse_rate
+from skyplane_ops.transfer.bwlimit import set_bwlimit as set_bwlimit
 from skyplane_ops.transfer.listing import Listing as Listing
 from skyplane_ops.transfer.listing import list_request as list_request
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress import plan_paths as plan_paths
+from skyplane_ops.transfer.report import find_reports as find_reports
+from skyplane_ops.transfer.report import load_summary as load_summary
+from skyplane_ops.transfer.report import summary_text as summary_text
+from skyplane_ops.transfer.report.reader import failed_rows as failed_rows
 from skyplane_ops.transfer.request import as_request as as_request
 from skyplane_ops.transfer.request import request_from
+from skyplane_ops.transfer.selection import read_files_from as read_files_from
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age

@@ -121,6 +121,13 @@ def _credentials(
     )
 
 
+def _rate(value: Any) -> float | None:
+    """A hop's rate from the spec: a positive number of bytes/s, else none."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
 def _local_calls(store: ObjectStore) -> bool:
     """Whether the store's calls are local system calls (see ``Capabilities.local_calls``)."""
     return bool(getattr(store.capabilities, "local_calls", False))
@@ -238,7 +245,20 @@ class JobBase:
                 encrypt=bool(hop.get("encrypt", False)),
                 compress_level=int(hop.get("compress_level", 0)),
                 sender=self.gateway_id,
+                rate=_rate(hop.get("rate")),
             )
+
+    def set_rates(self, rates: dict[str, Any]) -> dict[str, Any]:
+        """New bandwidth caps per hop (``{"a>b": bytes/s or None}``) of this gateway's pools,
+        from the next frame on (the transfer's cap changed while it runs)."""
+        applied = {}
+        for hop, rate in rates.items():
+            src, _, nxt = str(hop).partition(">")
+            pool = self._pools.get(nxt)
+            if src == self.region and pool is not None:
+                pool.bucket.set_rate(_rate(rate))
+                applied[hop] = pool.bucket.rate
+        return {"rates": applied}
 
     def _store(self, which: str) -> ObjectStore:
         with self._store_lock:

@@ -256,6 +256,8 @@ class Job(SourceRole, SinkRole):
         """
         payload_len = header[2]
         pool = self._next_pool(meta)
+        if pool is not None:
+            pool.bucket.take(payload_len, self._stop.is_set)
         conn = pool.borrow() if pool is not None else None
         if pool is None or conn is None or conn.sock is None:
             wire.discard(upstream, payload_len)

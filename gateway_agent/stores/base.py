@@ -146,6 +146,16 @@ class ListsInShares(Protocol):
 
 
 @runtime_checkable
+class ListsLevels(Protocol):
+    """Optional: one level of the listing under ``prefix`` (a delimiter listing): the objects
+    right there, as rows, and the sub-prefixes (keys relative to the store, ending with
+    ``/``). The level's rows and ``list_rows`` of each sub-prefix are the whole listing, so a
+    caller whose store answers over a network lists the sub-prefixes at once."""
+
+    def list_level(self, prefix: str = "") -> tuple[list[ListRow], list[str]]: ...
+
+
+@runtime_checkable
 class SupportsNameCheck(Protocol):
     """Optional (every real backend has it): refuse a key this store cannot hold before any
     byte is sent, with :class:`~gateway_agent.stores.errors.KeyNotSupportedError`."""

@@ -241,6 +241,10 @@ def run(spec: Mapping[str, Any]) -> int:
         def progress(self, update: Any) -> None:
             beat.progress = progress_counters(update)
 
+    metrics_file = api.textfile_path(spec["transfer_id"])  # SKYPLANE_OPS_METRICS_DIR
+    metrics = api.RunMetrics(spec["transfer_id"]) if metrics_file else None
+    events: RunEvents = Beating() if metrics is None else api.MetricsEvents(metrics, Beating())
+    final: Any = None
     outcome: tuple[str, dict[str, Any]]
     code = 0
     try:
@@ -256,11 +260,12 @@ def run(spec: Mapping[str, Any]) -> int:
         gateways = api.Gateways(
             backend=fleet.backend, fleet=fleet, plan=TransferPlan.from_dict(spec["plan"])
         )
-        result = CopyRun(request, gateways, Beating()).run()
+        result = final = CopyRun(request, gateways, events).run()
         outcome = ("success", {"result": result.to_dict()})
     except _Cancelled:
         outcome, code = ("cancelled", {}), 3
     except SkyplaneOpsError as exc:
+        final = getattr(exc, "result", None)  # a partial run still has its figures
         error = {"type": type(exc).__name__, "message": str(exc), "user_error": True}
         outcome, code = ("failed", {"error": error}), 1
     except Exception as exc:  # reported through the state store; traceback in driver.log
@@ -270,6 +275,11 @@ def run(spec: Mapping[str, Any]) -> int:
         error = {"type": type(exc).__name__, "message": str(exc), "user_error": False}
         outcome, code = ("failed", {"error": error}), 2
     beat.stop()
+    if metrics is not None and metrics_file is not None:
+        try:
+            api.write_final_metrics(metrics, metrics_file, final)
+        except Exception as exc:
+            print(f"writing the metrics failed: {exc}", file=sys.stderr, flush=True)
     # The final status and the teardown must not be cut short (stop_driver escalates to KILL).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

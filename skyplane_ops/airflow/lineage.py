@@ -2,13 +2,14 @@
 
 ``s3://bucket/p`` -> (``s3://bucket``, ``p``); ``gs://bucket/p`` -> (``gs://bucket``, ``p``);
 ``az://account/container/p`` -> (``abfss://container@account.dfs.core.windows.net``, ``p``);
-``file:///abs/p`` -> (``file://<host>``, ``/abs/p``). The bucket root is named ``/``.
+``file:///abs/p`` -> (``file``, ``/abs/p``), as Airflow names the ``Asset(uri="file:///abs/p")``
+outlet of the same task (``file://<host>`` only when the URI names a host), so the lineage
+graph has one node for the replica, not two. The bucket root is named ``/``.
 The OpenLineage provider is optional: without it the operators report no lineage.
 """
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 from urllib.parse import urlparse
 
@@ -30,7 +31,9 @@ def dataset_name(uri: str) -> tuple[str, str]:
         container, _, path = parsed.path.lstrip("/").partition("/")
         return f"abfss://{container}@{account}.dfs.core.windows.net", path.strip("/") or "/"
     if scheme == "file":
-        return f"file://{parsed.netloc or socket.gethostname()}", parsed.path.rstrip("/") or "/"
+        return f"file://{parsed.netloc}" if parsed.netloc else "file", parsed.path.rstrip(
+            "/"
+        ) or "/"
     return f"{scheme}://{parsed.netloc}", parsed.path.strip("/") or "/"
 
 

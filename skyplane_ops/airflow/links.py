@@ -1,4 +1,4 @@
-"""Extra links on the transfer tasks: the stored plan and the route diagram.
+"""Extra links on the transfer tasks: the stored plan, the route diagram and the report.
 
 Airflow 3 resolves a link from the XCom the task pushed under the link's ``xcom_key``, so
 the operators push the finished URL (``persist``) and the UI reads it back. The route link
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from airflow.sdk import BaseOperatorLink
 
@@ -23,13 +24,32 @@ _CONSOLES = {
 }
 
 
+# Where the package's Airflow plugin (``airflow/plugin.py``) serves local files on the
+# api-server: the UI drops ``file://`` links.
+PREFIX = "/skyplane"
+
+
+def served_url(uri: str) -> str:
+    """The UI's URL of a local file: the plugin's route (absolute with ``[api] base_url``)."""
+    try:
+        from airflow.configuration import conf
+
+        base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    except Exception:  # no configuration (a script): a path on the api-server
+        base = ""
+    return f"{base}{PREFIX}/files?uri={quote(uri, safe='')}"
+
+
 def plan_url(plan_uri: str) -> str:
-    """A browser URL for a stored plan: the cloud console's object page, else the URI."""
+    """A browser URL for a stored plan, route or report: the cloud console's object page, the
+    plugin's route for a local file, else the URI."""
     parsed = urlparse(plan_uri)
     if parsed.scheme in _CONSOLES:
         return _CONSOLES[parsed.scheme].format(bucket=parsed.netloc, key=parsed.path.lstrip("/"))
     if parsed.scheme == "":
-        return f"file://{plan_uri}"
+        return served_url(Path(plan_uri).absolute().as_uri())
+    if parsed.scheme == "file":
+        return served_url(plan_uri)
     return plan_uri
 
 
@@ -70,6 +90,13 @@ class SkyplaneRouteLink(_XComLink):
     """The overlay route as a diagram."""
 
     name = "Skyplane route"
+
+
+class SkyplaneReportLink(_XComLink):
+    """The transfer report's summary (every object's outcome is in the Parquet file beside
+    it)."""
+
+    name = "Skyplane report"
 
 
 def persist_links(

@@ -115,6 +115,7 @@ def get_provider_info() -> dict[str, Any]:
         "extra-links": [
             "skyplane_ops.airflow.links.SkyplanePlanLink",
             "skyplane_ops.airflow.links.SkyplaneRouteLink",
+            "skyplane_ops.airflow.links.SkyplaneReportLink",
         ],
         "triggers": [
             {

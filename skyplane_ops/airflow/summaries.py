@@ -123,8 +123,26 @@ def _pick(summary: Mapping[str, Any], *names: str) -> Any:
     return None
 
 
+def verified(summary: Mapping[str, Any]) -> bool | None:
+    """Whether the end check passed, as a bool in every face (None: no check was made)."""
+    value = summary.get("verified", summary.get("verification"))
+    if isinstance(value, Mapping):
+        return str(value.get("status", "")).lower() == "passed" if value else None
+    return None if value is None else bool(value)
+
+
+def unchanged(summary: Mapping[str, Any]) -> bool:
+    """The run wrote and deleted nothing at the destination (an up-to-date sync)."""
+    return (
+        summary.get("status", "ok") == "ok"
+        and not summary.get("objects")
+        and not summary.get("objects_deleted")
+    )
+
+
 def asset_metadata(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """Event metadata for the destination Asset: bytes, objects, Gbit/s, cost, route."""
+    """Event metadata for the destination Asset: bytes, objects, Gbit/s, cost, route, whether
+    it verified (a bool, as in Dagster) and the transfer report."""
     return {
         "transfer_id": summary.get("transfer_id"),
         "bytes": _pick(summary, "bytes", "bytes_transferred", "total_bytes"),
@@ -132,15 +150,17 @@ def asset_metadata(summary: Mapping[str, Any]) -> dict[str, Any]:
         "gbps": _pick(summary, "gbps", "throughput_gbps", "actual_gbps"),
         "cost_usd": _pick(summary, "cost_usd", "actual_cost_usd", "predicted_cost_usd"),
         "route": summary.get("route"),
-        "verified": _pick(summary, "verified", "verification"),
+        "verified": verified(summary),
         "plan_uri": summary.get("plan_uri"),
+        "report_uri": (summary.get("uris") or {}).get("report"),
     }
 
 
 def progress_counters(update: Any) -> dict[str, Any]:
     """Scalar counters of a progress sample (a mapping or the core's ``Progress`` dataclass).
 
-    Only scalars: a progress sample must never carry key lists into logs or status files.
+    Scalars, and the Gbit/s of each of the plan's paths (at most 8): a progress sample must
+    never carry key lists into logs or status files.
     """
     if dataclasses.is_dataclass(update) and not isinstance(update, type):
         items = dataclasses.asdict(update)
@@ -148,6 +168,16 @@ def progress_counters(update: Any) -> dict[str, Any]:
         items = dict(update)
     else:
         items = dict(getattr(update, "__dict__", {}))
-    return {
+    out: dict[str, Any] = {
         str(k): v for k, v in items.items() if isinstance(v, int | float | str | bool) or v is None
     }
+    paths = items.get("path_gbps")
+    if isinstance(paths, Mapping):  # a few routes (the plan's paths), never keys
+        out["path_gbps"] = {
+            str(r): round(float(g), 4) for r, g in list(paths.items())[:8] if _number(g)
+        }
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -22,7 +22,7 @@ from click.core import ParameterSource
 
 from skyplane_ops import api
 from skyplane_ops.commands.base import to_args
-from skyplane_ops.commands.cp_options import CP_EPILOG, SYNC_EPILOG, transfer_options
+from skyplane_ops.commands.cp_options import CP_EPILOG, MV_EPILOG, SYNC_EPILOG, transfer_options
 from skyplane_ops.commands.options import plan_arguments, to_uri
 from skyplane_ops.commands.progress_view import RunView, pick_mode
 from skyplane_ops.commands.summary import summary_lines
@@ -64,6 +64,31 @@ def cp(ctx: click.Context, **params: Any) -> int:
 def sync(ctx: click.Context, **params: Any) -> int:
     """Copy only the objects missing or different at DST (like rclone sync; --delete mirrors)."""
     return _execute(_args(ctx, params), sync=True)
+
+
+@click.command(epilog=MV_EPILOG)
+@transfer_options("mv")
+@click.option("--sync", is_flag=True, help="copy only objects missing or different at DST")
+@click.option(
+    "--max-delete",
+    type=int,
+    default=None,
+    metavar="N",
+    help="refuse the whole move (nothing copied or deleted) when more than N source objects "
+    "would be deleted",
+)
+@click.pass_context
+def mv(ctx: click.Context, **params: Any) -> int:
+    """Move objects from SRC to DST: copy, verify, then delete each verified source object.
+
+    A source object is deleted only after its copy is committed and verified, and only if it
+    is still the version that was copied; a failed, partial or interrupted move deletes
+    nothing it has not verified (re-run it to move the rest). Objects skipped (up to date,
+    --ignore-existing, --update) stay at SRC.
+    """
+    args = _args(ctx, params)
+    args.move = True
+    return _execute(args, sync=bool(params["sync"]))
 
 
 def _args(ctx: click.Context, params: dict[str, Any]) -> ArgsNS:
@@ -108,8 +133,9 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
     src, dst = to_uri(args.src), to_uri(args.dst)
     links = _links(args)
     delete = bool(getattr(args, "delete", False))
+    move = bool(getattr(args, "move", False))
     max_delete = getattr(args, "max_delete", None)
-    if max_delete is not None and not delete:
+    if max_delete is not None and not (delete or move):
         raise TransferError("--max-delete only applies with --delete")
     planning = plan_arguments(args)
     planning.pop("backend", None)  # the run's backend: ``Gateways``
@@ -132,9 +158,30 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         encrypt=args.encrypt,
         compress_level=3 if args.compress else 0,
         journal_dir=args.journal_dir,
+        report_uri=getattr(args, "report_uri", None),
+        report_options=getattr(args, "report_options", None) or {},
         wait_lock=args.wait_lock,
         plan_options=planning,
+        max_age=args.max_age,
+        min_age=args.min_age,
+        changed_since=args.changed_since,
+        changed_before=args.changed_before,
+        files_from=_files_from(args, src),
+        ignore_existing=args.ignore_existing,
+        update=args.update,
+        move=move,
+        bwlimit=args.bwlimit,
     )
+
+
+def _files_from(args: ArgsNS, src: str) -> tuple[str, ...] | None:
+    """The keys of ``--files-from``; an object URI on the source's store is read with
+    ``--src-options`` (its endpoint, its region)."""
+    spec = args.files_from
+    if spec is None:
+        return None
+    same_store = "://" in spec and spec.split("://")[0] == src.split("://")[0]
+    return api.read_files_from(spec, args.src_options if same_store else None)
 
 
 def _plan_file(args: ArgsNS) -> api.TransferPlan | None:
@@ -180,9 +227,10 @@ def _dry_run(args: ArgsNS, request: api.TransferRequest) -> int:
 class _ViewEvents(api.RunEvents):
     """The run's phases, listing counts and progress on the command's ``RunView``."""
 
-    def __init__(self, view: RunView) -> None:
+    def __init__(self, view: RunView, capped: bool = False) -> None:
         self.view = view
         self.wants_progress = view.mode != "off"
+        self.capped = capped
 
     def phase(self, name: str, detail: str) -> Any:
         return self.view.phase(name, detail)
@@ -192,6 +240,15 @@ class _ViewEvents(api.RunEvents):
 
     def progress(self, update: Any) -> None:
         self.view.transfer(update)
+
+    def provisioned(self, fleet: Any) -> None:
+        if self.capped:
+            print(
+                f"skyplane-ops: transfer {fleet.transfer_id}; change its cap while it runs: "
+                f"skyplane-ops bwlimit {fleet.transfer_id} RATE",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def make_run(
@@ -224,7 +281,8 @@ def _execute(args: ArgsNS, sync: bool) -> int:
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
     if len(args.dsts) > 1:
         return _execute_fanout(args, sync, view)
-    run = make_run(args, sync, _ViewEvents(view))
+    run = make_run(args, sync, _ViewEvents(view, capped=args.bwlimit is not None))
+    metrics = _metrics(args, run)
     status = 0
     try:
         try:
@@ -232,6 +290,10 @@ def _execute(args: ArgsNS, sync: bool) -> int:
         except api.PartialTransferError as exc:
             result, status = exc.result, api.EXIT_PARTIAL
             print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
+        if metrics is not None:
+            metrics.observe_result(result)
+            if getattr(args, "metrics_textfile", None):
+                metrics.write_textfile(args.metrics_textfile)
         return _report(args, result, None if run.up_to_date else run.plan, view, status)
     finally:
         view.close()
@@ -257,6 +319,24 @@ def _execute_fanout(args: ArgsNS, sync: bool, view: RunView) -> int:
         return status
     finally:
         view.close()
+
+
+def _metrics(args: ArgsNS, run: api.CopyRun) -> api.RunMetrics | None:
+    """``--metrics-port``/``--metrics-textfile``: the run's Prometheus metrics, fed by its
+    events; served on loopback (``--metrics-addr`` to widen) while it runs."""
+    port = getattr(args, "metrics_port", None)
+    if port is None and not getattr(args, "metrics_textfile", None):
+        return None
+    metrics = api.RunMetrics(run.transfer_id)
+    run.events = api.MetricsEvents(metrics, run.events)
+    if port is not None:
+        server = metrics.serve(port, getattr(args, "metrics_addr", "127.0.0.1"))
+        print(
+            f"skyplane-ops {args.command}: metrics on http://{server.server_address[0]}:"
+            f"{server.server_port}/metrics",
+            file=sys.stderr,
+        )
+    return metrics
 
 
 def _report(
@@ -296,3 +376,23 @@ def _plan_summary(args: ArgsNS, plan: api.TransferPlan | None) -> dict[str, Any]
         "predicted_gbps": plan.predicted_gbps,
         "total_cost_usd": plan.total_cost_usd,
     }
+
+
+@click.command()
+@click.argument("transfer_id", metavar="TRANSFER_ID")
+@click.argument("rate", metavar="RATE")
+def bwlimit(transfer_id: str, rate: str) -> int:
+    """Change the bandwidth cap of a running transfer to RATE per second.
+
+    RATE is a number with its unit, summed over all paths: 200Mbit, 1.5Gbit, 25MiB (a bare
+    number is refused). The run (cp, sync or mv with this TRANSFER_ID, on this host, with the
+    same SKYPLANE_OPS_HOME) applies it within a second; its gateways enforce it per hop.
+
+    \b
+    Examples:
+      skyplane-ops bwlimit cp-20261127-ab12cd 50MiB
+      skyplane-ops bwlimit cp-20261127-ab12cd 1.5Gbit
+    """
+    value = api.set_bwlimit(transfer_id, rate)
+    print(f"transfer {transfer_id}: cap {api.format_rate(value)}")
+    return 0

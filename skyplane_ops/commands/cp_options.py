@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from skyplane_ops.commands.options import (
+    DURATION,
+    JSON_OBJECT,
     backend_option,
     backend_options_option,
     compose,
@@ -27,6 +29,57 @@ Exit status: 0 done; 2 error (nothing lost: re-run to resume); 3 partial (some o
 failed or changed, the rest is verified: re-run to copy them); 130/143 interrupted by
 SIGINT/SIGTERM (the gateways are torn down first).
 """
+
+
+def selection_options() -> Any:
+    """What to copy beyond globs, and when to overwrite (names as in the API and operators)."""
+    return compose(
+        click.option(
+            "--max-age",
+            type=DURATION,
+            default=None,
+            metavar="DURATION",
+            help="copy only objects changed within DURATION before the run (90s, 30m, 2h, 3d, "
+            "1w; a number is seconds), e.g. --max-age 1h",
+        ),
+        click.option(
+            "--min-age",
+            type=DURATION,
+            default=None,
+            metavar="DURATION",
+            help="copy only objects unchanged for at least DURATION, e.g. --min-age 10m",
+        ),
+        click.option(
+            "--changed-since",
+            default=None,
+            metavar="TIME",
+            help="copy only objects changed at or after TIME (ISO 8601; no zone: UTC), "
+            "e.g. 2026-01-31T00:00:00Z",
+        ),
+        click.option(
+            "--changed-before",
+            default=None,
+            metavar="TIME",
+            help="copy only objects changed before TIME (ISO 8601; no zone: UTC)",
+        ),
+        click.option(
+            "--files-from",
+            default=None,
+            metavar="FILE|URI|-",
+            help="copy only the keys listed (one per line, relative to SRC; # comments) in "
+            "FILE, an object URI or standard input (-): each is looked up, nothing is listed",
+        ),
+        click.option(
+            "--ignore-existing",
+            is_flag=True,
+            help="never replace an object that exists at DST",
+        ),
+        click.option(
+            "--update",
+            is_flag=True,
+            help="skip objects that are newer at DST than at SRC",
+        ),
+    )
 
 
 def transfer_options(verb: str) -> Any:
@@ -96,6 +149,7 @@ def transfer_options(verb: str) -> Any:
         click.option(
             "--exclude", multiple=True, metavar="GLOB", help="skip keys matching GLOB (repeatable)"
         ),
+        selection_options(),
         click.option(
             "--encrypt",
             type=click.Choice(["auto", "all", "none", "cross-cloud"]),
@@ -109,6 +163,15 @@ def transfer_options(verb: str) -> Any:
             "authenticated by its tag)",
         ),
         click.option("--compress", is_flag=True, help="zstd on every hop"),
+        click.option(
+            "--bwlimit",
+            default=None,
+            metavar="RATE",
+            help="cap the transfer at RATE per second, summed over all paths: a number with "
+            "its unit (200Mbit, 1.5Gbit, 25MiB; a bare number is refused); the planner plans "
+            "for it and the gateways enforce it. Change it while it runs: skyplane-ops "
+            "bwlimit TRANSFER_ID RATE",
+        ),
         click.option(
             "-L",
             "--copy-links",
@@ -134,6 +197,39 @@ def transfer_options(verb: str) -> Any:
         ),
         click.option(
             "--journal-dir", metavar="DIR", default=None, help="where resume journals live"
+        ),
+        click.option(
+            "--report-uri",
+            metavar="URI",
+            default=None,
+            help="folder (any store) the transfer report goes to: <URI>/<transfer id>/"
+            "objects.parquet and summary.json (default $SKYPLANE_OPS_HOME/reports)",
+        ),
+        click.option(
+            "--report-options",
+            type=JSON_OBJECT,
+            default=None,
+            help="store options of --report-uri, as --dst-options",
+        ),
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            default=None,
+            help="serve Prometheus metrics of the run on this port while it runs (0: any free "
+            "port, printed on stderr): bytes, objects and chunks by outcome, per-path Gbit/s, "
+            "retries, each gateway's byte-budget use",
+        ),
+        click.option(
+            "--metrics-addr",
+            default="127.0.0.1",
+            show_default=True,
+            help="address the metrics server binds to",
+        ),
+        click.option(
+            "--metrics-textfile",
+            metavar="FILE",
+            default=None,
+            help="write the run's final metrics to FILE (node_exporter textfile collector)",
         ),
         click.option(
             "--wait-lock",
@@ -173,6 +269,17 @@ Examples:
       --dst-region azure:westeurope
   skyplane-ops sync s3://a/x s3://b/x --src-region aws:us-east-1 --dst-region aws:eu-west-1 \\
       --delete --max-delete 100 --dry-run
+"""
+    + EXIT_STATUS
+)
+MV_EPILOG = (
+    """
+\b
+Examples:
+  skyplane-ops mv s3://landing/in s3://lake/raw --src-region aws:us-east-1 \\
+      --dst-region aws:eu-west-1 --min-age 10m --max-delete 5000
+  skyplane-ops mv ./outbox s3://bucket/inbox --src-region aws:us-east-1 \\
+      --dst-region aws:us-east-1 --files-from done.txt --dry-run
 """
     + EXIT_STATUS
 )

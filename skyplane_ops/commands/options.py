@@ -295,6 +295,31 @@ def plan_options() -> Decorator:
             help="relative MIP gap to stop at, a fraction (default 0.001)",
         ),
         click.option(
+            "--no-vms",
+            "vms",
+            flag_value="none",
+            help="VM-less paths only (the worker: this machine copies): start no VM",
+        ),
+        click.option(
+            "--vms-only",
+            "vms",
+            flag_value="only",
+            help="the overlay's VMs only, even where the worker alone would be done sooner",
+        ),
+        click.option(
+            "--worker-region",
+            metavar="REGION",
+            default=None,
+            help="region of the machine running the job (default: the source's)",
+        ),
+        click.option(
+            "--worker-gbps",
+            type=click.FloatRange(0, min_open=True),
+            default=None,
+            metavar="GBIT/S",
+            help="NIC limit of the machine running the job, in Gbit/s (default 5)",
+        ),
+        click.option(
             "--completion-tolerance",
             type=click.FloatRange(0),
             default=None,
@@ -337,6 +362,9 @@ def plan_arguments(args: Any) -> dict[str, Any]:
         "measured_only": args.measured_only,
         "mip_gap": args.mip_gap,
         "completion_tolerance": args.completion_tolerance,
+        "vms": args.vms or "auto",
+        "worker_region": args.worker_region,
+        "worker_gbps": args.worker_gbps,
         "backend": getattr(args, "backend", None),
     }
 

@@ -29,6 +29,7 @@ Examples:
       --min-throughput-gbps 12 --max-vms-per-region 2 --plot frontier.png --route route.svg
   skyplane-ops plan --src lab:a --dst lab:c --volume-gb 10 --backend ssh \\
       --backend-options hosts.toml --json > plan.json
+  skyplane-ops plan --src aws:us-east-1 --dst aws:eu-west-1 --volume-gb 0.05 --no-vms
 """
 
 
@@ -112,6 +113,13 @@ def _fleet(args: SimpleNamespace) -> Any:
     return api.FleetUniverse.from_backend(args.backend, options)
 
 
+def _backend_options(args: SimpleNamespace) -> dict[str, Any]:
+    """``--backend-options`` of ``--backend`` (its ``boot_delay`` is part of ``t0``)."""
+    if not args.backend:
+        return {}
+    return api.backend_options_for(args.backend_options, args.backend)
+
+
 def run(args: SimpleNamespace) -> int:
     result = api.plan(
         args.src,
@@ -125,6 +133,7 @@ def run(args: SimpleNamespace) -> int:
         exact_floor=args.exact_floor,
         frontier_points=args.frontier or (DEFAULT_PLOT_POINTS if args.plot else 0),
         fleet=_fleet(args),
+        backend_options=_backend_options(args),
     )
     if args.as_json:
         sys.stdout.write(result.to_json() + "\n")

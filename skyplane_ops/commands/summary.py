@@ -46,6 +46,8 @@ def summary_lines(result: api.TransferResult, phases: dict[str, float]) -> list[
         extra.append(f"{result.chunks_resent} chunks re-sent")
     if result.objects_deleted:
         extra.append(f"{result.objects_deleted} deleted (absent from the source)")
+    if result.objects_moved:
+        extra.append(f"{result.objects_moved} moved (deleted at the source once verified)")
     if result.status != "ok":
         extra.append(
             f"PARTIAL: {result.objects_failed} failed, {result.objects_changed} changed during "
@@ -53,4 +55,7 @@ def summary_lines(result: api.TransferResult, phases: dict[str, float]) -> list[
         )
     if extra:
         lines.append("  " + "; ".join(extra))
+    if result.uris.get("report"):
+        report = result.uris["report"]
+        lines.append(f"  report: {report} (skyplane-ops report {result.transfer_id})")
     return lines + api.path_warnings(result.paths)

@@ -15,7 +15,7 @@ removed by age after each refresh.
 """
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -73,10 +73,11 @@ def build_grid_refresh(
             fail_window=timedelta(days=4), warn_window=timedelta(days=3, hours=6)
         ),
         metadata={"regions": ", ".join(order)},
+        output_required=False,  # a scratch refresh observes; it does not update the grid
     )
     def _grid(
         context: dg.AssetExecutionContext, skyplane: SkyplaneResource
-    ) -> dg.MaterializeResult:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
         planning = store_uri or skyplane.grid_store
         if not planning:
             raise dg.Failure(
@@ -126,7 +127,12 @@ def build_grid_refresh(
             meta["failed_pairs"] = ", ".join(map(str, summary["failed_pairs"]))
         if summary["failed"] and not summary["measured"]:
             raise dg.Failure(description="grid refresh measured no pair", metadata=meta)
-        return dg.MaterializeResult(metadata=meta)
+        if where.scratch:
+            # Figures in the scratch store are not the planning grid: a materialization would
+            # tell every asset and sensor downstream of the grid that it changed.
+            yield dg.AssetObservation(asset_key=asset_key, metadata=meta)
+            return
+        yield dg.MaterializeResult(metadata=meta)
 
     job = dg.define_asset_job(f"{asset_key.to_python_identifier()}_refresh", selection=[asset_key])
     schedule = dg.ScheduleDefinition(

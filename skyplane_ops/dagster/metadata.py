@@ -121,6 +121,15 @@ def transfer_metadata(
             if isinstance(s.get("verification"), Mapping) and s["verification"].get("method")
         }
     )
+    reports = [
+        str(s["uris"]["report"])
+        for s in summaries
+        if isinstance(s.get("uris"), Mapping) and s["uris"].get("report")
+    ]
+    if len(reports) == 1:
+        meta["report_uri"] = dg.MetadataValue.url(reports[0])
+    elif reports:  # one per partition: the first few (each names its transfer and run)
+        meta["report_uris"] = dg.MetadataValue.text("\n".join(reports[:20]))
     if methods:
         meta["verification_method"] = dg.MetadataValue.text(", ".join(methods)[:200])
     return meta

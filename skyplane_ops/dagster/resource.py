@@ -20,7 +20,7 @@ import dagster as dg
 from pydantic import Field
 
 from skyplane_ops import api
-from skyplane_ops.api import GatewayFleet, PlanningError, TransferPlan
+from skyplane_ops.api import GatewayFleet, PlanningError, TransferPlan, parse_rate
 from skyplane_ops.dagster.spec import spec_for
 from skyplane_ops.dagster.steps import replicate
 
@@ -81,6 +81,54 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     journal_root: str | None = Field(
         default=None,
         description="Directory for resume journals (default $SKYPLANE_OPS_HOME/dagster/journals).",
+    )
+    max_age: str | None = Field(
+        default=None,
+        description="Copy only objects changed within this duration (90s, 30m, 2h, 3d, 1w).",
+    )
+    min_age: str | None = Field(
+        default=None, description="Copy only objects unchanged for at least this duration."
+    )
+    changed_since: str | None = Field(
+        default=None, description="Copy only objects changed at or after this ISO 8601 time."
+    )
+    changed_before: str | None = Field(
+        default=None, description="Copy only objects changed before this ISO 8601 time."
+    )
+    files_from: list[str] | None = Field(
+        default=None,
+        description="Copy only these keys (relative to the source or partition prefix), "
+        "each looked up by key: nothing is listed.",
+    )
+    partition_window: bool = Field(
+        default=False,
+        description="Time-window partitions: copy only objects changed within the "
+        "partition's window (changed_since/changed_before from its start and end).",
+    )
+    ignore_existing: bool = Field(
+        default=False, description="Never replace an object that exists at the destination."
+    )
+    update: bool = Field(
+        default=False, description="Skip objects that are newer at the destination."
+    )
+    move: bool = Field(
+        default=False,
+        description="Delete each source object once its copy is committed and verified.",
+    )
+    bwlimit: str | None = Field(
+        default=None,
+        description="Bandwidth cap per second over all paths, with its unit: 200Mbit, 25MiB.",
+    )
+    max_delete: int | None = Field(
+        default=None, description="With move: refuse a move that would delete more objects."
+    )
+    report_uri: str | None = Field(
+        default=None,
+        description="Folder (any store) of the transfer reports: every object's outcome as "
+        "Parquet and a JSON summary (default $SKYPLANE_OPS_HOME/reports).",
+    )
+    report_options: dict[str, Any] = Field(
+        default_factory=dict, description="Store options of report_uri (no credentials)."
     )
     check_checksums: str = Field(
         default="auto",
@@ -147,6 +195,7 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             grid_store=None if self.measured_grid else self.grid_store,
             grid_store_options=self.store_options_for(self.grid_store or ""),
             gcp_tier=self.gcp_tier,
+            bwlimit_gbps=None if self.bwlimit is None else parse_rate(self.bwlimit) * 8 / 1e9,
         )
 
     def provision(
@@ -165,9 +214,20 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         )
 
     def request(
-        self, src_uri: str, dst_uri: str, *, journal_dir: str, transfer_id: str
+        self,
+        src_uri: str,
+        dst_uri: str,
+        *,
+        journal_dir: str,
+        transfer_id: str,
+        window: tuple[Any, Any] | None = None,
     ) -> api.TransferRequest:
-        """The ``TransferRequest`` of one replica unit, with this resource's store options."""
+        """The ``TransferRequest`` of one replica unit, with this resource's store options and
+        selection; ``window``: a time-window partition's (start, end), used with
+        ``partition_window``."""
+        since, before = self.changed_since, self.changed_before
+        if self.partition_window and window is not None:
+            since, before = window
         return api.TransferRequest.build(
             src_uri,
             dst_uri,
@@ -175,6 +235,18 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             dst_options=self.store_options_for(dst_uri),
             journal_dir=journal_dir,
             transfer_id=transfer_id,
+            max_age=self.max_age,
+            min_age=self.min_age,
+            changed_since=since,
+            changed_before=before,
+            files_from=self.files_from,
+            ignore_existing=self.ignore_existing,
+            update=self.update,
+            move=self.move,
+            max_delete=self.max_delete,
+            bwlimit=self.bwlimit,
+            report_uri=self.report_uri,
+            report_options=self.report_options,
         )
 
     def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:

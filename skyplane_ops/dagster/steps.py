@@ -37,13 +37,68 @@ def _fail(skyplane: SkyplaneResource, context: Any, what: str, exc: BaseExceptio
     return dg.Failure(description=skyplane.redact(f"{what}: {type(exc).__name__}: {exc}"))
 
 
+def partition_window(
+    partitions_def: dg.PartitionsDefinition[Any] | None, key: str | None
+) -> tuple[Any, Any] | None:
+    """A time-window partition's (start, end), for ``SkyplaneResource.partition_window``."""
+    if key is None or not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        return None
+    span = partitions_def.time_window_for_partition_key(key)
+    return span.start, span.end
+
+
 def replicate(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> Iterator[Any]:
     """Plan, provision and transfer every replica of ``spec`` for the run's partitions."""
     started = time.monotonic()
     planned = plan_units(context, skyplane, spec)
     context.log.info(f"planned in {time.monotonic() - started:.2f} s")
+    fresh = replicas_up_to_date(context, skyplane, spec, planned)
+    if len(fresh) == len(spec.destinations) * len(planned["units"]):
+        context.log.info("every replica is up to date: no gateway started, nothing copied")
+        yield from _results(spec, planned, None, _by_dest(fresh))
+        return
     fleet = provision_fleet(context, skyplane, spec, planned)
-    yield from transfer_step(context, skyplane, spec, planned, fleet.to_dict())
+    yield from transfer_step(context, skyplane, spec, planned, fleet.to_dict(), fresh)
+
+
+def replicas_up_to_date(
+    context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec, planned: Mapping[str, Any]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(destination, partition prefix) -> the up-to-date result of each replica that already
+    matches its source (``CopyRun.list`` of a sync, under the journal lock): re-materialising an
+    up-to-date partition starts no gateway (on a cloud backend, no VM paid for nothing)."""
+    fresh: dict[tuple[str, str], dict[str, Any]] = {}
+    for dest in spec.destinations:
+        for unit in planned["units"]:
+            journal = skyplane.journal_dir(
+                "check", spec.name, dest.output_name, unit["partition"] or "all"
+            )
+            request = skyplane.request(
+                unit["src_uri"],
+                join_uri(dest.uri, unit["prefix"]),
+                journal_dir=journal,
+                transfer_id=planned["transfer_id"],
+            ).replace(sync=True)
+            # The run sequence's own lock and check (a sync's listing): no plan, no gateway.
+            run = api.CopyRun(request, api.Gateways(early=False))
+            try:
+                with run.locked():
+                    got = run.list()
+            except Exception as exc:  # not a reason to fail: the copy will say what is wrong
+                context.log.info(f"replica check of {dest.output_name} skipped: {exc}")
+                continue
+            finally:
+                run.close()
+            if got is not None:
+                fresh[(dest.output_name, unit["prefix"])] = got.to_dict()
+    return fresh
+
+
+def _by_dest(fresh: Mapping[tuple[str, str], dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (dest, _), summary in fresh.items():
+        out.setdefault(dest, []).append(summary)
+    return out
 
 
 def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -> dict[str, Any]:
@@ -71,10 +126,11 @@ def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) 
         )
     total_bytes = sum(u["bytes"] for u in units)
     total_objects = sum(u["objects"] for u in units)
-    if total_objects == 0:
+    if total_objects == 0:  # a retry would find the same nothing: not retried
         raise dg.Failure(
             description=f"nothing to replicate: no objects under {spec.source.uri} "
-            f"for partitions {[u['partition'] for u in units]}"
+            f"for partitions {[u['partition'] for u in units]}",
+            allow_retries=False,
         )
     plans: dict[str, dict[str, Any]] = {}
     vms: dict[str, int] = {}
@@ -149,11 +205,16 @@ class _LogEvents(api.RunEvents):
         self.label = label
         self.line: api.ProgressLine | None = None
         self.last = 0.0
+        self.latest: Any = None  # the newest sample, logged when the transfer ends
 
     @contextmanager
     def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
         note: dict[str, str] = {}
         yield note
+        if name == "transfer" and self.line is not None and self.latest is not None:
+            text = self.line.update(self.latest)  # None when it was the last one logged
+            if text:
+                self.context.log.info(text)
         if "done" in note:
             self.context.log.info(f"{self.label}: {name}: {note['done']}")
 
@@ -161,8 +222,11 @@ class _LogEvents(api.RunEvents):
         self.line = api.ProgressLine(f"transfer {self.label}", api.plan_paths(plan))
 
     def progress(self, update: Any) -> None:
+        self.latest = update
         now = time.monotonic()
         if now - self.last < PROGRESS_EVERY_S or self.line is None:
+            return
+        if not getattr(update, "bytes_done", 1):  # nothing moved yet: no lone "0.0%" line
             return
         self.last = now
         text = self.line.update(update)
@@ -176,8 +240,10 @@ def transfer_step(
     spec: ReplicationSpec,
     planned: Mapping[str, Any],
     fleet_dict: Mapping[str, Any],
+    fresh: Mapping[tuple[str, str], dict[str, Any]] | None = None,
 ) -> Iterator[Any]:
-    """Copy every partition to every destination on the shared fleet, then always deprovision."""
+    """Copy every partition to every destination on the shared fleet, then always deprovision;
+    replicas in ``fresh`` (up to date) are not copied again."""
     fleet = GatewayFleet.from_dict(dict(fleet_dict))
     root_run = getattr(context.run, "root_run_id", None) or context.run_id
     outcomes: dict[str, list[dict[str, Any]]] = {d.output_name: [] for d in spec.destinations}
@@ -186,6 +252,10 @@ def transfer_step(
         for dest in spec.destinations:
             plan = TransferPlan.from_dict(planned["plans"][dest.output_name]["plan"])
             for unit in planned["units"]:
+                done = (fresh or {}).get((dest.output_name, unit["prefix"]))
+                if done is not None:  # up to date: not copied again
+                    outcomes[dest.output_name].append(done)
+                    continue
                 dst_uri = join_uri(dest.uri, unit["prefix"])
                 label = f"{dest.output_name}" + (
                     f"[{unit['partition']}]" if unit["partition"] else ""
@@ -201,7 +271,11 @@ def transfer_step(
                 )
                 # The run sequence on the shared fleet and this destination's plan.
                 request = skyplane.request(
-                    unit["src_uri"], dst_uri, journal_dir=journal, transfer_id=fleet.transfer_id
+                    unit["src_uri"],
+                    dst_uri,
+                    journal_dir=journal,
+                    transfer_id=fleet.transfer_id,
+                    window=partition_window(spec.partitions_def, unit["partition"]),
                 )
                 gateways = skyplane.gateways(fleet=fleet, plan=plan)
                 result = api.CopyRun(request, gateways, _LogEvents(context, label)).run()
@@ -222,15 +296,25 @@ def transfer_step(
         raise failure from None
     if deprovision_error is not None:
         raise _fail(skyplane, context, "deprovisioning failed", deprovision_error) from None
+    yield from _results(spec, planned, fleet, outcomes)
+
+
+def _results(
+    spec: ReplicationSpec,
+    planned: Mapping[str, Any],
+    fleet: GatewayFleet | None,
+    outcomes: Mapping[str, list[dict[str, Any]]],
+) -> Iterator[Any]:
+    """One materialisation per destination (``fleet`` None: every replica was up to date)."""
     for dest in spec.destinations:
         entry = planned["plans"][dest.output_name]
         plan = TransferPlan.from_dict(entry["plan"])
         yield dg.MaterializeResult(
             asset_key=dest.asset_key,
             metadata={
-                **fleet_metadata(fleet),
+                **(fleet_metadata(fleet) if fleet is not None else {"gateways": 0}),
                 **transfer_metadata(
-                    outcomes[dest.output_name],
+                    outcomes.get(dest.output_name, []),
                     plan,
                     entry["plan_uri"],
                     transfer_id=planned["transfer_id"],

@@ -86,7 +86,9 @@ MIP_GAP = DEFAULT_MIP_GAP
 DEFAULT_MILP_SOLVER = "SCIP"
 #: SCIP settings picked by measurement (benchmarks/planner.py): fewer root cut rounds; the
 #: root LP of these models is already within ~1% and extra rounds cost more than branching.
-SCIP_PARAMS = "separating/maxroundsroot = 3"
+#: SCIP must not catch Ctrl-C: it would swallow the user's SIGINT (it stops the solve and
+#: returns its best plan), and the run would go on as if never interrupted.
+SCIP_PARAMS = "separating/maxroundsroot = 3\nmisc/catchctrlc = FALSE"
 DEFAULT_LP_SOLVER = "GLOP"
 
 
@@ -214,6 +216,11 @@ class PathModel:
                 if path.commodity == k:
                     row.SetCoefficient(self.flows[i], 1.0)
             self.demand.append(row)
+            if p.max_gbps is not None:  # the bandwidth cap: a row of its own, kept by set_floor
+                cap = s.Constraint(0.0, p.max_gbps)
+                for i, path in enumerate(self.paths):
+                    if path.commodity == k:
+                        cap.SetCoefficient(self.flows[i], 1.0)
         objective = s.Objective()
         if self.mode == "min_cost":
             for i, path in enumerate(self.paths):

@@ -179,6 +179,49 @@ def _summary_row(
     ]
 
 
+def _schedule_lines(sched: Mapping[str, Any]) -> list[str]:
+    """The schedule (``planner.schedule``): VM-less rows beside the overlay, and the choice."""
+    t0 = float(sched["t0"])
+    if sched["start_vms"]:
+        how = f"VM-less paths from 0 s, the overlay from {t0:g} s (its VMs' start-up)"
+        if not sched["without_vms"]:
+            how = f"{t0:g} s provisioning + transfer"
+    elif sched["force"] == "none":
+        how = "no VM (--no-vms): VM-less paths only"
+    elif sched["cancel_vms"]:
+        how = f"no VM: the VM-less paths are done before a VM would be up ({t0:g} s)"
+    else:
+        how = "no VM: the VM-less paths are as fast (within tolerance) and cheaper"
+    lines = [f"Done in: {_duration(sched['completion_seconds'])} ({how})", "", "Schedule:"]
+    rows = [["from t=0 (no VM)", "Gbps", "egress $/GB", "how"]]
+    for p in sched["vmless"]:
+        price = f"${p['egress_usd_per_gb']:.3f}"
+        rows.append([p["kind"].replace("_", "-"), f"{p['gbps']:.2f}", price, p["how"]])
+    if len(rows) == 1:
+        rows.append(["(none)", "-", "-", "no server-side copy between these stores, no worker"])
+    lines += _table(rows, {1, 2})
+    lines.append("")
+    rows = [["option", "done in", "egress", "VM", "total", "VMs"]]
+    for name, key in (
+        ("without VMs", "without_vms"),
+        ("VM-less + overlay", "with_vms"),
+        ("overlay only", "overlay_only"),
+    ):
+        o = sched.get(key)
+        if o and not (key == "with_vms" and (not sched["without_vms"] or sched["cancel_vms"])):
+            usd = [f"${o[k]:.3f}" for k in ("egress_usd", "vm_usd", "total_usd")]
+            rows.append([name, _duration(o["seconds"]), *usd, str(o["vms"])])
+    lines += _table(rows, {1, 2, 3, 4, 5})
+    even = float(sched["break_even_gb"])
+    if sched["without_vms"]:
+        lines.append(
+            "  => VMs pay above "
+            + (f"{even:.3g} GB" if math.isfinite(even) else "no volume (the overlay is no faster)")
+            + f" (break-even volume at t0 = {t0:g} s, {100 * sched['tolerance']:g}% tolerance)"
+        )
+    return lines
+
+
 def render_text(plan: TransferPlan) -> str:
     """A report: objective, paths, hops, VMs, cost split, and the baselines side by side."""
     dsts = ", ".join(plan.dsts)
@@ -188,7 +231,10 @@ def render_text(plan: TransferPlan) -> str:
         f"Solver: {plan.details.get('solver', '-')} {plan.solver_status} in "
         f"{plan.solve_seconds * 1e3:.0f} ms",
     ]
-    if "completion_seconds" in plan.details:
+    sched = plan.details.get("schedule")
+    if sched:
+        lines += _schedule_lines(sched)
+    elif "completion_seconds" in plan.details:
         lines.append(
             f"Done in: {_duration(plan.details['completion_seconds'])} "
             f"({plan.details.get('provisioning_seconds', 0):g} s provisioning + transfer)"
@@ -215,7 +261,8 @@ def render_text(plan: TransferPlan) -> str:
             ]
         )
     lines += _table(rows, {2, 3})
-    lines += ["", "Gateway VMs:"]
+    started = not sched or sched["start_vms"]
+    lines += ["", "Gateway VMs:" if started else "Gateway VMs (the overlay's; not started):"]
     rows = [["region", "VMs"]] + [[u, str(n)] for u, n in plan.vms.items()]
     lines += _table(rows, {1})
     lines += ["", "Compared with:"]

@@ -92,7 +92,7 @@ class Problem:
     model: paths have at most that many relay regions (see ``skyplane_ops.planner.paths``).
     ``links`` adds per-edge connection figures and provenance (see ``LinkSpec``); an edge
     without an entry uses the paper's model. ``mip_gap`` is the relative gap at which an
-    exact solve stops.
+    exact solve stops. ``max_gbps`` caps the throughput (a bandwidth cap).
     """
 
     src: str
@@ -110,6 +110,9 @@ class Problem:
     details: Mapping[str, Any] = field(default_factory=dict)
     links: Mapping[Edge, LinkSpec] = field(default_factory=dict)
     mip_gap: float = DEFAULT_MIP_GAP
+    # The transfer's bandwidth cap (``--bwlimit``, Gbps): the flow to each destination is at
+    # most this, whatever the objective (None: no cap).
+    max_gbps: float | None = None
 
     def with_objective(self, objective: Objective, bound: float | None) -> Problem:
         """The same problem with another mode/bound (cheap: shares every mapping)."""
@@ -310,6 +313,7 @@ def build_problem(
     relays_deny: Iterable[str] | None = None,
     measured_only: bool = False,
     mip_gap: float = DEFAULT_MIP_GAP,
+    max_gbps: float | None = None,
 ) -> Problem:
     """Derive a ``Problem`` from a profile (pure: reads the profile, does no I/O).
 
@@ -393,6 +397,7 @@ def build_problem(
         details={} if deadline_seconds is None else {"deadline_seconds": deadline_seconds},
         links=links,
         mip_gap=mip_gap,
+        max_gbps=max_gbps,
     )
     problem.validate()
     return problem

@@ -166,13 +166,18 @@ def after_transfer(
     routes: list[tuple[list[str], float]],
     path_bytes: Mapping[int, int],
     path_seconds: Mapping[int, float],
+    capped: bool = False,
 ) -> list[dict[str, Any]]:
-    """Report every path (predicted vs achieved) and record its hops; never raises."""
+    """Report every path (predicted vs achieved) and record its hops; never raises.
+    ``capped``: the run had a bandwidth cap (``--bwlimit``), so its rates measure the cap,
+    not the links: reported, never warned about nor recorded for the next plans."""
     try:
         reports = path_reports(plan, routes, path_bytes, path_seconds)
     except Exception:
         log.warning("could not compute path rates", exc_info=True)
         return []
+    if capped:
+        return [{**r.to_dict(), "under": False, "capped": True, "recorded": False} for r in reports]
     for report in reports:
         if report.under:
             log.warning("%s: under %.0f%% of the plan", report.describe(), UNDER_RATIO * 100)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.boot_delay import delayed
 from skyplane_ops.provision.bundle import agent_env, serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.local_options import check_local_options
@@ -220,6 +221,7 @@ class LocalProvisioner:
         log_level: str = "WARNING",
         initial_lease_s: float | None = None,
         lease_s: float | None = None,
+        boot_delay: float = 0.0,
     ) -> None:
         check_local_options(
             {
@@ -231,8 +233,10 @@ class LocalProvisioner:
                 "log_level": log_level,
                 "initial_lease_s": initial_lease_s,
                 "lease_s": lease_s,
+                "boot_delay": boot_delay,
             }
         )
+        self.boot_delay = float(boot_delay)  # emulated VM start-up (``boot_delay.py``)
         self.host = host
         self.initial_lease_s = initial_lease_s  # None: bundle.INITIAL_LEASE_S
         self.lease_s = lease_s  # None: lease.LEASE_S
@@ -248,7 +252,7 @@ class LocalProvisioner:
     ) -> subprocess.Popen[bytes]:
         ready = workdir / f"{gid}.ready"
         ready.unlink(missing_ok=True)
-        cmd = [
+        agent = [
             self.python,
             *serve_args(
                 host=self.host,
@@ -265,6 +269,7 @@ class LocalProvisioner:
             self.log_level,
             *self.extra_args,
         ]
+        cmd = delayed(agent, self.boot_delay, self.python)
         # An allow-list environment with a private home: the agent inherits none of this
         # process's credentials (its store credentials come sealed in the job spec). The
         # agent package must be importable from the child even if cwd differs; the rest of
@@ -353,7 +358,7 @@ class LocalProvisioner:
         return fleet
 
     def _wait_ready(self, path: Path, proc: subprocess.Popen[bytes], gid: str) -> dict[str, int]:
-        deadline = time.monotonic() + self.start_timeout
+        deadline = time.monotonic() + self.start_timeout + self.boot_delay
         while time.monotonic() < deadline:
             if path.exists():
                 data: dict[str, int] = json.loads(path.read_text())
@@ -368,7 +373,8 @@ class LocalProvisioner:
                     f"{tail.strip()}"
                 )
             time.sleep(0.02)
-        raise ProvisionError(f"gateway {gid} not ready after {self.start_timeout:.0f}s")
+        waited = self.start_timeout + self.boot_delay
+        raise ProvisionError(f"gateway {gid} not ready after {waited:.0f}s")
 
     def deprovision(self, fleet: GatewayFleet) -> None:
         """Stop every agent (politely, then by pid) and remove its files; idempotent."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from skyplane_ops.errors import ProvisionError
+from skyplane_ops.provision.boot_delay import check_boot_delay
 
 _BAD = "bad options for backend 'local': "  # as get_provisioner says it
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -22,6 +23,7 @@ _NUMBERS: dict[str, tuple[str, float, float]] = {
     "initial_lease_s": ("seconds", 0, 365 * 86400),
     "lease_s": ("seconds", 0, 365 * 86400),
     "buffer_mib": ("int", 1, 1 << 20),
+    "boot_delay": ("delay", 0, 3600),
 }
 _STRINGS = ("host", "python")
 LOCAL_OPTIONS = frozenset({*_NUMBERS, *_STRINGS, "extra_args", "log_level"})
@@ -30,6 +32,9 @@ LOCAL_OPTIONS = frozenset({*_NUMBERS, *_STRINGS, "extra_args", "log_level"})
 def _number(name: str, value: Any) -> None:
     kind, low, high = _NUMBERS[name]
     if name in ("initial_lease_s", "lease_s") and value is None:
+        return
+    if kind == "delay":
+        check_boot_delay(value, "local")
         return
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):

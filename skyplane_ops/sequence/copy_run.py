@@ -32,10 +32,14 @@ from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock
 from skyplane_ops.transfer.listing import Listing, list_request, transfer_lock
 from skyplane_ops.transfer.preflight import check_before_run
+from skyplane_ops.transfer.report import ReportRun, write_report
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import PartialTransferError, TransferResult
 from skyplane_ops.transfer.run import run_transfer
 from skyplane_ops.transfer.uptodate import sync_check
+
+# Backends whose gateways are cloud VMs (a minute to boot): their runs may go to the worker.
+CLOUD_BACKENDS = frozenset({"aws", "gcp", "azure", "mixed"})
 
 
 @dataclass(frozen=True)
@@ -115,11 +119,7 @@ class CopyRun:
                 if done is not None:
                     return done
                 self.make_plan()
-                try:
-                    self.provision()
-                    return self.move()
-                finally:
-                    self.deprovision()
+                return self.transfer()
             finally:
                 self.close()
 
@@ -161,6 +161,7 @@ class CopyRun:
                 if isinstance(got, TransferResult):
                     note["done"] = f"{got.objects_skipped:,} objects up to date"
                     self.up_to_date = True
+                    write_report(request, got, _report_run(got))  # counts; no rows listed
                     return got
                 self.listing = got
             else:
@@ -185,15 +186,70 @@ class CopyRun:
                     request.dst_region,
                     volume,
                     **request.planning.kwargs(),
+                    bwlimit_gbps=request.bwlimit_gbps,
                     backend=self.gateways.backend,
+                    backend_options=self.gateways.backend_options,
                     fleet=self.universe(),
+                    server_side=False,  # known to the planner, not yet run by the engine
                 )
+                self._to_worker()
                 n["done"] = (
                     f"{len(self.plan.paths)} path(s), "
                     f"{self.plan.predicted_gbps:.2f} Gbit/s predicted"
                 )
         self.events.planned(self.plan)
         return self.plan
+
+    @property
+    def on_worker(self) -> bool:
+        """The plan runs on this machine alone (no VM pays): seconds, no gateway started."""
+        return self.plan is not None and self.plan.details.get("worker") is not None
+
+    def transfer(self) -> TransferResult:
+        """Provision, move and always deprovision (the run after its plan)."""
+        try:
+            self.provision()
+            return self.move()
+        finally:
+            self.deprovision()
+
+    def _to_worker(self) -> None:
+        """When the schedule starts no VM, the run is the worker's (``sequence.worker``): the
+        gateways started early (VMs whose work is done before they boot) are cancelled."""
+        from skyplane_ops.sequence.fleet import WORKER_BACKEND
+        from skyplane_ops.sequence.worker import worker_plan
+
+        assert self.plan is not None
+        if not self._worker_wanted():
+            return
+        worker = worker_plan(self.plan) if self.fleet is None else None
+        if worker is None:
+            return
+        from skyplane_ops.provision import get_provisioner
+
+        # The backend is not used, but bad options of it are still the user's mistake to hear.
+        get_provisioner(self.gateways.backend, **dict(self.gateways.backend_options))
+        self.plan = worker
+        self.gateways = dataclasses.replace(
+            self.gateways, backend=WORKER_BACKEND, backend_options={}, early=False
+        )
+        if self._early is not None:
+            early, self._early = self._early, None
+            early.cancel()
+
+    def _worker_wanted(self) -> bool:
+        """Whether the schedule may give the run to the worker: always with ``vms="none"``;
+        with ``"auto"`` on the clouds' backends (VMs take a minute; the worker is placed in a
+        region) and wherever a ``boot_delay`` emulates them. The user's own hosts (ssh, netns)
+        and the plain local backend keep their gateways: they are up in seconds and the
+        machine running the job is in none of their regions (``--no-vms`` still applies)."""
+        vms = self.request.planning.vms
+        if vms != "auto":
+            return vms == "none"
+        gateways = self.gateways
+        return gateways.backend in CLOUD_BACKENDS or bool(
+            gateways.backend_options.get("boot_delay")
+        )
 
     def provision(self) -> GatewayFleet:
         """Start the plan's gateways (adopting those started early), unless a fleet was
@@ -275,6 +331,10 @@ class CopyRun:
         wanted = (
             gateways.early
             and gateways.backend == "local"
+            # An emulated VM start-up stands for a cloud, where nothing starts before the plan
+            # (which may start no VM at all).
+            and not gateways.backend_options.get("boot_delay")
+            and request.planning.vms != "none"  # the worker's run starts no gateway
             and self.fleet is None
             and self._early is None
             and request.src_region
@@ -290,6 +350,10 @@ class CopyRun:
             )
         except Exception:
             self._early = None
+
+
+def _report_run(result: TransferResult) -> ReportRun:
+    return ReportRun(result.transfer_id, result.job_id, result.src_uri, result.dst_uri)
 
 
 def _with_backend(gateways: Gateways, backend: str) -> Gateways:

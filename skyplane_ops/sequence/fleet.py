@@ -14,6 +14,7 @@ from skyplane_ops.provision.fleet import GatewayFleet
 # Gateways per region the local backend starts at most: one machine gains nothing from more
 # processes per "region" than it has cores, and the plan's VM counts are cloud VM counts.
 LOCAL_MAX_GATEWAYS_PER_REGION = 1
+WORKER_BACKEND = "worker"
 
 
 def new_transfer_id(prefix: str = "sk") -> str:
@@ -27,7 +28,8 @@ def vms_for(
     """Gateways to start per region: every region on a path of the plan, at least one each."""
     if isinstance(plan_or_vms, TransferPlan):
         used = {r for p in plan_or_vms.paths for r in p.regions}
-        used |= {plan_or_vms.src, *plan_or_vms.dsts}
+        if not used or plan_or_vms.details.get("worker") is None:  # a worker plan: its region
+            used |= {plan_or_vms.src, *plan_or_vms.dsts}
         vms = {r: max(1, int(plan_or_vms.vms.get(r, 1))) for r in used}
     else:
         vms = {r: int(n) for r, n in plan_or_vms.items()}
@@ -51,11 +53,9 @@ def provision(
     The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
     ``max_per_region`` says otherwise, and adopts the agents of ``early`` (``start_early``).
     """
-    from skyplane_ops.provision import get_provisioner
-
     if max_per_region is None and backend == "local":
         max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
-    provisioner = get_provisioner(backend, **dict(backend_options or {}))
+    provisioner = _provisioner(backend, backend_options)
     extra = {"early": early} if early is not None and backend == "local" else {}
     return provisioner.provision(
         vms_for(plan_or_vms, max_per_region=max_per_region),
@@ -94,13 +94,13 @@ def deprovision(
     sweeping by tag (an empty list after deleting a known fleet).
     """
     from skyplane_ops.errors import ProvisionError
-    from skyplane_ops.provision import get_provisioner, records
+    from skyplane_ops.provision import records
     from skyplane_ops.provision.sweeper import record_regions, with_sweep_regions
 
     name = backend or (fleet.backend if fleet is not None else None)
     if name is None:
         raise ProvisionError("deprovision needs a fleet or a backend name")
-    provisioner = get_provisioner(name, **dict(backend_options or {}))
+    provisioner = _provisioner(name, backend_options)
     if fleet is not None:
         provisioner.deprovision(fleet)
         return []
@@ -116,6 +116,18 @@ def deprovision(
     names = [r.rpartition(":")[2] if name == "aws" else r for r in regions]
     with_sweep_regions(provisioner, sorted({*names, *record_regions(recorded)}))
     return deleted + list(provisioner.sweep(transfer_id=transfer_id))
+
+
+def _provisioner(backend: str, options: Mapping[str, Any] | None) -> Any:
+    """The backend's provisioner; ``worker`` (the run's own process, chosen by the plan's
+    schedule, never by the user) is not a backend one names, so it takes no options."""
+    if backend == WORKER_BACKEND:
+        from skyplane_ops.provision.worker import WorkerProvisioner
+
+        return WorkerProvisioner()
+    from skyplane_ops.provision import get_provisioner
+
+    return get_provisioner(backend, **dict(options or {}))
 
 
 def setup_backend(

@@ -70,12 +70,18 @@ def plan(
     frontier_points: int = 0,
     backend: str | None = None,
     provisioning_defaults: Mapping[str, float] | None = None,
+    backend_options: Mapping[str, Any] | None = None,
     relays_allow: Sequence[str] | None = None,
     relays_deny: Sequence[str] | None = None,
     measured_only: bool = False,
     mip_gap: float | None = None,
     completion_tolerance: float | None = None,
     fleet: FleetUniverse | None = None,
+    vms: str = "auto",
+    worker_region: str | None = None,
+    worker_gbps: float | None = None,
+    server_side: bool = True,
+    bwlimit_gbps: float | None = None,
 ) -> TransferPlan:
     """Plan a transfer on the default profile (plus overrides and measured throughput).
 
@@ -96,11 +102,17 @@ def plan(
     default per ``backend``, see ``planner.provisioning``), ``relays_allow`` /
     ``relays_deny`` (region ids or patterns), ``measured_only``, ``mip_gap`` and
     ``completion_tolerance`` (plans within it of the fastest completion count as fast).
+    The plan is a schedule (``planner.schedule``, in ``details["schedule"]``): paths that need
+    no VM (server-side copy where the stores do it, ``server_side``; the worker, in
+    ``worker_region`` with ``worker_gbps``) from t = 0 and the overlay once its VMs are up;
+    ``vms`` = ``auto`` starts VMs only when they pay, ``none`` never, ``only`` ignores the
+    VM-less paths.
+    ``bwlimit_gbps``: the transfer's bandwidth cap, a bound on the plan's throughput.
     """
     from skyplane_ops.errors import PlanningError
     from skyplane_ops.planner import plan_transfer
     from skyplane_ops.planner.problem import Objective, build_problem
-    from skyplane_ops.planner.provisioning import default_provisioning_seconds
+    from skyplane_ops.planner.provisioning import backend_provisioning_seconds
 
     bounds = [b for b in (min_throughput_gbps, max_cost_usd, deadline_seconds) if b is not None]
     if len(bounds) > 1:
@@ -109,6 +121,8 @@ def plan(
         )
     if volume_gb < 0:
         raise PlanningError(f"volume must not be negative, got {volume_gb} GB")
+    if vms not in _FORCE:
+        raise PlanningError(f"vms must be one of auto, none, only; not {vms!r}")
     profile, grid_source = planning_profile(
         profile_overrides=profile_overrides,
         measured_grid=measured_grid,
@@ -120,7 +134,9 @@ def plan(
     bound = max_cost_usd if max_cost_usd is not None else min_throughput_gbps
     extra: dict[str, Any] = {"mip_gap": mip_gap} if mip_gap is not None else {}
     if provisioning_seconds is None:
-        provisioning_seconds = default_provisioning_seconds(backend, provisioning_defaults)
+        provisioning_seconds = backend_provisioning_seconds(
+            backend, backend_options, provisioning_defaults
+        )
     dst_list = [dst_regions] if isinstance(dst_regions, str) else list(dst_regions)
     if fleet is not None:
         fleet.check_ends([src_region, *dst_list])
@@ -142,11 +158,13 @@ def plan(
         relays_allow=relays_allow,
         relays_deny=relays_deny,
         measured_only=measured_only,
+        max_gbps=bwlimit_gbps,
         **extra,
     )
     if fleet is not None:
         problem = fleet.constrain(problem)
     from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+    from skyplane_ops.planner.vmless import DEFAULT_WORKER_GBPS
 
     tolerance = (
         DEFAULT_COMPLETION_TOLERANCE if completion_tolerance is None else completion_tolerance
@@ -175,7 +193,40 @@ def plan(
     )
     if grid_source is not None:
         result.details["grid"] = grid_source
-    return result
+    if bwlimit_gbps is not None:  # the worker is held to the cap as every path is
+        worker_gbps = min(worker_gbps or DEFAULT_WORKER_GBPS, bwlimit_gbps)
+    schedule = (vms, worker_region, worker_gbps, server_side, completion_tolerance)
+    return _scheduled(result, problem, profile, *schedule)
+
+
+_FORCE = {"auto": None, "none": "none", "only": "overlay"}
+
+
+def _scheduled(
+    result: TransferPlan,
+    problem: Any,
+    profile: Profile,
+    vms: str,
+    worker_region: str | None,
+    worker_gbps: float | None,
+    server_side: bool,
+    tolerance: float | None,
+) -> TransferPlan:
+    """``result`` with its schedule: VM-less paths from t = 0, the overlay when it pays."""
+    from skyplane_ops.planner.api import DEFAULT_COMPLETION_TOLERANCE
+    from skyplane_ops.planner.schedule import attach_schedule
+    from skyplane_ops.planner.vmless import DEFAULT_WORKER_GBPS, WorkerSpec
+
+    region = str(profile.catalog.get(worker_region).id) if worker_region else None
+    worker = WorkerSpec(region, DEFAULT_WORKER_GBPS if worker_gbps is None else worker_gbps)
+    return attach_schedule(
+        result,
+        problem,
+        tolerance=DEFAULT_COMPLETION_TOLERANCE if tolerance is None else tolerance,
+        force=_FORCE[vms],  # type: ignore[arg-type]
+        worker=worker,
+        server_side=server_side,
+    )
 
 
 def check_regions(regions: Sequence[str], *, fleet: FleetUniverse | None = None) -> None:

@@ -10,6 +10,8 @@ disk, in tables made for it, and the engine streams over them in key order:
 - ``seg``: CRC32C per finished segment (``part`` 0: a whole object), from the gateways or the
   journal, and ``v`` = 1 when this run's write of it was vouched for; ``exp``: the whole-object
   (size, CRC32C) verification expects;
+- ``way``: the plan paths (a bit per path index) this run's segments of each object finished
+  on, and when the last one did (epoch microseconds): the transfer report's path and time;
 - ``vouch``: multipart objects all of whose parts' writes this run vouched for (whole objects:
   ``seg.v`` of part 0), so ``--verify full`` reads nothing back for them;
 - ``outcome``: objects that failed or changed, with why (few, unless something is badly wrong);
@@ -57,8 +59,9 @@ from skyplane_ops.transfer.listrows import (
     regrouped,
 )
 from skyplane_ops.transfer.manifest import check_found, matches
+from skyplane_ops.transfer.selection import Window, head_rows, row_filter
 
-__all__ = ["BATCH", "Catalog", "checksums_json", "dec", "enc", "fp_text", "micros"]
+__all__ = ["BATCH", "WAY_SQL", "Catalog", "checksums_json", "dec", "enc", "fp_text", "micros"]
 
 # Object states in ``src``.
 TODO, SKIPPED, REFUSED, COMMITTED, CHANGED, FAILED = range(6)
@@ -79,11 +82,18 @@ CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, eta
 CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER, mtime INTEGER, ck TEXT,
                  etag TEXT) WITHOUT ROWID;
 CREATE TABLE vouch(key PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE way(key PRIMARY KEY, paths INTEGER NOT NULL, at INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE j_upload(key PRIMARY KEY, upload_id TEXT, fp TEXT) WITHOUT ROWID;
 CREATE TABLE j_done(key, part INTEGER, crc INTEGER, fp TEXT, PRIMARY KEY(key, part)) WITHOUT ROWID;
 CREATE TABLE j_commit(key PRIMARY KEY, size INTEGER, crc INTEGER, fp TEXT) WITHOUT ROWID;
 """
 
+
+# Which paths an object's segments finished on (bits OR-ed) and when the last one did.
+WAY_SQL = (
+    "INSERT INTO way(key,paths,at) VALUES(?,?,?) ON CONFLICT(key) DO UPDATE SET "
+    "paths = paths | excluded.paths, at = max(at, excluded.at)"
+)
 
 # An object's fingerprint (what must not change between listing and commit: size, etag,
 # modification time in microseconds, the store's version) is the column ``fp``: JSON SQLite
@@ -149,6 +159,9 @@ class Catalog:
         self.problems: list[SkippedEntry] = []
         # The sync record attached as ``ss`` (``syncstate.attach``), or None (not a sync).
         self.state: Path | None = None
+        # Filled by key lookups (``add_keys``: a ``files_from`` run), not listings: the checks
+        # after the copy look the same keys up again instead of listing either side.
+        self.by_key = False
         self._finalizer = weakref.finalize(self, _drop, self.path, self.db)
 
     def close(self) -> None:
@@ -211,14 +224,13 @@ class Catalog:
         exclude: Sequence[str],
         on_count: Callable[[int], None] | None = None,
         split: bool = True,
+        window: Window | None = None,
     ) -> None:
-        """Stream the filtered source listing into ``src``; refuse one that found nothing.
+        """Stream the filtered source listing into ``src``; refuse one that found nothing
+        (unless a time ``window`` selects: nothing new is a normal answer).
         ``split``: a local folder is walked in two processes (``splitlist``) when it can be."""
-        filtered = bool(include or exclude)
-
-        def kept(batch: list[ListRow]) -> list[ListRow]:
-            return [r for r in batch if matches(r[0], include, exclude)] if filtered else batch
-
+        win = window or Window()
+        kept = row_filter(include, exclude, win)
         try:
             splitlist.insert_listing(
                 self.db, self.lock, self._scratch("src"), store,
@@ -232,7 +244,36 @@ class Catalog:
             self.problems.extend(
                 p for p in store.skipped if matches(p.key, include, exclude) or p.error
             )
-        self._check_source(src_uri, include, exclude)
+        if win.open:
+            self._check_source(src_uri, include, exclude)
+
+    def add_keys(
+        self,
+        store: ObjectStore,
+        keys: Sequence[str],
+        table: str,
+        convert: splitlist.Convert,
+        on_count: Callable[[int], None] | None = None,
+    ) -> None:
+        """Look each of ``keys`` up (``selection.head_rows``) into ``src`` or ``dst``, instead
+        of a listing: a source key that is not there is a failed object (``problems``)."""
+        self.by_key = True
+        source = table == "src"
+        columns = "key,size,mtime,ck,version,etag" if source else "key,size,mtime,ck,etag"
+        marks = ",".join("?" * len(columns.split(",")))
+        sql = f"INSERT OR REPLACE INTO {table}({columns}) VALUES({marks})"
+        missing: list[SkippedEntry] = []
+        count = 0
+        for batch in head_rows(store, keys, versions=source, missing=missing):
+            rows = convert(batch) if source else [(*r[:4], r[5]) for r in batch]
+            self._many(sql, rows)
+            count += len(rows)
+            if on_count is not None:
+                on_count(count)
+        if source:
+            self.problems.extend(missing)
+        else:
+            self.has_destination = True
 
     def _scratch(self, name: str) -> Path:
         """A scratch file next to the catalog for a listing another process writes."""
@@ -289,10 +330,16 @@ class Catalog:
         self.has_destination = True
 
     def add_now(self, store: ObjectStore) -> None:
-        """The source listed again (key, fingerprint) into ``now``; store errors propagate."""
+        """The source listed again (key, fingerprint) into ``now`` (looked up by key after a
+        ``files_from`` run); store errors propagate."""
         self.run("DELETE FROM now")
         sql = "INSERT OR REPLACE INTO now(key,size,mtime,version,etag) VALUES(?,?,?,?,?)"
-        for batch in regrouped(listed(store)):
+        if self.by_key:
+            keys = [dec(k) for (k,) in self.pages("key", "src")]
+            batches: Iterable[list[ListRow]] = head_rows(store, keys, versions=True)
+        else:
+            batches = regrouped(listed(store))
+        for batch in batches:
             self._many(sql, [(r[0], r[1], r[2], r[4], r[5]) for r in batch])
 
     # ---- counts ----------------------------------------------------------------------------

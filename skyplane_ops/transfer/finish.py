@@ -23,6 +23,8 @@ from skyplane_ops.transfer.commit import (
 )
 from skyplane_ops.transfer.dispatch import DispatchStats
 from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.move import delete_moved
+from skyplane_ops.transfer.report import ReportRun, write_report
 from skyplane_ops.transfer.result import TransferResult, partial_error, plan_costs
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import fold_expected, segments_of, whole_limit
@@ -47,6 +49,7 @@ class Moved:
     skipped: int
     resumed: int
     seconds: float
+    capped: bool = False  # a bandwidth cap held the rate: the paths' rates are not the links'
 
 
 def finish_run(
@@ -60,6 +63,7 @@ def finish_run(
     part_size: int,
     verify: str,
     delete: bool,
+    move: bool = False,
 ) -> TransferResult:
     """Check the source, commit, verify, mirror-delete and report; raise on a failure
     (``TransferError``) or on objects left out (``PartialTransferError``)."""
@@ -69,11 +73,20 @@ def finish_run(
     run.step("commit")
     verification = _verify(run, catalog, dst, journal, verify, unconfirmed)
     run.step("verify")
-    deleted = 0
-    if delete and not changed and not failed:
+    deleting = delete and not changed and not failed
+    deleted, delete_errors = 0, dict[str, str]()
+    if deleting:
         deleted, delete_errors = mirror.delete_absent(src, dst, catalog, run.src_uri, True)
         failed.update(delete_errors)
-    return _report(run, catalog, journal, moved, verification, failed, changed, deleted)
+    moved_away = 0
+    if move:  # after verification passed (``_verify`` raised otherwise): the source goes
+        moved_away, kept = delete_moved(src, catalog)
+        failed.update(kept)
+        run.step("move_delete")
+    report = run.report_run(deleted=deleting, delete_failed=delete_errors)
+    return _report(
+        run, catalog, journal, moved, verification, failed, changed, deleted, report, moved_away
+    )
 
 
 def _check_source(
@@ -181,6 +194,8 @@ def _report(
     failed: dict[str, str],
     changed: set[str],
     deleted: int,
+    report: ReportRun,
+    moved_away: int = 0,
 ) -> TransferResult:
     """Record the paths' measurements and build the result; objects left out raise a
     ``PartialTransferError`` (the journal is kept), else the journal goes."""
@@ -193,8 +208,9 @@ def _report(
 
     stats = moved.stats
     paths = after_transfer(
-        run.plan, run.fleet.backend, run.job_id, moved.routes, stats.path_bytes, stats.path_seconds
-    )
+        run.plan, run.fleet.backend, run.job_id, moved.routes, stats.path_bytes,
+        stats.path_seconds, capped=moved.capped,
+    )  # fmt: skip
     run.step("record")
     notes = [f"{k!r}: {why}" for k, why in sorted(failed.items())]
     notes += [f"{k!r}: source: changed during the run" for k in sorted(changed)]
@@ -216,9 +232,11 @@ def _report(
         objects_failed=len(failed),
         objects_changed=len(changed),
         objects_deleted=deleted,
+        objects_moved=moved_away,
         first_errors=notes[:5],
         routed_around=stats.dead_hops[:5],
     )
+    write_report(run.request, result, report, catalog)  # every object's outcome
     if changed or failed:
         for line in notes:
             log.warning("not copied: %s", line)

@@ -11,9 +11,10 @@ from gateway_agent.stores.base import ObjectStore, SkippedEntry
 from gateway_agent.stores.errors import BucketNotFoundError, StoreError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer import sidelist, syncstate
-from skyplane_ops.transfer.catalog import Catalog
+from skyplane_ops.transfer.catalog import Catalog, dec
 from skyplane_ops.transfer.journal import JournalLock
 from skyplane_ops.transfer.request import TransferRequest, request_from
+from skyplane_ops.transfer.selection import Window, check_bucket, row_filter
 
 
 def check_destination(dst: ObjectStore, dst_uri: str) -> None:
@@ -85,6 +86,17 @@ class Listing:
 ListProgress = Callable[[int, int], None]  # (source objects listed, destination objects listed)
 
 
+def attach_record(catalog: Catalog, request: TransferRequest) -> None:
+    """A verified run records what it copied (``syncstate``), a cp too: the next sync then
+    trusts the record, not clocks, and between local folders walks instead of listing. Not
+    a run that selects part of the source (time, a key list: its pruning would drop the
+    records of the rest) or keeps destination objects by policy (those are not known equal:
+    a record would hide them from the next sync); such a run compares as a first sync does."""
+    if request.selects_part or request.ignore_existing or request.update:
+        return
+    syncstate.attach(catalog, syncstate.state_path(request.journal_path, request.key))
+
+
 def fill_listing(
     catalog: Catalog,
     request: TransferRequest,
@@ -93,29 +105,67 @@ def fill_listing(
     source: bool = True,
     progress: ListProgress | None = None,
 ) -> None:
-    """List the source (with ``source``) and, with ``request.sync``, the destination into
+    """List the source (with ``source``) and, when the request looks at the destination
+    (``lists_destination``: sync, ``ignore_existing``, ``update``), the destination into
     ``catalog``, both at once: the destination in a child process (``sidelist``), so a
-    re-sync takes the longer of the two listings, not their sum. Without ``sync`` the
-    destination is only checked to exist, and a local source is walked in two halves at once
-    (``splitlist``)."""
+    re-sync takes the longer of the two listings, not their sum. Otherwise the destination is
+    only checked to exist, and a local source is walked in two halves at once
+    (``splitlist``). With ``files_from`` nothing is listed: each key is looked up
+    (``fill_by_key``)."""
+    if request.files_from is not None:
+        fill_by_key(catalog, request, src, source=source, progress=progress)
+        return
     on_count = None if progress is None else (lambda n: progress(n, 0))
     args = (src, request.src_uri, request.include, request.exclude, on_count)
-    # A verified run records what it copied (``syncstate``), a cp too: the next sync then
-    # trusts the record, not clocks, and between local folders walks instead of listing.
-    syncstate.attach(catalog, syncstate.state_path(request.journal_path, request.key))
-    if not request.sync:
+    win = request.window()
+    attach_record(catalog, request)
+    if not request.lists_destination:
         check_destination(request.dst.open("destination"), request.dst_uri)
         if source:
-            catalog.add_source(*args)
+            catalog.add_source(*args, window=win)
         return
     finish = sidelist.start(catalog, request.dst_uri, request.dst.options)
     try:
         if source:  # not in two halves: the destination's child has the other core
-            catalog.add_source(*args, split=False)
+            catalog.add_source(*args, split=False, window=win)
     except BaseException:
         finish(True)
         raise
     finish(False)
+
+
+def fill_by_key(
+    catalog: Catalog,
+    request: TransferRequest,
+    src: ObjectStore,
+    *,
+    source: bool = True,
+    progress: ListProgress | None = None,
+) -> None:
+    """The keys of ``files_from`` looked up at the source (filtered by globs and time) and,
+    when the request looks at the destination, the same keys there: no listing request on
+    either side. A named key the source does not hold is a failed object."""
+    assert request.files_from is not None
+    dst = request.dst.open("destination")
+    attach_record(catalog, request)
+    if source:
+        on_count = None if progress is None else (lambda n: progress(n, 0))
+        kept = row_filter(request.include, request.exclude, request.window())
+        try:
+            catalog.add_keys(src, request.files_from, "src", kept, on_count)
+        except StoreError as exc:
+            raise TransferError(f"cannot read source {request.src_uri}: {exc}") from exc
+    keys = [dec(k) for (k,) in catalog.pages("key", "src")]
+    if not request.lists_destination:
+        if keys:
+            check_bucket(dst, request.dst_uri, keys[0])
+        return
+    try:
+        catalog.add_keys(dst, keys, "dst", row_filter((), (), Window()))
+    except BucketNotFoundError as exc:
+        raise TransferError(f"destination {request.dst_uri} does not exist: {exc}") from exc
+    except StoreError as exc:
+        raise TransferError(f"cannot access destination {request.dst_uri}: {exc}") from exc
 
 
 def list_request(

@@ -62,6 +62,9 @@ class Chunk:
     # The source gateway it was last submitted to (set by the dispatcher): if that gateway
     # dies while its region has others, the chunk goes to one of them.
     source: str = ""
+    # The index of the plan path it finished on (set by the dispatcher; the transfer report
+    # names each object's paths).
+    path: int = 0
     # Summed once: the dispatcher weighs its window of chunks by bytes at every round.
     nbytes: int = field(init=False)
 

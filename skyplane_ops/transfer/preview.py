@@ -10,15 +10,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TextIO
 
 from skyplane_ops.transfer import syncstate
-from skyplane_ops.transfer.catalog import TODO, Catalog, dec
+from skyplane_ops.transfer.catalog import SKIPPED, TODO, Catalog, dec
 from skyplane_ops.transfer.listing import list_request
 from skyplane_ops.transfer.preflight import check_before_run
 from skyplane_ops.transfer.request import TransferRequest, request_from
-from skyplane_ops.transfer.todo import Todo, plan_todo
+from skyplane_ops.transfer.todo import (
+    IGNORE_EXISTING_WHY,
+    UPDATE_WHY,
+    Todo,
+    plan_todo,
+    same_sql,
+)
 
 DST_CHANGED = "the destination changed since the last sync"
 
@@ -53,6 +60,37 @@ class Preview:
         for raw, size, because in self.catalog.pages(f"key, size, {why}", "src", f"state = {TODO}"):
             yield dec(raw), int(size), because
 
+    def keeps(self) -> Iterator[tuple[str, str]]:
+        """(key, why) of each destination object the overwrite policy keeps
+        (``--ignore-existing``, ``--update``), in key order; not those sync finds equal."""
+        request = self.request
+        if request is None or not (request.ignore_existing or request.update):
+            return
+        why = IGNORE_EXISTING_WHY if request.ignore_existing else UPDATE_WHY
+        where = f"state = {SKIPPED}"
+        if request.sync:
+            where += (
+                " AND NOT EXISTS (SELECT 1 FROM dst d WHERE d.key = src.key "
+                f"AND {same_sql(self.catalog)})"
+            )
+        for (raw,) in self.catalog.pages("key", "src", where):
+            yield dec(raw), why
+
+    def selection(self) -> str | None:
+        """What selects the source besides globs, in one line, or None."""
+        request = self.request
+        if request is None or not request.selects_part:
+            return None
+        parts = []
+        if request.files_from is not None:
+            parts.append(f"{len(request.files_from)} key(s) of --files-from, looked up by key")
+        win = request.window()
+        if not win.open:
+            lo = "" if win.lo is None else f"{_iso(win.lo)} <= "
+            hi = "" if win.hi is None else f" < {_iso(win.hi)}"
+            parts.append(f"modified {lo}t{hi}")
+        return "selected: " + "; ".join(parts)
+
     def deletes(self) -> Iterator[str]:
         """Destination keys ``sync --delete`` would remove, in key order."""
         for (raw,) in self.catalog.pages("key", "dst", "extra = 1"):
@@ -65,15 +103,19 @@ class Preview:
             yield dec(raw), str(why)
 
     def lines(self) -> Iterator[str]:
+        verb = "move" if self.request is not None and self.request.move else "copy"
+        if (chosen := self.selection()) is not None:
+            yield chosen
         yield from (
-            f"would copy {k} ({s} bytes)" + (f": {why}" if why else "")
+            f"would {verb} {k} ({s} bytes)" + (f": {why}" if why else "")
             for k, s, why in self.copies_why()
         )
+        yield from (f"would keep {k}: {why}" for k, why in self.keeps())
         yield from (f"would fail {k}: {why}" for k, why in self.failures())
         yield from (f"would delete {k}" for k in self.deletes())
         todo = self.todo
         tail = (
-            f"dry run: {todo.objects} to copy, {todo.to_delete} to delete, "
+            f"dry run: {todo.objects} to {verb}, {todo.to_delete} to delete, "
             f"{todo.skipped} up to date"
         )
         if todo.unread:
@@ -84,8 +126,8 @@ class Preview:
 
     def write_json(self, out: TextIO) -> None:
         """The answer as one JSON object, written as it is read: the ``request`` the run would
-        carry out, ``copy`` [{key, size}], ``fail`` [{key, why}], ``delete`` [key],
-        ``skipped``, ``delete_refused``."""
+        carry out, ``copy`` [{key, size}], ``keep`` [{key, why}] (the overwrite policy),
+        ``fail`` [{key, why}], ``delete`` [key], ``skipped``, ``delete_refused``."""
         out.write("{")
         if self.request is not None:
             out.write(f'\n  "request": {json.dumps(self.request.to_dict(), sort_keys=True)},')
@@ -97,6 +139,8 @@ class Preview:
                 for k, s, why in self.copies_why()
             ),
         )
+        out.write(",")
+        _array(out, "keep", ({"key": k, "why": w} for k, w in self.keeps()))
         out.write(",")
         _array(out, "fail", ({"key": k, "why": w} for k, w in self.failures()))
         out.write(",")
@@ -114,6 +158,10 @@ class Preview:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _iso(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="seconds")
 
 
 def _array(out: TextIO, name: str, items: Iterable[Any]) -> None:
@@ -144,6 +192,9 @@ def preview_transfer(
             sync=request.sync,
             delete=request.delete,
             max_delete=None,  # reported (``delete_refused``), not raised
+            ignore_existing=request.ignore_existing,
+            update=request.update,
+            move=False,  # the dry run reports the moves, it does not refuse them
         )
     except BaseException:
         catalog.close()

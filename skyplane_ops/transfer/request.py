@@ -27,11 +27,14 @@ from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.uri import parse_uri
 from skyplane_ops.errors import TransferError
+from skyplane_ops.transfer.bwlimit import check_frame_time, parse_rate
 from skyplane_ops.transfer.checks import check_int, check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import default_journal_dir, transfer_key
 from skyplane_ops.transfer.manifest import DEFAULT_PART_SIZE
 from skyplane_ops.transfer.overlap import check_disjoint
+from skyplane_ops.transfer.selection import Window, age_seconds, check_window, key_list, timestamp
+from skyplane_ops.transfer.selection import window as time_window
 
 # ``encrypt``: "auto" (AES-GCM on every hop that leaves a network the user owns, see
 # ``dispatch.spec.encrypt_hop``), "all" or "none" (clear frames, each chunk still tagged end to
@@ -141,6 +144,10 @@ class PlanOptions:
     measured_only: bool = False
     mip_gap: float | None = None
     completion_tolerance: float | None = None
+    # The schedule (planner.schedule): VMs only when they pay ("auto"), never, or only them.
+    vms: str = "auto"
+    worker_region: str | None = None
+    worker_gbps: float | None = None
 
     def __post_init__(self) -> None:
         given = [
@@ -156,6 +163,9 @@ class PlanOptions:
         _number("provisioning_seconds", self.provisioning_seconds)
         _number("mip_gap", self.mip_gap)
         _number("completion_tolerance", self.completion_tolerance)
+        _number("worker_gbps", self.worker_gbps, positive=True)
+        if self.vms not in ("auto", "none", "only"):
+            raise TransferError(f"vms must be 'auto', 'none' or 'only', not {self.vms!r}")
         for name in ("max_vms_per_region", "max_connections_per_vm"):
             if getattr(self, name) is not None:  # named as the API and the CLI spell it
                 check_int(f"{name} (--{name.replace('_', '-')})", getattr(self, name), 1)
@@ -205,6 +215,19 @@ class TransferRequest:
     route. ``destinations``/``dst_regions``: several destinations (one source, many
     replicas), in order, the first being ``dst``/``dst_region``; empty for one destination
     (``per_destination`` gives one request per destination).
+
+    Selection beyond globs (``selection``): ``max_age``/``min_age`` (durations: ``2h`` or
+    seconds) and ``changed_since``/``changed_before`` (ISO 8601 timestamps) select by
+    modification time; ``files_from`` (keys relative to the source) names the objects, which
+    are then looked up by key, never listed. Overwrite policy: ``ignore_existing`` never
+    replaces a destination object, ``update`` skips one newer than the source. ``move``
+    deletes each source object once its copy is committed and verified (``transfer.move``),
+    at most ``max_delete`` of them. ``bwlimit`` caps the transfer's rate over all paths (a
+    rate with its unit, per second: ``200Mbit``, ``25MiB``; ``transfer.bwlimit``).
+
+    ``report_uri`` (with ``report_options``, store options as for the ends) is the
+    folder of any store the run's report goes to (``<report_uri>/<transfer id>/<job id>/``: every
+    object's outcome as Parquet and a JSON summary; default ``$SKYPLANE_OPS_HOME/reports``).
     """
 
     src: StoreLocation
@@ -225,6 +248,17 @@ class TransferRequest:
     transfer_id: str | None = None
     wait_lock: bool = False
     planning: PlanOptions = field(default_factory=PlanOptions)
+    max_age: float | None = None
+    min_age: float | None = None
+    changed_since: str | None = None
+    changed_before: str | None = None
+    files_from: tuple[str, ...] | None = None
+    ignore_existing: bool = False
+    update: bool = False
+    move: bool = False
+    bwlimit: str | None = None
+    report_uri: str | None = None
+    report_options: Mapping[str, Any] = field(default_factory=dict)
     destinations: tuple[StoreLocation, ...] = ()
     dst_regions: tuple[str, ...] = ()
 
@@ -245,10 +279,24 @@ class TransferRequest:
             put(self, "encrypt", _ENCRYPT_ALIASES.get(self.encrypt, self.encrypt))
         if self.encrypt not in ENCRYPT_MODES:
             raise TransferError(f"encrypt must be 'auto', 'all' or 'none', not {self.encrypt!r}")
-        if self.max_delete is not None and not self.delete:
-            raise TransferError("max_delete (--max-delete) only applies with delete (--delete)")
+        if self.max_delete is not None and not (self.delete or self.move):
+            raise TransferError(
+                "max_delete (--max-delete) only applies with delete (--delete) or move (mv)"
+            )
+        if self.move and self.delete:
+            raise TransferError("give move (mv) or delete (--delete), not both")
+        if self.report_uri is not None:
+            put(self, "report_uri", StoreLocation(self.report_uri).uri)
+        put(self, "report_options", dict(self.report_options or {}))
         if self.delete:
             put(self, "sync", True)
+        for name in ("max_age", "min_age"):
+            put(
+                self, name, age_seconds(f"{name} (--{name.replace('_', '-')})", getattr(self, name))
+            )
+        for name in ("changed_since", "changed_before"):
+            put(self, name, timestamp(f"{name} (--{name.replace('_', '-')})", getattr(self, name)))
+        put(self, "files_from", key_list(self.files_from))
         self.check()
 
     def check(self) -> None:
@@ -266,13 +314,44 @@ class TransferRequest:
         for side, where in (("source", self.src), ("destination", self.dst)):
             where.check(side)
         check_disjoint(self.src.uri, self.dst.uri, self.src.options, self.dst.options)
+        self._check_selection()
         if self.destinations or self.dst_regions:
             self._check_destinations()
+
+    def _check_selection(self) -> None:
+        if self.bwlimit is not None:
+            check_frame_time(parse_rate(self.bwlimit), self.part_size)
+        check_window(self.max_age, self.min_age, self.changed_since, self.changed_before)
+        if self.ignore_existing and self.update:
+            raise TransferError(
+                "give ignore_existing (--ignore-existing) or update (--update), not both"
+            )
+        if self.delete and self.selects_part:
+            raise TransferError(
+                "delete (--delete) cannot be combined with --max-age, --min-age, "
+                "--changed-since, --changed-before or --files-from: it would remove every "
+                "destination object they leave out"
+            )
+        if self.files_from is not None and not self.files_from:
+            raise TransferError("files_from (--files-from) names no key")
+        if self.report_uri is not None:
+            report = StoreLocation(self.report_uri, self.report_options)
+            report.check("report")
+            for side, where in (("source", self.src), ("destination", self.dst)):
+                if _inside(report.uri, where.uri):
+                    raise TransferError(
+                        f"report_uri {report.uri} is inside the {side} {where.uri}: a report "
+                        "there would be copied or mirror-deleted; name a folder outside it"
+                    )
 
     def _check_destinations(self) -> None:
         """Several destinations: at least two, the first is ``dst``, regions one each (or
         none), each disjoint from the source and from the others."""
         dsts, regions = self.destinations, self.dst_regions
+        if self.move:
+            raise TransferError(
+                "move (mv) takes one destination: copy to several, then move or delete the source"
+            )
         if len(dsts) < 2:
             raise TransferError("destinations: give two or more (one destination is dst)")
         if dsts[0] != self.dst:
@@ -334,6 +413,33 @@ class TransferRequest:
         once per request."""
         return transfer_key(self.src.uri, self.dst.uri, self.part_size, self.include, self.exclude)
 
+    @property
+    def bwlimit_bps(self) -> float | None:
+        """The bandwidth cap in bytes per second (None: none)."""
+        return None if self.bwlimit is None else parse_rate(self.bwlimit)
+
+    @property
+    def bwlimit_gbps(self) -> float | None:
+        """The bandwidth cap in Gbit/s, the planner's bound (None: none)."""
+        bps = self.bwlimit_bps
+        return None if bps is None else bps * 8 / 1e9
+
+    @property
+    def selects_part(self) -> bool:
+        """Whether time or a key list selects a part of the source (not only globs)."""
+        timed = (self.max_age, self.min_age, self.changed_since, self.changed_before)
+        return self.files_from is not None or any(v is not None for v in timed)
+
+    @property
+    def lists_destination(self) -> bool:
+        """Whether the destination's objects are looked at before copying (sync, or an
+        overwrite policy that skips some)."""
+        return self.sync or self.ignore_existing or self.update
+
+    def window(self, now: float | None = None) -> Window:
+        """The modification times selected, ages counted back from ``now``."""
+        return time_window(self.max_age, self.min_age, self.changed_since, self.changed_before, now)
+
     def dispatch_options(self, tuning: DispatchOptions | None = None) -> DispatchOptions:
         """The data path's knobs: this request's connections, encryption and compression over
         the engine ``tuning`` (attempts, timeouts, threads, test hooks) a caller passes."""
@@ -342,6 +448,7 @@ class TransferRequest:
             connections=self.connections_per_hop,
             encrypt=self.encrypt,
             compress_level=self.compress_level,
+            bwlimit=self.bwlimit_bps,
         )
 
     def replace(self, **changes: Any) -> TransferRequest:
@@ -407,6 +514,9 @@ class TransferRequest:
         out["dst_regions"] = list(self.dst_regions)
         out["include"], out["exclude"] = list(self.include), list(self.exclude)
         out["planning"] = self.planning.kwargs()
+        if self.files_from is not None:
+            out["files_from"] = list(self.files_from)
+        out["report_options"] = dict(self.report_options)
         return out
 
     def to_json(self) -> str:
@@ -425,6 +535,12 @@ class TransferRequest:
         except ValueError as exc:
             raise TransferError(f"a transfer request must be JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def _inside(uri: str, folder: str) -> bool:
+    """``uri`` is ``folder`` or under it (same scheme, bucket and prefix)."""
+    a, b = uri.rstrip("/") + "/", folder.rstrip("/") + "/"
+    return a.startswith(b)
 
 
 def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequest:

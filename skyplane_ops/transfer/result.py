@@ -42,6 +42,7 @@ class TransferResult:
     objects_failed: int = 0
     objects_changed: int = 0
     objects_deleted: int = 0  # by sync --delete
+    objects_moved: int = 0  # deleted at the source after their verified copy (mv)
     first_errors: list[str] = field(default_factory=list)  # at most 5, one line each
     # Hops and gateways that died during the run and were routed around (at most 5 lines).
     routed_around: list[str] = field(default_factory=list)
@@ -78,6 +79,8 @@ class TransferResult:
             extra.append(f"{self.chunks_resent} chunks re-sent")
         if self.objects_deleted:
             extra.append(f"{self.objects_deleted} deleted (absent from the source)")
+        if self.objects_moved:
+            extra.append(f"{self.objects_moved} moved (deleted at the source once verified)")
         if self.status != "ok":
             extra.append(
                 f"PARTIAL: {self.objects_failed} failed, {self.objects_changed} changed during "

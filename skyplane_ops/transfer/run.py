@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from gateway_agent.auth import load_secret
@@ -12,7 +13,8 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer import mirror, syncstate
-from skyplane_ops.transfer.catalog import TODO, Catalog, enc
+from skyplane_ops.transfer.bwlimit import live_path
+from skyplane_ops.transfer.catalog import TODO, WAY_SQL, Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
 from skyplane_ops.transfer.finish import Moved, finish_run
@@ -20,6 +22,7 @@ from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
 from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.progress import ProgressCallback
+from skyplane_ops.transfer.report import write_report
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult, partial_error
 from skyplane_ops.transfer.run_state import RunState
@@ -91,14 +94,17 @@ class _Run(RunState):
                 f"cannot read the secret of fleet {self.fleet.transfer_id}{gone}: {exc}"
             ) from exc
         request = self.request
+        # A new cap written for this transfer while it runs (``skyplane-ops bwlimit``).
+        live = live_path(request.transfer_id or self.fleet.transfer_id)
+        dispatch = dataclasses.replace(dispatch, bwlimit_file=str(live))
         src = request.src.open("source")
         dst = request.dst.open("destination")
         fresh = listing is None  # else the caller's listing; a sync may still lack the dst
         if listing is None:
             listing = Listing(Catalog(journal.path.parent))
-        if fresh or (request.sync and not listing.has_destination):
+        if fresh or (request.lists_destination and not listing.has_destination):
             fill_listing(listing.catalog, request, src, source=fresh)
-        else:
+        elif request.files_from is None:  # a key list was checked by key when looked up
             check_destination(dst, self.dst_uri)
         try:
             return self._run(listing.catalog, src, dst, journal, secret, progress, dispatch)
@@ -126,6 +132,10 @@ class _Run(RunState):
             delete=request.delete,
             max_delete=request.max_delete,
             names_fit=src.capabilities.file_names and dst.capabilities.file_names,
+            ignore_existing=request.ignore_existing,
+            update=request.update,
+            move=request.move,
+            src_uri=request.src_uri,
         )
         skipped = todo.skipped
         self.step("list")
@@ -148,6 +158,9 @@ class _Run(RunState):
                 objects_failed=len(errors),
                 first_errors=[f"{k!r}: {why}" for k, why in sorted(errors.items())][:5],
             )
+            deleting = not unread
+            report = self.report_run(deleted=deleting, delete_failed=errors if deleting else {})
+            write_report(request, result, report, catalog)
             if errors:
                 raise partial_error(result, errors, [])
             syncstate.record_equal(catalog)
@@ -169,14 +182,17 @@ class _Run(RunState):
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             nonlocal done_now
-            rows, records = [], []
+            rows, records, ways = [], [], []
+            at = time.time_ns() // 1000
             for chunk, seg_crcs in finished:
                 ok = set(chunk.vouched)  # ``seg.v``: a whole object's vouch, or a part's
                 for i, (seg, crc) in enumerate(zip(chunk.segments, seg_crcs, strict=False)):
                     rows.append((enc(seg.key), seg.part, crc, int(i in ok)))
                     records.append((seg.seg_id, crc, seg.fp or "null"))
+                    ways.append((enc(seg.key), 1 << min(chunk.path, 62), at))
             journal.record_done(records)  # the durable record first, then the scratch one
             catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?,?)", rows)
+            catalog.write(WAY_SQL, ways)
             done_now += len(rows)
 
         dispatcher = Dispatcher(
@@ -210,9 +226,13 @@ class _Run(RunState):
                 f"are finished and journaled in {journal.path}: re-run the same command to resume"
             ) from exc
         journal.sync()
-        moved = Moved(stats, dispatcher.routes, uploads, skipped, resumed, self.elapsed())
+        moved = Moved(
+            stats, dispatcher.routes, uploads, skipped, resumed, self.elapsed(),
+            capped=dispatcher.bwlimit is not None,
+        )  # fmt: skip
         self.step("move")
         return finish_run(
             self, catalog, src, dst, journal, moved,
             part_size=part_size, verify=request.verify, delete=todo.to_delete > 0,
+            move=request.move,
         )  # fmt: skip

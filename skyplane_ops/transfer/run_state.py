@@ -9,6 +9,7 @@ from typing import Any
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer.dispatch import plan_routes
+from skyplane_ops.transfer.report import ReportRun
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import TransferResult
 
@@ -26,6 +27,18 @@ class RunState:
         self._mark = self.t0
         self.job_id = f"job-{uuid.uuid4().hex[:12]}"
         self.route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
+
+    def report_run(self, **fields: Any) -> ReportRun:
+        """The ``ReportRun`` of this run (its identity, start and paths) for the report."""
+        return ReportRun(
+            transfer_id=self.fleet.transfer_id,
+            job_id=self.job_id,
+            src_uri=self.src_uri,
+            dst_uri=self.dst_uri,
+            started=time.time() - self.elapsed(),
+            routes=[" -> ".join(r) for r, _ in plan_routes(self.plan)],
+            **fields,
+        )
 
     def step(self, name: str) -> None:
         """Close step ``name``: the time since the previous step ended is booked to it."""

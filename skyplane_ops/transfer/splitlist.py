@@ -22,6 +22,7 @@ from typing import Any
 from gateway_agent.stores.base import ListRow, ListsInShares, ObjectStore, SkippedEntry
 from skyplane_ops.transfer import forked
 from skyplane_ops.transfer.listrows import dec, enc, insert_rows, listed, regrouped
+from skyplane_ops.transfer.prefixlist import insert_by_prefix, lists_by_prefix
 
 # A listing batch made into the table's rows (and filtered).
 Convert = Callable[[list[ListRow]], Sequence[Sequence[Any]]]
@@ -57,6 +58,10 @@ def insert_listing(
     rows inserted. ``scratch``: the child's file (removed after). Store errors here propagate;
     the child's come back as a ``TransferError`` worded by ``explain``."""
     sql = _insert_sql(verb, table, columns)
+    if lists_by_prefix(store):  # a bucket: its top-level prefixes at once (waits, not CPU)
+        got = insert_by_prefix(db, lock, store, sql, convert, versions=versions, on_count=on_count)
+        if got is not None:
+            return got
     if not (split and splits(store)):
         whole = regrouped(listed(store, versions=versions))
         return _insert(db, lock, whole, sql, convert, on_count)

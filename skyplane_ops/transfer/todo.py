@@ -34,6 +34,7 @@ from skyplane_ops.transfer.manifest import (
     choose_part_size,
     matches,
 )
+from skyplane_ops.transfer.move import check_max_moves
 
 # Sync's test in SQL (``syncstate`` tells the rule): equal size and, where both sides report a
 # common checksum, equal checksums; else, where the sync record holds the key, both sides as
@@ -49,6 +50,28 @@ def same_sql(catalog: Catalog) -> str:
     if catalog.state is None:
         return f"src.size = d.size AND coalesce({_CK}, {_NOT_OLDER})"
     return f"src.size = d.size AND coalesce({_CK}, {syncstate.by_record()}, {_NOT_OLDER})"
+
+
+# The overwrite policy, as a test of a destination row ``d`` against ``src``: ``ignore_existing``
+# never replaces an object; ``update`` keeps one the destination changed after the source (or
+# at the same time, with the same size: rclone's rule). The destination's time is when its
+# bytes were written (the copy's own write, on an object store).
+_NEWER = (
+    "d.mtime IS NOT NULL AND src.mtime IS NOT NULL AND "
+    "(d.mtime > src.mtime OR (d.mtime = src.mtime AND d.size = src.size))"
+)
+IGNORE_EXISTING_WHY = "exists at the destination (--ignore-existing)"
+UPDATE_WHY = "newer at the destination (--update)"
+
+
+def skip_rule(*, ignore_existing: bool, update: bool) -> str | None:
+    """The SQL test of the overwrite policy that keeps the destination object, or None
+    (the default: overwrite)."""
+    if ignore_existing:
+        return "1"
+    if update:
+        return _NEWER
+    return None
 
 
 @dataclass
@@ -73,10 +96,16 @@ def plan_todo(
     delete: bool,
     max_delete: int | None,
     names_fit: bool = False,
+    ignore_existing: bool = False,
+    update: bool = False,
+    move: bool = False,
+    src_uri: str = "",
 ) -> Todo:
     """Mark the catalog's objects; idempotent (a sync checked up to date, then run, repeats it).
     ``names_fit``: every source key is known to be a name the destination holds (between two
-    stores of ``Capabilities.file_names``), so none is checked (0.09 s per 100k keys)."""
+    stores of ``Capabilities.file_names``), so none is checked (0.09 s per 100k keys).
+    ``ignore_existing``/``update``: the overwrite policy (``skip_rule``), after sync's rule.
+    ``move``: ``max_delete`` bounds the source objects the move would delete (``src_uri``)."""
     # An unreadable entry is a failed object: reported, and it stops the mirror delete.
     unread = [(p.key, f"source: {p.reason}") for p in catalog.problems if p.error]
     catalog.set_outcome("failed", unread, FAILED)
@@ -102,6 +131,12 @@ def plan_todo(
             f"UPDATE src SET state = {SKIPPED} WHERE state = {TODO} AND EXISTS "
             f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {same_sql(catalog)})"
         )
+    rule = skip_rule(ignore_existing=ignore_existing, update=update)
+    if rule is not None:
+        catalog.run(
+            f"UPDATE src SET state = {SKIPPED} WHERE state = {TODO} AND EXISTS "
+            f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {rule})"
+        )
     # Names the destination cannot hold are failed objects before any byte moves.
     check = None if names_fit else getattr(dst, "check_name", None)
     if check is not None:
@@ -113,6 +148,8 @@ def plan_todo(
                 refused.append((dec(raw), f"destination: {exc}"))
         catalog.set_outcome("failed", refused, REFUSED)
     objects, nbytes = catalog.source_totals(TODO)
+    if move:
+        check_max_moves(objects, max_delete, src_uri)
     skipped = catalog.source_totals(SKIPPED)[0] + catalog.outside[0]
     failed = int(catalog.one("SELECT count(*) FROM outcome WHERE kind = 'failed'"))
     return Todo(objects, nbytes, skipped, failed, to_delete)

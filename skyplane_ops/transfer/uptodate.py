@@ -62,6 +62,10 @@ def sync_up_to_date(
             sync=True,
             delete=request.delete,
             max_delete=request.max_delete,
+            ignore_existing=request.ignore_existing,
+            update=request.update,
+            move=request.move,
+            src_uri=request.src_uri,
         )
         if todo.objects or todo.unread or todo.to_delete:
             return None
@@ -88,6 +92,8 @@ def quick_listing(
     dst = request.dst.open("destination")
     if not (isinstance(src, LocalStore) and isinstance(dst, LocalStore)):
         return None
+    if request.selects_part or request.ignore_existing or request.update:
+        return None  # the walk knows globs only: the listing applies the other rules
     state = syncstate.state_path(request.journal_path, request.key)
     if not syncstate.has_records(state):
         return None  # nothing recorded to judge by: the listing decides, and records

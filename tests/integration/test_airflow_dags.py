@@ -133,6 +133,25 @@ with DAG("skyplane_test_sync", schedule=None, start_date=datetime(2024, 1, 1)):
         dst_region=DST_REGION,
         sync=True,
     )
+
+with DAG("skyplane_test_selection", schedule=None, start_date=datetime(2024, 1, 1)):
+    from airflow.sdk import task
+
+    @task
+    def landed():
+        return ["in/b.bin", "in/c.bin"]  # what an upstream task wrote
+
+    names = landed()
+    names >> SkyplaneCopyOperator(
+        task_id="copy_named",
+        src=f"file://{BASE}/selsrc/",
+        dst=f"file://{BASE}/seldst/",
+        src_region=SRC_REGION,
+        dst_region=DST_REGION,
+        files_from="{{ ti.xcom_pull(task_ids='landed') }}",
+        changed_before="{{ macros.datetime(2100, 1, 1) }}",
+        ignore_existing=True,
+    )
 '''
 
 
@@ -179,6 +198,22 @@ def _dag(dag_id: str) -> Any:
 
 def _states(run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+def _asset_events(name: str) -> list[dict[str, Any]]:
+    """The extras of the Asset events of the Asset named ``name``, newest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        found = session.scalars(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == name)
+            .order_by(AssetEvent.id.desc())
+        ).all()
+        return [dict(e.extra) for e in found]
 
 
 def _xcom(run: Any, task_id: str) -> Any:
@@ -276,6 +311,9 @@ def test_example_etl_dag_replicates_parquet_and_checks_it(
     assert len(json.dumps(summary)) < 4096
     fleet = _xcom(run, "replicate.provision")
     assert fleet["gateways"] and not _gateways_alive(fleet)
+    # the teardown counts the gateways it deleted (it said "0 resources")
+    torn = _xcom(run, "replicate.deprovision")
+    assert torn["deleted_count"] >= len(fleet["gateways"]), torn
     # The destination Asset event carries the transfer's numbers.
     with create_session() as session:
         event = session.scalars(
@@ -407,6 +445,9 @@ def test_copy_operator_sync_with_nothing_to_do_plans_and_starts_nothing(af: Path
     assert set(_states(first).values()) == {"success"}, _states(first)
     copied = _xcom(first, "sync_copy")
     assert copied["objects"] == 20 and copied["plan_uri"], copied
+    events = _asset_events(f"file://{dst}/")
+    assert len(events) == 1 and events[0]["objects"] == 20 and events[0]["verified"] is True
+    assert events[0]["report_uri"].endswith("summary.json")
 
     again = _dag("skyplane_test_sync").test()
     assert set(_states(again).values()) == {"success"}, _states(again)
@@ -415,10 +456,14 @@ def test_copy_operator_sync_with_nothing_to_do_plans_and_starts_nothing(af: Path
     assert skipped["verification"]["method"] == "sync: up to date", skipped
     assert skipped["plan_uri"] is None, skipped  # never planned, so never provisioned
     assert not list((af / "work" / "plans").glob(f"{skipped['transfer_id']}*"))
+    # Nothing changed at the destination: no Asset event (it would re-trigger every DAG
+    # scheduled on the replica).
+    assert len(_asset_events(f"file://{dst}/")) == 1
 
     (src / "f00.bin").write_bytes(os.urandom(5000))  # a change is still copied
     changed = _xcom(_dag("skyplane_test_sync").test(), "sync_copy")
     assert changed["objects"] == 1 and changed["plan_uri"], changed
+    assert [e["objects"] for e in _asset_events(f"file://{dst}/")] == [1, 20]
     for i in range(20):
         name = f"f{i:02d}.bin"
         assert (dst / name).read_bytes() == (src / name).read_bytes()
@@ -511,6 +556,7 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     assert set(_states(scratch_run).values()) == {"success"}, _states(scratch_run)
     scratch = _xcom(scratch_run, "refresh")
     assert scratch["scratch"] is True and "scratch store" in scratch["publish_reason"], scratch
+    assert _asset_events("skyplane_throughput_grid") == []  # scratch is not the planning grid
     assert GridStore(str(af / "work" / "grid-scratch")).latest_version() == scratch["version"]
     store = GridStore(str(af / "work" / "grid"))
     assert store.latest_version() is None
@@ -525,6 +571,8 @@ def test_grid_refresh_dag_publishes_once_per_interval_within_budget(
     summary = _xcom(first, "refresh")
     assert summary["measured"] == 6 and summary["version"], summary
     assert summary["scratch"] is False
+    (event,) = _asset_events("skyplane_throughput_grid")
+    assert event["version"] == summary["version"] and event["scratch"] is False
     run_id = summary["run_id"]
     assert not _processes_mentioning(run_id)
     assert store.latest_version() == summary["version"]
@@ -584,3 +632,23 @@ def test_trigger_on_kill_also_deletes_the_fleet(af: Path) -> None:
             idle.kill()
         idle.wait(timeout=10)
         api.deprovision(fleet)
+
+
+def test_copy_operator_copies_the_keys_an_upstream_task_names_and_keeps_existing_ones(
+    af: Path,
+) -> None:
+    """``files_from`` from an upstream XCom and a templated timestamp (issue 39): only the
+    named keys are copied, and ``ignore_existing`` keeps the destination's own copy."""
+    src, dst = af / "selsrc", af / "seldst"
+    (src / "in").mkdir(parents=True, exist_ok=True)
+    (dst / "in").mkdir(parents=True, exist_ok=True)
+    for name in ("a", "b", "c"):
+        (src / "in" / f"{name}.bin").write_bytes(os.urandom(3000))
+    (dst / "in" / "b.bin").write_bytes(b"theirs")
+    run = _dag("skyplane_test_selection").test()
+    assert set(_states(run).values()) == {"success"}, _states(run)
+    copied = _xcom(run, "copy_named")
+    assert copied["objects"] == 1 and copied["objects_skipped"] == 1, copied
+    assert sorted(p.name for p in (dst / "in").iterdir()) == ["b.bin", "c.bin"]
+    assert (dst / "in" / "b.bin").read_bytes() == b"theirs"
+    assert (dst / "in" / "c.bin").read_bytes() == (src / "in" / "c.bin").read_bytes()

@@ -231,14 +231,19 @@ def test_connection_form_has_a_widget_for_every_extra_key() -> None:
 
 
 def test_lineage_datasets_follow_the_openlineage_naming_spec() -> None:
-    import socket
+    from airflow.providers.openlineage.utils.utils import translate_airflow_asset
+    from airflow.sdk import Asset
 
     from skyplane_ops.airflow.lineage import dataset_name, operator_lineage
 
     assert dataset_name("s3://bkt/a/b/") == ("s3://bkt", "a/b")
     assert dataset_name("gs://bkt/x.parquet") == ("gs://bkt", "x.parquet")
     assert dataset_name("az://acct/cont/p/q/") == ("abfss://cont@acct.dfs.core.windows.net", "p/q")
-    assert dataset_name("file:///data/in/") == (f"file://{socket.gethostname()}", "/data/in")
+    assert dataset_name("file:///data/in/") == ("file", "/data/in")
+    # a local replica is one node in the lineage graph: the name Airflow gives its own Asset
+    for uri in ("file:///data/in/", "file:///data/in", "file://host/data/x/"):
+        airflow = translate_airflow_asset(Asset(uri=uri), None)
+        assert dataset_name(uri) == (airflow.namespace, airflow.name), uri
     assert dataset_name("s3://bkt/") == ("s3://bkt", "/")
     lineage = operator_lineage("s3://a/in/", "gs://b/out/")
     assert [(d.namespace, d.name) for d in lineage.inputs] == [("s3://a", "in")]
@@ -300,6 +305,7 @@ def test_xcom_of_a_10000_object_transfer_stays_under_a_few_kb() -> None:
     meta = asset_metadata(summary)
     assert meta["bytes"] == 10_000 * 4096 and meta["objects"] == 10_000
     assert meta["gbps"] == 0.026 and meta["route"] and meta["cost_usd"] is not None
+    assert meta["verified"] is True  # a bool, as in the Dagster face, not the check's dict
 
 
 def test_bounded_replaces_key_lists_with_counts() -> None:
@@ -479,6 +485,30 @@ def test_progress_lines_are_human() -> None:
     )
     assert text.splitlines()[1] == "  a -> b (75% by plan): 384.0 MiB"
     assert line.update({**sample, "chunks_done": 8}) is None  # nothing moved: no line
+
+
+def test_trigger_progress_has_a_line_per_path() -> None:
+    """The trigger knows no plan: the per-path lines come from the driver's status sample,
+    which keeps each path's measured Gbit/s (and nothing like a key list)."""
+    from skyplane_ops.airflow.summaries import progress_counters
+    from skyplane_ops.api import Progress, ProgressLine
+
+    sample = Progress(
+        bytes_done=300 * 1024 * 1024,
+        bytes_total=1024 * 1024 * 1024,
+        chunks_done=3,
+        chunks_total=10,
+        elapsed_s=2.0,
+        gbps=1.26,
+        path_gbps={"a -> b": 0.9, "a -> c -> b": 0.36},
+    )
+    status = json.loads(json.dumps(progress_counters(sample)))  # as the state store holds it
+    text = ProgressLine("transfer t").update(status)
+    assert text is not None
+    assert text.splitlines()[1:] == [
+        "  a -> b: 0.90 Gbit/s measured",
+        "  a -> c -> b: 0.36 Gbit/s measured",
+    ]
 
 
 def test_grid_publish_policy_keeps_emulated_figures_out_of_the_planning_grid() -> None:

@@ -122,6 +122,7 @@ def test_plan_provision_transfer_trigger_and_teardown_on_four_hosts(
         (data / "src" / name).write_bytes(blob)
     common = {"src": f"file://{data}/src/", "dst": f"file://{data}/dst/"}
     hosts = {n: _host(tmp_path, n, conn, moto_s3) for n in "ABCD"}
+    hosts["B"]["SKYPLANE_OPS_METRICS_DIR"] = str(tmp_path / "B" / "metrics")  # node_exporter's
     tid = "xhost-" + uuid.uuid4().hex[:8]
 
     made = _run(
@@ -160,6 +161,18 @@ def test_plan_provision_transfer_trigger_and_teardown_on_four_hosts(
     assert done["teardown"]["deleted_count"] >= 0
     for name, blob in blobs.items():
         assert (data / "dst" / name).read_bytes() == blob
+    # The driver on B left the run's metrics for node_exporter's textfile collector.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prom = (tmp_path / "B" / "metrics" / f"skyplane-{tid}.prom").read_text()
+    samples = {
+        (s.name, s.labels.get("outcome")): s.value
+        for family in text_string_to_metric_families(prom)
+        for s in family.samples
+        if s.labels.get("transfer") == tid
+    }
+    assert samples[("skyplane_objects", "copied")] == len(blobs)
+    assert samples[("skyplane_bytes_done", None)] == sum(len(b) for b in blobs.values())
     # Nothing of the transfer is left in the state store but the plan the user asked for.
     from skyplane_ops.api import TransferState
 

@@ -156,3 +156,22 @@ def test_decorator_with_a_translator_builds_and_runs_standard_assets(root: Path)
     assert mat.asset_key == key and mat.partition == DAY
     assert isinstance(mat.metadata["route"], dg.TableMetadataValue)
     assert (root / "eu2" / "logs" / DAY / "part-2.bin").stat().st_size == (1 << 20) + 2
+
+
+def test_dg_from_the_dagster_extra_lists_the_component(tmp_path: Path) -> None:
+    """`dg` is installed by the `dagster` extra (the docs use it) and finds the component
+    through the package's registry entry point."""
+    import subprocess
+    import sys
+
+    dg_bin = Path(sys.executable).with_name("dg")
+    assert dg_bin.exists(), "dagster-dg-cli is part of the dagster extra"
+    out = subprocess.run(
+        [str(dg_bin), "list", "components", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "skyplane_ops.dagster.SkyplaneReplicationComponent" in out.stdout

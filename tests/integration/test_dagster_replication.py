@@ -189,6 +189,9 @@ def test_example_replicates_real_parquet_and_check_passes(
     assert meta["objects"] == 4
     assert meta["bytes"] == sum(len(b) for b in src.values())
     assert meta["verified"] is True
+    # the transfer report of the partition, every object in it
+    report = api.load_summary(meta["report_uri"])
+    assert report["outcomes"]["copied"]["objects"] == 4 and report["status"] == "ok"
     route = mat.metadata["route"]
     assert isinstance(route, dg.TableMetadataValue)
     assert route.records and route.records[0].data["from"] == "aws:us-east-1"
@@ -299,3 +302,53 @@ def test_failing_transfer_still_tears_the_fleet_down(example: ModuleType, spy: F
     assert _wait_gone(fleet.transfer_id, timeout=5.0) == []
     logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any(f"deprovisioned {fleet.transfer_id}" in m for m in logs)
+
+
+def test_an_up_to_date_partition_starts_no_gateway(example: ModuleType, spy: FleetSpy) -> None:
+    """Re-materialising a replicated partition checks the replica in the replication step and
+    starts nothing (on a cloud backend: no VM paid for nothing); the replica is left as is."""
+    day = "2026-11-23"
+    first = _run(example, partition_key=day)
+    assert first.success, [e.message for e in first.all_events if e.is_failure]
+    assert len(spy.fleets) == 1
+    replica = _folder(example, "eu-west-1", day)
+    before = {p.name: p.stat().st_mtime_ns for p in replica.iterdir()}
+    # The replica alone this time (the example's upstream asset writes a new source each run).
+    replicas = example.events_replicas.assets_def
+    again = _run(example, partition_key=day, selection=list(replicas.keys))
+    assert again.success, [e.message for e in again.all_events if e.is_failure]
+    assert len(spy.fleets) == 1  # the second run started no fleet
+    (mat,) = [m for m in again.asset_materializations_for_node("events_replication")]
+    assert mat.metadata["gateways"].value == 0
+    assert {p.name: p.stat().st_mtime_ns for p in replica.iterdir()} == before
+
+
+def test_a_partition_with_no_source_data_is_not_retried(
+    example: ModuleType, spy: FleetSpy, tmp_path: Path
+) -> None:
+    """Nothing under the partition's prefix: the step fails once, whatever its retry policy
+    (a retry would find the same nothing), and starts no gateway."""
+    from skyplane_ops.dagster import ReplicaDestination, ReplicaSource, replicated_dataset
+
+    (tmp_path / "src").mkdir()
+    daily = dg.DailyPartitionsDefinition(start_date="2026-11-01")
+    replicas = replicated_dataset(
+        "empty_replication",
+        source=ReplicaSource(uri=f"file://{tmp_path}/src/", region="aws:us-east-1"),
+        destinations=[ReplicaDestination(key="empty_eu", uri=f"file://{tmp_path}/dst/",
+                                         region="aws:eu-west-1")],
+        partitions_def=daily,
+        retry_policy=dg.RetryPolicy(max_retries=2),
+    )  # fmt: skip
+    result = dg.materialize(
+        [replicas.assets_def],
+        resources={"skyplane": example.skyplane},
+        instance=dg.DagsterInstance.ephemeral(),
+        partition_key=DAY,
+        raise_on_error=False,
+    )
+    assert not result.success and spy.fleets == []
+    kinds = [e.event_type_value for e in result.all_events]
+    assert kinds.count("STEP_FAILURE") == 1 and "STEP_UP_FOR_RETRY" not in kinds
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "nothing to replicate" in str(failure.event_specific_data), failure

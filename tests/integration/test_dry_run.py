@@ -66,6 +66,7 @@ def test_a_copy_dry_run_with_nothing_to_delete_is_valid_json(tmp_path: Path) -> 
     assert answer.pop("request")["include"] == ["top"]
     assert answer == {
         "copy": [{"key": "top", "size": 7}],
+        "keep": [],
         "fail": [],
         "delete": [],
         "skipped": 0,

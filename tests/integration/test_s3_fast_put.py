@@ -152,6 +152,24 @@ def test_fast_get_reads_what_boto3_reads(signed_moto: dict[str, str]) -> None:
         assert len(boto_gets) == 2
 
 
+def test_fast_head_answers_what_boto3_answers(signed_moto: dict[str, str]) -> None:
+    """A HEAD per named key (``files_from``) skips boto3's pipeline, signed as S3 checks it."""
+    creds = {k: v for k, v in signed_moto.items() if k.startswith("AWS_")}
+    with environ(creds):
+        fast = _open(signed_moto["endpoint"], "signed", "head/")
+        slow = _open(signed_moto["endpoint"], "signed", "head/", fast_get=False)
+        boto_heads = _through_boto3(fast, "HeadObject")
+        for key in KEYS:
+            fast.write(key, f"head of {key}".encode())
+        for key in KEYS:
+            assert fast.head(key) == slow.head(key)
+            assert fast.head(key).checksums["crc32c"] == crc32c_b64(f"head of {key}".encode())
+        with pytest.raises(ObjectNotFoundError):
+            fast.head("never-written")
+        assert fast._fast_get is not None and fast._fast_get.heads == 2 * len(KEYS) + 1
+        assert boto_heads == []
+
+
 def test_fast_list_gives_what_boto3_gives(signed_moto: dict[str, str]) -> None:
     from skyplane_ops.transfer.listrows import listed
 

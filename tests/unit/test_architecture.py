@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "profiler": 4,
     "transfer": 5,
     "sequence": 6,  # the one run sequence: plan, provision and the engine in order
+    "metrics": 6,  # Prometheus metrics of a run (fed by the sequence's events)
     "api": 7,
     "testing": 8,
     **dict.fromkeys(FACES, 9),

@@ -159,6 +159,7 @@ def test_cp_cost_ceiling_does_not_buy_a_second_with_26_vms() -> None:
             "1",
             "--backend",
             "aws",
+            "--vms-only",  # the overlay's plan (0.3 GB alone would go to the worker)
         ]
     )
     plan = make_run(args, sync=False, volume_gb=0.3).make_plan()  # as the command plans

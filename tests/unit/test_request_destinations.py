@@ -88,3 +88,8 @@ def test_a_given_plan_must_name_every_destination() -> None:
     one = make_plan(["aws:us-east-1", "aws:eu-west-1"])
     with pytest.raises(TransferError, match="not to every destination"):
         FanoutRun(_three(), Gateways(plan=one)).run()  # refused before listing or provisioning
+
+
+def test_a_move_takes_one_destination() -> None:
+    with pytest.raises(TransferError, match="one destination"):
+        _three(move=True)  # deleting the source after the first replica would starve the others

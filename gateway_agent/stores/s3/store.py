@@ -7,8 +7,8 @@ Options: ``endpoint_url`` (S3-compatible services and emulators), ``region``,
 default, or "off" for S3-compatible services that refuse S3's additional checksums),
 ``fast_put`` (default true: PutObject of bodies under 1 MiB skips boto3's request pipeline,
 see ``fast``; false sends every PutObject through boto3), ``fast_get`` (the same for
-GetObject of ranges under 1 MiB, default true), ``fast_list`` (the same for ListObjectsV2
-pages, default true).
+GetObject of ranges under 1 MiB and for HeadObject, default true), ``fast_list`` (the same
+for ListObjectsV2 pages, default true).
 Credentials: explicit ``aws`` :class:`StoreCredentials` when given (a gateway's, sealed by
 its control plane), otherwise boto3's normal chain (env, profile, instance role).
 
@@ -241,10 +241,43 @@ class S3Store(CloudStore):
                 rows.append((key, size, micros(modified), sums, tag, tag))
             yield rows
 
+    def list_level(self, prefix: str = "") -> tuple[builtins.list[ListRow], builtins.list[str]]:
+        """``ListsLevels``: a delimiter (``/``) listing under ``prefix``: the objects right
+        there as ``list_rows`` gives them, and the sub-prefixes (relative, ending with ``/``)."""
+        full = self._parsed.key(prefix)
+        skip = len(self._parsed.prefix)
+        rows: builtins.list[ListRow] = []
+        subs: builtins.list[str] = []
+        token: str | None = None
+        while True:
+            more = {"ContinuationToken": token} if token else {}
+            page = self._call(
+                "list", prefix, self._client.list_objects_v2, Bucket=self._bucket,
+                Prefix=full, Delimiter="/", MaxKeys=self._page_size, **more,
+            )  # fmt: skip
+            for i in page.get("Contents", []):
+                tag = i["ETag"].strip('"') if i.get("ETag") else None
+                sums = f'{{"md5": "{tag}"}}' if tag and _MD5.match(tag) else None
+                when = micros(i.get("LastModified"))
+                rows.append((i["Key"][skip:], int(i["Size"]), when, sums, tag, tag))
+            subs += [p["Prefix"][skip:] for p in page.get("CommonPrefixes", [])]
+            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+            if not token:
+                return rows, subs
+
     def head(self, key: str) -> ObjectInfo:
+        def fast_or_boto3(**kw: Any) -> Any:
+            fast = self._fast_get if self._crc else None  # the fast HEAD asks for the CRC
+            if fast is not None:
+                try:
+                    return fast.head(kw["Key"])
+                except Unsupported:
+                    self._fast_get = None  # another region: boto3 follows, from now on
+            return self._client.head_object(**kw)
+
         try:
             resp = self._on_key(
-                "head", key, self._client.head_object, **self._crc_kind(ChecksumMode="ENABLED")
+                "head", key, fast_or_boto3, **self._crc_kind(ChecksumMode="ENABLED")
             )
         except ObjectNotFoundError:
             if self._bucket_missing(key):

@@ -17,10 +17,12 @@ from airflow.sdk.configuration import conf
 
 from skyplane_ops.airflow.deferral import TransferJob
 from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env
+from skyplane_ops.airflow.links import SkyplaneReportLink, plan_url
 from skyplane_ops.airflow.settings import DEFAULT_CONN_ID, make_transfer_id
 from skyplane_ops.airflow.summaries import (
     asset_metadata,
     transfer_summary,
+    unchanged,
 )
 from skyplane_ops.api import (
     CopyRun,
@@ -111,7 +113,14 @@ class _SkyplaneBaseOperator(BaseOperator):
         return make_transfer_id(f"{self.dag_id}-{run_id}-{group}")
 
     def _emit_asset_events(self, context: Any, summary: Mapping[str, Any]) -> None:
-        """Attach transfer metadata to every destination Asset outlet's event."""
+        """Attach transfer metadata to every destination Asset outlet's event; a run that
+        changed nothing at the destination emits none."""
+        if unchanged(summary):
+            # The task runner emits an event for every Asset outlet when the task succeeds,
+            # and each one re-triggers the DAGs scheduled on the replica: drop them.
+            self.outlets = [o for o in self.outlets or [] if not isinstance(o, Asset)]
+            self.log.info("the destination is unchanged: no Asset event")
+            return
         meta = asset_metadata(summary)
         events = context.get("outlet_events")
         if events is None:  # run outside a task runner (a test, a script)
@@ -226,8 +235,36 @@ def _load_fleet(value: Any) -> GatewayFleet | None:
     return GatewayFleet.from_dict(data) if data else None
 
 
+# What to copy beyond globs, when to overwrite, and move, named as the request's fields and
+# the CLI's options (issue 39); the first five are templated: ``{{ data_interval_start }}``
+# and an upstream task's XCom (a list of keys, or its rendering as text) come in through them.
+SELECTION_TEMPLATED = ("max_age", "min_age", "changed_since", "changed_before", "files_from")
+SELECTION_FIELDS = (
+    *SELECTION_TEMPLATED, "ignore_existing", "update", "move", "max_delete", "bwlimit",
+)  # fmt: skip
+
+
 class _TransferringOperator(_SkyplaneBaseOperator):
     """What the transfer and the one-task copy operators share: the job and the summary."""
+
+    max_age: str | float | None = None
+    min_age: str | float | None = None
+    changed_since: Any = None
+    changed_before: Any = None
+    files_from: Any = None
+    ignore_existing: bool = False
+    update: bool = False
+    move: bool = False  # delete each source object once its copy is verified
+    max_delete: int | None = None  # with move: refuse a move that would delete more
+    bwlimit: str | None = None  # a rate with its unit (200Mbit, 25MiB), per second
+
+    def _selection(self) -> dict[str, Any]:
+        """The request's selection fields as rendered (an empty template is no filter)."""
+        out = {name: getattr(self, name) for name in SELECTION_FIELDS}
+        for name in SELECTION_TEMPLATED:
+            if isinstance(out[name], str) and not out[name].strip():
+                out[name] = None
+        return out
 
     src: str | None
     dst: str
@@ -235,6 +272,19 @@ class _TransferringOperator(_SkyplaneBaseOperator):
     exclude: Sequence[str] | str | None
     sync: bool
     plan_conn_id: str | None
+
+    def __init__(
+        self,
+        *,
+        report_uri: str | None = None,
+        report_options: Mapping[str, Any] | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``report_uri`` (templated): the folder, in any store, of the transfer report
+        (every object's outcome); ``report_options``: that store's options."""
+        super().__init__(**kwargs)
+        self.report_uri = report_uri
+        self.report_options = report_options
 
     def _job(
         self,
@@ -258,6 +308,9 @@ class _TransferringOperator(_SkyplaneBaseOperator):
             sync=self.sync,
             journal_dir=journal,
             transfer_id=transfer_id,
+            **self._selection(),
+            report_uri=self.report_uri or None,
+            report_options=_as_mapping("report_options", self.report_options) or {},
             **fields,
         )
         return TransferJob(request=request, env=env)
@@ -301,6 +354,10 @@ class _TransferringOperator(_SkyplaneBaseOperator):
             journal_dir=journal,
         )
         self.log.info("%s", done_line(transfer_id, summary))
+        report = (summary.get("uris") or {}).get("report")
+        if report:
+            SkyplaneReportLink.persist(context, plan_url(report))
+            self.log.info("transfer report: %s", report)
         self._emit_asset_events(context, summary)
         return summary
 

@@ -12,8 +12,14 @@ from airflow.sdk import Asset
 from skyplane_ops.airflow.deferral import TransferDeferral
 from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
-from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
+from skyplane_ops.airflow.links import (
+    SkyplanePlanLink,
+    SkyplaneReportLink,
+    SkyplaneRouteLink,
+    persist_links,
+)
 from skyplane_ops.airflow.operators.base import (
+    SELECTION_TEMPLATED,
     TaskLogEvents,
     _float_or_none,
     _PlanningOperator,
@@ -36,7 +42,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
     fleet when it resumes.
     """
 
-    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink(), SkyplaneReportLink())
     template_fields: Sequence[str] = (
         "src",
         "dst",
@@ -53,6 +59,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         "plan_uri",
         "journal_dir",
         "transfer_id",
+        *SELECTION_TEMPLATED,
+        "report_uri",
     )
 
     def __init__(
@@ -75,6 +83,16 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         plan_uri: str | None = None,
         plan_conn_id: str | None = None,
         sync: bool = False,
+        max_age: str | float | None = None,
+        min_age: str | float | None = None,
+        changed_since: Any = None,
+        changed_before: Any = None,
+        files_from: Sequence[str] | str | None = None,
+        ignore_existing: bool = False,
+        update: bool = False,
+        move: bool = False,
+        max_delete: int | None = None,
+        bwlimit: str | None = None,
         journal_dir: str | None = None,
         dst_asset: Asset | bool | None = True,
         deferrable: bool | None = None,
@@ -109,6 +127,16 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         self.plan_uri = plan_uri
         self.plan_conn_id = plan_conn_id
         self.sync = sync
+        self.max_age = max_age
+        self.min_age = min_age
+        self.changed_since = changed_since
+        self.changed_before = changed_before
+        self.files_from = files_from
+        self.ignore_existing = ignore_existing
+        self.update = update
+        self.move = move
+        self.max_delete = max_delete
+        self.bwlimit = bwlimit
         self.journal_dir = journal_dir
         self.deferrable = deferrable
         self.timeout = timeout
@@ -151,6 +179,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
             if self.deferrable:
                 run = CopyRun(job.request, gateways, events, volume_gb=volume)
                 result = self._start_deferred(run, job, state)
+                if result is not None:
+                    self._fleet = None  # ran inline (or nothing to do): no fleet left
             else:
                 result, run = run_here(self, job, gateways, events, volume_gb=volume)
                 self._fleet = None  # the run deleted it
@@ -190,13 +220,16 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
 
     def _start_deferred(self, run: CopyRun, job: Any, state: Any) -> Any:
         """The run's steps up to its fleet (lock, list, plan, provision), here; None when the
-        driver is to take over, or the result of a sync with nothing to do."""
+        driver is to take over, or the result of a sync with nothing to do or of a copy the
+        plan gives to this worker (no VM pays: it runs inline, in seconds)."""
         with exported_env(job.env), run.locked():
             try:
                 done = run.list()
                 if done is not None:
                     return done
                 run.make_plan()
+                if run.on_worker:  # seconds on this worker, no VM: inline, no deferral
+                    return run.transfer()
                 run.provision()
                 assert run.fleet is not None
                 state.save_secret(run.fleet.secret_ref)

@@ -112,7 +112,11 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
         transfer_id = self.resolve_transfer_id(context, fleet.transfer_id if fleet else None)
         deleted: list[str] = []
         if fleet is not None:
-            deleted += self.hook.deprovision(fleet)
+            # Deleting a known fleet returns nothing (only a sweep by tag lists what it
+            # found): its gateways are what went.
+            deleted += self.hook.deprovision(fleet) or [
+                f"{fleet.backend}:{fleet.transfer_id}:{g.gateway_id}" for g in fleet.gateways
+            ]
         if self.sweep or fleet is None:
             regions = sorted({*self.regions, *(fleet.regions if fleet else [])})
             deleted += self.hook.deprovision(transfer_id=transfer_id, regions=regions)

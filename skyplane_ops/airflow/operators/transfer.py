@@ -13,8 +13,14 @@ from airflow.sdk import Asset
 from skyplane_ops.airflow.deferral import TransferDeferral
 from skyplane_ops.airflow.hooks import StoreAccess, merge_env
 from skyplane_ops.airflow.lineage import operator_lineage
-from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
+from skyplane_ops.airflow.links import (
+    SkyplanePlanLink,
+    SkyplaneReportLink,
+    SkyplaneRouteLink,
+    persist_links,
+)
 from skyplane_ops.airflow.operators.base import (
+    SELECTION_TEMPLATED,
     _load_fleet,
     _load_plan,
     _transfer_task_defaults,
@@ -47,7 +53,7 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
     ``on_kill`` stops the driver and the gateways.
     """
 
-    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink())
+    operator_extra_links = (SkyplanePlanLink(), SkyplaneRouteLink(), SkyplaneReportLink())
     template_fields: Sequence[str] = (
         "src",
         "dst",
@@ -57,6 +63,8 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         "fleet",
         "journal_dir",
         "transfer_id",
+        *SELECTION_TEMPLATED,
+        "report_uri",
     )
     template_fields_renderers = {"plan": "json", "fleet": "json"}
 
@@ -75,6 +83,16 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         dst_options: Mapping[str, Any] | None = None,
         plan_conn_id: str | None = None,
         sync: bool = False,
+        max_age: str | float | None = None,
+        min_age: str | float | None = None,
+        changed_since: Any = None,
+        changed_before: Any = None,
+        files_from: Sequence[str] | str | None = None,
+        ignore_existing: bool = False,
+        update: bool = False,
+        move: bool = False,
+        max_delete: int | None = None,
+        bwlimit: str | None = None,
         journal_dir: str | None = None,
         engine_options: Mapping[str, Any] | None = None,
         deferrable: bool | None = None,
@@ -98,6 +116,16 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
         self.dst_options = dict(dst_options or {})
         self.plan_conn_id = plan_conn_id
         self.sync = sync
+        self.max_age = max_age
+        self.min_age = min_age
+        self.changed_since = changed_since
+        self.changed_before = changed_before
+        self.files_from = files_from
+        self.ignore_existing = ignore_existing
+        self.update = update
+        self.move = move
+        self.max_delete = max_delete
+        self.bwlimit = bwlimit
         self.journal_dir = journal_dir
         self.engine_options = dict(engine_options or {})
         self.deferrable = deferrable

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
+from skyplane_ops.provision.boot_delay import check_boot_delay, delayed
 from skyplane_ops.provision.bundle import agent_env, build_bundle, serve_args
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.netns.host import (
@@ -77,7 +78,9 @@ class NetnsProvisioner:
         ready_timeout: float = 30.0,
         hosts_per_region: int = 1,
         buffer_mib: int | None = None,
+        boot_delay: float = 0.0,
     ) -> None:
+        self.boot_delay = check_boot_delay(boot_delay, "netns")  # emulated VM start-up
         if hosts_per_region < 1:
             raise ProvisionError(f"hosts_per_region must be at least 1, got {hosts_per_region}")
         self.hosts_per_region = hosts_per_region
@@ -161,21 +164,20 @@ class NetnsProvisioner:
         gw_id = f"gw-{slug}-{index}"
         ready = workdir / f"{gw_id}.ready.json"
         log_path = workdir / f"{gw_id}.log"
-        argv = testbed.exec_argv(
-            region,
-            [
-                *self.python.split(),
-                *serve_args(
-                    host="0.0.0.0",
-                    secret_file=secret_ref,
-                    ready_file=str(ready),
-                    gateway_id=gw_id,
-                    region=region,
-                    idle_timeout=self.idle_timeout,
-                ),
-                *([] if self.buffer_mib is None else ["--buffer-mib", str(self.buffer_mib)]),
-            ],
-        )
+        python = self.python.split()
+        agent = [
+            *python,
+            *serve_args(
+                host="0.0.0.0",
+                secret_file=secret_ref,
+                ready_file=str(ready),
+                gateway_id=gw_id,
+                region=region,
+                idle_timeout=self.idle_timeout,
+            ),
+            *([] if self.buffer_mib is None else ["--buffer-mib", str(self.buffer_mib)]),
+        ]
+        argv = testbed.exec_argv(region, delayed(agent, self.boot_delay, python[0]))
         # An allow-list environment: the agent inherits none of this process's credentials.
         env = agent_env(home=str(workdir), pythonpath=str(bundle_path))
         with open(log_path, "wb") as log_fh:
@@ -187,7 +189,7 @@ class NetnsProvisioner:
                 env=env,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + self.ready_timeout
+        deadline = time.monotonic() + self.ready_timeout + self.boot_delay
         while not ready.exists():
             if proc.poll() is not None:
                 raise ProvisionError(

@@ -32,6 +32,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from contextlib import ExitStack
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from gateway_agent.auth import seal
@@ -44,6 +45,7 @@ from skyplane_ops.transfer.dispatch.credentials import resolve
 from skyplane_ops.transfer.dispatch.flight import _Flight
 from skyplane_ops.transfer.dispatch.liveness import Liveness
 from skyplane_ops.transfer.dispatch.options import ChunkTotals, DispatchOptions, DispatchStats
+from skyplane_ops.transfer.dispatch.ratewatch import RateWatcher
 from skyplane_ops.transfer.dispatch.refresh import CredentialRefresher
 from skyplane_ops.transfer.dispatch.spec import JobSpecs, check_fleet, plan_routes
 from skyplane_ops.transfer.liveness import HopWatch
@@ -144,6 +146,8 @@ class Dispatcher(JobSpecs, Liveness):
             if access.minted is not None and access.mint is not None
         }
         self.refresher: CredentialRefresher | None = None
+        self.bwlimit = self.options.bwlimit
+        self.rates: RateWatcher | None = None
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)  # submitted along each path
         self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)
@@ -182,6 +186,10 @@ class Dispatcher(JobSpecs, Liveness):
                     )
                 )
             refresher = stack.enter_context(CredentialRefresher(self, self.clients))
+            live = self.options.bwlimit_file
+            self.rates = stack.enter_context(
+                RateWatcher(self, self.clients, Path(live) if live else None)
+            )
             self.refresher = refresher
             # Not a ``with`` block: leaving must not wait for a poll stuck on a hung gateway.
             pollers = ThreadPoolExecutor(
@@ -312,7 +320,7 @@ class Dispatcher(JobSpecs, Liveness):
                         stats.bytes_done += chunk.nbytes
                         if path is not None:
                             watch.chunk_finished(path, time.monotonic())
-                        p = path or 0
+                        p = chunk.path = path or 0
                         stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
                         stats.path_seconds[p] = time.monotonic() - t0
                     elif kind in ("bad", "lost"):

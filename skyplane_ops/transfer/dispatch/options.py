@@ -49,6 +49,10 @@ class DispatchOptions:
     # and sent to the gateways half-way through (AWS sessions last 15 min at least; the
     # control plane keeps a shorter life itself: see ``dispatch.minting``).
     credentials_lifetime_s: float = DEFAULT_LIFETIME_S
+    # The transfer's bandwidth cap, bytes/s over all paths (None: none), and the file a new cap
+    # is written to while the job runs (``transfer.bwlimit.live_path``; None: not watched).
+    bwlimit: float | None = None
+    bwlimit_file: str | None = None
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 

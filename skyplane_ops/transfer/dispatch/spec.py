@@ -19,6 +19,7 @@ from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet, data_host
 from skyplane_ops.transfer.dispatch.minting import Mint, Minted
 from skyplane_ops.transfer.dispatch.options import DispatchOptions
+from skyplane_ops.transfer.dispatch.ratewatch import hop_rates
 
 # TCP connections per hop at most when the hop's receivers listen on a loopback address.
 LOOPBACK_CONNECTIONS = 8
@@ -128,6 +129,7 @@ class JobSpecs:
     _minted: dict[str, tuple[Minted, Mint]]
     _credentials_serial: int
     _credentials_lock: threading.Lock
+    bwlimit: float | None  # the transfer's cap now (bytes/s): ``ratewatch`` may change it
 
     def _connections(self, src: str, dst: str) -> int:
         if self.options.connections:
@@ -210,6 +212,10 @@ class JobSpecs:
                     "encrypt": self._encrypt_hop(u, v),
                     "compress_level": self.options.compress_level,
                 }
+        rates = hop_rates(self.routes, self.fleet, gateway.region, self.bwlimit)
+        for hop, rate in rates.items():
+            if rate:
+                hops[hop]["rate"] = rate  # bytes/s this gateway may send on the hop
         hooks = self.options.test_hooks.get(gateway.gateway_id) or self.options.test_hooks.get(
             gateway.region
         )

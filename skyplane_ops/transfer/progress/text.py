@@ -6,8 +6,9 @@ this turns a stream of them into one line each time something moved, e.g.::
     transfer t-1: 42.0% 403.0/960.0 MiB at 1.84 Gbit/s, ETA 2.4 s, 31/72 chunks
       aws:us-east-1 -> gcp:europe-west4 (100%): 403.0 MiB
 
-Per-path figures split the bytes by the plan's shares (the dispatcher assigns chunks to paths
-by share); they are labelled as such, not measured per path.
+Per-path bytes split the total by the plan's shares (the dispatcher assigns chunks to paths
+by share) and are labelled as such; a sample that carries the Gbit/s each path delivered
+(``path_gbps``, as the Airflow driver's status does) adds it, labelled measured.
 """
 
 from __future__ import annotations
@@ -53,8 +54,18 @@ def progress_text(label: str, update: Any, paths: Sequence[tuple[str, float]] = 
         text += f", {c.get('chunks_done', 0)}/{c['chunks_total']} chunks"
     if c.get("resent"):
         text += f", {c['resent']} re-sent"
-    for route, share in paths:
-        text += f"\n  {route} ({share:.0%} by plan): {done * share / MIB:.1f} MiB"
+    given = c.get("path_gbps")
+    measured: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    shares = dict(paths)
+    for route in [*shares, *(r for r in measured if r not in shares)]:
+        line = f"\n  {route}"
+        if route in shares:
+            line += f" ({shares[route]:.0%} by plan): {done * shares[route] / MIB:.1f} MiB"
+        if route in measured:
+            line += (
+                f"{',' if route in shares else ':'} {float(measured[route]):.2f} Gbit/s measured"
+            )
+        text += line
     return text
 
 

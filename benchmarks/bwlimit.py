@@ -1,0 +1,119 @@
+"""``--bwlimit`` accuracy on loopback: the rate a capped copy achieves, and after a change.
+
+A folder of ``--mib`` MiB (4 MiB files, 1 MiB parts) is copied through a local fleet
+(``--relay``: source -> relay -> sink) under each cap of ``--caps``; the achieved rate is the
+slope of the bytes the run reports done between 10% and 90% of them (the start and the end
+are a job's start and its last chunks, not the cap). The last row starts at the first cap
+and changes to the second (``api.set_bwlimit``) at 35% of the bytes; its rates are measured
+before (5-33%) and after (50-95%) the change.
+
+Usage: ``python benchmarks/bwlimit.py [--mib 256] [--caps 25MiB 100Mbit 50MiB] [--relay]``.
+Writes ``benchmarks/results/bwlimit.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from skyplane_ops import api  # noqa: E402
+from skyplane_ops.testing.transfer import (  # noqa: E402
+    DST,
+    RELAY,
+    SRC,
+    copy_dirs,
+    local_fleet,
+    make_plan,
+    write_dataset,
+)
+from skyplane_ops.transfer.bwlimit import parse_rate  # noqa: E402
+from skyplane_ops.transfer.progress import Progress  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+MiB = 1 << 20
+
+
+def slope(points: list[tuple[float, int]], lo: float, hi: float) -> float:
+    t0, b0 = next(p for p in points if p[1] >= lo)
+    t1, b1 = next(p for p in points if p[1] >= hi)
+    return (b1 - b0) / (t1 - t0)
+
+
+def run(root: Path, mib: int, cap: str, change_to: str | None, relay: bool) -> dict[str, Any]:
+    src, dst = root / "src", root / f"dst-{uuid.uuid4().hex[:6]}"
+    dst.mkdir()
+    if not src.exists():
+        write_dataset(src, {f"f{i:03d}": 4 * MiB for i in range(mib // 4)})
+    total = mib * MiB
+    tid = f"bw-{uuid.uuid4().hex[:8]}"
+    points: list[tuple[float, int]] = []
+    changed: list[int] = []
+
+    def seen(p: Progress) -> None:
+        points.append((time.monotonic(), p.bytes_done))
+        if change_to and not changed and p.bytes_done >= 0.35 * total:
+            changed.append(len(points))
+            api.set_bwlimit(tid, change_to)
+
+    plan = make_plan([SRC, RELAY, DST] if relay else [SRC, DST])
+    with local_fleet(plan, hooks=False) as (_, fleet):
+        result = copy_dirs(
+            plan, fleet, (src, dst, root / "j"), part_size=MiB, bwlimit=cap,
+            transfer_id=tid, progress=seen,
+        )  # fmt: skip
+    if not result.verified:
+        raise RuntimeError(f"not verified: {result.verification}")
+    row: dict[str, Any] = {"cap": cap, "cap_Bps": parse_rate(cap), "relay": relay, "MiB": mib}
+    if change_to:
+        cut = changed[0]
+        row["achieved_Bps"] = slope(points[:cut], 0.05 * total, 0.33 * total)
+        row["changed_to"] = change_to
+        row["changed_Bps"] = parse_rate(change_to)
+        row["after_change_Bps"] = slope(points[cut:], 0.5 * total, 0.95 * total)
+    else:
+        row["achieved_Bps"] = slope(points, 0.1 * total, 0.9 * total)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--caps", nargs="+", default=["25MiB", "100Mbit", "50MiB"])
+    parser.add_argument("--relay", action="store_true", help="source -> relay -> sink")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="skyplane-bwlimit-"))
+    os.environ.setdefault("SKYPLANE_OPS_HOME", str(root / "home"))
+    try:
+        rows = [run(root, args.mib, cap, None, args.relay) for cap in args.caps]
+        rows.append(run(root, args.mib, args.caps[0], args.caps[-1], args.relay))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{'cap':>8} {'MB/s cap':>9} {'MB/s got':>9} {'error':>7}   after a change")
+    for r in rows:
+        err = r["achieved_Bps"] / r["cap_Bps"] - 1
+        line = f"{r['cap']:>8} {r['cap_Bps'] / 1e6:9.2f} {r['achieved_Bps'] / 1e6:9.2f} {err:+7.1%}"
+        if "changed_to" in r:
+            err2 = r["after_change_Bps"] / r["changed_Bps"] - 1
+            line += (
+                f"   -> {r['changed_to']}: {r['changed_Bps'] / 1e6:.2f} cap, "
+                f"{r['after_change_Bps'] / 1e6:.2f} got ({err2:+.1%})"
+            )
+        print(line)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "bwlimit.json").write_text(json.dumps({"relay": args.relay, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
