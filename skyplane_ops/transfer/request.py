@@ -367,6 +367,11 @@ class TransferRequest:
         for i, d in enumerate(dsts[1:], 1):
             d.check(f"destination {i + 1}")
             check_disjoint(self.src.uri, d.uri, self.src.options, d.options)
+            if self.report_uri is not None and _inside(to_uri(self.report_uri), d.uri):
+                raise TransferError(
+                    f"report_uri {self.report_uri} is inside the destination {d.uri}: name a "
+                    "folder outside it"
+                )
             for other in dsts[:i]:
                 try:
                     check_disjoint(other.uri, d.uri, other.options, d.options)

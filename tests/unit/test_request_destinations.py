@@ -93,3 +93,8 @@ def test_a_given_plan_must_name_every_destination() -> None:
 def test_a_move_takes_one_destination() -> None:
     with pytest.raises(TransferError, match="one destination"):
         _three(move=True)  # deleting the source after the first replica would starve the others
+
+
+def test_a_report_inside_any_destination_is_refused() -> None:
+    with pytest.raises(TransferError, match="inside the destination file:///r/c"):
+        _three(report_uri="file:///r/c/reports")
