@@ -171,7 +171,7 @@ def refresh_grid(
 
 def copy(
     request: TransferRequest | str,
-    dst: str | None = None,
+    dst: str | Sequence[str] | None = None,
     *,
     backend: str = "local",
     backend_options: Mapping[str, Any] | None = None,
@@ -179,7 +179,7 @@ def copy(
     events: RunEvents | None = None,
     tuning: DispatchOptions | None = None,
     **fields: Any,
-) -> TransferResult:
+) -> Any:
     """Plan, provision, transfer and always deprovision, in one call: the run sequence
     (``sequence.CopyRun``) on ``request``.
 
@@ -187,13 +187,22 @@ def copy(
     fields as keywords (``src_region=``, ``dst_region=``, ``src_options=``, ``include=``,
     ``sync=``, ``plan_options=``, ``dispatch=`` ... see ``TransferRequest.build``). Option
     ranges and source/destination overlap are checked before anything is listed; a sync
-    with nothing to do starts no gateway."""
+    with nothing to do starts no gateway.
+
+    Several destinations (``dst`` a list, ``dst_region`` a list of their regions, or a
+    request with ``destinations``): one multicast plan and fleet, each destination copied,
+    committed and verified on its own (``sequence.FanoutRun``); returns a ``FanoutResult``
+    (per destination) or raises ``FanoutError`` carrying it."""
     if not isinstance(request, TransferRequest) and "dispatch" in fields and tuning is None:
         tuning = fields["dispatch"]
     request = request_from(request, dst, **fields)
     gateways = Gateways(
         backend=backend, backend_options=dict(backend_options or {}), tags=dict(tags or {})
     )
+    if request.multi:
+        from skyplane_ops.sequence.fanout import FanoutRun
+
+        return FanoutRun(request, gateways, events, tuning=tuning).run()
     return CopyRun(request, gateways, events, tuning=tuning).run()
 
 
@@ -201,6 +210,10 @@ def copy(
 # The CLI commands and the Airflow/Dagster faces import these from here, never from the
 # modules below, so that moving code inside the core does not ripple into the faces.
 _LAZY: dict[str, str] = {
+    "FanoutRun": "skyplane_ops.sequence.fanout",
+    "FanoutResult": "skyplane_ops.sequence.fanout",
+    "FanoutError": "skyplane_ops.sequence.fanout",
+    "destination_plan": "skyplane_ops.sequence.fanout",
     "BudgetExceededError": "skyplane_ops.profiler.errors",
     "ProfileError": "skyplane_ops.errors",
     "ProvisionError": "skyplane_ops.errors",

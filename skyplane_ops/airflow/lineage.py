@@ -37,14 +37,15 @@ def dataset_name(uri: str) -> tuple[str, str]:
     return f"{scheme}://{parsed.netloc}", parsed.path.strip("/") or "/"
 
 
-def operator_lineage(src: str, dst: str) -> Any:
-    """An ``OperatorLineage`` with the source as input and the replica as output (or None
-    when the OpenLineage provider is not installed)."""
+def operator_lineage(src: str, dst: str, *more: str) -> Any:
+    """An ``OperatorLineage`` with the source as input and the replica (one output per
+    destination, with ``more``) as output (or None when the OpenLineage provider is not
+    installed)."""
     try:
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
     except ImportError:
         return None
     inputs = [Dataset(namespace=ns, name=name) for ns, name in [dataset_name(src)]]
-    outputs = [Dataset(namespace=ns, name=name) for ns, name in [dataset_name(dst)]]
+    outputs = [Dataset(namespace=ns, name=name) for ns, name in map(dataset_name, [dst, *more])]
     return OperatorLineage(inputs=inputs, outputs=outputs)

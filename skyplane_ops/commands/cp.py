@@ -95,6 +95,15 @@ def _args(ctx: click.Context, params: dict[str, Any]) -> ArgsNS:
     """The run's ``args``; with ``--fleet`` the backend is the fleet's (a different
     ``--backend`` given with it is a usage error)."""
     args = to_args(ctx, params)
+    # Several DSTs (one source, many replicas): ``dsts``/``dst_regions`` keep them all,
+    # ``dst``/``dst_region`` the first, as with one destination.
+    args.dsts, args.dst_regions = tuple(args.dst), tuple(args.dst_region)
+    args.dst, args.dst_region = args.dsts[0], args.dst_regions[0]
+    if len(args.dsts) != len(args.dst_regions):
+        raise click.UsageError(
+            f"give one --dst-region per DST, in order ({len(args.dsts)} DST, "
+            f"{len(args.dst_regions)} --dst-region)"
+        )
     if args.fleet is not None:
         given = ctx.get_parameter_source("backend") not in (None, ParameterSource.DEFAULT)
         if given and args.backend != args.fleet.backend:
@@ -130,13 +139,14 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         raise TransferError("--max-delete only applies with --delete")
     planning = plan_arguments(args)
     planning.pop("backend", None)  # the run's backend: ``Gateways``
+    several = len(args.dsts) > 1
     return api.TransferRequest.build(
         src,
-        dst,
+        [to_uri(d) for d in args.dsts] if several else dst,
         src_options=_store_options(src, args.src_options, links),
         dst_options=_store_options(dst, args.dst_options, "store" if links == "store" else None),
         src_region=args.src_region,
-        dst_region=args.dst_region,
+        dst_region=list(args.dst_regions) if several else args.dst_region,
         include=tuple(args.include),
         exclude=tuple(args.exclude),
         sync=sync or delete,
@@ -265,8 +275,12 @@ def _execute(args: ArgsNS, sync: bool) -> int:
     """Build the request (bad numbers and overlapping ends fail here, before any listing),
     then run the one sequence: list, plan, provision, transfer, verify, always tear down."""
     if args.dry_run:
+        if len(args.dsts) > 1:
+            raise TransferError("--dry-run previews one DST at a time")
         return _dry_run(args, build_request(args, sync))
     view = RunView(sys.stderr, pick_mode(sys.stderr, as_json=args.as_json, quiet=args.no_progress))
+    if len(args.dsts) > 1:
+        return _execute_fanout(args, sync, view)
     run = make_run(args, sync, _ViewEvents(view, capped=args.bwlimit is not None))
     metrics = _metrics(args, run)
     status = 0
@@ -281,6 +295,28 @@ def _execute(args: ArgsNS, sync: bool) -> int:
             if getattr(args, "metrics_textfile", None):
                 metrics.write_textfile(args.metrics_textfile)
         return _report(args, result, None if run.up_to_date else run.plan, view, status)
+    finally:
+        view.close()
+
+
+def _execute_fanout(args: ArgsNS, sync: bool, view: RunView) -> int:
+    """Several DSTs: one plan and fleet, each destination copied and verified on its own;
+    the summary per destination (exit 3 when some destination was not copied)."""
+    request = build_request(args, sync)
+    hooks = json.loads(args.gateway_test_hooks) if args.gateway_test_hooks else {}
+    tuning = api.DispatchOptions(test_hooks=hooks)
+    status = 0
+    try:
+        try:
+            result = api.FanoutRun(
+                request, _gateways(args, hooks), _ViewEvents(view), tuning=tuning
+            ).run()
+        except api.FanoutError as exc:
+            result, status = exc.result, api.EXIT_PARTIAL
+            print(f"skyplane-ops {args.command}: {exc}", file=sys.stderr)
+        view.close()
+        print(json.dumps(result.to_dict(), indent=2) if args.as_json else result.summary())
+        return status
     finally:
         view.close()
 

@@ -86,7 +86,7 @@ def transfer_options(verb: str) -> Any:
     """Every option ``cp`` and ``sync`` share, in the order ``--help`` shows them."""
     return compose(
         click.argument("src", metavar="SRC"),
-        click.argument("dst", metavar="DST"),
+        click.argument("dst", metavar="DST...", nargs=-1, required=True),
         click.option(
             "--src-region",
             required=True,
@@ -95,7 +95,11 @@ def transfer_options(verb: str) -> Any:
             "region nearest to it)",
         ),
         click.option(
-            "--dst-region", required=True, metavar="REGION", help="region of the destination"
+            "--dst-region",
+            required=True,
+            multiple=True,
+            metavar="REGION",
+            help="region of the destination; several DSTs: one --dst-region each, in order",
         ),
         store_options("src"),
         store_options("dst"),

@@ -135,9 +135,14 @@ def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) 
         )
     plans: dict[str, dict[str, Any]] = {}
     vms: dict[str, int] = {}
+    multicast = _multicast_plan(context, skyplane, spec, max(total_bytes / GB, 1e-9))
     for dest in spec.destinations:
         try:
-            plan = skyplane.plan(spec.source.region, dest.region, max(total_bytes / GB, 1e-9))
+            plan = (
+                api.destination_plan(multicast, dest.region)
+                if multicast is not None
+                else skyplane.plan(spec.source.region, dest.region, max(total_bytes / GB, 1e-9))
+            )
             plan_uri = skyplane.write_artifact(
                 f"plans/{tid}-{dest.output_name}.json", plan.to_json()
             )
@@ -151,6 +156,22 @@ def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) 
             f"{total_bytes} bytes (plan at {plan_uri}):\n{plan.to_text()}"
         )
     return {"transfer_id": tid, "units": units, "plans": plans, "vms": vms}
+
+
+def _multicast_plan(
+    context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec, volume_gb: float
+) -> TransferPlan | None:
+    """Destinations in distinct regions: one multicast plan for all (a shared edge carries the
+    data once; each destination follows its routes of it), else None (a plan each)."""
+    regions = [d.region for d in spec.destinations]
+    if len(regions) < 2 or len(set(regions)) != len(regions) or spec.source.region in regions:
+        return None
+    try:
+        plan = skyplane.plan(spec.source.region, regions, volume_gb)
+    except Exception as exc:
+        raise _fail(skyplane, context, f"planning {', '.join(regions)} failed", exc) from None
+    context.log.info(f"one multicast plan for {len(regions)} destinations:\n{plan.to_text()}")
+    return plan
 
 
 def provision_fleet(

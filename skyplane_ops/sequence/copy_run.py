@@ -85,6 +85,11 @@ class CopyRun:
         tuning: DispatchOptions | None = None,
         volume_gb: float | None = None,
     ) -> None:
+        if request.multi:  # copying to ``dst`` alone would drop the others silently
+            raise TransferError(
+                f"this request has {len(request.destinations)} destinations: run it with "
+                "FanoutRun (api.copy does), or give one destination"
+            )
         self.request = request
         self.volume_gb = volume_gb  # plan for this volume instead of the listing's
         self.gateways = gateways or Gateways()

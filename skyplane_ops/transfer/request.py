@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,7 +212,9 @@ class TransferRequest:
     path; ``journal_dir`` is where resume journals live (default ``$SKYPLANE_OPS_HOME``);
     ``transfer_id`` tags every resource; ``wait_lock`` waits for another run of the same
     transfer instead of failing; ``src_region``/``dst_region`` and ``planning`` choose the
-    route.
+    route. ``destinations``/``dst_regions``: several destinations (one source, many
+    replicas), in order, the first being ``dst``/``dst_region``; empty for one destination
+    (``per_destination`` gives one request per destination).
 
     Selection beyond globs (``selection``): ``max_age``/``min_age`` (durations: ``2h`` or
     seconds) and ``changed_since``/``changed_before`` (ISO 8601 timestamps) select by
@@ -257,11 +259,15 @@ class TransferRequest:
     bwlimit: str | None = None
     report_uri: str | None = None
     report_options: Mapping[str, Any] = field(default_factory=dict)
+    destinations: tuple[StoreLocation, ...] = ()
+    dst_regions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         put = object.__setattr__
         put(self, "src", StoreLocation.of(self.src))
         put(self, "dst", StoreLocation.of(self.dst))
+        put(self, "destinations", tuple(StoreLocation.of(d) for d in self.destinations or ()))
+        put(self, "dst_regions", tuple(str(r) for r in self.dst_regions or ()))
         for name in ("include", "exclude"):
             value = getattr(self, name)
             put(self, name, (value,) if isinstance(value, str) else tuple(map(str, value or ())))
@@ -309,6 +315,8 @@ class TransferRequest:
             where.check(side)
         check_disjoint(self.src.uri, self.dst.uri, self.src.options, self.dst.options)
         self._check_selection()
+        if self.destinations or self.dst_regions:
+            self._check_destinations()
 
     def _check_selection(self) -> None:
         if self.bwlimit is not None:
@@ -335,6 +343,59 @@ class TransferRequest:
                         f"report_uri {report.uri} is inside the {side} {where.uri}: a report "
                         "there would be copied or mirror-deleted; name a folder outside it"
                     )
+
+    def _check_destinations(self) -> None:
+        """Several destinations: at least two, the first is ``dst``, regions one each (or
+        none), each disjoint from the source and from the others."""
+        dsts, regions = self.destinations, self.dst_regions
+        if self.move:
+            raise TransferError(
+                "move (mv) takes one destination: copy to several, then move or delete the source"
+            )
+        if len(dsts) < 2:
+            raise TransferError("destinations: give two or more (one destination is dst)")
+        if dsts[0] != self.dst:
+            raise TransferError(f"destinations: the first must be dst ({self.dst.uri})")
+        if regions and len(regions) != len(dsts):
+            raise TransferError(
+                f"dst_regions: one per destination ({len(dsts)}), in order, not {len(regions)}"
+            )
+        if regions and regions[0] != self.dst_region:
+            raise TransferError(f"dst_regions: the first must be dst_region ({self.dst_region})")
+        if len(set(regions)) != len(regions):
+            raise TransferError(f"dst_regions: each destination in its own region: {regions}")
+        for i, d in enumerate(dsts[1:], 1):
+            d.check(f"destination {i + 1}")
+            check_disjoint(self.src.uri, d.uri, self.src.options, d.options)
+            if self.report_uri is not None and _inside(to_uri(self.report_uri), d.uri):
+                raise TransferError(
+                    f"report_uri {self.report_uri} is inside the destination {d.uri}: name a "
+                    "folder outside it"
+                )
+            for other in dsts[:i]:
+                try:
+                    check_disjoint(other.uri, d.uri, other.options, d.options)
+                except TransferError as exc:
+                    raise TransferError(
+                        f"destinations {other.uri} and {d.uri} overlap: give each replica "
+                        "its own place"
+                    ) from exc
+
+    @property
+    def multi(self) -> bool:
+        """Whether this request names several destinations."""
+        return len(self.destinations) > 1
+
+    def per_destination(self) -> list[TransferRequest]:
+        """One single-destination request per destination, in order (its own journal, lock,
+        commit and verification); ``[self]`` for one destination."""
+        if not self.multi:
+            return [self]
+        regions = self.dst_regions or (None,) * len(self.destinations)
+        return [
+            dataclasses.replace(self, dst=d, dst_region=r, destinations=(), dst_regions=())
+            for d, r in zip(self.destinations, regions, strict=True)
+        ]
 
     # -- derived ---------------------------------------------------------------------------
 
@@ -405,7 +466,7 @@ class TransferRequest:
     def build(
         cls,
         src: StoreLocation | str,
-        dst: StoreLocation | str,
+        dst: StoreLocation | str | Sequence[StoreLocation | str],
         *,
         src_options: Mapping[str, Any] | None = None,
         dst_options: Mapping[str, Any] | None = None,
@@ -416,7 +477,22 @@ class TransferRequest:
         """A request from the loose keyword arguments the API has always taken.
 
         ``dispatch`` gives its connections, encryption and compression (its other knobs are
-        engine tuning, passed to the run, not part of the request)."""
+        engine tuning, passed to the run, not part of the request). ``dst`` may be a list of
+        destinations, with ``dst_region`` a list of their regions (one each, in order)."""
+        first: StoreLocation | str | Mapping[str, Any]
+        if isinstance(dst, str | StoreLocation | Mapping):
+            first = dst
+        else:
+            many = tuple(StoreLocation.of(d, dst_options) for d in dst)
+            if not many:
+                raise TransferError("a destination is required")
+            fields["destinations"] = many if len(many) > 1 else ()
+            region = fields.get("dst_region")
+            if region is not None and not isinstance(region, str):
+                regions = tuple(region)
+                fields["dst_region"] = regions[0] if regions else None
+                fields["dst_regions"] = regions if len(many) > 1 else ()
+            first, dst_options = many[0], None
         if dispatch is not None:
             check_transfer_options(part_size=DEFAULT_PART_SIZE, verify="full", dispatch=dispatch)
             fields.setdefault("connections_per_hop", dispatch.connections)
@@ -431,7 +507,7 @@ class TransferRequest:
             )
         return cls(
             src=StoreLocation.of(src, src_options),
-            dst=StoreLocation.of(dst, dst_options),
+            dst=StoreLocation.of(first, dst_options),
             **fields,
         )
 
@@ -439,6 +515,8 @@ class TransferRequest:
         """Plain JSON values (no secret is ever in a request)."""
         out = dataclasses.asdict(self)
         out["src"], out["dst"] = self.src.to_dict(), self.dst.to_dict()
+        out["destinations"] = [d.to_dict() for d in self.destinations]
+        out["dst_regions"] = list(self.dst_regions)
         out["include"], out["exclude"] = list(self.include), list(self.exclude)
         out["planning"] = self.planning.kwargs()
         if self.files_from is not None:
@@ -480,7 +558,7 @@ def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequ
 
 
 def request_from(
-    src: TransferRequest | str, dst: str | None = None, **fields: Any
+    src: TransferRequest | str, dst: str | Sequence[str] | None = None, **fields: Any
 ) -> TransferRequest:
     """The convenience every entry point shares: a request as given, or built from the loose
     arguments ``(src, dst, **fields)`` (``TransferRequest.build``)."""

@@ -55,6 +55,11 @@ def run_transfer(
         request = request_from(request, dst, **fields)
     else:  # the loose form: ``dispatch`` also gives the request its data-path fields
         request = request_from(request, dst, dispatch=dispatch, **fields)
+    if request.multi:
+        raise TransferError(
+            f"run_transfer copies to one destination; the request has "
+            f"{len(request.destinations)}: run one per destination (FanoutRun does)"
+        )
     if len(plan.dsts) != 1:
         raise TransferError(
             f"run_transfer copies to one destination; the plan has {len(plan.dsts)} "

@@ -27,6 +27,7 @@ from skyplane_ops.airflow.operators.base import (
     _TransferringOperator,
     run_here,
 )
+from skyplane_ops.airflow.operators.fanout import destination_outlets, execute_fanout
 from skyplane_ops.api import CopyRun, GatewayFleet, TransferPlan
 
 
@@ -47,6 +48,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         "dst",
         "src_region",
         "dst_region",
+        "destinations",
+        "dst_regions",
         "volume_gb",
         "min_throughput_gbps",
         "max_cost_usd",
@@ -64,9 +67,11 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         self,
         *,
         src: str,
-        dst: str,
+        dst: str | None = None,
         src_region: str,
-        dst_region: str,
+        dst_region: str | None = None,
+        destinations: Sequence[str] | None = None,
+        dst_regions: Sequence[str] | None = None,
         volume_gb: float | str | None = None,
         min_throughput_gbps: float | str | None = None,
         max_cost_usd: float | str | None = None,
@@ -95,8 +100,18 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
+        if destinations:  # several destinations (fanout.py); dst/dst_region are the first
+            if dst is not None or dst_region is not None:
+                raise ValueError("give dst/dst_region or destinations/dst_regions, not both")
+            kwargs["outlets"] = destination_outlets(destinations, dst_asset, kwargs.get("outlets"))
+            dst, dst_asset = destinations[0], False
+            dst_region = dst_regions[0] if dst_regions else None
+        elif dst is None or dst_region is None:
+            raise ValueError("dst and dst_region are required (or destinations/dst_regions)")
         deferrable, timeout = _transfer_task_defaults(dst, dst_asset, deferrable, timeout, kwargs)
         super().__init__(**kwargs)
+        self.destinations = list(destinations) if destinations else None
+        self.dst_regions = list(dst_regions) if dst_regions else None
         self.src = src
         self.dst = dst
         self.src_region = src_region
@@ -130,6 +145,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         self._transfer_id: str | None = None
 
     def execute(self, context: Any) -> dict[str, Any] | None:
+        if self.destinations:
+            return execute_fanout(self, context)
         transfer_id = self.resolve_transfer_id(context)
         self._transfer_id = transfer_id
         src_access = self.hook.store_access(self.src_conn_id)
@@ -244,7 +261,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Source in, replica out, named by the OpenLineage naming spec."""
-        return operator_lineage(str(self.src), str(self.dst))
+        return operator_lineage(str(self.src), *map(str, self.destinations or [self.dst]))
 
     def _teardown(self) -> None:
         """Delete the fleet, or sweep by tag when provisioning never returned one."""

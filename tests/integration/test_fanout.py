@@ -1,0 +1,163 @@
+"""One source, several destinations through the control plane (``FanoutRun``): real gateway
+processes on loopback, real folders; one destination's sink killed mid-run must not undo or
+block the others, and the re-run completes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from skyplane_ops import api
+from skyplane_ops.sequence.copy_run import Gateways
+from skyplane_ops.sequence.events import RunEvents
+from skyplane_ops.sequence.fanout import FanoutError, FanoutRun
+from skyplane_ops.testing.transfer import (
+    SRC,
+    agents_of,
+    local_fleet,
+    make_plan,
+    read_tree,
+    write_dataset,
+)
+from skyplane_ops.transfer import DispatchOptions
+from skyplane_ops.transfer.progress import Progress
+from skyplane_ops.transfer.request import TransferRequest
+
+MiB = 1024 * 1024
+D1, D2, D3 = "test:d1", "test:d2", "test:d3"
+
+
+def test_api_copy_to_three_destinations_is_byte_identical(tmp_path: Path) -> None:
+    data = write_dataset(
+        tmp_path / "src", {"big.bin": 3 * MiB + 5, **{f"s/{i}": 999 for i in range(20)}}
+    )
+    dsts = [tmp_path / n for n in ("eu", "de", "nl")]
+    result = api.copy(
+        f"file://{tmp_path / 'src'}",
+        [f"file://{d}" for d in dsts],
+        src_region="aws:us-east-1",
+        dst_region=["aws:eu-west-1", "aws:eu-central-1", "gcp:europe-west4"],
+        part_size=MiB,
+        journal_dir=str(tmp_path / "journal"),
+    )
+    assert isinstance(result, api.FanoutResult) and result.status == "ok"
+    for d in dsts:
+        assert read_tree(d) == data
+        one = result.results[f"file://{d}"]
+        assert one.objects == 21 and one.verification["status"] == "passed"
+    summary = result.to_dict()
+    assert [x["dst_uri"] for x in summary["destinations"]] == [f"file://{d}" for d in dsts]
+
+
+def test_bad_destinations_are_refused_before_any_work(tmp_path: Path) -> None:
+    src = f"file://{tmp_path / 'src'}"
+    with pytest.raises(api.TransferError, match="one per destination"):
+        api.copy(src, [f"file://{tmp_path}/a", f"file://{tmp_path}/b"], dst_region=["x:y"])
+    with pytest.raises(api.TransferError, match="overlap"):
+        api.copy(src, [f"file://{tmp_path}/a", f"file://{tmp_path}/a/b"])
+
+
+class _KillSink(RunEvents):
+    """Kills ``region``'s gateway once its destination has some chunks written."""
+
+    wants_progress = True
+
+    def __init__(self, region: str, dst_uri: str) -> None:
+        self.region, self.dst_uri = region, dst_uri
+        self.fleet: api.GatewayFleet | None = None
+        self.current = ""
+        self.killed = False
+
+    @contextmanager
+    def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
+        if name == "transfer":
+            self.current = detail
+        yield {}
+
+    def provisioned(self, fleet: api.GatewayFleet) -> None:
+        self.fleet = fleet
+
+    def progress(self, update: Progress) -> None:
+        if self.killed or not self.current.endswith(self.dst_uri) or update.chunks_done < 2:
+            return
+        assert self.fleet is not None
+        os.kill(int(self.fleet.in_region(self.region)[0].resources["pid"]), signal.SIGKILL)
+        self.killed = True
+
+
+def test_one_sink_killed_the_others_commit_and_the_rerun_completes_it(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "src", {"big.bin": 8 * MiB, "a": 1000, "b/c": 2000})
+    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
+    request = TransferRequest.build(
+        f"file://{tmp_path / 'src'}",
+        [f"file://{p}" for p in dsts.values()],
+        src_region=SRC,
+        dst_region=list(dsts),
+        part_size=MiB,
+        journal_dir=str(tmp_path / "journal"),
+    )
+    star = dataclasses.replace(make_plan([SRC, D1], [SRC, D2], [SRC, D3]), dsts=(D1, D2, D3))
+    # D2's sink writes slowly, so it is killed with most of its chunks still to come.
+    tuning = DispatchOptions(
+        connections=1, hop_timeout=4.0, test_hooks={D2: {"sink_rate_bps": 2e6}}
+    )
+    events = _KillSink(D2, f"file://{dsts[D2]}")
+    with local_fleet(star) as (_, fleet):
+        gateways = Gateways(fleet=fleet, plan=star)
+        with pytest.raises(FanoutError) as err:
+            FanoutRun(request, gateways, events, tuning=tuning).run()
+    assert events.killed
+    got = err.value.result
+    assert set(got.results) == {f"file://{dsts[D1]}", f"file://{dsts[D3]}"}
+    assert list(got.errors) == [f"file://{dsts[D2]}"] and "re-run" in str(err.value)
+    assert read_tree(dsts[D1]) == data and read_tree(dsts[D3]) == data
+    torn = {k: v for k, v in read_tree(dsts[D2]).items() if data.get(k) != v}
+    assert torn == {} and len(read_tree(dsts[D2])) < len(data)  # nothing half-written
+
+    # The same copy again completes D2 and sends D1 and D3 nothing: the run recorded the
+    # destinations it reached, so they are synced (only what they lack), not copied again.
+    with local_fleet(star) as (_, fleet):
+        result = FanoutRun(request, Gateways(fleet=fleet, plan=star)).run()
+    assert all(read_tree(p) == data for p in dsts.values())
+    assert result.status == "ok"
+    assert result.results[f"file://{dsts[D1]}"].objects == 0
+    assert result.results[f"file://{dsts[D3]}"].objects == 0
+    assert result.results[f"file://{dsts[D3]}"].objects_skipped == len(data)
+    assert not list((tmp_path / "journal").glob("*.fanout.json"))  # all done: record gone
+    resumed = result.results[f"file://{dsts[D2]}"]
+    # Only what D2 lacked travelled: the rest of big.bin's parts (the journal kept those
+    # written before the kill); the small objects it had committed are skipped.
+    assert resumed.objects == 1 and resumed.objects_skipped == 2
+    assert resumed.chunks_resumed >= 1 and resumed.chunks + resumed.chunks_resumed == 8
+
+
+def test_cli_cp_to_three_destinations(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "src", {"big.bin": 2 * MiB + 1, "a/b": 4000, "c": 0})
+    dsts = [tmp_path / n for n in ("x", "y", "z")]
+    regions = ["aws:eu-west-1", "aws:eu-central-1", "gcp:europe-west4"]
+    home = tmp_path / "home"
+    env = {**os.environ, "SKYPLANE_OPS_HOME": str(home)}
+    args = [sys.executable, "-m", "skyplane_ops.cli", "cp", str(tmp_path / "src")]
+    args += [str(d) for d in dsts] + ["--src-region", "aws:us-east-1", "--json", "--no-progress"]
+    for r in regions:
+        args += ["--dst-region", r]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "ok"
+    assert [d["dst_uri"] for d in out["destinations"]] == [d.as_uri() for d in dsts]
+    assert all(d["verification"]["status"] == "passed" for d in out["destinations"])
+    assert all(read_tree(d) == data for d in dsts)
+    assert agents_of(home) == []  # the one fleet was torn down
+
+    bad = subprocess.run(args[:-2], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "one --dst-region per DST" in bad.stderr
