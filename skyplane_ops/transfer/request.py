@@ -25,6 +25,7 @@ from typing import Any
 
 from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
+from gateway_agent.stores.objmeta import set_pairs
 from gateway_agent.stores.uri import parse_uri
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.checks import check_int, check_transfer_options
@@ -223,6 +224,11 @@ class TransferRequest:
     transfer_id: str | None = None
     wait_lock: bool = False
     planning: PlanOptions = field(default_factory=PlanOptions)
+    # Objects keep their metadata (``docs/metadata.md``): False copies bytes only
+    # (``--no-metadata``); ``metadata_set`` adds or overrides keys (``--metadata-set k=v``:
+    # ``key=value`` strings or a mapping).
+    metadata: bool = True
+    metadata_set: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -243,6 +249,12 @@ class TransferRequest:
             raise TransferError("max_delete (--max-delete) only applies with delete (--delete)")
         if self.delete:
             put(self, "sync", True)
+        if not isinstance(self.metadata, bool):
+            raise TransferError(f"metadata must be true or false, not {self.metadata!r}")
+        try:
+            put(self, "metadata_set", set_pairs(self.metadata_set))
+        except ValueError as exc:
+            raise TransferError(f"bad metadata_set (--metadata-set): {exc}") from None
         self.check()
 
     def check(self) -> None:
@@ -290,6 +302,8 @@ class TransferRequest:
             connections=self.connections_per_hop,
             encrypt=self.encrypt,
             compress_level=self.compress_level,
+            metadata=self.metadata,
+            metadata_set=dict(self.metadata_set),
         )
 
     def replace(self, **changes: Any) -> TransferRequest:

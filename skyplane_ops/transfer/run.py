@@ -19,6 +19,7 @@ from skyplane_ops.transfer.finish import Moved, finish_run
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
 from skyplane_ops.transfer.manifest import Chunk
+from skyplane_ops.transfer.metadata import upload_meta
 from skyplane_ops.transfer.progress import ProgressCallback
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult, partial_error
@@ -153,7 +154,9 @@ class _Run(RunState):
         # objects whose multipart upload an earlier run completed (their upload id is spent).
         catalog.load_journal(journal.path)
         resumed = resume(catalog, part_size, caps)
-        uploads = prepare_uploads(dst, self.dst_uri, catalog, journal, part_size)
+        uploads = prepare_uploads(
+            dst, self.dst_uri, catalog, journal, part_size, upload_meta(src, dst, dispatch)
+        )
         chunks, segments, nbytes, objects = chunk_totals(catalog, part_size, caps)
         # The largest chunk this run sends: a gateway whose byte budget is smaller refuses the
         # job before any byte moves, instead of holding more than its budget.

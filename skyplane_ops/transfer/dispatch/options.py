@@ -49,6 +49,9 @@ class DispatchOptions:
     # and sent to the gateways half-way through (AWS sessions last 15 min at least; the
     # control plane keeps a shorter life itself: see ``dispatch.minting``).
     credentials_lifetime_s: float = DEFAULT_LIFETIME_S
+    # Objects keep their metadata (``objmeta``); ``metadata_set`` is written over it.
+    metadata: bool = True
+    metadata_set: dict[str, str] = field(default_factory=dict)
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
