@@ -248,8 +248,8 @@ def differs(want: Mapping[str, Any], have: Mapping[str, Any], mtime: bool = True
         h = {k.lower(): v for k, v in (have.get(name) or {}).items()}
         if w != h:
             out.append(name)
-    times = want.get("mtime_ns"), have.get("mtime_ns")
-    if mtime and None not in times and abs(int(times[0]) - int(times[1])) >= 1_000_000_000:
+    w_ns, h_ns = want.get("mtime_ns"), have.get("mtime_ns")
+    if mtime and w_ns is not None and h_ns is not None and abs(w_ns - h_ns) >= 1_000_000_000:
         out.append("mtime_ns")
     return out
 

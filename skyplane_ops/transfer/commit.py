@@ -93,6 +93,7 @@ def complete_uploads(
     todo: Sequence[Completion],
     journal: Journal,
     verify: str,
+    meta_of: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Complete each upload and journal it at once, so a re-run never completes it twice.
 
@@ -102,8 +103,11 @@ def complete_uploads(
     ``"read-back"`` it is left to the CRC32C check (never vouched for: ``vouch_multipart``).
     Returns ({key: the store's message} of those, {key: why} of objects whose name the
     destination cannot take: a per-object failure, their uploads kept staged and journaled so
-    the run after the user clears the way only completes them).
+    the run after the user clears the way only completes them). ``meta_of``: the metadata a
+    store that takes it at the commit (``META_AT_COMPLETE``: Azure's block list) is given.
     """
+    if not getattr(dst, "META_AT_COMPLETE", False):
+        meta_of = None
     unconfirmed: dict[str, str] = {}
     blocked: dict[str, str] = {}
     failures: list[tuple[str, StoreError]] = []
@@ -111,7 +115,11 @@ def complete_uploads(
     def complete(item: Completion) -> None:
         key = item.key
         try:
-            dst.complete_multipart(key, uploads[key], item.parts)
+            meta = meta_of(key) if meta_of is not None else None
+            if meta:
+                cast(Any, dst).complete_multipart(key, uploads[key], item.parts, meta=meta)
+            else:
+                dst.complete_multipart(key, uploads[key], item.parts)
         except (KeyBlockedError, KeyNotSupportedError) as exc:
             blocked[key] = f"destination: {exc}"
             return

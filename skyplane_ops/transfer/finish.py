@@ -8,7 +8,9 @@ every copy committed and verified with nothing failed or changed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import StoreError
@@ -23,6 +25,7 @@ from skyplane_ops.transfer.commit import (
 )
 from skyplane_ops.transfer.dispatch import DispatchStats
 from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.metadata import upload_meta
 from skyplane_ops.transfer.result import TransferResult, partial_error, plan_costs
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import fold_expected, segments_of, whole_limit
@@ -65,7 +68,10 @@ def finish_run(
     (``TransferError``) or on objects left out (``PartialTransferError``)."""
     failed, changed = _check_source(run, catalog, src, dst, journal, moved, delete)
     run.step("check_source")
-    unconfirmed = _commit(run, catalog, dst, journal, moved.uploads, part_size, verify, failed)
+    meta_of = upload_meta(src, dst, run.request.metadata, run.request.metadata_set)
+    unconfirmed = _commit(
+        run, catalog, dst, journal, moved.uploads, part_size, verify, failed, meta_of
+    )
     run.step("commit")
     verification = _verify(run, catalog, dst, journal, verify, unconfirmed)
     run.step("verify")
@@ -111,8 +117,10 @@ def _commit(
     part_size: int,
     verify: str,
     failed: dict[str, str],
+    meta_of: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> dict[str, str]:
-    """Complete the multipart uploads; {key: why} of completions not confirmed (verification
+    """Complete the multipart uploads (``meta_of``: their metadata, for a store that takes it
+    at the commit); {key: why} of completions not confirmed (verification
     then decides). A name the destination refuses fails that object alone (``failed``)."""
     caps = dst.capabilities
     missing = fold_expected(catalog, part_size, caps)
@@ -132,7 +140,9 @@ def _commit(
         )
         if k in uploads
     ]
-    unconfirmed, blocked = complete_uploads(dst, run.dst_uri, uploads, to_complete, journal, verify)
+    unconfirmed, blocked = complete_uploads(
+        dst, run.dst_uri, uploads, to_complete, journal, verify, meta_of
+    )
     if blocked:  # failed like an object the sink could not name; not expected there
         catalog.set_outcome("failed", sorted(blocked.items()), FAILED)
         catalog.write("DELETE FROM exp WHERE key = ?", [(enc(k),) for k in blocked])

@@ -7,26 +7,26 @@ given once, when the control plane creates its upload.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from gateway_agent.stores.base import ObjectStore, SupportsMetadata
 from gateway_agent.stores.objmeta import policy, travelling
-from skyplane_ops.transfer.dispatch import DispatchOptions
 
 
 def upload_meta(
-    src: ObjectStore, dst: ObjectStore, options: DispatchOptions
+    src: ObjectStore, dst: ObjectStore, metadata: bool, metadata_set: Mapping[str, str]
 ) -> Callable[[str], Mapping[str, Any] | None] | None:
-    """``key -> metadata`` for new uploads under ``options``' policy, or None when nothing is
-    written (bytes only, or a destination that holds no metadata)."""
+    """``key -> metadata`` for new uploads under the request's policy (``metadata``,
+    ``metadata_set``), or None when nothing is written (bytes only, or a destination that
+    holds no metadata)."""
     if not isinstance(dst, SupportsMetadata):
         return None
-    keep = options.metadata and isinstance(src, SupportsMetadata)
-    if not keep and not options.metadata_set:
+    keep = metadata and isinstance(src, SupportsMetadata)
+    if not keep and not metadata_set:
         return None
 
     def meta_of(key: str) -> Mapping[str, Any] | None:
-        found = travelling(src.head_meta(key)) if keep else {}  # type: ignore[attr-defined]
-        return policy(found, True, options.metadata_set) or None
+        found = travelling(cast(SupportsMetadata, src).head_meta(key)) if keep else {}
+        return policy(found, True, metadata_set) or None
 
     return meta_of

@@ -155,7 +155,12 @@ class _Run(RunState):
         catalog.load_journal(journal.path)
         resumed = resume(catalog, part_size, caps)
         uploads = prepare_uploads(
-            dst, self.dst_uri, catalog, journal, part_size, upload_meta(src, dst, dispatch)
+            dst,
+            self.dst_uri,
+            catalog,
+            journal,
+            part_size,
+            upload_meta(src, dst, dispatch.metadata, dispatch.metadata_set),
         )
         chunks, segments, nbytes, objects = chunk_totals(catalog, part_size, caps)
         # The largest chunk this run sends: a gateway whose byte budget is smaller refuses the

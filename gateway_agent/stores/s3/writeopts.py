@@ -13,23 +13,10 @@ from urllib.parse import urlencode
 
 from gateway_agent.stores.errors import InvalidURIError
 from gateway_agent.stores.objmeta import Meta, from_header, mtime_from_user, s3_user
+from gateway_agent.stores.writeopts import WRITE_OPTIONS as ALL_WRITE_OPTIONS
+from gateway_agent.stores.writeopts import storage_class
 
-WRITE_OPTIONS = frozenset(
-    {"storage_class", "sse", "kms_key_id", "bucket_key", "acl", "requester_pays"}
-)
-STORAGE_CLASSES = frozenset(
-    {
-        "STANDARD",
-        "REDUCED_REDUNDANCY",
-        "STANDARD_IA",
-        "ONEZONE_IA",
-        "INTELLIGENT_TIERING",
-        "GLACIER",
-        "DEEP_ARCHIVE",
-        "GLACIER_IR",
-        "EXPRESS_ONEZONE",
-    }
-)
+WRITE_OPTIONS = ALL_WRITE_OPTIONS["s3"]
 SSE_MODES = {"s3": "AES256", "AES256": "AES256", "kms": "aws:kms", "aws:kms": "aws:kms"}
 CANNED_ACLS = frozenset(
     {
@@ -65,7 +52,7 @@ def write_args(opts: Mapping[str, Any], uri: str) -> dict[str, Any]:
     value S3 does not have."""
     args: dict[str, Any] = {}
     if "storage_class" in opts:
-        args["StorageClass"] = _pick(opts["storage_class"], STORAGE_CLASSES, "storage_class", uri)
+        args["StorageClass"] = storage_class("s3", opts["storage_class"], uri)
     sse = opts.get("sse")
     if sse is None and opts.get("kms_key_id"):
         sse = "aws:kms"
