@@ -47,6 +47,7 @@ from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress import plan_paths as plan_paths
 from skyplane_ops.transfer.request import as_request as as_request
+from skyplane_ops.transfer.request import portable_dst_options as portable_dst_options
 from skyplane_ops.transfer.request import request_from
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri

@@ -64,6 +64,10 @@ def check_write_options(scheme: str, options: Mapping[str, Any], uri: str) -> No
     for name in ("bucket_key", "requester_pays"):
         if name in options and not isinstance(options[name], bool):
             raise InvalidURIError(f"{uri}: {name} must be true or false")
+    if scheme == "s3":
+        from gateway_agent.stores.s3.writeopts import write_args
+
+        write_args(options, uri)
 
 
 def portable(scheme: str, storage: str | None, kms_key: str | None, uri: str) -> dict[str, Any]:

@@ -108,7 +108,10 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         src,
         dst,
         src_options=_store_options(src, args.src_options, links),
-        dst_options=_store_options(dst, args.dst_options, "store" if links == "store" else None),
+        dst_options={
+            **_store_options(dst, args.dst_options, "store" if links == "store" else None),
+            **api.portable_dst_options(dst, args.storage_class, args.kms_key),
+        },
         src_region=args.src_region,
         dst_region=args.dst_region,
         include=tuple(args.include),
@@ -123,6 +126,8 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         compress_level=3 if args.compress else 0,
         journal_dir=args.journal_dir,
         wait_lock=args.wait_lock,
+        metadata=not args.no_metadata,
+        metadata_set=list(args.metadata_set),
         plan_options=planning,
     )
 

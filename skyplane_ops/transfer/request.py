@@ -27,6 +27,7 @@ from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.objmeta import set_pairs
 from gateway_agent.stores.uri import parse_uri
+from gateway_agent.stores.writeopts import WRITE_OPTIONS, check_write_options, portable
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.checks import check_int, check_transfer_options
 from skyplane_ops.transfer.dispatch import DispatchOptions
@@ -89,6 +90,9 @@ class StoreLocation:
             raise TransferError(f"{side} options must be plain JSON values: {exc}") from exc
         try:
             check_common_options(self.options, self.uri)
+            scheme = self.uri.split("://", 1)[0]
+            if scheme in WRITE_OPTIONS:  # a value the provider lacks: refused before any work
+                check_write_options(scheme, self.options, self.uri)
         except StoreError as exc:
             raise TransferError(f"bad {side} option: {exc}") from exc
 
@@ -370,6 +374,19 @@ class TransferRequest:
         except ValueError as exc:
             raise TransferError(f"a transfer request must be JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def portable_dst_options(
+    dst: str, storage_class: str | None = None, kms_key: str | None = None
+) -> dict[str, Any]:
+    """The destination store options of the portable ``--storage-class`` / ``--kms-key``: the
+    provider's ``storage_class`` and its key option (S3 ``kms_key_id``, GCS ``kms_key_name``,
+    Azure ``encryption_scope``); a one-line error where the provider has no such value."""
+    uri = to_uri(dst)
+    try:
+        return portable(uri.split("://", 1)[0], storage_class, kms_key, uri)
+    except StoreError as exc:
+        raise TransferError(f"bad destination option: {exc}") from None
 
 
 def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequest:

@@ -27,7 +27,11 @@ def write_args(opts: Mapping[str, Any], uri: str) -> dict[str, Any]:
     """upload_blob / commit_block_list arguments of the store's write options."""
     args: dict[str, Any] = {}
     if "storage_class" in opts:
-        args["standard_blob_tier"] = storage_class("az", opts["storage_class"], uri)
+        from azure.storage.blob import StandardBlobTier
+
+        args["standard_blob_tier"] = StandardBlobTier(
+            storage_class("az", opts["storage_class"], uri)
+        )
     if opts.get("encryption_scope"):
         args["encryption_scope"] = str(opts["encryption_scope"])
     return args
