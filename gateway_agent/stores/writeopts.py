@@ -65,9 +65,7 @@ def check_write_options(scheme: str, options: Mapping[str, Any], uri: str) -> No
         if name in options and not isinstance(options[name], bool):
             raise InvalidURIError(f"{uri}: {name} must be true or false")
     if scheme == "s3":
-        from gateway_agent.stores.s3.writeopts import write_args
-
-        write_args(options, uri)
+        s3_write_args(options, uri)
 
 
 def portable(scheme: str, storage: str | None, kms_key: str | None, uri: str) -> dict[str, Any]:
@@ -81,3 +79,53 @@ def portable(scheme: str, storage: str | None, kms_key: str | None, uri: str) ->
             raise InvalidURIError(f"{uri}: this store has no server-side encryption keys")
         out[KEY_OPTION[scheme]] = kms_key
     return out
+
+
+# ---- S3 ----------------------------------------------------------------------------------------
+
+SSE_MODES = {"s3": "AES256", "AES256": "AES256", "kms": "aws:kms", "aws:kms": "aws:kms"}
+CANNED_ACLS = frozenset(
+    {
+        "private",
+        "public-read",
+        "public-read-write",
+        "authenticated-read",
+        "aws-exec-read",
+        "bucket-owner-read",
+        "bucket-owner-full-control",
+    }
+)
+
+
+def _pick(value: Any, allowed: frozenset[str] | Mapping[str, str], what: str, uri: str) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidURIError(
+            f"{uri}: {what} {value!r} is not one S3 has ({', '.join(sorted(allowed))})"
+        )
+    return value
+
+
+def s3_write_args(opts: Mapping[str, Any], uri: str) -> dict[str, Any]:
+    """PutObject / CreateMultipartUpload arguments of the store options; a one-line error for a
+    value S3 does not have."""
+    args: dict[str, Any] = {}
+    if "storage_class" in opts:
+        args["StorageClass"] = storage_class("s3", opts["storage_class"], uri)
+    sse = opts.get("sse")
+    if sse is None and opts.get("kms_key_id"):
+        sse = "aws:kms"
+    if sse is not None:
+        args["ServerSideEncryption"] = SSE_MODES[_pick(sse, SSE_MODES, "sse", uri)]
+    if opts.get("kms_key_id"):
+        if args.get("ServerSideEncryption") != "aws:kms":
+            raise InvalidURIError(f"{uri}: kms_key_id needs sse 'aws:kms'")
+        args["SSEKMSKeyId"] = str(opts["kms_key_id"])
+    if "bucket_key" in opts:
+        if not isinstance(opts["bucket_key"], bool) or "ServerSideEncryption" not in args:
+            raise InvalidURIError(f"{uri}: bucket_key is true or false, with sse 'aws:kms'")
+        args["BucketKeyEnabled"] = opts["bucket_key"]
+    if "acl" in opts:
+        args["ACL"] = _pick(opts["acl"], CANNED_ACLS, "acl", uri)
+    if "requester_pays" in opts and not isinstance(opts["requester_pays"], bool):
+        raise InvalidURIError(f"{uri}: requester_pays is true or false")
+    return args

@@ -25,7 +25,7 @@ from skyplane_ops.transfer.commit import (
 )
 from skyplane_ops.transfer.dispatch import DispatchStats
 from skyplane_ops.transfer.journal import Journal
-from skyplane_ops.transfer.metadata import upload_meta
+from skyplane_ops.transfer.metadata import upload_meta, verify_metadata
 from skyplane_ops.transfer.result import TransferResult, partial_error, plan_costs
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import fold_expected, segments_of, whole_limit
@@ -73,7 +73,7 @@ def finish_run(
         run, catalog, dst, journal, moved.uploads, part_size, verify, failed, meta_of
     )
     run.step("commit")
-    verification = _verify(run, catalog, dst, journal, verify, unconfirmed)
+    verification = _verify(run, catalog, dst, journal, verify, unconfirmed, src)
     run.step("verify")
     deleted = 0
     if delete and not changed and not failed:
@@ -158,9 +158,24 @@ def _verify(
     journal: Journal,
     verify: str,
     unconfirmed: dict[str, str],
+    src: ObjectStore | None = None,
 ) -> Verification:
     """Verify the destination against the catalog; raise, naming what does not match."""
     verification = verify_catalog(dst, catalog, verify)
+    if verify == "full" and verification.status == "passed" and src is not None:
+        request = run.request
+        looked, bad = verify_metadata(
+            src,
+            dst,
+            (dec(raw) for (raw,) in catalog.pages("key", "exp")),
+            metadata=request.metadata,
+            metadata_set=request.metadata_set,
+            dst_options=request.dst.options,
+        )
+        if looked:
+            verification.method += " + metadata (HEAD)"
+        if bad:
+            verification.status, verification.failures = "failed", bad
     for key, why in sorted(unconfirmed.items()):
         bad = [f for f in verification.failures if f.startswith(f"{key}: ")]
         if bad:

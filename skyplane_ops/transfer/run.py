@@ -19,7 +19,7 @@ from skyplane_ops.transfer.finish import Moved, finish_run
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
 from skyplane_ops.transfer.manifest import Chunk
-from skyplane_ops.transfer.metadata import upload_meta
+from skyplane_ops.transfer.metadata import sync_meta_check, upload_meta
 from skyplane_ops.transfer.progress import ProgressCallback
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult, partial_error
@@ -122,6 +122,7 @@ class _Run(RunState):
             delete=request.delete,
             max_delete=request.max_delete,
             names_fit=src.capabilities.file_names and dst.capabilities.file_names,
+            meta_check=sync_meta_check(src, dst, request.metadata, request.metadata_set),
         )
         skipped = todo.skipped
         self.step("list")

@@ -10,7 +10,7 @@ for one object; they are applied in SQL (or by a function SQLite calls per row).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from gateway_agent.stores.base import Capabilities, ObjectStore
@@ -34,6 +34,7 @@ from skyplane_ops.transfer.manifest import (
     choose_part_size,
     matches,
 )
+from skyplane_ops.transfer.metadata import mark_metadata_changes
 
 # Sync's test in SQL (``syncstate`` tells the rule): equal size and, where both sides report a
 # common checksum, equal checksums; else, where the sync record holds the key, both sides as
@@ -73,6 +74,7 @@ def plan_todo(
     delete: bool,
     max_delete: int | None,
     names_fit: bool = False,
+    meta_check: Callable[[list[str]], list[tuple[str, str]]] | None = None,
 ) -> Todo:
     """Mark the catalog's objects; idempotent (a sync checked up to date, then run, repeats it).
     ``names_fit``: every source key is known to be a name the destination holds (between two
@@ -102,6 +104,8 @@ def plan_todo(
             f"UPDATE src SET state = {SKIPPED} WHERE state = {TODO} AND EXISTS "
             f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {same_sql(catalog)})"
         )
+        # Equal content, other metadata or tags: a change too (``metadata.sync_meta_check``).
+        mark_metadata_changes(catalog, meta_check)
     # Names the destination cannot hold are failed objects before any byte moves.
     check = None if names_fit else getattr(dst, "check_name", None)
     if check is not None:

@@ -127,3 +127,37 @@ def test_a_storage_class_s3_lacks_fails_before_any_work(
     assert "storage_class 'NEARLINE' is not one this provider has" in line
     assert "Traceback" not in done.stderr
     assert _s3(moto_s3).list_objects_v2(Bucket=dst).get("KeyCount", 0) == 0
+
+
+def test_sync_sees_a_tag_change_and_verify_checks_metadata(
+    tmp_path: Path, moto_s3: Any, buckets: tuple[str, str]
+) -> None:
+    """A tag changed at the source (same bytes, same ETag) is a change for ``sync``: the dry
+    run says so, the sync copies it; ``--verify full`` looked at the metadata with HEAD."""
+    src, dst = buckets
+    options = json.dumps(moto_s3.options)
+    common = [
+        f"s3://{src}/data/", f"s3://{dst}/data/", *REGIONS, "--src-options", options,
+        "--dst-options", options, "--chunk-mib", "5", "--no-progress",
+    ]  # fmt: skip
+    done = _cli(tmp_path, moto_s3.env, "cp", *common, "--json")
+    assert done.returncode == 0, done.stderr
+    assert "metadata (HEAD)" in json.loads(done.stdout)["verification"]["method"]
+    s3 = _s3(moto_s3)
+    etag = s3.head_object(Bucket=src, Key="data/r.json")["ETag"]
+    s3.put_object_tagging(
+        Bucket=src, Key="data/r.json", Tagging={"TagSet": [{"Key": "team", "Value": "ml"}]}
+    )
+    assert s3.head_object(Bucket=src, Key="data/r.json")["ETag"] == etag  # bytes unchanged
+    preview = _cli(tmp_path, moto_s3.env, "sync", *common, "--dry-run")
+    assert preview.returncode == 0, preview.stderr
+    assert "would copy r.json (200 bytes): metadata differs (tags)" in preview.stdout
+    assert "big.bin" not in preview.stdout
+    done = _cli(tmp_path, moto_s3.env, "sync", *common, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["objects"] == 1 and result["objects_skipped"] == 1
+    tags = s3.get_object_tagging(Bucket=dst, Key="data/r.json")["TagSet"]
+    assert tags == [{"Key": "team", "Value": "ml"}]
+    again = _cli(tmp_path, moto_s3.env, "sync", *common, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["objects"] == 0

@@ -234,3 +234,32 @@ def test_azure_tier_and_gcs_class_are_sent(azurite: Any, gcs_emulator: Any) -> N
     )
     assert blob._properties["storageClass"] == "NEARLINE"
     assert blob.kms_key_name == options["kms_key_name"] and blob.content_type == "a/b"
+
+
+def test_verify_full_compares_metadata_and_write_options_by_head(moto_s3: Any) -> None:
+    """``--verify full``'s metadata pass (``transfer.metadata.verify_metadata``): a replica
+    whose tags, user metadata or storage class are not what was asked fails, by name."""
+    from gateway_agent.stores import open_store
+    from skyplane_ops.transfer.metadata import verify_metadata
+
+    bucket = f"vm-{os.urandom(4).hex()}"
+    moto_s3.make_bucket(bucket)
+    src = meta_store(open_store(moto_s3.uri_for(bucket, "src/"), moto_s3.options))
+    plain = meta_store(open_store(moto_s3.uri_for(bucket, "dst/"), moto_s3.options))
+    asked = {"storage_class": "STANDARD_IA"}
+    dst = meta_store(open_store(moto_s3.uri_for(bucket, "dst/"), {**moto_s3.options, **asked}))
+    meta = {"content_type": "text/csv", "user": {"a": "1"}, "tags": {"t": "1"}}
+    for key in ("good", "tags", "class"):
+        src.write(key, b"x", meta=meta)
+    sent = travelling(src.head_meta("good"))
+    dst.write("good", b"x", meta=sent)
+    dst.write("tags", b"x", meta={**sent, "tags": {"t": "2"}})
+    plain.write("class", b"x", meta=sent)  # written without the storage class asked
+    looked, bad = verify_metadata(
+        src, dst, ["good", "tags", "class"], metadata=True, metadata_set={}, dst_options=asked
+    )
+    assert looked == 3
+    assert bad == [
+        "tags: metadata differs (tags)",
+        "class: metadata differs (storage_class STANDARD (asked STANDARD_IA))",
+    ]
