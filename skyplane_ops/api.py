@@ -43,12 +43,14 @@ from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.listing import Listing as Listing
 from skyplane_ops.transfer.listing import list_request as list_request
+from skyplane_ops.transfer.metadata import replica_properties as replica_properties
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress import plan_paths as plan_paths
 from skyplane_ops.transfer.request import as_request as as_request
 from skyplane_ops.transfer.request import portable_dst_options as portable_dst_options
 from skyplane_ops.transfer.request import request_from
+from skyplane_ops.transfer.request import store_write_options as store_write_options
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri
 from skyplane_ops.transfer.state import heartbeat_age as heartbeat_age

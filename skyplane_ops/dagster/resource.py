@@ -82,6 +82,17 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         default=None,
         description="Directory for resume journals (default $SKYPLANE_OPS_HOME/dagster/journals).",
     )
+    metadata: bool = Field(
+        default=True,
+        description=(
+            "Replicas keep content type/encoding, cache control, user metadata, tags and times "
+            "(docs/metadata.md); false copies bytes only. Destination storage_class and "
+            "encryption are store_options (storage_class, kms_key_id, kms_key_name, ...)."
+        ),
+    )
+    metadata_set: dict[str, str] = Field(
+        default_factory=dict, description="Metadata added to or overriding every replica's."
+    )
     check_checksums: str = Field(
         default="auto",
         description=(
@@ -175,6 +186,8 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             dst_options=self.store_options_for(dst_uri),
             journal_dir=journal_dir,
             transfer_id=transfer_id,
+            metadata=self.metadata,
+            metadata_set=dict(self.metadata_set),
         )
 
     def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:

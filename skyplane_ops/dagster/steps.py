@@ -215,6 +215,7 @@ def transfer_step(
                     transfer_id=planned["transfer_id"],
                     replica_uri=dest.uri,
                     partitions=len(planned["units"]),
+                    replica=api.replica_properties(dest.uri, skyplane.store_options_for(dest.uri)),
                 ),
             },
         )

@@ -102,19 +102,28 @@ def mark_metadata_changes(
 
 
 def expected_options(dst: ObjectStore, options: Mapping[str, Any]) -> dict[str, str]:
-    """What HEAD must show of the destination's write options (storage class, encryption,
-    key), in ``objmeta.READ_ONLY``'s names."""
-    scheme = dst.uri.split("://", 1)[0]
+    """What HEAD must show of the destination's write options (``replica_properties``)."""
+    return replica_properties(dst.uri, options)
+
+
+def replica_properties(dst_uri: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """The storage class, encryption and key a replica at ``dst_uri`` is written with (its
+    store options, in ``objmeta.READ_ONLY``'s names; {} where the store's defaults apply):
+    what ``--verify full`` checks and what lineage and Dagster metadata show. Key names and
+    ARNs are not secrets."""
+    scheme = dst_uri.split("://", 1)[0]
     want: dict[str, str] = {}
+    if scheme not in KEY_OPTION:
+        return want
     if "storage_class" in options:
-        want["storage_class"] = storage_class(scheme, options["storage_class"], dst.uri)
+        want["storage_class"] = storage_class(scheme, options["storage_class"], dst_uri)
     if scheme == "s3":
-        args = s3_write_args(options, dst.uri)
+        args = s3_write_args(options, dst_uri)
         if "ServerSideEncryption" in args:
             want["encryption"] = args["ServerSideEncryption"]
         if not str(args.get("SSEKMSKeyId", "alias/")).startswith("alias/"):
             want["kms_key"] = args["SSEKMSKeyId"]  # an alias: S3 answers the key's ARN
-    key = options.get(KEY_OPTION.get(scheme, ""))
+    key = options.get(KEY_OPTION[scheme])
     if scheme in ("gs", "az") and key:
         want["kms_key"] = str(key)
     return want

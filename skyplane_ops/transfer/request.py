@@ -389,6 +389,12 @@ def portable_dst_options(
         raise TransferError(f"bad destination option: {exc}") from None
 
 
+def store_write_options(scheme: str) -> frozenset[str]:
+    """The destination write options a store of ``scheme`` (``s3``, ``gs``, ``az``) takes
+    (``docs/metadata.md``): the names a face carries from its connection into store options."""
+    return WRITE_OPTIONS.get(scheme, frozenset())
+
+
 def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequest:
     """A request from itself, its dict or its JSON (XCom, config, a file)."""
     if isinstance(value, TransferRequest):

@@ -11,7 +11,7 @@ from airflow.sdk import Asset
 
 from skyplane_ops.airflow.deferral import TransferDeferral
 from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env, merge_env
-from skyplane_ops.airflow.lineage import operator_lineage
+from skyplane_ops.airflow.lineage import operator_lineage, replica_facet
 from skyplane_ops.airflow.links import SkyplanePlanLink, SkyplaneRouteLink, persist_links
 from skyplane_ops.airflow.operators.base import (
     TaskLogEvents,
@@ -50,6 +50,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         "plan_uri",
         "journal_dir",
         "transfer_id",
+        "metadata_set",
     )
 
     def __init__(
@@ -75,12 +76,17 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         deferrable: bool | None = None,
         timeout: timedelta | float | None = None,
         poll_interval: float = 5.0,
+        metadata: bool = True,
+        metadata_set: Mapping[str, str] | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         deferrable, timeout = _transfer_task_defaults(dst, dst_asset, deferrable, timeout, kwargs)
         super().__init__(**kwargs)
         self.src = src
         self.dst = dst
+        # Objects keep their metadata (docs/metadata.md); ``metadata_set`` adds or overrides.
+        self.metadata = metadata
+        self.metadata_set = metadata_set
         self.src_region = src_region
         self.dst_region = dst_region
         self.volume_gb = volume_gb
@@ -124,6 +130,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
                 "src_region": str(self.src_region),
                 "dst_region": str(self.dst_region),
                 "planning": planning,
+                "metadata": self.metadata,
+                "metadata_set": self.metadata_set or {},
             },
         )
         state = self.hook.transfer_state(transfer_id)
@@ -210,8 +218,10 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         return self._finish_event(context, event, result, plan_uri, journal)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """Source in, replica out, named by the OpenLineage naming spec."""
-        return operator_lineage(str(self.src), str(self.dst))
+        """Source in, replica out, named by the OpenLineage naming spec; the replica's storage
+        class and encryption (its connection's write options) as a facet."""
+        options = self.hook.store_access(self.dst_conn_id).options
+        return operator_lineage(str(self.src), str(self.dst), replica_facet(str(self.dst), options))
 
     def _teardown(self) -> None:
         """Delete the fleet, or sweep by tag when provisioning never returned one."""
