@@ -97,7 +97,7 @@ class SinkRole(JobBase):
 
         crcs: list[int] = chunk.meta.get("crcs", [])
         vouched: list[int] = []
-        if self._meta_set or any("meta" in seg for seg, _ in pieces):
+        if self._meta_set:
             pieces = [(self._meta_of(seg), piece) for seg, piece in pieces]
         batch = isinstance(store, SupportsWriteBatch) and zero_copy and len(pieces) > 1
         if batch and not any(seg.get("upload_id") for seg, _ in pieces):
@@ -121,7 +121,7 @@ class SinkRole(JobBase):
     def _meta_of(self, seg: dict[str, Any]) -> dict[str, Any]:
         """``seg`` with the metadata to write (``--metadata-set`` over the source's); a part's
         went to its upload."""
-        if seg.get("upload_id"):
+        if seg.get("upload_id") or not self._meta_set:
             return seg
         meta = policy(seg.get("meta") or {}, True, self._meta_set)
         return {**seg, "meta": meta} if meta else seg

@@ -127,7 +127,7 @@ class SourceRole(JobBase):
             if seg.get("upload_id"):
                 return seg
             try:
-                meta = travelling(store.head_meta(seg["key"]))
+                meta = travelling(store.head_meta(seg["key"], seg.get("version")))
             except StoreError as exc:
                 bad = _source_problem(seg["key"], exc)
                 if bad is None:

@@ -182,8 +182,9 @@ class SupportsReadInto(Protocol):
 @runtime_checkable
 class SupportsMetadata(Protocol):
     """Optional: the object's metadata travels with it (``objmeta``: system properties, user
-    metadata, tags, modification time). ``head_meta`` reads it in the portable form; ``write``
-    and ``create_multipart`` then take ``meta=`` and store it with the object (a multipart
-    object gets it when completed)."""
+    metadata, tags, modification time). ``head_meta`` reads it in the portable form
+    (``version``: the listed one, a hint a store may use to skip a call); ``write`` and
+    ``create_multipart`` then take ``meta=`` and store it with the object (a multipart object
+    gets it when completed)."""
 
-    def head_meta(self, key: str) -> dict[str, Any]: ...
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]: ...

@@ -297,7 +297,7 @@ class AzureBlobStore(CloudStore):
                 return b""  # start at or past the end: nothing to read
             raise
 
-    def head_meta(self, key: str) -> dict[str, Any]:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
         """Content settings, metadata, blob index tags (one more call, only when the blob has
         any), the kept source time (else Last-Modified), tier and encryption scope."""
         blob = self._blob(key)

@@ -236,7 +236,7 @@ class GCSStore(CloudStore):
                 raise self._changed(key, version, str(served))
         return bytes(data)
 
-    def head_meta(self, key: str) -> dict[str, Any]:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
         """System properties, custom metadata (tags kept in it, ``gcs.meta``), the kept source
         time (else ``updated``), storage class and KMS key."""
         blob = self._bucket.blob(self._name(key))

@@ -12,6 +12,7 @@ attributes fails an object that has any of those (never drops them).
 from __future__ import annotations
 
 import errno
+import functools
 import mimetypes
 import os
 from collections.abc import Mapping
@@ -25,13 +26,23 @@ _NO_XATTRS = (errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
 def guess_type(key: str) -> str | None:
-    """The Content-Type of a file named ``key``, from its extension."""
-    return mimetypes.guess_type(key, strict=False)[0]
+    """The Content-Type of a file named ``key``, from its extension (looked up once per
+    extension: this runs for every small file a gateway reads or writes)."""
+    dot = key.rfind(".")
+    if dot <= key.rfind("/") + 1:  # no extension (or a dot file)
+        return None
+    return _type_of(key[dot:].lower())
 
 
-def read_meta(path: str, key: str, st: os.stat_result) -> Meta:
-    """The metadata of the file at ``path`` (one ``listxattr`` call when it has none)."""
-    meta: Meta = {"mtime_ns": st.st_mtime_ns}
+@functools.lru_cache(maxsize=1024)
+def _type_of(ext: str) -> str | None:
+    return mimetypes.guess_type("x" + ext, strict=False)[0]
+
+
+def read_meta(path: str, key: str, mtime_ns: int) -> Meta:
+    """The metadata of the file at ``path`` whose mtime is ``mtime_ns`` (one ``listxattr``
+    call when it has no attributes)."""
+    meta: Meta = {"mtime_ns": mtime_ns}
     ctype = guess_type(key)
     if ctype:
         meta["content_type"] = ctype

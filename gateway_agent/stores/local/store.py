@@ -79,6 +79,7 @@ from gateway_agent.stores.local.files import (
     pread_all,
     preadv_all,
     segment_problem,
+    version_mtime_ns,
     written_info,
 )
 from gateway_agent.stores.local.meta import apply_meta, read_meta
@@ -380,12 +381,16 @@ class LocalStore:
             raise self._error(exc, "read", key) from None
         return target[start:] if length is None else target[start : start + length]
 
-    def head_meta(self, key: str) -> Meta:
+    def head_meta(self, key: str, version: str | None = None) -> Meta:
         """The file's metadata (``local.meta``): its mtime, a Content-Type from its extension
-        and its ``user.*`` extended attributes."""
+        and its ``user.*`` extended attributes. With ``version`` (this store's own, as listed
+        and read: it holds the mtime) no ``stat`` is needed."""
         path = self._path(key)
         try:
-            return read_meta(path, key, os.stat(path))
+            mtime_ns = version_mtime_ns(version) if version else None
+            if mtime_ns is None:
+                mtime_ns = os.stat(path).st_mtime_ns
+            return read_meta(path, key, mtime_ns)
         except OSError as exc:
             raise self._error(exc, "head", key) from None
 

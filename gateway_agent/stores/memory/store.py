@@ -154,7 +154,7 @@ class MemoryStore:
         lo, hi = slice_range(len(data), start, length)
         return data[lo:hi]
 
-    def head_meta(self, key: str) -> dict[str, Any]:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
         """The metadata the object was written with (its write time as ``mtime_ns`` otherwise)."""
         _data, info = self._get(check_key(key))
         bucket = self._call(self._bucket)

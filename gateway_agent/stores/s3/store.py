@@ -309,7 +309,7 @@ class S3Store(CloudStore):
                 return b""  # start at or past the end: nothing to read
             raise
 
-    def head_meta(self, key: str) -> dict[str, Any]:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
         """System properties, ``x-amz-meta-*``, tags (one GetObjectTagging, only when HEAD
         counts any), the kept source time (else LastModified), storage class, encryption."""
         resp = self._on_key("head", key, self._client.head_object, **self._payer)
