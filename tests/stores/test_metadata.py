@@ -165,7 +165,10 @@ def test_s3_storage_class_and_sse_kms_with_motos_kms(moto_s3: Any) -> None:
     moto_s3.make_bucket(bucket)
     options = {"storage_class": "standard_ia", "kms_key_id": key_id, "bucket_key": True}
     store = meta_store(open_store(moto_s3.uri_for(bucket), {**moto_s3.options, **options}))
-    store.write("whole", b"x", meta={"content_type": "text/plain"})
+    store.write("whole", b"x", meta={"content_type": "text/plain", "user": {"k": "v"}})
+    # A small object with metadata and write options still goes by the fast PutObject path
+    # (the headers signed with the rest), not through boto3's pipeline.
+    assert store._fast is not None and store._fast.sent == 1
     upload = store.create_multipart("multi")
     store.upload_part("multi", upload, 1, b"y" * 5 * 1024 * 1024)
     store.upload_part("multi", upload, 2, b"z")
@@ -174,6 +177,8 @@ def test_s3_storage_class_and_sse_kms_with_motos_kms(moto_s3: Any) -> None:
         meta = store.head_meta(key)
         assert meta["storage_class"] == "STANDARD_IA", key
         assert meta["encryption"] == "aws:kms" and meta["kms_key"] == key_id, key
+    assert store.head_meta("whole")["content_type"] == "text/plain"
+    assert store.head_meta("whole")["user"] == {"k": "v"}
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,13 @@ from gateway_agent.stores.s3.answers import (
     no_continue_when_small,
 )
 from gateway_agent.stores.s3.fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
-from gateway_agent.stores.s3.writeopts import WRITE_OPTIONS, head_to_meta, meta_args, write_args
+from gateway_agent.stores.s3.writeopts import (
+    WRITE_OPTIONS,
+    head_to_meta,
+    meta_args,
+    put_headers,
+    write_args,
+)
 from gateway_agent.stores.uri import StoreURI
 
 MIB = 1024 * 1024
@@ -322,16 +328,19 @@ class S3Store(CloudStore):
 
     def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         crc = self._crc_args(data)
-        fast = None if (meta or self._write_args) else self._fast
+        extra = {**self._write_args, **meta_args(meta or {}, f"write {self.uri}{key}")}
+        fast = self._fast
         resp: Mapping[str, Any] | None = None
         if fast is not None and len(data) < FAST_BODY_MAX:
             name = self._name(key)
+            headers = put_headers(extra) if extra else None
             try:
-                resp = self._call("write", key, fast.put, name, data, crc.get("ChecksumCRC32C"))
+                resp = self._call(
+                    "write", key, fast.put, name, data, crc.get("ChecksumCRC32C"), headers
+                )
             except Unsupported:
                 self._fast = None  # S3 redirects (another region): boto3 follows, from now on
         if resp is None:
-            extra = {**self._write_args, **meta_args(meta or {}, f"write {self.uri}{key}")}
             resp = self._on_key("write", key, self._client.put_object, Body=data, **crc, **extra)
         # The CRC32C S3 answers with is the one it checked the body against and stored.
         stored = full_object_crc32c(resp) if crc else None

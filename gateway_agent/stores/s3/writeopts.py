@@ -16,7 +16,7 @@ from gateway_agent.stores.writeopts import WRITE_OPTIONS as ALL_WRITE_OPTIONS
 from gateway_agent.stores.writeopts import s3_write_args as write_args
 
 WRITE_OPTIONS = ALL_WRITE_OPTIONS["s3"]
-__all__ = ["WRITE_OPTIONS", "head_to_meta", "meta_args", "write_args"]
+__all__ = ["WRITE_OPTIONS", "head_to_meta", "meta_args", "put_headers", "write_args"]
 # HEAD answer field <-> portable name (``objmeta.SYSTEM``).
 _SYSTEM = {
     "content_type": "ContentType",
@@ -61,3 +61,34 @@ def head_to_meta(resp: Mapping[str, Any], tags: Mapping[str, str]) -> Meta:
     if resp.get("SSEKMSKeyId"):
         meta["kms_key"] = resp["SSEKMSKeyId"]
     return meta
+
+
+# PutObject argument -> its HTTP header (the fast path sends the headers itself).
+_HEADERS = {
+    "ContentType": "Content-Type",
+    "ContentEncoding": "Content-Encoding",
+    "ContentDisposition": "Content-Disposition",
+    "ContentLanguage": "Content-Language",
+    "CacheControl": "Cache-Control",
+    "Tagging": "x-amz-tagging",
+    "StorageClass": "x-amz-storage-class",
+    "ServerSideEncryption": "x-amz-server-side-encryption",
+    "SSEKMSKeyId": "x-amz-server-side-encryption-aws-kms-key-id",
+    "ACL": "x-amz-acl",
+}
+
+
+def put_headers(args: Mapping[str, Any]) -> dict[str, str]:
+    """The headers of PutObject ``args`` (``write_args`` and ``meta_args``), as boto3 would
+    send them, for the fast path; user metadata values are header-safe already."""
+    headers = {_HEADERS[k]: str(v) for k, v in args.items() if k in _HEADERS}
+    if "BucketKeyEnabled" in args:
+        headers["x-amz-server-side-encryption-bucket-key-enabled"] = str(
+            bool(args["BucketKeyEnabled"])
+        ).lower()
+    for key, value in (args.get("Metadata") or {}).items():
+        headers[f"x-amz-meta-{key}"] = value
+    unknown = set(args) - set(_HEADERS) - {"BucketKeyEnabled", "Metadata"}
+    if unknown:  # a new argument nobody mapped: never sent without it
+        raise ValueError(f"no header for PutObject argument(s) {sorted(unknown)}")
+    return headers
