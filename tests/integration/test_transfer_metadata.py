@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway_agent.stores import open_store
 from skyplane_ops.testing.transfer import DST, RELAY, SRC, local_fleet, make_plan, write_dataset
 from skyplane_ops.transfer import run_transfer
 
@@ -87,3 +88,65 @@ def test_no_metadata_copies_bytes_only(tree: tuple[Path, Path, Path, dict[str, i
         assert (dst / name).read_bytes() == (src / name).read_bytes()
         assert (dst / name).stat().st_mtime > OLD + 1000  # written now, not the source's time
         assert _xattrs(dst / name) == {}
+
+
+def test_killed_sink_leaves_no_file_without_its_metadata(
+    tree: tuple[Path, Path, Path, dict[str, int]],
+) -> None:
+    """SIGKILL the destination gateway mid-copy: every file already under its name has its
+    source time and attributes (they are set on the unnamed file before it is linked), the
+    re-run completes the rest with theirs."""
+    import signal
+
+    from skyplane_ops.errors import TransferError
+    from skyplane_ops.transfer import DispatchOptions
+    from skyplane_ops.transfer.progress import Progress
+
+    src, dst, journal, files = tree
+    plan = make_plan([SRC, DST])
+    slow = DispatchOptions(connections=1, test_hooks={DST: {"sink_rate_bps": 2 * MiB}})
+    with local_fleet(plan) as (_, fleet):
+        sink_pid = int(fleet.in_region(DST)[0].resources["pid"])
+        killed: list[int] = []
+
+        def kill_sink(p: Progress) -> None:
+            # Once some small files are under their names (a batch landed), before the rest.
+            if not killed and any((dst / "small").glob("*.txt")):
+                os.kill(sink_pid, signal.SIGKILL)
+                killed.append(p.chunks_done)
+
+        with pytest.raises(TransferError):
+            run_transfer(
+                plan,
+                fleet,
+                f"file://{src}",
+                f"file://{dst}",
+                journal_dir=journal,
+                part_size=MiB,
+                progress=kill_sink,
+                dispatch=slow,
+                metadata_set={"reviewed": "yes"},
+            )
+    assert killed
+    # What is under its name (the store's listing: not the staged parts of big.json).
+    landed = [dst / info.key for info in open_store(f"file://{dst}").list()]
+    assert 0 < len(landed) < len(files), len(landed)
+    for path in landed:
+        name = str(path.relative_to(dst))
+        assert path.stat().st_mtime_ns == (src / name).stat().st_mtime_ns, name
+        assert _xattrs(path).get("user.reviewed") == "yes", name
+    with local_fleet(plan) as (_, fleet):
+        run_transfer(
+            plan,
+            fleet,
+            f"file://{src}",
+            f"file://{dst}",
+            journal_dir=journal,
+            part_size=MiB,
+            metadata_set={"reviewed": "yes"},
+        )
+    for name in files:
+        assert (dst / name).read_bytes() == (src / name).read_bytes()
+        assert (dst / name).stat().st_mtime_ns == (src / name).stat().st_mtime_ns, name
+        assert _xattrs(dst / name).get("user.reviewed") == "yes", name
+    assert _xattrs(dst / "big.json")["user.run-id"] == "42"
