@@ -273,7 +273,7 @@ def test_lineage_shows_the_replicas_storage_class_and_encryption(
         "kms_key_id": key,
     }
     lineage = operator_lineage(
-        "gs://a/in/", "s3://b/out/", replica_facet("s3://b/out/", access.options)
+        "gs://a/in/", "s3://b/out/", replica=replica_facet("s3://b/out/", access.options)
     )
     facet = json.loads(Serde.to_json(lineage.outputs[0]))["facets"]["skyplane_replica"]
     assert (facet["storageClass"], facet["encryption"], facet["kmsKey"]) == (
@@ -283,7 +283,9 @@ def test_lineage_shows_the_replicas_storage_class_and_encryption(
     )
     assert "s3cr3t" not in Serde.to_json(lineage.outputs[0])
     assert (
-        operator_lineage("s3://a/", "file:///x/", replica_facet("file:///x/", {})).outputs[0].facets
+        operator_lineage("s3://a/", "file:///x/", replica=replica_facet("file:///x/", {}))
+        .outputs[0]
+        .facets
         == {}
     )
 
