@@ -90,8 +90,11 @@ def run(
     changed: list[int] = []
     state_uri = (root / "state").as_uri()
 
+    paths: dict[str, float] = {}
+
     def seen(p: Progress) -> None:
         points.append((time.monotonic(), p.bytes_done))
+        paths.update(p.path_gbps)
         if change_to and not changed and p.bytes_done >= 0.35 * total:
             changed.append(len(points))
             api.set_bwlimit(tid, change_to, state_uri=state_uri if via_state else None)
@@ -113,6 +116,7 @@ def run(
     if not result.verified:
         raise RuntimeError(f"not verified: {result.verification}")
     row: dict[str, Any] = {"cap": cap, "cap_Bps": parse_rate(cap), "mode": mode, "MiB": mib}
+    row["path_MBps"] = {k: v * 1e9 / 8 / 1e6 for k, v in paths.items()}  # averaged over the run
     if change_to:
         cut = changed[0]
         row["achieved_Bps"] = slope(points[:cut], 0.05 * total, 0.33 * total)
@@ -163,6 +167,8 @@ def main() -> int:
                 f"cap, {r['after_change_Bps'] / 1e6:.2f} got ({err2:+.1%})"
             )
         print(line)
+    for name, rate in rows[0]["path_MBps"].items():
+        print(f"  first row, path {name}: {rate:.2f} MB/s")
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "bwlimit-wan.json" if mode == "wan" else "bwlimit.json"
     (RESULTS / name).write_text(json.dumps({"mode": mode, "rows": rows}, indent=2))
