@@ -43,3 +43,27 @@ def test_a_failing_store_is_logged_not_raised(tmp_path: Path) -> None:
     with CapFollower(Broken((tmp_path / "s").as_uri(), "t-1"), live, every=0.01) as follower:
         assert not follower.poll()
     assert not live.exists()
+
+
+def test_the_airflow_hook_and_the_dagster_resource_write_to_their_state_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same names in both faces: each writes where its runs look (``state_store``)."""
+    import json
+
+    from skyplane_ops.airflow.hooks import SkyplaneHook
+    from skyplane_ops.dagster.resource import SkyplaneResource
+
+    airflow_store, dagster_store = (tmp_path / "a").as_uri(), (tmp_path / "d").as_uri()
+    extra = {"backend": "local", "state_store": airflow_store}
+    monkeypatch.setenv("AIRFLOW_CONN_SKY_BW", json.dumps({"conn_type": "skyplane", "extra": extra}))
+    assert SkyplaneHook("sky_bw").set_bwlimit("t-a", "200Mbit") == 25e6
+    assert api.TransferState(airflow_store, "t-a").read_bwlimit() == "200Mbit"
+    assert SkyplaneResource(state_store=dagster_store).set_bwlimit("t-d", "25MiB") == 25 * 2**20
+    assert api.TransferState(dagster_store, "t-d").read_bwlimit() == "25MiB"
+    with pytest.raises(TransferError, match="rate"):
+        SkyplaneHook("sky_bw").set_bwlimit("t-a", "200")
+    # Without a state store, the resource writes this host's live file.
+    monkeypatch.setenv("SKYPLANE_OPS_HOME", str(tmp_path / "home"))
+    SkyplaneResource().set_bwlimit("t-l", "10MiB")
+    assert read_live(api.live_path("t-l")) == 10 * 2**20
