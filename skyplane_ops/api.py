@@ -47,8 +47,10 @@ from skyplane_ops.transfer import preview_transfer as preview_transfer
 from skyplane_ops.transfer import run_transfer
 from skyplane_ops.transfer import transfer_lock as transfer_lock
 from skyplane_ops.transfer.bwlimit import format_rate as format_rate
+from skyplane_ops.transfer.bwlimit import live_path as live_path
 from skyplane_ops.transfer.bwlimit import parse_rate as parse_rate
 from skyplane_ops.transfer.bwlimit import set_bwlimit as set_bwlimit
+from skyplane_ops.transfer.bwlimit_remote import CapFollower as CapFollower
 from skyplane_ops.transfer.listing import Listing as Listing
 from skyplane_ops.transfer.listing import list_request as list_request
 from skyplane_ops.transfer.metadata import replica_properties as replica_properties

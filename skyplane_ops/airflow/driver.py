@@ -8,9 +8,10 @@ starts it in its own session, hands it the plan, the fleet and the store options
 
 Everything the trigger, a retry or ``on_kill`` needs lives in the transfer's state store
 (:mod:`skyplane_ops.transfer.state`), not on this host: the driver keeps ``status.json``
-current with a heartbeat, snapshots the journal there, and stops when a cancellation request
-appears. So the triggerer, the teardown task and a retry may run on other hosts; a retry on
-another worker restores the journal snapshot and resumes. The one host affinity left: the
+current with a heartbeat, snapshots the journal there, stops when a cancellation request
+appears and follows a new bandwidth cap written there (``bwlimit_remote``). So the
+triggerer, the teardown task and a retry may run on other hosts; a retry on another worker
+restores the journal snapshot and resumes. The one host affinity left: the
 driver runs on the worker that started it, so that host must outlive the transfer (a
 Kubernetes pod deleted on deferral loses it; the trigger then reports ``DriverLost`` once the
 heartbeat is stale and a retry resumes from the journal snapshot).
@@ -211,6 +212,7 @@ def run(spec: Mapping[str, Any]) -> int:
     from skyplane_ops import api
     from skyplane_ops.airflow.summaries import progress_counters
     from skyplane_ops.api import (
+        CapFollower,
         CopyRun,
         GatewayFleet,
         RunEvents,
@@ -260,7 +262,10 @@ def run(spec: Mapping[str, Any]) -> int:
         gateways = api.Gateways(
             backend=fleet.backend, fleet=fleet, plan=TransferPlan.from_dict(spec["plan"])
         )
-        result = final = CopyRun(request, gateways, events).run()
+        # A cap changed through the state store (``skyplane-ops bwlimit --state-store``,
+        # ``SkyplaneHook.set_bwlimit``) reaches the run's gateways as cancel.json reaches us.
+        with CapFollower(state, api.live_path(spec["transfer_id"])):
+            result = final = CopyRun(request, gateways, events).run()
         outcome = ("success", {"result": result.to_dict()})
     except _Cancelled:
         outcome, code = ("cancelled", {}), 3

@@ -226,6 +226,18 @@ class SkyplaneHook(BaseHook):
         settings = self.settings
         return TransferState(settings.state_uri, transfer_id, settings.state_store_options)
 
+    def set_bwlimit(self, transfer_id: str, rate: str) -> float:
+        """Change the cap of the running transfer ``transfer_id`` to ``rate`` (``200Mbit``,
+        ``25MiB``) through the connection's state store: the deferred driver, on whatever
+        worker, applies it within a few seconds. Bytes per second."""
+        settings = self.settings
+        return api.set_bwlimit(
+            transfer_id,
+            rate,
+            state_uri=settings.state_uri,
+            state_options=settings.state_store_options,
+        )
+
     # -- plans ------------------------------------------------------------------------------
 
     def plan_options(

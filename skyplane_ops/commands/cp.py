@@ -23,7 +23,7 @@ from click.core import ParameterSource
 from skyplane_ops import api
 from skyplane_ops.commands.base import to_args
 from skyplane_ops.commands.cp_options import CP_EPILOG, MV_EPILOG, SYNC_EPILOG, transfer_options
-from skyplane_ops.commands.options import plan_arguments, to_uri
+from skyplane_ops.commands.options import JSON_OBJECT, plan_arguments, to_uri
 from skyplane_ops.commands.progress_view import RunView, pick_mode
 from skyplane_ops.commands.summary import summary_lines
 
@@ -393,18 +393,37 @@ def _plan_summary(args: ArgsNS, plan: api.TransferPlan | None) -> dict[str, Any]
 @click.command()
 @click.argument("transfer_id", metavar="TRANSFER_ID")
 @click.argument("rate", metavar="RATE")
-def bwlimit(transfer_id: str, rate: str) -> int:
+@click.option(
+    "--state-store",
+    default=None,
+    metavar="URI",
+    help="the transfer's state store (s3://, gs://, az://, file://): reaches a run on "
+    "another host, such as an Airflow deferred driver (the connection's state_store)",
+)
+@click.option(
+    "--state-options",
+    type=JSON_OBJECT,
+    default=None,
+    help="state store options, inline JSON or a JSON/TOML file (endpoint_url, region...)",
+)
+def bwlimit(
+    transfer_id: str, rate: str, state_store: str | None, state_options: dict[str, Any] | None
+) -> int:
     """Change the bandwidth cap of a running transfer to RATE per second.
 
     RATE is a number with its unit, summed over all paths: 200Mbit, 1.5Gbit, 25MiB (a bare
     number is refused). The run (cp, sync or mv with this TRANSFER_ID, on this host, with the
-    same SKYPLANE_OPS_HOME) applies it within a second; its gateways enforce it per hop.
+    same SKYPLANE_OPS_HOME) applies it within a second; its gateways enforce it per hop. With
+    --state-store, a run on any host that uses that state store (the Airflow driver, a
+    Dagster step) applies it within a few seconds.
 
     \b
     Examples:
       skyplane-ops bwlimit cp-20261127-ab12cd 50MiB
       skyplane-ops bwlimit cp-20261127-ab12cd 1.5Gbit
+      skyplane-ops bwlimit my-dag-run-id 200Mbit --state-store s3://ops-bucket/skyplane-state
     """
-    value = api.set_bwlimit(transfer_id, rate)
-    print(f"transfer {transfer_id}: cap {api.format_rate(value)}")
+    value = api.set_bwlimit(transfer_id, rate, state_uri=state_store, state_options=state_options)
+    where = f" (through {state_store})" if state_store else ""
+    print(f"transfer {transfer_id}: cap {api.format_rate(value)}{where}")
     return 0

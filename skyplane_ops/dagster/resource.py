@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import dagster as dg
@@ -326,6 +327,23 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             return None
         state = api.TransferState(self.state_store, key, self.store_options_for(self.state_store))
         return StoredJournal(state, journal_dir, log)
+
+    def set_bwlimit(self, transfer_id: str, rate: str) -> float:
+        """Change the cap of the running transfer ``transfer_id`` (``transfer_id_for(run id,
+        dataset)``) to ``rate``: through ``state_store`` when set (a step on any machine
+        follows it), else this host's live file. Bytes per second."""
+        if not self.state_store:
+            return api.set_bwlimit(transfer_id, rate)
+        options = self.store_options_for(self.state_store)
+        return api.set_bwlimit(transfer_id, rate, state_uri=self.state_store, state_options=options)
+
+    def follow_bwlimit(self, transfer_id: str) -> AbstractContextManager[Any]:
+        """While a step runs ``transfer_id``: a cap set through ``state_store`` reaches it."""
+        if not self.state_store:
+            return nullcontext()
+        options = self.store_options_for(self.state_store)
+        state = api.TransferState(self.state_store, transfer_id, options)
+        return api.CapFollower(state, api.live_path(transfer_id))
 
     def write_artifact(self, name: str, text: str) -> str:
         """Store a small artifact (a plan) and return its URI, for metadata links."""

@@ -297,9 +297,10 @@ def transfer_step(
                 if stored is not None:
                     stored.restore()
                 try:
-                    result = api.CopyRun(
-                        request, gateways, _StoredEvents(context, label, stored)
-                    ).run()
+                    with skyplane.follow_bwlimit(fleet.transfer_id):  # ``set_bwlimit``
+                        result = api.CopyRun(
+                            request, gateways, _StoredEvents(context, label, stored)
+                        ).run()
                 finally:
                     if stored is not None:
                         stored.save()

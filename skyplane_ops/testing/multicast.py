@@ -19,6 +19,7 @@ from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.planner.problem import Problem, RegionSpec
 from skyplane_ops.provision.fleet import GatewayFleet, data_host
 from skyplane_ops.provision.secrets import secret_bytes
+from skyplane_ops.transfer.dispatch.ratewatch import tree_hop_rates
 
 
 @dataclass
@@ -50,8 +51,10 @@ def run_trees(
     job_id: str = "j-multicast",
     connections: int = 8,
     timeout: float = 300.0,
+    bwlimit: float | None = None,
 ) -> TreeRun:
-    """Run ``chunks`` down ``trees`` ((share, job tree) pairs) and wait for every sink."""
+    """Run ``chunks`` down ``trees`` ((share, job tree) pairs) and wait for every sink;
+    ``bwlimit`` (bytes/s at the root) gives every hop its share (``tree_hop_rates``)."""
     secret = secret_bytes(fleet.secret_ref)
     gws = {g.region: g for g in fleet.gateways}
     clients = {r: GatewayClient(g.host, g.control_port, secret) for r, g in gws.items()}
@@ -62,6 +65,7 @@ def run_trees(
     root = next(iter(paths.values()))["next"]
     root_region = next(u for u in root if all(u not in vs for vs in root.values()))
     for region in sorted(used, key=lambda r: r == root_region):  # the root last
+        rates = tree_hop_rates(trees, fleet, region, bwlimit)
         table = {
             r: [{"id": g.gateway_id, "host": data_host(g, region), "data_port": g.data_port}]
             for r, g in gws.items()
@@ -73,7 +77,10 @@ def run_trees(
                 "routes": {},
                 "trees": paths,
                 "gateways": table,
-                "hops": {f"{u}>{v}": {"connections": connections} for u, v in edges},
+                "hops": {
+                    f"{u}>{v}": {"connections": connections, "rate": rates.get(f"{u}>{v}")}
+                    for u, v in edges
+                },
                 "src_uri": src_uri,
                 "dst_uris": dict(dst_uris),
             }

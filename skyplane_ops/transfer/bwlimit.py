@@ -8,14 +8,19 @@ is 200 what?
 The cap of a running transfer can be changed (``skyplane-ops bwlimit ID RATE``,
 ``api.set_bwlimit``, an Airflow/Dagster step on the same host): the new rate is written to
 ``$SKYPLANE_OPS_HOME/bwlimit/<transfer id>`` and the run's dispatcher, which watches that
-file, hands every gateway its hops' new shares.
+file, hands every gateway its hops' new shares. A run on another machine (the Airflow
+driver, a Dagster step with a state store) is reached through the transfer's state store
+(``state_uri``): the run follows ``bwlimit.json`` there into its local file
+(``bwlimit_remote``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from skyplane_ops.errors import TransferError
 from skyplane_ops.provision.secrets import ops_home
@@ -103,18 +108,36 @@ def live_path(transfer_id: str, home: Path | None = None) -> Path:
     return (home or ops_home()) / "bwlimit" / ("_" + name if name.startswith(".") else name)
 
 
-def set_bwlimit(transfer_id: str, rate: str, home: Path | None = None) -> float:
+def set_bwlimit(
+    transfer_id: str,
+    rate: str,
+    home: Path | None = None,
+    *,
+    state_uri: str | None = None,
+    state_options: Mapping[str, Any] | None = None,
+) -> float:
     """Change the cap of the running transfer ``transfer_id`` to ``rate``; bytes per second.
 
-    Written atomically (a reader never sees half a value); the run applies it within a second
-    (and a run that starts later with this id starts with it)."""
+    Without ``state_uri``: written atomically (a reader never sees half a value) to this
+    host's live file; the run applies it within a second (and a run that starts later with
+    this id starts with it). With ``state_uri``: written to the transfer's state store, which
+    a run on any host with that store follows (within a few seconds)."""
     value = parse_rate(rate, "rate")
-    path = live_path(transfer_id, home)
+    if state_uri is not None:
+        from skyplane_ops.transfer.state import TransferState
+
+        TransferState(state_uri, transfer_id, state_options).set_bwlimit(rate.strip())
+        return value
+    write_live(live_path(transfer_id, home), rate)
+    return value
+
+
+def write_live(path: Path, rate: str) -> None:
+    """Write ``rate`` at ``path`` atomically (a reader never sees half a value)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(rate.strip())
     os.replace(tmp, path)
-    return value
 
 
 def read_live(path: Path) -> float | None:

@@ -10,6 +10,8 @@ in any object store the core opens (``file://`` on a shared volume, ``s3://``, `
   ``cancelled``), a heartbeat (``updated_at``), progress counters and the result summary.
   A follower on any host decides "driver lost" from a stale heartbeat, not from a pid.
 - ``cancel.json``: a cancellation request; the driver polls it and stops, wherever it runs.
+- ``bwlimit.json``: a new bandwidth cap (``skyplane-ops bwlimit ID RATE --state-store URI``);
+  the run polls it, wherever it runs, and hands it to its gateways (``bwlimit_remote``).
 - ``journal/<name>.jsonl/<offset>``: a snapshot of the resume journal, appended to by the
   driver while it runs and at the end (only what the journal gained, ``journal.snapshot``); a
   retry on another host restores it before resuming. The journal is append-only, so a
@@ -35,6 +37,7 @@ from skyplane_ops.transfer.journal.snapshot import JournalSnapshot
 
 STATUS = "status.json"
 CANCEL = "cancel.json"
+BWLIMIT = "bwlimit.json"
 SECRET = "secret"
 TERMINAL_STATES = frozenset({"success", "failed", "cancelled"})
 
@@ -113,6 +116,17 @@ class TransferState:
     def clear_cancel(self) -> None:
         """A new attempt starts without the previous attempt's cancellation."""
         self._delete(CANCEL)
+
+    def set_bwlimit(self, rate: str) -> None:
+        """Ask the running transfer (on whatever host) to take the cap ``rate`` (as given,
+        with its unit: ``bwlimit.parse_rate`` validated it)."""
+        self._put_json(BWLIMIT, {"rate": rate, "at": time.time()})
+
+    def read_bwlimit(self) -> str | None:
+        """The last cap asked for through the store (as given), or None."""
+        found = self._get_json(BWLIMIT)
+        rate = None if found is None else found.get("rate")
+        return rate if isinstance(rate, str) else None
 
     # -- journal and secret -----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from skyplane_ops.testing.transfer import (
     read_tree,
     write_dataset,
 )
-from skyplane_ops.transfer.dispatch.ratewatch import hop_rates
+from skyplane_ops.transfer.dispatch.ratewatch import hop_rates, tree_hop_rates
 from skyplane_ops.transfer.progress import Progress
 
 MiB = 1 << 20
@@ -95,3 +95,53 @@ def test_a_rate_without_its_unit_is_refused_before_any_work(bad: str) -> None:
         api.TransferRequest.build("s3://src-bucket/x", "s3://dst-bucket/y", bwlimit=bad)
     with pytest.raises(TransferError):
         api.set_bwlimit("t-1", bad)
+
+
+def test_a_tree_hop_carries_the_share_of_the_trees_through_it() -> None:
+    fleet = api.GatewayFleet.from_dict(
+        {
+            "backend": "local",
+            "transfer_id": "t",
+            "secret_ref": "x",
+            "gateways": [
+                {"gateway_id": f"g{i}", "region": r, "host": "127.0.0.1", "control_port": 1,
+                 "data_port": 2}
+                for i, r in enumerate([SRC, "test:relay", "test:relay", DST, "test:d2"])
+            ],
+        }
+    )  # fmt: skip
+    via_relay = {"next": {SRC: ["test:relay"], "test:relay": [DST, "test:d2"]}}
+    direct = {"next": {SRC: [DST], DST: ["test:d2"]}}
+    trees = [(3.0, via_relay), (1.0, direct)]  # shares need not add up to 1
+    assert tree_hop_rates(trees, fleet, SRC, 100.0) == {
+        f"{SRC}>test:relay": 75.0,
+        f"{SRC}>{DST}": 25.0,
+    }
+    assert tree_hop_rates(trees, fleet, "test:relay", 100.0) == {
+        f"test:relay>{DST}": 37.5,  # 75 % over two relay gateways, to each destination
+        "test:relay>test:d2": 37.5,
+    }
+    assert tree_hop_rates(trees, fleet, DST, 100.0) == {f"{DST}>test:d2": 25.0}
+    assert tree_hop_rates(trees, fleet, DST, None) == {f"{DST}>test:d2": None}
+
+
+def test_a_multicast_tree_job_holds_the_cap(tmp_path: Path) -> None:
+    """Real gateways run a tree (the source sends every chunk to both destinations); the
+    capped job takes at least the time its bytes need at the cap, and no more than 10% over."""
+    from skyplane_ops.testing.multicast import folder_chunks, run_trees
+
+    d2 = "test:d2"
+    data = write_dataset(tmp_path / "src", {f"f{i:02d}": MiB for i in range(24)})
+    total = sum(map(len, data.values()))
+    tree = {"next": {SRC: [DST, d2]}, "sinks": [DST, d2]}
+    cap = 8 * MiB
+    with local_fleet(make_plan([SRC, DST], [SRC, d2])) as (_, fleet):
+        run = run_trees(
+            fleet, [(1.0, tree)], f"file://{tmp_path / 'src'}/",
+            {DST: f"file://{tmp_path / 'x'}/", d2: f"file://{tmp_path / 'y'}/"},
+            folder_chunks(tmp_path / "src"), bwlimit=cap, timeout=120,
+        )  # fmt: skip
+    assert read_tree(tmp_path / "x") == data and read_tree(tmp_path / "y") == data
+    # A burst of BURST_S at the start is allowed; every byte past it waits for the cap.
+    least = (total - 0.25 * cap) / cap
+    assert least <= run.seconds <= 1.1 * total / cap, run.seconds

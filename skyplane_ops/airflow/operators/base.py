@@ -25,12 +25,14 @@ from skyplane_ops.airflow.summaries import (
     unchanged,
 )
 from skyplane_ops.api import (
+    CapFollower,
     CopyRun,
     GatewayFleet,
     ProgressLine,
     RunEvents,
     TransferPlan,
     TransferRequest,
+    live_path,
     plan_paths,
 )
 
@@ -439,7 +441,8 @@ def run_here(
     events = events or TaskLogEvents(op, transfer_id, state, journal)
     run = CopyRun(job.request, gateways, events, volume_gb=volume_gb)
     try:
-        with exported_env(job.env):
+        # A cap set through the state store (``SkyplaneHook.set_bwlimit``) reaches this run.
+        with exported_env(job.env), CapFollower(state, live_path(transfer_id)):
             return run.run(), run
     finally:
         try:

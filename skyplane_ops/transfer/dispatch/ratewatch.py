@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway_agent.client import GatewayClient, GatewayError
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
@@ -36,6 +36,26 @@ def hop_rates(
         for u, v in itertools.pairwise(route):
             if u == region:
                 shares[f"{u}>{v}"] = shares.get(f"{u}>{v}", 0.0) + share
+    senders = max(1, len(fleet.in_region(region)))
+    return {hop: (cap * s / senders if cap else None) for hop, s in shares.items()}
+
+
+def tree_hop_rates(
+    trees: Sequence[tuple[float, Mapping[str, Any]]],
+    fleet: GatewayFleet,
+    region: str,
+    cap: float | None,
+) -> dict[str, float | None]:
+    """The same for a multicast job: (share, job tree) pairs, a tree's share of the chunks
+    being its share over the sum. A chunk crosses every edge of its tree once, so a hop
+    carries the share of the trees that use it, and the cap bounds the bytes read at the root
+    (each destination receives at most the cap)."""
+    total = sum(share for share, _ in trees) or 1.0
+    shares: dict[str, float] = {}
+    for share, tree in trees:
+        for nxt in (tree.get("next") or {}).get(region, ()):
+            hop = f"{region}>{nxt}"
+            shares[hop] = shares.get(hop, 0.0) + share / total
     senders = max(1, len(fleet.in_region(region)))
     return {hop: (cap * s / senders if cap else None) for hop, s in shares.items()}
 
