@@ -263,6 +263,23 @@ def _unfinished_parts(catalog: Catalog, raw: str | bytes, segs: list[Segment]) -
     return segs
 
 
+#: Small objects are batched into at least this many chunks, when there are enough objects.
+MIN_CHUNKS = 64
+#: ... but a batch holds at least this many objects (per-chunk costs: journal, events, ack).
+MIN_BATCH_COUNT = 8
+
+
+def batch_count_for(objects: int) -> int:
+    """How many small objects one chunk holds for a job of ``objects``: up to
+    ``DEFAULT_BATCH_COUNT``, but few enough that the job has ``MIN_CHUNKS`` chunks.
+
+    Why: a chunk's objects are all read before any of them is written. With 256 per chunk a
+    daily partition of 500 objects was two chunks' reads racing for the same object threads,
+    and the first object landed only after nearly every read (seconds after the data path
+    started); smaller batches let the first writes start while later chunks are read."""
+    return max(MIN_BATCH_COUNT, min(DEFAULT_BATCH_COUNT, math.ceil(objects / MIN_CHUNKS)))
+
+
 def iter_chunks(
     catalog: Catalog,
     part_size: int,
