@@ -26,13 +26,7 @@ from skyplane_ops.transfer.report import write_report
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult, partial_error
 from skyplane_ops.transfer.run_state import RunState
-from skyplane_ops.transfer.todo import (
-    batch_count_for,
-    chunk_totals,
-    iter_chunks,
-    plan_todo,
-    resume,
-)
+from skyplane_ops.transfer.todo import chunk_totals, iter_chunks, plan_todo, resume
 
 
 def run_transfer(
@@ -173,11 +167,7 @@ class _Run(RunState):
         catalog.load_journal(journal.path)
         resumed = resume(catalog, part_size, caps)
         uploads = prepare_uploads(dst, self.dst_uri, catalog, journal, part_size)
-        todo_objects = int(catalog.one(f"SELECT count(*) FROM src WHERE state = {TODO}"))
-        per_chunk = batch_count_for(todo_objects)
-        chunks, segments, nbytes, objects = chunk_totals(
-            catalog, part_size, caps, batch_count=per_chunk
-        )
+        chunks, segments, nbytes, objects = chunk_totals(catalog, part_size, caps)
         # The largest chunk this run sends: a gateway whose byte budget is smaller refuses the
         # job before any byte moves, instead of holding more than its budget.
         largest = int(catalog.one(f"SELECT coalesce(max(size), 0) FROM src WHERE state = {TODO}"))
@@ -213,7 +203,7 @@ class _Run(RunState):
         )
         try:
             stats = dispatcher.run(
-                iter_chunks(catalog, part_size, caps, batch_count=per_chunk),
+                iter_chunks(catalog, part_size, caps),
                 uploads,
                 on_done,
                 progress,

@@ -31,7 +31,6 @@ from skyplane_ops.testing.transfer import (
 )
 from skyplane_ops.transfer import DispatchOptions, SourceChangedError, run_transfer
 from skyplane_ops.transfer.progress import Progress
-from skyplane_ops.transfer.todo import MIN_BATCH_COUNT
 
 MiB = 1024 * 1024
 
@@ -49,9 +48,9 @@ def test_local_to_local_through_relay(dirs: tuple[Path, Path, Path]) -> None:
     assert read_tree(dst) == data
     assert result.objects == len(files) and result.bytes == sum(files.values())
     assert result.verified and result.verification["method"] == "write-checked crc32c"
-    # 500 tiny files travel in batched chunks (at least MIN_BATCH_COUNT each: enough chunks
-    # that writes start while later objects are read), not 500 round trips; big.bin is 5 parts.
-    assert result.chunks <= -(-(len(files) - 1) // MIN_BATCH_COUNT) + 5
+    # 500 tiny files travel in a few dozen batched chunks (small ones first, so writes start
+    # while later objects are read), not 500 round trips; big.bin is 5 parts.
+    assert result.chunks < 40
     assert result.route == [f"{SRC} -> {RELAY} -> {DST} (100%)"]
     assert "keys" not in str(result.to_dict())
     assert not list(journal.glob("*.jsonl"))  # removed after a verified success
