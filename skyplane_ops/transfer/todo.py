@@ -276,9 +276,9 @@ def batch_limit(batched: int, batch_count: int) -> int:
     chunk a daily partition of 500 objects (100 KB each) was 7 chunks of ~70 objects whose
     reads raced for the same object threads, and the first object landed only after nearly
     every read (~3 s after the data path started). Small first chunks (one per reader thread)
-    let the first writes start at once; later chunks grow back to the full batch, which
-    stores that write a batch in one request (GCS) need for their throughput (8 objects per
-    chunk throughout made a GCS copy twice as slow)."""
+    let the first writes start at once; later chunks grow back to the full batch (8 objects
+    per chunk throughout made the S3 -> GCS emulator copy of that partition about twice as
+    slow; per-chunk costs, cause not pinned down) and a big job keeps its few big chunks."""
     return min(batch_count, FIRST_BATCH_COUNT << min(batched // RAMP_CHUNKS, 16))
 
 
