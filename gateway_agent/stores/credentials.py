@@ -194,14 +194,15 @@ def boto3_session(credentials: Credentials) -> Any:
     each request takes the cell's newest set, and one already expired is refused here as the
     service would refuse it (so a control plane that stopped refreshing stops its gateways)."""
     import boto3
-    import botocore.session
     from botocore.credentials import RefreshableCredentials
+
+    from gateway_agent.stores.aws_session import core_session, new_session
 
     cell = as_cell(credentials)
     assert cell is not None
     first = cell.current()
     if first.expires_at is None:
-        return boto3.session.Session(
+        return new_session(
             aws_access_key_id=first.get("access_key_id"),
             aws_secret_access_key=first.get("secret_access_key"),
             aws_session_token=first.get("session_token"),
@@ -228,7 +229,7 @@ def boto3_session(credentials: Credentials) -> Any:
     refreshable = RefreshableCredentials.create_from_metadata(
         metadata(first), refresh_using=refresh, method="skyplane-ops-control-plane"
     )
-    core = botocore.session.Session()
+    core = core_session()
     core._credentials = refreshable  # type: ignore[attr-defined]  # botocore has no setter
     return boto3.session.Session(botocore_session=core)
 

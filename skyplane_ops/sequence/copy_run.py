@@ -27,7 +27,7 @@ from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import ops_home
 from skyplane_ops.sequence.events import RunEvents
 from skyplane_ops.sequence.fleet import deprovision, new_transfer_id, provision, start_early
-from skyplane_ops.sequence.planning import check_regions, plan
+from skyplane_ops.sequence.planning import check_regions, plan, warm_planning
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock
 from skyplane_ops.transfer.listing import Listing, list_request, transfer_lock
@@ -153,6 +153,8 @@ class CopyRun:
         """The run's one listing (kept in ``self.listing``), or the result of a sync with
         nothing to copy or delete, found before any plan or gateway."""
         request = self.request
+        if self.plan is None:  # the listing waits on the store: the planner loads meanwhile
+            warm_planning(request.planning.gcp_tier)
         if not request.sync:
             self._start_early()  # the listing leaves a core idle: gateways boot on it
         with self.events.phase("list", request.src_uri) as note:

@@ -48,8 +48,9 @@ def test_local_to_local_through_relay(dirs: tuple[Path, Path, Path]) -> None:
     assert read_tree(dst) == data
     assert result.objects == len(files) and result.bytes == sum(files.values())
     assert result.verified and result.verification["method"] == "write-checked crc32c"
-    # 500 tiny files travel in a handful of batched chunks, not 500 round trips.
-    assert result.chunks < 20
+    # 500 tiny files travel in a few dozen batched chunks (small ones first, so writes start
+    # while later objects are read), not 500 round trips; big.bin is 5 parts.
+    assert result.chunks < 40
     assert result.route == [f"{SRC} -> {RELAY} -> {DST} (100%)"]
     assert "keys" not in str(result.to_dict())
     assert not list(journal.glob("*.jsonl"))  # removed after a verified success

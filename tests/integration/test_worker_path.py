@@ -19,6 +19,7 @@ from skyplane_ops.provision.worker import running_agents
 from skyplane_ops.sequence import CopyRun
 from skyplane_ops.sequence.copy_run import Gateways
 from skyplane_ops.testing.transfer import agents_of, read_tree, write_dataset
+from skyplane_ops.transfer.todo import FIRST_BATCH_COUNT
 
 MiB = 1024 * 1024
 REGIONS = ["--src-region", "aws:us-east-1", "--dst-region", "aws:us-west-2"]
@@ -57,6 +58,9 @@ def test_a_daily_partition_starts_no_gateway_and_waits_for_no_vm(tmp_path: Path)
     result = json.loads(out)
     assert result["verification"]["status"] == "passed" and result["objects"] == 50
     assert read_tree(dst) == data
+    # Small first batches: the first objects are written while later ones are read (one chunk
+    # of all 50 would read every object before writing any).
+    assert result["chunks"] >= 50 // FIRST_BATCH_COUNT
     done = {e["phase"]: e for e in _events(err) if e.get("state") == "done"}
     # Done long before one emulated VM (30 s) could be up: nothing waited for it.
     assert sum(float(e["seconds"]) for e in done.values()) < 30  # type: ignore[arg-type]

@@ -109,8 +109,9 @@ class S3Store(CloudStore):
         options: Mapping[str, Any] | None = None,
         credentials: Credentials | None = None,
     ):
-        import boto3
         from botocore.config import Config
+
+        from gateway_agent.stores.aws_session import new_session
 
         super().__init__(parsed, options)
         opts = self._opts
@@ -144,7 +145,7 @@ class S3Store(CloudStore):
             response_checksum_validation="when_required",
         )
         # Credentials sealed by the control plane (refreshed in place), else the SDK's chain.
-        session = boto3_session(credentials) if credentials else boto3.session.Session()
+        session = boto3_session(credentials) if credentials else new_session()
         self._client: Any = session.client("s3", endpoint_url=endpoint, config=config)
         for op in ("PutObject", "UploadPart"):
             self._client.meta.events.register(f"before-sign.s3.{op}", no_continue_when_small)

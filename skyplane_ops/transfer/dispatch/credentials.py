@@ -147,9 +147,9 @@ def _minted(
 
 
 def _aws(opts: dict[str, Any], mode: str) -> EndAccess:
-    import boto3
+    from gateway_agent.stores.aws_session import new_session
 
-    session = boto3.Session()
+    session = new_session()
     if not opts.get("region") and session.region_name:
         opts["region"] = session.region_name
     found = session.get_credentials() if mode == "forward" else None

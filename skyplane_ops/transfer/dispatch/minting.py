@@ -201,9 +201,9 @@ def aws_minter(
 ) -> Mint | None:
     """A minter of STS session credentials for ``scope`` from this process's AWS identity;
     None when it has none (the gateways then use their own)."""
-    import boto3
+    from gateway_agent.stores.aws_session import new_session
 
-    session = boto3.Session()
+    session = new_session()
     found = session.get_credentials()
     if found is None:
         return None
