@@ -43,6 +43,15 @@ from skyplane_ops.transfer.todo import iter_chunks, plan_todo, resume
 
 log = logging.getLogger(__name__)
 
+# Bytes of small objects batched into one chunk: smaller than a copy's batches, so the chunks
+# split between the trees by their shares and pipeline through relays (each hop forwards a
+# chunk once it has it whole). The journal records segments, not chunks: the destinations'
+# runs resume from it whatever the batches were.
+TREE_BATCH_BYTES = 2 * 1024 * 1024
+
+# Seconds a status call may wait for news: one such call per turn of the poll loop.
+POLL_WAIT = 0.1
+
 Tree = dict[str, list[str]]  # region -> the regions it forwards to
 
 
@@ -160,7 +169,7 @@ class _prepare:
         catalog.load_journal(journal.path)
         resume(catalog, req.part_size, dst.capabilities)
         uploads = prepare_uploads(dst, req.dst_uri, catalog, journal, req.part_size)
-        chunks = list(iter_chunks(catalog, req.part_size, dst.capabilities))
+        chunks = list(iter_chunks(catalog, req.part_size, dst.capabilities, TREE_BATCH_BYTES))
         return _Destination(req, self.region, journal, catalog, uploads, chunks)
 
     def __exit__(self, *exc: object) -> None:
@@ -263,18 +272,16 @@ def _send(
 def _submit(
     client: GatewayClient, job_id: str, trees: list[tuple[float, Tree]], group: list[_Destination]
 ) -> None:
-    """Every chunk at the root, on the tree of its slice of the data (by the trees' shares),
-    each part naming its multipart upload at every sink region (``upload_ids``)."""
-    chunks = group[0].chunks
-    total = sum(s for s, _ in trees) or 1.0
-    bounds, at = [], 0.0
-    for share, _ in trees:
-        at += share / total
-        bounds.append(at)
+    """Every chunk at the root, on a tree by the trees' shares (by bytes, as the dispatcher
+    splits chunks between paths), each part naming its multipart upload at every sink region
+    (``upload_ids``)."""
+    shares = [max(share, 1e-9) for share, _ in trees]
+    loads = [0] * len(trees)
     batch: list[dict[str, Any]] = []
-    for i, chunk in enumerate(chunks):
-        x = (i + 0.5) / len(chunks)
-        path = next((k for k, b in enumerate(bounds) if x < b), len(bounds) - 1)
+    for chunk in group[0].chunks:
+        # The tree that would finish it first if each carries its share of the plan's rate.
+        path = min(range(len(trees)), key=lambda k: (loads[k] + chunk.nbytes) / shares[k])
+        loads[path] += chunk.nbytes
         segs = []
         for s in chunk.segments:
             seg: dict[str, Any] = {"key": s.key, "length": s.length, "offset": s.offset}
@@ -317,11 +324,13 @@ def _await(
     seen = 0
     quiet = min(options.stall_timeout, options.hop_timeout)
     while any(left.values()):
+        waited = False  # one long poll per turn (on a sink with chunks to come), others quick
         for region in sorted(senders | set(left)):
             if region in sinks and not left.get(region) and region not in senders:
                 continue
             for g in fleet.in_region(region):
-                wait = 0.2 if left.get(region) else 0.0
+                wait = 0.0 if waited or not left.get(region) else POLL_WAIT
+                waited = waited or wait > 0
                 try:
                     st = clients[g.gateway_id].status(job_id, cursors.get(g.gateway_id, 0), wait)
                     failed = st.get("error")
