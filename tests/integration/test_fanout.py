@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,6 +98,36 @@ def test_the_source_reads_and_sends_each_byte_once_down_a_tree(tmp_path: Path) -
     for one in result.results.values():
         assert one.chunks == 0 and one.chunks_resumed > 0  # the runs only commit and verify
         assert one.verification["status"] == "passed"
+
+
+def test_a_sync_sends_down_the_tree_pruned_to_the_destinations_with_work(tmp_path: Path) -> None:
+    """D1 is up to date already: the sync's tree pass goes to D2 and D3 only, D1's gateway
+    relaying (the tree pruned to them, not cut), the source sending each byte once."""
+    data = write_dataset(tmp_path / "src", {"big.bin": 3 * MiB + 1, "a": 700, "b/c": 900})
+    total = sum(len(b) for b in data.values())
+    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
+    shutil.copytree(tmp_path / "src", dsts[D1])  # sizes and times as the source's
+    request = TransferRequest.build(
+        f"file://{tmp_path / 'src'}",
+        [f"file://{p}" for p in dsts.values()],
+        src_region=SRC,
+        dst_region=list(dsts),
+        part_size=MiB,
+        sync=True,
+        journal_dir=str(tmp_path / "journal"),
+    )
+    tree = dataclasses.replace(
+        make_plan([SRC, D1], [SRC, D1, D2], [SRC, D1, D3]), dsts=(D1, D2, D3)
+    )
+    with local_fleet(tree) as (_, fleet):
+        run = FanoutRun(request, Gateways(fleet=fleet, plan=tree))
+        result = run.run()
+    assert result.status == "ok" and all(read_tree(p) == data for p in dsts.values())
+    assert run.tree is not None
+    assert run.tree.served == [f"file://{dsts[D2]}", f"file://{dsts[D3]}"]
+    assert run.tree.source_bytes_sent == total
+    assert result.results[f"file://{dsts[D1]}"].objects_skipped == len(data)
+    assert all(r.chunks == 0 for r in result.results.values())
 
 
 class _KillSink(RunEvents):
