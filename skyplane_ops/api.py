@@ -51,6 +51,7 @@ from skyplane_ops.transfer.bwlimit import parse_rate as parse_rate
 from skyplane_ops.transfer.bwlimit import set_bwlimit as set_bwlimit
 from skyplane_ops.transfer.listing import Listing as Listing
 from skyplane_ops.transfer.listing import list_request as list_request
+from skyplane_ops.transfer.metadata import replica_properties as replica_properties
 from skyplane_ops.transfer.progress import Progress as Progress
 from skyplane_ops.transfer.progress import ProgressLine as ProgressLine
 from skyplane_ops.transfer.progress import plan_paths as plan_paths
@@ -59,7 +60,9 @@ from skyplane_ops.transfer.report import load_summary as load_summary
 from skyplane_ops.transfer.report import summary_text as summary_text
 from skyplane_ops.transfer.report.reader import failed_rows as failed_rows
 from skyplane_ops.transfer.request import as_request as as_request
+from skyplane_ops.transfer.request import portable_dst_options as portable_dst_options
 from skyplane_ops.transfer.request import request_from
+from skyplane_ops.transfer.request import store_write_options as store_write_options
 from skyplane_ops.transfer.selection import read_files_from as read_files_from
 from skyplane_ops.transfer.state import TransferState as TransferState
 from skyplane_ops.transfer.state import default_state_uri as default_state_uri

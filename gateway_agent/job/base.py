@@ -205,6 +205,11 @@ class JobBase:
         # small objects per second.
         self._object_threads = max(1, int(spec.get("object_threads", 64)))
         self._objects_pool: ThreadPoolExecutor | None = None
+        # Metadata policy (``objmeta``): the source reads each object's metadata and sends it in
+        # the chunk's segment when ``keep``; the sink writes it with ``set`` applied on top.
+        metadata: dict[str, Any] = spec.get("metadata") or {}
+        self._meta_keep = bool(metadata.get("keep", False))
+        self._meta_set: dict[str, str] = dict(metadata.get("set") or {})
         self._local_batch_readers = threading.BoundedSemaphore(LOCAL_BATCH_READERS)
         self._local_batch_writers = threading.BoundedSemaphore(LOCAL_BATCH_WRITERS)
         on_tree = any(region in t.regions for t in self.trees.values())

@@ -14,10 +14,11 @@ from typing import Any, cast
 
 from gateway_agent import wire
 from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
-from gateway_agent.stores.base import ObjectStore, SupportsWriteBatch
+from gateway_agent.stores.base import ObjectStore, SupportsMetadata, SupportsWriteBatch
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import crc32c_b64
 from gateway_agent.stores.errors import KeyBlockedError, KeyNotSupportedError
+from gateway_agent.stores.objmeta import policy
 
 # A destination problem of one object's name (the store cannot hold it, or something of
 # another kind holds its place): that object fails, the chunk's others go again.
@@ -96,6 +97,8 @@ class SinkRole(JobBase):
 
         crcs: list[int] = chunk.meta.get("crcs", [])
         vouched: list[int] = []
+        if self._meta_set:
+            pieces = [(self._meta_of(seg), piece) for seg, piece in pieces]
         batch = isinstance(store, SupportsWriteBatch) and zero_copy and len(pieces) > 1
         if batch and not any(seg.get("upload_id") for seg, _ in pieces):
             with self._local_batch_writers if _serial_batches(store) else nullcontext():
@@ -121,6 +124,14 @@ class SinkRole(JobBase):
         each destination region (``upload_ids``), of which this region's is the one."""
         ids = seg.get("upload_ids")
         return seg if not ids else {**seg, "upload_id": ids.get(self.region)}
+
+    def _meta_of(self, seg: dict[str, Any]) -> dict[str, Any]:
+        """``seg`` with the metadata to write (``--metadata-set`` over the source's); a part's
+        went to its upload."""
+        if seg.get("upload_id") or not self._meta_set:
+            return seg
+        meta = policy(seg.get("meta") or {}, True, self._meta_set)
+        return {**seg, "meta": meta} if meta else seg
 
     def _authentic(self, chunk: InChunk) -> bool:
         """A chunk whose path has a clear hop must carry its source's tag, and every tag a
@@ -149,7 +160,11 @@ class SinkRole(JobBase):
             if seg.get("upload_id"):
                 store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
                 return checked
-            info = store.write(seg["key"], data)
+            meta = seg.get("meta")
+            if meta and isinstance(store, SupportsMetadata):
+                info = cast(Any, store).write(seg["key"], data, meta=meta)
+            else:
+                info = store.write(seg["key"], data)
             if checked:
                 return True
         except _NAME_PROBLEMS as exc:  # this name only; the chunk's others go again
@@ -164,7 +179,12 @@ class SinkRole(JobBase):
     ) -> None:
         """A batch of whole small objects in one store call; the first failure in chunk order
         is raised after the others landed (a name the store cannot hold fails only itself)."""
-        errors = store.write_batch([(seg["key"], piece) for seg, piece in pieces])
+        items = [(seg["key"], piece) for seg, piece in pieces]
+        if any("meta" in seg for seg, _ in pieces) and isinstance(store, SupportsMetadata):
+            metas = [seg.get("meta") for seg, _ in pieces]
+            errors = cast(Any, store).write_batch(items, metas)
+        else:
+            errors = store.write_batch(items)
         for (seg, _piece), exc in zip(pieces, errors, strict=True):
             if isinstance(exc, _NAME_PROBLEMS):
                 raise ObjectFailed("failed", seg["key"], "destination", str(exc))

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 from gateway_agent import wire
 from gateway_agent.flow import Lease
 from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
-from gateway_agent.stores.base import ObjectStore, SupportsReadInto
+from gateway_agent.stores.base import ObjectStore, SupportsMetadata, SupportsReadInto
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import SourceChangedError, StoreError, TransientStoreError
+from gateway_agent.stores.objmeta import travelling
 
 
 def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
@@ -116,6 +117,26 @@ class SourceRole(JobBase):
             raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
         return view
 
+    def _with_metadata(
+        self, store: SupportsMetadata, segs: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """``segs`` with each whole object's metadata (``meta``, left out when it has none), read
+        after its bytes; a part's metadata went to its upload when the control plane made it."""
+
+        def one(seg: dict[str, Any]) -> dict[str, Any]:
+            if seg.get("upload_id"):
+                return seg
+            try:
+                meta = travelling(store.head_meta(seg["key"], seg.get("version")))
+            except StoreError as exc:
+                bad = _source_problem(seg["key"], exc)
+                if bad is None:
+                    raise
+                raise bad from None
+            return {**seg, "meta": meta} if meta else seg
+
+        return self._each(one, segs, _local_calls(cast(ObjectStore, store)))
+
     def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
         store = self._store("src")
         segs: list[dict[str, Any]] = desc["segs"]
@@ -165,6 +186,8 @@ class SourceRole(JobBase):
                 crcs = self._each(read_one, range(len(segs)))
             data = view
             full = wire.crc_and_tag(view, tagger)
+        if self._meta_keep and isinstance(store, SupportsMetadata):
+            segs = self._with_metadata(store, segs)
         self._count(chunks_read=1, bytes_read=total)
         meta: dict[str, Any] = {
             "job": self.job_id,

@@ -187,3 +187,14 @@ class SupportsReadInto(Protocol):
     def read_into(
         self, key: str, start: int, buf: bytearray | memoryview, version: str | None = None
     ) -> int: ...
+
+
+@runtime_checkable
+class SupportsMetadata(Protocol):
+    """Optional: the object's metadata travels with it (``objmeta``: system properties, user
+    metadata, tags, modification time). ``head_meta`` reads it in the portable form
+    (``version``: the listed one, a hint a store may use to skip a call); ``write`` and
+    ``create_multipart`` then take ``meta=`` and store it with the object (a multipart object
+    gets it when completed)."""
+
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]: ...

@@ -34,6 +34,18 @@ def _extra_dict(conn: Any) -> dict[str, Any]:
     return dict(extra or {})
 
 
+# Airflow connection type -> the store scheme it reaches.
+_SCHEMES = {
+    "aws": "s3",
+    "google_cloud_platform": "gs",
+    "gcp": "gs",
+    "google": "gs",
+    "wasb": "az",
+    "azure": "az",
+    "azure_blob_storage": "az",
+}
+
+
 @dataclass(frozen=True)
 class StoreAccess:
     """How the control plane reaches a store named by an Airflow cloud connection.
@@ -96,6 +108,12 @@ def store_access_from_connection(conn: Any) -> StoreAccess:
             f"connection {conn.conn_id!r} has type {conn_type!r}; expected aws, "
             "google_cloud_platform or wasb"
         )
+    # Destination write options (storage_class, kms_key_id, ...: docs/metadata.md) under the
+    # store options' own names in the extra.
+    scheme = _SCHEMES[conn_type]
+    for name in sorted(api.store_write_options(scheme)):
+        if name in extra:
+            options[name] = extra[name]
     for value in env.values():
         mask_secret(value)
     return StoreAccess(options=options, env=env)

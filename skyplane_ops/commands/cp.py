@@ -94,16 +94,7 @@ def mv(ctx: click.Context, **params: Any) -> int:
 def _args(ctx: click.Context, params: dict[str, Any]) -> ArgsNS:
     """The run's ``args``; with ``--fleet`` the backend is the fleet's (a different
     ``--backend`` given with it is a usage error)."""
-    args = to_args(ctx, params)
-    # Several DSTs (one source, many replicas): ``dsts``/``dst_regions`` keep them all,
-    # ``dst``/``dst_region`` the first, as with one destination.
-    args.dsts, args.dst_regions = tuple(args.dst), tuple(args.dst_region)
-    args.dst, args.dst_region = args.dsts[0], args.dst_regions[0]
-    if len(args.dsts) != len(args.dst_regions):
-        raise click.UsageError(
-            f"give one --dst-region per DST, in order ({len(args.dsts)} DST, "
-            f"{len(args.dst_regions)} --dst-region)"
-        )
+    args = _split_destinations(to_args(ctx, params))
     if args.fleet is not None:
         given = ctx.get_parameter_source("backend") not in (None, ParameterSource.DEFAULT)
         if given and args.backend != args.fleet.backend:
@@ -111,6 +102,21 @@ def _args(ctx: click.Context, params: dict[str, Any]) -> ArgsNS:
                 f"--backend {args.backend} does not match --fleet, a {args.fleet.backend} fleet"
             )
         args.backend = args.fleet.backend
+    return args
+
+
+def _split_destinations(args: ArgsNS) -> ArgsNS:
+    """Several DSTs (one source, many replicas): ``dsts``/``dst_regions`` keep them all,
+    ``dst``/``dst_region`` the first, as with one destination (idempotent)."""
+    if not isinstance(args.dst, (tuple, list)):
+        return args
+    args.dsts, args.dst_regions = tuple(args.dst), tuple(args.dst_region)
+    args.dst, args.dst_region = args.dsts[0], args.dst_regions[0]
+    if len(args.dsts) != len(args.dst_regions):
+        raise click.UsageError(
+            f"give one --dst-region per DST, in order ({len(args.dsts)} DST, "
+            f"{len(args.dst_regions)} --dst-region)"
+        )
     return args
 
 
@@ -130,6 +136,7 @@ def _store_options(uri: str, given: dict[str, Any] | None, links: str | None) ->
 
 def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
     """The run's ``TransferRequest`` from the command's options (checked as it is built)."""
+    args = _split_destinations(args)
     src, dst = to_uri(args.src), to_uri(args.dst)
     links = _links(args)
     delete = bool(getattr(args, "delete", False))
@@ -144,7 +151,10 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         src,
         [to_uri(d) for d in args.dsts] if several else dst,
         src_options=_store_options(src, args.src_options, links),
-        dst_options=_store_options(dst, args.dst_options, "store" if links == "store" else None),
+        dst_options={
+            **_store_options(dst, args.dst_options, "store" if links == "store" else None),
+            **api.portable_dst_options(dst, args.storage_class, args.kms_key),
+        },
         src_region=args.src_region,
         dst_region=list(args.dst_regions) if several else args.dst_region,
         include=tuple(args.include),
@@ -161,6 +171,8 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         report_uri=getattr(args, "report_uri", None),
         report_options=getattr(args, "report_options", None) or {},
         wait_lock=args.wait_lock,
+        metadata=not args.no_metadata,
+        metadata_set=list(args.metadata_set),
         plan_options=planning,
         max_age=args.max_age,
         min_age=args.min_age,

@@ -173,6 +173,35 @@ def transfer_options(verb: str) -> Any:
             "bwlimit TRANSFER_ID RATE",
         ),
         click.option(
+            "--no-metadata",
+            "no_metadata",
+            is_flag=True,
+            help="copy bytes only: no content type/encoding, cache control, user metadata, tags "
+            "or times (default: objects keep them, see docs/metadata.md)",
+        ),
+        click.option(
+            "--metadata-set",
+            "metadata_set",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="add or override metadata on every object (repeatable; content-type, "
+            "content-encoding, cache-control... set the property, other keys user metadata)",
+        ),
+        click.option(
+            "--storage-class",
+            default=None,
+            metavar="CLASS",
+            help="destination storage class / access tier (S3 STANDARD_IA, GLACIER_IR...; GCS "
+            "NEARLINE...; Azure Cool...): the destination option storage_class",
+        ),
+        click.option(
+            "--kms-key",
+            default=None,
+            metavar="KEY",
+            help="encrypt at the destination with this key: S3 kms_key_id (SSE-KMS), GCS "
+            "kms_key_name (CMEK), Azure encryption_scope",
+        ),
+        click.option(
             "-L",
             "--copy-links",
             "copy_links",

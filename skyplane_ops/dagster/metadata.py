@@ -80,8 +80,10 @@ def transfer_metadata(
     transfer_id: str,
     replica_uri: str,
     partitions: int,
+    replica: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The replica's materialisation metadata, summed over the run's partitions."""
+    """The replica's materialisation metadata, summed over the run's partitions; ``replica``
+    (``api.replica_properties``): its storage class, encryption and key."""
     objects = sum(int(_pick(s, "objects") or 0) for s in summaries)
     nbytes = sum(int(_pick(s, "bytes") or 0) for s in summaries)
     seconds = sum(float(_pick(s, "seconds") or 0.0) for s in summaries)
@@ -110,6 +112,9 @@ def transfer_metadata(
         "transfer_id": dg.MetadataValue.text(transfer_id),
         "partitions": dg.MetadataValue.int(partitions),
     }
+    for name in ("storage_class", "encryption", "kms_key"):
+        if replica and replica.get(name):
+            meta[name] = dg.MetadataValue.text(str(replica[name]))
     if actual and all(a is not None for a in actual):
         meta["actual_cost_usd"] = dg.MetadataValue.float(round(sum(float(a) for a in actual), 6))
     if verified and all(v is not None for v in verified):

@@ -139,6 +139,17 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     report_options: dict[str, Any] = Field(
         default_factory=dict, description="Store options of report_uri (no credentials)."
     )
+    metadata: bool = Field(
+        default=True,
+        description=(
+            "Replicas keep content type/encoding, cache control, user metadata, tags and times "
+            "(docs/metadata.md); false copies bytes only. Destination storage_class and "
+            "encryption are store_options (storage_class, kms_key_id, kms_key_name, ...)."
+        ),
+    )
+    metadata_set: dict[str, str] = Field(
+        default_factory=dict, description="Metadata added to or overriding every replica's."
+    )
     check_checksums: str = Field(
         default="auto",
         description=(
@@ -256,6 +267,8 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             bwlimit=self.bwlimit,
             report_uri=self.report_uri,
             report_options=self.report_options,
+            metadata=self.metadata,
+            metadata_set=dict(self.metadata_set),
         )
 
     def gateways(self, *, fleet: GatewayFleet, plan: TransferPlan) -> api.Gateways:

@@ -56,7 +56,7 @@ def replicate(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) -
     fresh = replicas_up_to_date(context, skyplane, spec, planned)
     if len(fresh) == len(spec.destinations) * len(planned["units"]):
         context.log.info("every replica is up to date: no gateway started, nothing copied")
-        yield from _results(spec, planned, None, _by_dest(fresh))
+        yield from _results(spec, skyplane, planned, None, _by_dest(fresh))
         return
     fleet = provision_fleet(context, skyplane, spec, planned)
     yield from transfer_step(context, skyplane, spec, planned, fleet.to_dict(), fresh)
@@ -326,11 +326,12 @@ def transfer_step(
         raise failure from None
     if deprovision_error is not None:
         raise _fail(skyplane, context, "deprovisioning failed", deprovision_error) from None
-    yield from _results(spec, planned, fleet, outcomes)
+    yield from _results(spec, skyplane, planned, fleet, outcomes)
 
 
 def _results(
     spec: ReplicationSpec,
+    skyplane: SkyplaneResource,
     planned: Mapping[str, Any],
     fleet: GatewayFleet | None,
     outcomes: Mapping[str, list[dict[str, Any]]],
@@ -350,6 +351,7 @@ def _results(
                     transfer_id=planned["transfer_id"],
                     replica_uri=dest.uri,
                     partitions=len(planned["units"]),
+                    replica=api.replica_properties(dest.uri, skyplane.store_options_for(dest.uri)),
                 ),
             },
         )

@@ -11,9 +11,10 @@ It is reported and copied again by the next run. Only ``mirror.delete_extra`` (`
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, cast
 
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import (
@@ -22,6 +23,7 @@ from gateway_agent.stores.errors import (
     StoreError,
     UploadNotFoundError,
 )
+from gateway_agent.stores.objmeta import MetadataNotSupportedError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.catalog import TODO, Catalog, dec, enc
 from skyplane_ops.transfer.journal.file import Journal
@@ -36,10 +38,12 @@ def prepare_uploads(
     catalog: Catalog,
     journal: Journal,
     part_size: int,
+    meta_of: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> dict[str, str]:
     """A multipart upload per multi-part object still to copy, reused from the journal (its
     index in the catalog) when the source version is the same. Only large objects (at least a
-    part each) are held here."""
+    part each) are held here. ``meta_of(key)``: the metadata a new upload is created with (the
+    object's, read from the source: the gateways write parts only)."""
     uploads: dict[str, str] = {}
     limit = whole_limit(part_size, dst.capabilities)
     where = f"state = {TODO} AND size > ?"
@@ -55,7 +59,15 @@ def prepare_uploads(
         upload_id = known
         if upload_id is None:
             try:
-                upload_id = dst.create_multipart(key)
+                meta = meta_of(key) if meta_of is not None else None
+                if meta:
+                    upload_id = cast(Any, dst).create_multipart(key, meta=meta)
+                else:
+                    upload_id = dst.create_multipart(key)
+            except MetadataNotSupportedError as exc:
+                raise TransferError(
+                    f"{dst_uri}: cannot hold the metadata of {key!r}: {exc}"
+                ) from exc
             except StoreError as exc:
                 raise TransferError(f"destination {dst_uri} is not writable: {exc}") from exc
             journal.record_upload(key, upload_id, fp)
@@ -81,6 +93,7 @@ def complete_uploads(
     todo: Sequence[Completion],
     journal: Journal,
     verify: str,
+    meta_of: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Complete each upload and journal it at once, so a re-run never completes it twice.
 
@@ -90,8 +103,11 @@ def complete_uploads(
     ``"read-back"`` it is left to the CRC32C check (never vouched for: ``vouch_multipart``).
     Returns ({key: the store's message} of those, {key: why} of objects whose name the
     destination cannot take: a per-object failure, their uploads kept staged and journaled so
-    the run after the user clears the way only completes them).
+    the run after the user clears the way only completes them). ``meta_of``: the metadata a
+    store that takes it at the commit (``META_AT_COMPLETE``: Azure's block list) is given.
     """
+    if not getattr(dst, "META_AT_COMPLETE", False):
+        meta_of = None
     unconfirmed: dict[str, str] = {}
     blocked: dict[str, str] = {}
     failures: list[tuple[str, StoreError]] = []
@@ -99,7 +115,11 @@ def complete_uploads(
     def complete(item: Completion) -> None:
         key = item.key
         try:
-            dst.complete_multipart(key, uploads[key], item.parts)
+            meta = meta_of(key) if meta_of is not None else None
+            if meta:
+                cast(Any, dst).complete_multipart(key, uploads[key], item.parts, meta=meta)
+            else:
+                dst.complete_multipart(key, uploads[key], item.parts)
         except (KeyBlockedError, KeyNotSupportedError) as exc:
             blocked[key] = f"destination: {exc}"
             return

@@ -8,7 +8,9 @@ every copy committed and verified with nothing failed or changed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.errors import StoreError
@@ -23,12 +25,14 @@ from skyplane_ops.transfer.commit import (
 )
 from skyplane_ops.transfer.dispatch import DispatchStats
 from skyplane_ops.transfer.journal import Journal
+from skyplane_ops.transfer.metadata import upload_meta, verify_metadata
 from skyplane_ops.transfer.move import delete_moved
 from skyplane_ops.transfer.report import ReportRun, write_report
 from skyplane_ops.transfer.result import TransferResult, partial_error, plan_costs
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import fold_expected, segments_of, whole_limit
 from skyplane_ops.transfer.verify import (
+    _VOUCHED,
     Verification,
     changed_objects,
     relist_needed,
@@ -69,9 +73,12 @@ def finish_run(
     (``TransferError``) or on objects left out (``PartialTransferError``)."""
     failed, changed = _check_source(run, catalog, src, dst, journal, moved, delete)
     run.step("check_source")
-    unconfirmed = _commit(run, catalog, dst, journal, moved.uploads, part_size, verify, failed)
+    meta_of = upload_meta(src, dst, run.request.metadata, run.request.metadata_set)
+    unconfirmed = _commit(
+        run, catalog, dst, journal, moved.uploads, part_size, verify, failed, meta_of
+    )
     run.step("commit")
-    verification = _verify(run, catalog, dst, journal, verify, unconfirmed)
+    verification = _verify(run, catalog, dst, journal, verify, unconfirmed, src)
     run.step("verify")
     deleting = delete and not changed and not failed
     deleted, delete_errors = 0, dict[str, str]()
@@ -124,8 +131,10 @@ def _commit(
     part_size: int,
     verify: str,
     failed: dict[str, str],
+    meta_of: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> dict[str, str]:
-    """Complete the multipart uploads; {key: why} of completions not confirmed (verification
+    """Complete the multipart uploads (``meta_of``: their metadata, for a store that takes it
+    at the commit); {key: why} of completions not confirmed (verification
     then decides). A name the destination refuses fails that object alone (``failed``)."""
     caps = dst.capabilities
     missing = fold_expected(catalog, part_size, caps)
@@ -145,7 +154,9 @@ def _commit(
         )
         if k in uploads
     ]
-    unconfirmed, blocked = complete_uploads(dst, run.dst_uri, uploads, to_complete, journal, verify)
+    unconfirmed, blocked = complete_uploads(
+        dst, run.dst_uri, uploads, to_complete, journal, verify, meta_of
+    )
     if blocked:  # failed like an object the sink could not name; not expected there
         catalog.set_outcome("failed", sorted(blocked.items()), FAILED)
         catalog.write("DELETE FROM exp WHERE key = ?", [(enc(k),) for k in blocked])
@@ -161,9 +172,25 @@ def _verify(
     journal: Journal,
     verify: str,
     unconfirmed: dict[str, str],
+    src: ObjectStore | None = None,
 ) -> Verification:
     """Verify the destination against the catalog; raise, naming what does not match."""
     verification = verify_catalog(dst, catalog, verify)
+    if verify == "full" and verification.status == "passed" and src is not None:
+        # Metadata and write options, by HEAD, of the objects no write vouched for: a vouched
+        # write (S3's checked PUT, a completed upload, a local file) stored the metadata it
+        # was sent with the bytes, atomically, or failed.
+        request = run.request
+        _looked, bad = verify_metadata(
+            src,
+            dst,
+            (dec(raw) for (raw,) in catalog.pages("key", "exp e", f"NOT {_VOUCHED}")),
+            metadata=request.metadata,
+            metadata_set=request.metadata_set,
+            dst_options=request.dst.options,
+        )
+        if bad:
+            verification.status, verification.failures = "failed", bad
     for key, why in sorted(unconfirmed.items()):
         bad = [f for f in verification.failures if f.startswith(f"{key}: ")]
         if bad:

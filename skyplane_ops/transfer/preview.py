@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from skyplane_ops.transfer import syncstate
 from skyplane_ops.transfer.catalog import SKIPPED, TODO, Catalog, dec
 from skyplane_ops.transfer.listing import list_request
+from skyplane_ops.transfer.metadata import META_CHANGED, sync_meta_check
 from skyplane_ops.transfer.preflight import check_before_run
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.todo import (
@@ -54,9 +55,10 @@ class Preview:
         """(key, size, why or None) of each object the run would copy, in key order; why is
         said where the source is as the sync record has it and the destination is not (someone
         else changed the copy: sync puts the source's bytes back)."""
-        why = "NULL"
+        # Only the metadata differs (``metadata.mark_metadata_changes``): says which.
+        why = f"(SELECT o.why FROM outcome o WHERE o.key = src.key AND o.kind = '{META_CHANGED}')"
         if self.catalog.state is not None:
-            why = f"CASE WHEN {syncstate.dst_changed()} THEN '{DST_CHANGED}' END"
+            why = f"coalesce({why}, CASE WHEN {syncstate.dst_changed()} THEN '{DST_CHANGED}' END)"
         for raw, size, because in self.catalog.pages(f"key, size, {why}", "src", f"state = {TODO}"):
             yield dec(raw), int(size), because
 
@@ -183,9 +185,10 @@ def preview_transfer(
     listing = list_request(request)
     catalog = listing.catalog
     try:
+        dst_store = request.dst.open("destination")
         todo = plan_todo(
             catalog,
-            request.dst.open("destination"),
+            dst_store,
             request.dst_uri,
             request.include,
             request.exclude,
@@ -195,6 +198,9 @@ def preview_transfer(
             ignore_existing=request.ignore_existing,
             update=request.update,
             move=False,  # the dry run reports the moves, it does not refuse them
+            meta_check=sync_meta_check(
+                request.src.open("source"), dst_store, request.metadata, request.metadata_set
+            ),
         )
     except BaseException:
         catalog.close()

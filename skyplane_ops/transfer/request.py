@@ -25,7 +25,9 @@ from typing import Any
 
 from gateway_agent.stores._common import check_common_options
 from gateway_agent.stores.errors import StoreError
+from gateway_agent.stores.objmeta import set_pairs
 from gateway_agent.stores.uri import parse_uri
+from gateway_agent.stores.writeopts import WRITE_OPTIONS, check_write_options, portable
 from skyplane_ops.errors import TransferError
 from skyplane_ops.transfer.bwlimit import check_frame_time, parse_rate
 from skyplane_ops.transfer.checks import check_int, check_transfer_options
@@ -91,6 +93,9 @@ class StoreLocation:
             raise TransferError(f"{side} options must be plain JSON values: {exc}") from exc
         try:
             check_common_options(self.options, self.uri)
+            scheme = self.uri.split("://", 1)[0]
+            if scheme in WRITE_OPTIONS:  # a value the provider lacks: refused before any work
+                check_write_options(scheme, self.options, self.uri)
         except StoreError as exc:
             raise TransferError(f"bad {side} option: {exc}") from exc
 
@@ -261,6 +266,11 @@ class TransferRequest:
     report_options: Mapping[str, Any] = field(default_factory=dict)
     destinations: tuple[StoreLocation, ...] = ()
     dst_regions: tuple[str, ...] = ()
+    # Objects keep their metadata (``docs/metadata.md``): False copies bytes only
+    # (``--no-metadata``); ``metadata_set`` adds or overrides keys (``--metadata-set k=v``:
+    # ``key=value`` strings or a mapping).
+    metadata: bool = True
+    metadata_set: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -297,6 +307,12 @@ class TransferRequest:
         for name in ("changed_since", "changed_before"):
             put(self, name, timestamp(f"{name} (--{name.replace('_', '-')})", getattr(self, name)))
         put(self, "files_from", key_list(self.files_from))
+        if not isinstance(self.metadata, bool):
+            raise TransferError(f"metadata must be true or false, not {self.metadata!r}")
+        try:
+            put(self, "metadata_set", set_pairs(self.metadata_set))
+        except ValueError as exc:
+            raise TransferError(f"bad metadata_set (--metadata-set): {exc}") from None
         self.check()
 
     def check(self) -> None:
@@ -454,6 +470,8 @@ class TransferRequest:
             encrypt=self.encrypt,
             compress_level=self.compress_level,
             bwlimit=self.bwlimit_bps,
+            metadata=self.metadata,
+            metadata_set=dict(self.metadata_set),
         )
 
     def replace(self, **changes: Any) -> TransferRequest:
@@ -546,6 +564,25 @@ def _inside(uri: str, folder: str) -> bool:
     """``uri`` is ``folder`` or under it (same scheme, bucket and prefix)."""
     a, b = uri.rstrip("/") + "/", folder.rstrip("/") + "/"
     return a.startswith(b)
+
+
+def portable_dst_options(
+    dst: str, storage_class: str | None = None, kms_key: str | None = None
+) -> dict[str, Any]:
+    """The destination store options of the portable ``--storage-class`` / ``--kms-key``: the
+    provider's ``storage_class`` and its key option (S3 ``kms_key_id``, GCS ``kms_key_name``,
+    Azure ``encryption_scope``); a one-line error where the provider has no such value."""
+    uri = to_uri(dst)
+    try:
+        return portable(uri.split("://", 1)[0], storage_class, kms_key, uri)
+    except StoreError as exc:
+        raise TransferError(f"bad destination option: {exc}") from None
+
+
+def store_write_options(scheme: str) -> frozenset[str]:
+    """The destination write options a store of ``scheme`` (``s3``, ``gs``, ``az``) takes
+    (``docs/metadata.md``): the names a face carries from its connection into store options."""
+    return WRITE_OPTIONS.get(scheme, frozenset())
 
 
 def as_request(value: TransferRequest | Mapping[str, Any] | str) -> TransferRequest:

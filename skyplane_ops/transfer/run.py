@@ -21,6 +21,7 @@ from skyplane_ops.transfer.finish import Moved, finish_run
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
 from skyplane_ops.transfer.manifest import Chunk
+from skyplane_ops.transfer.metadata import sync_meta_check, upload_meta
 from skyplane_ops.transfer.progress import ProgressCallback
 from skyplane_ops.transfer.report import write_report
 from skyplane_ops.transfer.request import TransferRequest, request_from
@@ -136,6 +137,7 @@ class _Run(RunState):
             update=request.update,
             move=request.move,
             src_uri=request.src_uri,
+            meta_check=sync_meta_check(src, dst, request.metadata, request.metadata_set),
         )
         skipped = todo.skipped
         self.step("list")
@@ -171,7 +173,14 @@ class _Run(RunState):
         # objects whose multipart upload an earlier run completed (their upload id is spent).
         catalog.load_journal(journal.path)
         resumed = resume(catalog, part_size, caps)
-        uploads = prepare_uploads(dst, self.dst_uri, catalog, journal, part_size)
+        uploads = prepare_uploads(
+            dst,
+            self.dst_uri,
+            catalog,
+            journal,
+            part_size,
+            upload_meta(src, dst, dispatch.metadata, dispatch.metadata_set),
+        )
         chunks, segments, nbytes, objects = chunk_totals(catalog, part_size, caps)
         # The largest chunk this run sends: a gateway whose byte budget is smaller refuses the
         # job before any byte moves, instead of holding more than its budget.

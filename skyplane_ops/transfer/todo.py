@@ -10,7 +10,7 @@ for one object; they are applied in SQL (or by a function SQLite calls per row).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from gateway_agent.stores.base import Capabilities, ObjectStore
@@ -34,6 +34,7 @@ from skyplane_ops.transfer.manifest import (
     choose_part_size,
     matches,
 )
+from skyplane_ops.transfer.metadata import mark_metadata_changes
 from skyplane_ops.transfer.move import check_max_moves
 
 # Sync's test in SQL (``syncstate`` tells the rule): equal size and, where both sides report a
@@ -100,6 +101,7 @@ def plan_todo(
     update: bool = False,
     move: bool = False,
     src_uri: str = "",
+    meta_check: Callable[[list[str]], list[tuple[str, str]]] | None = None,
 ) -> Todo:
     """Mark the catalog's objects; idempotent (a sync checked up to date, then run, repeats it).
     ``names_fit``: every source key is known to be a name the destination holds (between two
@@ -131,6 +133,9 @@ def plan_todo(
             f"UPDATE src SET state = {SKIPPED} WHERE state = {TODO} AND EXISTS "
             f"(SELECT 1 FROM dst d WHERE d.key = src.key AND {same_sql(catalog)})"
         )
+        # Equal content, other metadata or tags: a change too (``metadata.sync_meta_check``).
+        mark_metadata_changes(catalog, meta_check)
+    # After it: an overwrite rule keeps what it keeps, whatever its metadata.
     rule = skip_rule(ignore_existing=ignore_existing, update=update)
     if rule is not None:
         catalog.run(

@@ -19,6 +19,7 @@ from skyplane_ops.transfer import syncstate
 from skyplane_ops.transfer.catalog import TODO, Catalog
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, list_request
+from skyplane_ops.transfer.metadata import sync_meta_check
 from skyplane_ops.transfer.quickcheck import TreeCheck, Walked, walk_trees
 from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult
@@ -49,13 +50,18 @@ def sync_up_to_date(
     t0 = time.monotonic()
     if not listing.has_destination:
         raise TransferError("internal error: sync_up_to_date needs the destination listing")
-    if nothing_to_do(listing.catalog, delete=request.delete):
+    dst = request.dst.open("destination")
+    # Equal content may still differ in metadata (a cloud source: a HEAD of each side).
+    meta_check = sync_meta_check(
+        request.src.open("source"), dst, request.metadata, request.metadata_set
+    )
+    if meta_check is None and nothing_to_do(listing.catalog, delete=request.delete):
         skipped = listing.objects
         syncstate.record_equal(listing.catalog, (TODO,))  # every row is equal, none marked
     else:
         todo = plan_todo(
             listing.catalog,
-            request.dst.open("destination"),
+            dst,
             request.dst_uri,
             request.include,
             request.exclude,
@@ -66,6 +72,7 @@ def sync_up_to_date(
             update=request.update,
             move=request.move,
             src_uri=request.src_uri,
+            meta_check=meta_check,
         )
         if todo.objects or todo.unread or todo.to_delete:
             return None

@@ -250,6 +250,46 @@ def test_lineage_datasets_follow_the_openlineage_naming_spec() -> None:
     assert [(d.namespace, d.name) for d in lineage.outputs] == [("gs://b", "out")]
 
 
+def test_lineage_shows_the_replicas_storage_class_and_encryption(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Write options in the connection's extra (the store options' names, docs/metadata.md)
+    reach the store options, and the replica's output facet shows them (no secret in it)."""
+    from openlineage.client.serde import Serde
+
+    from skyplane_ops.airflow.hooks import SkyplaneHook
+    from skyplane_ops.airflow.lineage import operator_lineage, replica_facet
+
+    key = "arn:aws:kms:us-east-1:111122223333:key/replicas"
+    extra = {"region_name": "us-east-1", "storage_class": "standard_ia", "kms_key_id": key}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DST_AWS",
+        json.dumps({"conn_type": "aws", "login": "AKIA", "password": "s3cr3t", "extra": extra}),
+    )
+    access = SkyplaneHook.store_access("dst_aws")
+    assert access.options == {
+        "region": "us-east-1",
+        "storage_class": "standard_ia",
+        "kms_key_id": key,
+    }
+    lineage = operator_lineage(
+        "gs://a/in/", "s3://b/out/", replica=replica_facet("s3://b/out/", access.options)
+    )
+    facet = json.loads(Serde.to_json(lineage.outputs[0]))["facets"]["skyplane_replica"]
+    assert (facet["storageClass"], facet["encryption"], facet["kmsKey"]) == (
+        "STANDARD_IA",
+        "aws:kms",
+        key,
+    )
+    assert "s3cr3t" not in Serde.to_json(lineage.outputs[0])
+    assert (
+        operator_lineage("s3://a/", "file:///x/", replica=replica_facet("file:///x/", {}))
+        .outputs[0]
+        .facets
+        == {}
+    )
+
+
 def test_airflow_providers_list_shows_the_installed_provider() -> None:
     airflow_bin = Path(sys.executable).with_name("airflow")
     out = subprocess.run(

@@ -33,6 +33,7 @@ attributes:
   skyplane:
     backend: local
     max_vms_per_region: 1
+    metadata_set: {{reviewed: "yes"}}
   replications:
     - name: logs_replication
       source: {{uri: "file://{root}/us/logs/", region: "aws:us-east-1"}}
@@ -96,10 +97,51 @@ def test_yaml_component_materialises_a_partitioned_replica_with_its_check(
         ).read_bytes()
     (check,) = _checks(result)
     assert check.passed and check.partition == DAY
+    # The resource's metadata policy reached the replica (docs/metadata.md): its time kept,
+    # ``metadata_set`` as a user xattr where the file system has them.
+    src_file, dst_file = (root / side / "logs" / DAY / "part-0.bin" for side in ("us", "eu"))
+    assert dst_file.stat().st_mtime_ns == src_file.stat().st_mtime_ns
+    if _xattrs_supported(dst_file.parent):
+        assert os.getxattr(dst_file, "user.reviewed") == b"yes"
     # One step, no step outputs through an IO manager.
     steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
     assert "logs_replication" in steps
     print(f"component materialisation of 3 MiB: {elapsed:.2f} s")
+
+
+def _xattrs_supported(folder: Path) -> bool:
+    probe = folder / ".xattr-probe"
+    probe.write_bytes(b"")
+    try:
+        os.setxattr(probe, "user.probe", b"1")
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.unlink()
+
+
+def test_replica_metadata_shows_storage_class_and_encryption() -> None:
+    """The materialisation metadata names the replica's storage class and encryption (its
+    destination's store options), never a secret."""
+    from skyplane_ops import api
+    from skyplane_ops.dagster.metadata import transfer_metadata
+    from skyplane_ops.testing.transfer import DST, SRC, make_plan
+
+    options = {"storage_class": "nearline", "kms_key_name": "projects/p/keyRings/r/cryptoKeys/k"}
+    replica = api.replica_properties("gs://b/x/", options)
+    meta = transfer_metadata(
+        [{"objects": 1, "bytes": 10, "seconds": 1.0}],
+        make_plan([SRC, DST]),
+        "file:///tmp/plan.json",
+        transfer_id="t",
+        replica_uri="gs://b/x/",
+        partitions=1,
+        replica=replica,
+    )
+    assert meta["storage_class"].value == "NEARLINE"
+    assert meta["kms_key"].value == options["kms_key_name"]
+    assert "encryption" not in meta  # GCS: the key names it; S3 says aws:kms / AES256
 
 
 class TeamTranslator(SkyplaneTranslator):

@@ -115,7 +115,17 @@ def local_root() -> Iterator[Path]:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, local_root: Path) -> Backend:
-    name = request.param
+    return make_backend(request.param, request, local_root)
+
+
+@pytest.fixture(params=BACKENDS)
+def dst_backend(request: pytest.FixtureRequest, local_root: Path) -> Backend:
+    """A second backend, for tests of a store pair (``backend`` -> ``dst_backend``)."""
+    return make_backend(request.param, request, local_root)
+
+
+def make_backend(name: str, request: pytest.FixtureRequest, local_root: Path) -> Backend:
+    """The backend ``name``; its emulator is started (once per session) only now."""
     if name == "memory":
         return Backend(
             "memory",

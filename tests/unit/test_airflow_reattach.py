@@ -58,6 +58,10 @@ def test_a_live_driver_on_this_host_is_followed() -> None:
         stdin=subprocess.DEVNULL,
     )
     try:
+        # Until the child has exec'd, its /proc cmdline is briefly empty: wait for it.
+        deadline = time.monotonic() + 30
+        while not driver.is_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         previous = _running(socket.gethostname(), proc.pid)
         assert _Op()._driver_still_runs(_State([previous]), previous) is True
     finally:

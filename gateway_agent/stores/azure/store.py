@@ -44,6 +44,7 @@ from gateway_agent.stores._common import (
     paginate,
     require_parts,
 )
+from gateway_agent.stores.azure.meta import meta_args, props_to_meta, write_args
 from gateway_agent.stores.base import Capabilities, ObjectInfo
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import combine_ranges, crc32c_b64
@@ -63,6 +64,7 @@ from gateway_agent.stores.errors import (
     UploadNotFoundError,
 )
 from gateway_agent.stores.uri import StoreURI
+from gateway_agent.stores.writeopts import WRITE_OPTIONS
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 _OPTIONS = (
@@ -77,6 +79,7 @@ _OPTIONS = (
         }
     )
     | CREDENTIAL_OPTIONS["az"]
+    | WRITE_OPTIONS["az"]
 )
 CRC_METADATA = "skyplane_crc32c"  # the blob's CRC32C, written with its bytes (module doc)
 _BUCKET_CODES = {"ContainerNotFound", "ContainerBeingDeleted"}
@@ -120,6 +123,8 @@ class AzureBlobStore(CloudStore):
 
     OPTIONS = _OPTIONS
     LIMIT_IN_CHARS = True  # Azure counts a blob name's 1024 in characters
+    # A multipart blob's metadata goes with its commit (Azure keeps nothing until then).
+    META_AT_COMPLETE = True
     capabilities = Capabilities(
         native_checksums=frozenset({"md5", "crc32c"}),  # crc32c: in the metadata we write
         server_side_copy=False,
@@ -146,6 +151,7 @@ class AzureBlobStore(CloudStore):
         if not self._vouch:
             self.capabilities = replace(self.capabilities, native_checksums=frozenset({"md5"}))
         self._timeout = int(opts.get("timeout", 120))
+        self._write_args = write_args(opts, self.uri)  # checked before any work
         self._page_size = int(opts.get("list_page_size", 5000))
         common: dict[str, Any] = {
             "retry_total": 0,  # tenacity retries, not azure-core
@@ -269,6 +275,7 @@ class AzureBlobStore(CloudStore):
                     offset=start if (start or length is not None) else None,
                     length=length,
                     timeout=self._timeout,
+                    decompress=False,  # the stored bytes, whatever their Content-Encoding
                     **pinned,
                 ).readall()
             )
@@ -290,26 +297,51 @@ class AzureBlobStore(CloudStore):
                 return b""  # start at or past the end: nothing to read
             raise
 
-    def write(self, key: str, data: bytes) -> ObjectInfo:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
+        """Content settings, metadata, blob index tags (one more call, only when the blob has
+        any), the kept source time (else Last-Modified), tier and encryption scope."""
+        blob = self._blob(key)
+        try:
+            props = self._call("head", key, blob.get_blob_properties, timeout=self._timeout)
+        except ObjectNotFoundError as exc:
+            self._raise_not_found("head", key, exc)
+        tags: dict[str, str] = {}
+        if getattr(props, "tag_count", None):
+            tags = self._call("tags", key, blob.get_blob_tags, timeout=self._timeout)
+        return props_to_meta(props, tags, frozenset({CRC_METADATA}))
+
+    def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         blob = self._blob(key)
         checks: dict[str, Any] = {}
+        crc: dict[str, str] = {}
         if self._vouch:  # the service refuses a body whose MD5 differs (module doc)
-            checks = {
-                "validate_content": "md5",
-                "metadata": {CRC_METADATA: crc32c_b64(crc32c(data))},
-            }
+            crc = {CRC_METADATA: crc32c_b64(crc32c(data))}
+            checks = {"validate_content": "md5", "metadata": crc}
+        if meta:
+            checks.update(meta_args(meta, f"write {self.uri}{key}", crc))
         resp = self._call(
-            "write", key, blob.upload_blob, data, overwrite=True, timeout=self._timeout, **checks
+            "write",
+            key,
+            blob.upload_blob,
+            data,
+            overwrite=True,
+            timeout=self._timeout,
+            **checks,
+            **self._write_args,
         )
         md5 = resp.get("content_md5")
         etag = str(resp.get("etag", "")).strip('"') or None
         checksums = {"md5": bytes(md5).hex()} if md5 else {}
-        if checks:
-            checksums["crc32c"] = checks["metadata"][CRC_METADATA]
+        if crc:
+            checksums["crc32c"] = crc[CRC_METADATA]
         return ObjectInfo(key, len(data), etag, checksums, resp.get("last_modified"))
 
-    def create_multipart(self, key: str) -> str:
+    def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
+        """An id only: Azure keeps nothing until the commit, which is given the metadata
+        (``complete_multipart(meta=...)``); it is checked here, before any part moves."""
         self._name(key)
+        if meta:
+            meta_args(meta, f"create_multipart {self.uri}{key}", {})
         self._call("create_multipart", key, self._container.get_container_properties)
         return uuid.uuid4().hex
 
@@ -327,10 +359,15 @@ class AzureBlobStore(CloudStore):
             length=len(data),
             timeout=self._timeout,
             **checks,
+            **{k: v for k, v in self._write_args.items() if k == "encryption_scope"},
         )
 
     def complete_multipart(
-        self, key: str, upload_id: str, part_numbers: Sequence[int]
+        self,
+        key: str,
+        upload_id: str,
+        part_numbers: Sequence[int],
+        meta: Mapping[str, Any] | None = None,
     ) -> ObjectInfo:
         from azure.storage.blob import BlobBlock
 
@@ -351,9 +388,12 @@ class AzureBlobStore(CloudStore):
         chosen = [next(iter(staged[n])) for n in wanted]
         blocks = [BlobBlock(block_id=bid) for bid, _crc, _size in chosen]
         checks: dict[str, Any] = {}
+        crc: dict[str, str] = {}
         if self._vouch:
-            whole = combine_ranges([(crc, size) for _bid, crc, size in chosen])
-            checks = {"metadata": {CRC_METADATA: crc32c_b64(whole)}}
+            crc = {CRC_METADATA: crc32c_b64(combine_ranges([(c, n) for _b, c, n in chosen]))}
+            checks = {"metadata": crc}
+        if meta:
+            checks.update(meta_args(meta, f"complete {self.uri}{key}", crc))
         self._call(
             "complete_multipart",
             key,
@@ -361,6 +401,7 @@ class AzureBlobStore(CloudStore):
             blocks,
             timeout=self._timeout,
             **checks,
+            **self._write_args,
         )
         return self.head(key)
 

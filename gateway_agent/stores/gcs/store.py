@@ -21,10 +21,11 @@ aborting once more removes it.
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from gateway_agent.stores._common import (
     CloudStore,
@@ -45,7 +46,9 @@ from gateway_agent.stores.errors import (
     TransientStoreError,
     UploadNotFoundError,
 )
+from gateway_agent.stores.gcs.meta import blob_to_meta, prepare, write_options
 from gateway_agent.stores.uri import StoreURI
+from gateway_agent.stores.writeopts import WRITE_OPTIONS
 
 STAGING = ".%staging/"
 COMPOSE_LIMIT = 32
@@ -62,6 +65,7 @@ _OPTIONS = (
         }
     )
     | CREDENTIAL_OPTIONS["gs"]
+    | WRITE_OPTIONS["gs"]
 )
 
 
@@ -87,6 +91,7 @@ class GCSStore(CloudStore):
         super().__init__(parsed, options)
         opts = self._opts
         self._timeout = float(opts.get("timeout", 120))
+        self._write_opts = write_options(opts, self.uri)  # checked before any work
         self._page_size = int(opts.get("list_page_size", 1000))
         kwargs: dict[str, Any] = {"project": opts.get("project")}
         if opts.get("endpoint_url"):
@@ -231,8 +236,18 @@ class GCSStore(CloudStore):
                 raise self._changed(key, version, str(served))
         return bytes(data)
 
-    def write(self, key: str, data: bytes) -> ObjectInfo:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
+        """System properties, custom metadata (tags kept in it, ``gcs.meta``), the kept source
+        time (else ``updated``), storage class and KMS key."""
         blob = self._bucket.blob(self._name(key))
+        try:
+            self._call("head", key, blob.reload, timeout=self._timeout, retry=None)
+        except ObjectNotFoundError as exc:
+            raise self._not_found("head", key, exc) from None
+        return blob_to_meta(blob)
+
+    def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
+        blob = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts)
         try:
             self._call(
                 "write", key, blob.upload_from_string, data, timeout=self._timeout, retry=None
@@ -252,10 +267,14 @@ class GCSStore(CloudStore):
     def _stage(self, upload_id: str, name: str) -> Any:
         return self._bucket.blob(f"{STAGING}{upload_id}/{name}")
 
-    def create_multipart(self, key: str) -> str:
+    def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
+        """A staging marker naming the key; ``meta`` is kept beside it (custom metadata of the
+        marker) and set on the destination by the final compose."""
         full = self._name(key)
         upload_id = uuid.uuid4().hex
         marker = self._stage(upload_id, "key")
+        if meta:
+            marker.metadata = {"meta": json.dumps(dict(meta))}
         try:
             self._call(
                 "create_multipart", key, marker.upload_from_string, full.encode(), retry=None
@@ -264,7 +283,8 @@ class GCSStore(CloudStore):
             raise self._not_found("create_multipart", key, exc) from None
         return upload_id
 
-    def _check_owner(self, key: str, upload_id: str) -> None:
+    def _check_owner(self, key: str, upload_id: str) -> dict[str, Any] | None:
+        """Refuse an upload that is not ``key``'s; the metadata it was created with."""
         marker = self._stage(check_upload_id(upload_id), "key")
         try:
             owner = self._call("complete_multipart", key, marker.download_as_bytes, retry=None)
@@ -272,6 +292,9 @@ class GCSStore(CloudStore):
             owner = None
         if owner is None or owner.decode() != self._parsed.key(key):
             raise UploadNotFoundError(f"{self.uri}: no upload {upload_id} for key {key!r}")
+        self._call("complete_multipart", key, marker.reload, retry=None)  # its metadata
+        kept = (marker.metadata or {}).get("meta")
+        return cast(dict[str, Any], json.loads(kept)) if kept else None
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
         check_key(key)
@@ -282,9 +305,14 @@ class GCSStore(CloudStore):
         )
 
     def complete_multipart(
-        self, key: str, upload_id: str, part_numbers: Sequence[int]
+        self,
+        key: str,
+        upload_id: str,
+        part_numbers: Sequence[int],
+        meta: Mapping[str, Any] | None = None,
     ) -> ObjectInfo:
-        self._check_owner(check_key(key), upload_id)
+        kept = self._check_owner(check_key(key), upload_id)
+        meta = meta or kept
         wanted = sorted(set(part_numbers))  # a missing part fails the compose below
         if not wanted:
             raise UploadNotFoundError(f"complete {self.uri}{key}: no parts given")
@@ -301,7 +329,7 @@ class GCSStore(CloudStore):
                         "compose", key, target.compose, group, timeout=self._timeout, retry=None
                     )
                 sources, level = merged, level + 1
-            dest = self._bucket.blob(self._name(key))
+            dest = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts)
             self._call(
                 "complete_multipart", key, dest.compose, sources, timeout=self._timeout, retry=None
             )

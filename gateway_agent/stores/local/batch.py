@@ -15,40 +15,50 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.local.atomic import _name, _open, sync_folder, write_all
+from gateway_agent.stores.local.meta import apply_meta
+
+# Per item: its metadata and its key (for the extension and errors), or None (bytes only).
+Metas = Sequence[tuple[Mapping[str, Any], str] | None] | None
 
 # Files open at once in a durable batch (one descriptor each until it is named).
 GROUP = 64
 
 
 def create_many(
-    items: Sequence[tuple[str, bytes | memoryview]], *, fsync: bool = False
-) -> list[OSError | None]:
-    """Create every ``(path, data)``; per item, None or the error that kept it from landing
-    (the others land regardless)."""
-    results: list[OSError | None] = [None] * len(items)
+    items: Sequence[tuple[str, bytes | memoryview]], *, fsync: bool = False, metas: Metas = None
+) -> list[Exception | None]:
+    """Create every ``(path, data)`` (with ``metas[i]`` written onto it first, when given);
+    per item, None or the error that kept it from landing (the others land regardless)."""
+    results: list[Exception | None] = [None] * len(items)
     if not fsync:
         for i, (dest, data) in enumerate(items):
-            results[i] = _one(dest, data)
+            results[i] = _one(dest, data, metas[i] if metas else None)
         return results
     for start in range(0, len(items), GROUP):
-        _durable_group(items, start, min(len(items), start + GROUP), results)
+        _durable_group(items, start, min(len(items), start + GROUP), results, metas)
     return results
 
 
-def _one(dest: str, data: bytes | memoryview) -> OSError | None:
+def _one(
+    dest: str, data: bytes | memoryview, meta: tuple[Mapping[str, Any], str] | None
+) -> Exception | None:
     try:
         fd, tmp = _open(os.path.dirname(dest), True)
     except OSError as exc:
         return exc
     try:
         write_all(fd, data)
+        if meta is not None:
+            apply_meta(fd, meta[0], meta[1], f"write {meta[1]!r}")
         _name(fd, tmp, dest, True)
         tmp = None
         return None
-    except OSError as exc:
+    except (OSError, StoreError) as exc:  # StoreError: metadata the file system cannot hold
         return exc
     finally:
         os.close(fd)
@@ -61,7 +71,8 @@ def _durable_group(
     items: Sequence[tuple[str, bytes | memoryview]],
     start: int,
     end: int,
-    results: list[OSError | None],
+    results: list[Exception | None],
+    metas: Metas = None,
 ) -> None:
     """Fill, flush, name, then flush the folders of ``items[start:end]``."""
     opened: dict[int, tuple[int, str | None]] = {}  # index -> (fd, temporary name or None)
@@ -71,7 +82,10 @@ def _durable_group(
             try:
                 opened[i] = _open(os.path.dirname(dest), True)
                 write_all(opened[i][0], data)
-            except OSError as exc:
+                meta = metas[i] if metas else None
+                if meta is not None:
+                    apply_meta(opened[i][0], meta[0], meta[1], f"write {meta[1]!r}")
+            except (OSError, StoreError) as exc:
                 results[i] = exc
         for i, (fd, _tmp) in opened.items():
             if results[i] is None:

@@ -96,6 +96,12 @@ def file_version(st: os.stat_result) -> str:
     return f"{st.st_size}-{st.st_mtime_ns}-{st.st_ctime_ns}-{st.st_dev}-{st.st_ino}"
 
 
+def version_mtime_ns(version: str) -> int | None:
+    """The mtime a :func:`file_version` holds (None for anything else)."""
+    parts = version.split("-")
+    return int(parts[1]) if len(parts) == 5 and parts[1].isdigit() else None
+
+
 def changed_at(st: os.stat_result) -> float:
     """When the file last changed, as far as the file system can tell: the later of its mtime
     and ctime. The mtime alone can be put back (a tarball extracted over the file, ``cp -p``,

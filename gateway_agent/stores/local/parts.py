@@ -29,23 +29,27 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway_agent.stores._common import check_part_number, check_upload_id, require_parts
 from gateway_agent.stores.base import ObjectInfo
 from gateway_agent.stores.errors import StoreError, UploadNotFoundError
 from gateway_agent.stores.local.atomic import create_file, pwrite_all, rename_into, write_all
 from gateway_agent.stores.local.files import STAGING, copy_range, written_info
+from gateway_agent.stores.local.meta import apply_meta
 
 T = TypeVar("T")
 _STAGING_ATTEMPTS = 16
 OWNER = "key"
+# The object's metadata (JSON), when it has any: written onto the file at completion.
+META = "meta.json"
 _SLOT_LOCKS = [threading.Lock() for _ in range(64)]
 
 
@@ -143,7 +147,9 @@ class StagedUploads:
         finally:
             os.close(fd)  # releases the lock
 
-    def create(self, key: str) -> str:
+    def create(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
+        """A new upload; ``meta`` (see ``objmeta``) is kept beside its parts and written onto
+        the file at completion, before it is named."""
         self.path(key)  # a name this folder cannot hold is refused before anything is staged
         upload_id = uuid.uuid4().hex
 
@@ -152,6 +158,8 @@ class StagedUploads:
 
         try:
             self.in_staging(create)
+            if meta:
+                (self.staging / upload_id / META).write_text(json.dumps(dict(meta)))
             (self.staging / upload_id / OWNER).write_bytes(key.encode("utf-8", "surrogateescape"))
         except OSError as exc:
             raise self.error(exc, "create_multipart", key) from None
@@ -188,6 +196,10 @@ class StagedUploads:
             wanted = require_parts(f"{self.uri}: upload {upload_id}", part_numbers, sizes)
             try:
                 st, done = self._assemble(folder, wanted, sizes)
+                if (folder / META).exists():
+                    meta = json.loads((folder / META).read_text())
+                    apply_meta(done, meta, key, f"complete {self.uri}{key!r}")
+                    st = os.stat(done)
                 rename_into(done, self.path(key))
                 os.unlink(folder / OWNER)  # writers waiting for the lock now fail
             except FileNotFoundError:  # a slot gone: an earlier completion renamed it

@@ -46,7 +46,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gateway_agent.stores._common import check_key, check_options, check_range
 from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo, SkippedEntry
@@ -79,10 +79,13 @@ from gateway_agent.stores.local.files import (
     pread_all,
     preadv_all,
     segment_problem,
+    version_mtime_ns,
     written_info,
 )
+from gateway_agent.stores.local.meta import apply_meta, read_meta
 from gateway_agent.stores.local.parts import StagedUploads
 from gateway_agent.stores.local.walk import LINK_MODES, LINK_SUFFIX, T, Walk
+from gateway_agent.stores.objmeta import Meta
 from gateway_agent.stores.uri import StoreURI
 
 # Operations that put a file in place under its key: there, ENOTDIR and EISDIR mean something
@@ -378,37 +381,65 @@ class LocalStore:
             raise self._error(exc, "read", key) from None
         return target[start:] if length is None else target[start : start + length]
 
-    def write(self, key: str, data: bytes) -> ObjectInfo:
+    def head_meta(self, key: str, version: str | None = None) -> Meta:
+        """The file's metadata (``local.meta``): its mtime, a Content-Type from its extension
+        and its ``user.*`` extended attributes. With ``version`` (this store's own, as listed
+        and read: it holds the mtime) no ``stat`` is needed."""
+        path = self._path(key)
+        try:
+            mtime_ns = version_mtime_ns(version) if version else None
+            if mtime_ns is None:
+                mtime_ns = os.stat(path).st_mtime_ns
+            return read_meta(path, key, mtime_ns)
+        except OSError as exc:
+            raise self._error(exc, "head", key) from None
+
+    def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         link = self._link_path(key)
         if link is not None:
             return self._write_link(key, link, bytes(data))
         dest = self._path(key)
+
+        def fill(fd: int) -> None:
+            write_all(fd, data)
+            if meta:
+                apply_meta(fd, meta, key, f"write {self.uri}{_short(key)!r}")
+
         try:
-            st = create_file(dest, lambda fd: write_all(fd, data), fsync=self.fsync)
+            st = create_file(dest, fill, fsync=self.fsync)
         except OSError as exc:
             raise self._error(exc, "write", key) from None
         return written_info(key, st)
 
     def write_batch(
-        self, items: Sequence[tuple[str, bytes | memoryview]]
+        self,
+        items: Sequence[tuple[str, bytes | memoryview]],
+        metas: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> builtins.list[StoreError | None]:
-        """Write several objects (a sink's batch of small ones), each as :meth:`write` would,
-        with fewer calls per object (:mod:`.batch`); per item None or its error."""
+        """Write several objects (a sink's batch of small ones), each as :meth:`write` would
+        (with ``metas[i]`` when given), with fewer calls per object (:mod:`.batch`); per item
+        None or its error."""
         results: builtins.list[StoreError | None] = [None] * len(items)
         plain: builtins.list[tuple[str, bytes | memoryview]] = []
+        plain_metas: builtins.list[tuple[Mapping[str, Any], str] | None] = []
         where: builtins.list[int] = []
         for i, (key, data) in enumerate(items):
+            meta = metas[i] if metas else None
             try:
                 if self._link_path(key) is not None:
-                    self.write(key, bytes(data))
+                    self.write(key, bytes(data), meta)
                     continue
                 plain.append((self._path(key), data))
+                plain_metas.append((meta, key) if meta else None)
                 where.append(i)
             except StoreError as exc:
                 results[i] = exc
-        for i, err in zip(where, create_many(plain, fsync=self.fsync), strict=True):
-            if err is not None:
-                results[i] = self._error(err, "write", items[i][0])
+        made = create_many(plain, fsync=self.fsync, metas=plain_metas if metas else None)
+        for i, err in zip(where, made, strict=True):
+            if isinstance(err, StoreError):
+                results[i] = err
+            elif err is not None:
+                results[i] = self._error(cast(OSError, err), "write", items[i][0])
         return results
 
     def _write_link(self, key: str, link: str, target: bytes) -> ObjectInfo:
@@ -445,8 +476,8 @@ class LocalStore:
             raise self._error(exc, "copy", src_key) from None
         return written_info(dst_key, st)
 
-    def create_multipart(self, key: str) -> str:
-        return self._parts.create(key)
+    def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
+        return self._parts.create(key, meta)
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
         self._parts.upload_part(key, upload_id, part_number, data)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from gateway_agent.stores._common import (
     check_cloud_name,
@@ -45,6 +46,8 @@ from gateway_agent.stores.uri import StoreURI
 class _Bucket:
     objects: dict[str, tuple[bytes, ObjectInfo]] = field(default_factory=dict)
     uploads: dict[str, tuple[str, dict[int, bytes]]] = field(default_factory=dict)
+    # Full name (or upload id) -> the object's metadata (``objmeta``), when it has any.
+    metas: dict[str, dict[str, Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -151,7 +154,17 @@ class MemoryStore:
         lo, hi = slice_range(len(data), start, length)
         return data[lo:hi]
 
-    def write(self, key: str, data: bytes) -> ObjectInfo:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
+        """The metadata the object was written with (its write time as ``mtime_ns`` otherwise)."""
+        _data, info = self._get(check_key(key))
+        bucket = self._call(self._bucket)
+        with bucket.lock:
+            meta = json.loads(json.dumps(bucket.metas.get(self._parsed.key(key), {})))
+        if "mtime_ns" not in meta and info.modified is not None:
+            meta["mtime_ns"] = round(info.modified.timestamp() * 1e9)
+        return cast(dict[str, Any], meta)
+
+    def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         name = check_cloud_name(key, self._parsed.key(key), self.uri)
 
         def put() -> ObjectInfo:
@@ -159,6 +172,9 @@ class MemoryStore:
             info = self._info(name, bytes(data))
             with bucket.lock:
                 bucket.objects[name] = (bytes(data), info)
+                bucket.metas.pop(name, None)
+                if meta:
+                    bucket.metas[name] = dict(meta)
             return self._relative(info)
 
         result: ObjectInfo = self._call(put)
@@ -168,11 +184,13 @@ class MemoryStore:
         """Server-side copy within the bucket."""
         return self.write(dst_key, self._get(check_key(src_key))[0])
 
-    def create_multipart(self, key: str) -> str:
+    def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
         bucket = self._call(self._bucket)
         upload_id = uuid.uuid4().hex
         with bucket.lock:
             bucket.uploads[upload_id] = (check_cloud_name(key, self._parsed.key(key), self.uri), {})
+            if meta:
+                bucket.metas[upload_id] = dict(meta)
         return upload_id
 
     def _upload(self, bucket: _Bucket, key: str, upload_id: str) -> dict[int, bytes]:
@@ -202,6 +220,9 @@ class MemoryStore:
             name = self._parsed.key(key)
             info = self._info(name, data)
             bucket.objects[name] = (data, info)
+            bucket.metas.pop(name, None)
+            if upload_id in bucket.metas:
+                bucket.metas[name] = bucket.metas.pop(upload_id)
             del bucket.uploads[upload_id]
         return self._relative(info)
 
@@ -217,5 +238,6 @@ class MemoryStore:
             bucket = self._bucket()
             with bucket.lock:
                 bucket.objects.pop(name, None)
+                bucket.metas.pop(name, None)
 
         self._call(drop)

@@ -37,6 +37,7 @@ import os
 import ssl
 import threading
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -157,11 +158,18 @@ class FastPath:
             return answer
         raise _client_error(answer.status, answer.data, answer.headers, operation)
 
-    def put(self, name: str, data: bytes, crc32c_b64: str | None) -> dict[str, str | None]:
-        """One PutObject; returns what the store reads of the answer (ETag and checksum)."""
-        headers = {}
+    def put(
+        self,
+        name: str,
+        data: bytes,
+        crc32c_b64: str | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> dict[str, str | None]:
+        """One PutObject (``extra``: more headers, signed too: the object's metadata and the
+        store's write options); returns what the store reads of the answer (ETag, checksum)."""
+        headers = dict(extra or {})
         if crc32c_b64 is not None:
-            headers = dict(zip(_SIGNED, ("CRC32C", crc32c_b64), strict=True))
+            headers.update(zip(_SIGNED, ("CRC32C", crc32c_b64), strict=True))
         with self._lock:
             self.sent += 1
         got = self._send("PUT", self.url(name), data, headers, "PutObject").headers

@@ -60,6 +60,13 @@ from gateway_agent.stores.s3.answers import (
     no_continue_when_small,
 )
 from gateway_agent.stores.s3.fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
+from gateway_agent.stores.s3.writeopts import (
+    WRITE_OPTIONS,
+    head_to_meta,
+    meta_args,
+    put_headers,
+    write_args,
+)
 from gateway_agent.stores.uri import StoreURI
 
 MIB = 1024 * 1024
@@ -78,6 +85,8 @@ _OPTIONS = (
             "fast_put",
             "fast_get",
             "fast_list",
+            # Destination write options (``s3/writeopts``) and requester-pays on a source.
+            *WRITE_OPTIONS,
         }
     )
     | CREDENTIAL_OPTIONS["s3"]
@@ -111,6 +120,10 @@ class S3Store(CloudStore):
         if mode not in ("crc32c", "off"):
             raise InvalidURIError(f"{self.uri}: option checksums must be 'crc32c' or 'off'")
         self._crc = mode == "crc32c"
+        # What every PutObject / CreateMultipartUpload adds (storage class, encryption, ACL);
+        # checked here, before any work. Requester-pays: every read says who pays.
+        self._write_args = write_args(opts, self.uri)
+        self._payer = {"RequestPayer": "requester"} if opts.get("requester_pays") else {}
         if not self._crc:
             self.capabilities = Capabilities(
                 native_checksums=frozenset({"md5"}), server_side_copy=True, min_part_size=5 * MIB
@@ -301,7 +314,7 @@ class S3Store(CloudStore):
             self._check_version(key, version)
             return b""
         name = self._name(key)
-        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Key": name}
+        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Key": name, **self._payer}
         if version is not None:
             kwargs["IfMatch"] = f'"{version}"'  # S3 answers 412 once the object was rewritten
         if start or length is not None:
@@ -309,7 +322,7 @@ class S3Store(CloudStore):
             kwargs["Range"] = f"bytes={start}-{end}"
 
         def get(**kw: Any) -> bytes:
-            fast = self._fast_get
+            fast = None if self._payer else self._fast_get
             if fast is not None and length is not None and length < FAST_BODY_MAX:
                 try:
                     return fast.get(name, start, length, kw.get("IfMatch"))
@@ -335,18 +348,33 @@ class S3Store(CloudStore):
                 return b""  # start at or past the end: nothing to read
             raise
 
-    def write(self, key: str, data: bytes) -> ObjectInfo:
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
+        """System properties, ``x-amz-meta-*``, tags (one GetObjectTagging, only when HEAD
+        counts any), the kept source time (else LastModified), storage class, encryption."""
+        resp = self._on_key("head", key, self._client.head_object, **self._payer)
+        tags: dict[str, str] = {}
+        headers = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        if int(resp.get("TagCount") or headers.get("x-amz-tagging-count") or 0):
+            got = self._on_key("tags", key, self._client.get_object_tagging, **self._payer)
+            tags = {t["Key"]: t["Value"] for t in got.get("TagSet", [])}
+        return head_to_meta(resp, tags)
+
+    def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         crc = self._crc_args(data)
+        extra = {**self._write_args, **meta_args(meta or {}, f"write {self.uri}{key}")}
         fast = self._fast
         resp: Mapping[str, Any] | None = None
         if fast is not None and len(data) < FAST_BODY_MAX:
             name = self._name(key)
+            headers = put_headers(extra) if extra else None
             try:
-                resp = self._call("write", key, fast.put, name, data, crc.get("ChecksumCRC32C"))
+                resp = self._call(
+                    "write", key, fast.put, name, data, crc.get("ChecksumCRC32C"), headers
+                )
             except Unsupported:
                 self._fast = None  # S3 redirects (another region): boto3 follows, from now on
         if resp is None:
-            resp = self._on_key("write", key, self._client.put_object, Body=data, **crc)
+            resp = self._on_key("write", key, self._client.put_object, Body=data, **crc, **extra)
         # The CRC32C S3 answers with is the one it checked the body against and stored.
         stored = full_object_crc32c(resp) if crc else None
         return self._info(key, len(data), resp.get("ETag"), None, stored)
@@ -366,12 +394,14 @@ class S3Store(CloudStore):
         )
         return self.head(dst_key)
 
-    def create_multipart(self, key: str) -> str:
+    def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
         resp = self._on_key(
             "create_multipart",
             key,
             self._client.create_multipart_upload,
             **self._crc_kind(ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT"),
+            **self._write_args,
+            **meta_args(meta or {}, f"create_multipart {self.uri}{key}"),
         )
         return str(resp["UploadId"])
 

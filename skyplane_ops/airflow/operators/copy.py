@@ -11,7 +11,7 @@ from airflow.sdk import Asset
 
 from skyplane_ops.airflow.deferral import TransferDeferral
 from skyplane_ops.airflow.hooks import SkyplaneHook, exported_env, merge_env
-from skyplane_ops.airflow.lineage import operator_lineage
+from skyplane_ops.airflow.lineage import operator_lineage, replica_facet
 from skyplane_ops.airflow.links import (
     SkyplanePlanLink,
     SkyplaneReportLink,
@@ -61,6 +61,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         "transfer_id",
         *SELECTION_TEMPLATED,
         "report_uri",
+        "metadata_set",
     )
 
     def __init__(
@@ -98,6 +99,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         deferrable: bool | None = None,
         timeout: timedelta | float | None = None,
         poll_interval: float = 5.0,
+        metadata: bool = True,
+        metadata_set: Mapping[str, str] | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         if destinations:  # several destinations (fanout.py); dst/dst_region are the first
@@ -114,6 +117,9 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         self.dst_regions = list(dst_regions) if dst_regions else None
         self.src = src
         self.dst = dst
+        # Objects keep their metadata (docs/metadata.md); ``metadata_set`` adds or overrides.
+        self.metadata = metadata
+        self.metadata_set = metadata_set
         self.src_region = src_region
         self.dst_region = dst_region
         self.volume_gb = volume_gb
@@ -169,6 +175,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
                 "src_region": str(self.src_region),
                 "dst_region": str(self.dst_region),
                 "planning": planning,
+                "metadata": self.metadata,
+                "metadata_set": self.metadata_set or {},
             },
         )
         state = self.hook.transfer_state(transfer_id)
@@ -260,8 +268,12 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         return self._finish_event(context, event, result, plan_uri, journal)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """Source in, replica out, named by the OpenLineage naming spec."""
-        return operator_lineage(str(self.src), *map(str, self.destinations or [self.dst]))
+        """Source in, replica out (one per destination), named by the OpenLineage naming spec;
+        the replica's storage class and encryption (its connection's write options) as a
+        facet."""
+        first, *more = map(str, self.destinations or [self.dst])
+        options = self.hook.store_access(self.dst_conn_id).options
+        return operator_lineage(str(self.src), first, *more, replica=replica_facet(first, options))
 
     def _teardown(self) -> None:
         """Delete the fleet, or sweep by tag when provisioning never returned one."""

@@ -12,7 +12,7 @@ from airflow.sdk import Asset
 
 from skyplane_ops.airflow.deferral import TransferDeferral
 from skyplane_ops.airflow.hooks import StoreAccess, merge_env
-from skyplane_ops.airflow.lineage import operator_lineage
+from skyplane_ops.airflow.lineage import operator_lineage, replica_facet
 from skyplane_ops.airflow.links import (
     SkyplanePlanLink,
     SkyplaneReportLink,
@@ -185,7 +185,10 @@ class SkyplaneTransferOperator(TransferDeferral, _TransferringOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Source in, replica out, named by the OpenLineage naming spec."""
-        return operator_lineage(str(self.src), str(self.dst))
+        options = {**self.hook.store_access(self.dst_conn_id).options, **self.dst_options}
+        return operator_lineage(
+            str(self.src), str(self.dst), replica=replica_facet(str(self.dst), options)
+        )
 
     def on_kill(self) -> None:
         """Stop the driver (deferrable mode) and the gateways, so nothing keeps running."""

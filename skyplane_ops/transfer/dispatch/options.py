@@ -53,6 +53,9 @@ class DispatchOptions:
     # is written to while the job runs (``transfer.bwlimit.live_path``; None: not watched).
     bwlimit: float | None = None
     bwlimit_file: str | None = None
+    # Objects keep their metadata (``objmeta``); ``metadata_set`` is written over it.
+    metadata: bool = True
+    metadata_set: dict[str, str] = field(default_factory=dict)
     # gateway id or region -> hooks honoured only by agents started with --enable-test-hooks
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 

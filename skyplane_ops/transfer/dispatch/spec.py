@@ -242,5 +242,6 @@ class JobSpecs:
             "writer_threads": self.options.writer_threads,
             "object_threads": self.options.object_threads,
             "max_chunk_bytes": self.options.max_chunk_bytes,
+            "metadata": {"keep": self.options.metadata, "set": self.options.metadata_set},
             "test_hooks": hooks or {},
         }
