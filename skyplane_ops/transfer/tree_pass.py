@@ -33,10 +33,11 @@ from skyplane_ops.provision.fleet import GatewayFleet, data_host
 from skyplane_ops.transfer.catalog import Catalog
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import DispatchOptions
-from skyplane_ops.transfer.dispatch.spec import encrypt_hop, hop_kind
+from skyplane_ops.transfer.dispatch.spec import LOOPBACK_CONNECTIONS, encrypt_hop, hop_kind
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import list_request, transfer_lock
 from skyplane_ops.transfer.manifest import Chunk
+from skyplane_ops.transfer.metadata import sync_meta_check, upload_meta
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.todo import iter_chunks, plan_todo, resume
@@ -119,13 +120,20 @@ def tree_pass(
     progress: ProgressCallback | None = None,
 ) -> TreePassResult:
     """Send the destinations' common chunks down the plan's trees once; see the module."""
-    options = options or DispatchOptions()
+    if not requests:
+        return TreePassResult(why_not="no destination")
+    # The data path's knobs of the request (the same for every destination) over the tuning.
+    options = requests[0].dispatch_options(options)
     trees = plan_trees(plan)
     if not trees:
         return TreePassResult(why_not="the plan's paths form no tree")
     dst_options = {json.dumps(dict(r.dst.options), sort_keys=True, default=str) for r in requests}
-    if len(dst_options) > 1 or any(r.move or r.files_from is not None for r in requests):
-        return TreePassResult(why_not="destinations with different options, or a move")
+    if len(dst_options) > 1 or any(
+        r.move or r.files_from is not None or r.bwlimit_bps for r in requests
+    ):
+        return TreePassResult(
+            why_not="destinations with different options, a move, a key list or a rate cap"
+        )
     with ExitStack() as stack:
         prepared: list[_Destination] = []
         for req, region in zip(requests, regions, strict=True):
@@ -165,10 +173,12 @@ class _prepare:
             names_fit=src.capabilities.file_names and dst.capabilities.file_names,
             ignore_existing=req.ignore_existing, update=req.update, move=False,
             src_uri=req.src_uri,
+            meta_check=sync_meta_check(src, dst, req.metadata, req.metadata_set),
         )  # fmt: skip
         catalog.load_journal(journal.path)
         resume(catalog, req.part_size, dst.capabilities)
-        uploads = prepare_uploads(dst, req.dst_uri, catalog, journal, req.part_size)
+        meta = upload_meta(src, dst, req.metadata, req.metadata_set)
+        uploads = prepare_uploads(dst, req.dst_uri, catalog, journal, req.part_size, meta)
         chunks = list(iter_chunks(catalog, req.part_size, dst.capabilities, TREE_BATCH_BYTES))
         return _Destination(req, self.region, journal, catalog, uploads, chunks)
 
@@ -206,7 +216,7 @@ def _send(
     for u, v in edges:
         kind = hop_kind(u, v, [data_host(g, u) for g in fleet.in_region(v)], fleet.backend)
         hops[f"{u}>{v}"] = {
-            "connections": options.connections or 8,
+            "connections": _connections(plan, fleet, u, v, kind, options.connections),
             "encrypt": encrypt_hop(options.encrypt, u, v, kind),
             "compress_level": options.compress_level,
         }
@@ -243,6 +253,7 @@ def _send(
                         "writer_threads": options.writer_threads,
                         "object_threads": options.object_threads,
                         "max_chunk_bytes": min(first.part_size, largest) or None,
+                        "metadata": {"keep": options.metadata, "set": options.metadata_set},
                         "test_hooks": options.test_hooks.get(g.gateway_id)
                         or options.test_hooks.get(region)
                         or {},
@@ -267,6 +278,22 @@ def _send(
         for d in group:
             d.journal.sync()
     return out
+
+
+def _connections(
+    plan: TransferPlan, fleet: GatewayFleet, u: str, v: str, kind: str, given: int | None
+) -> int:
+    """TCP connections per sender on hop ``u -> v``, as the dispatcher sets them: the
+    request's, else the plan's for the hop shared by its gateway pairs (8 without one), at
+    most ``LOOPBACK_CONNECTIONS`` on one host."""
+    if given:
+        return given
+    n = 8
+    pairs = max(1, len(fleet.in_region(u)) * len(fleet.in_region(v)))
+    for hop in plan.hops:
+        if (hop.src, hop.dst) == (u, v) and hop.connections > 0:
+            n = max(1, min(64, -(-hop.connections // pairs)))
+    return min(n, LOOPBACK_CONNECTIONS) if kind == "loopback" else n
 
 
 def _submit(
