@@ -75,9 +75,17 @@ def test_the_source_reads_and_sends_each_byte_once_down_a_tree(tmp_path: Path) -
         tmp_path / "src", {"big.bin": 4 * MiB + 7, **{f"s/{i}": 1500 for i in range(30)}}
     )
     total = sum(len(b) for b in data.values())
+    src = tmp_path / "src"
+    try:  # metadata travels down the tree as on a route (docs/metadata.md)
+        os.setxattr(src / "s/3", "user.owner", b"etl")
+        os.setxattr(src / "big.bin", "user.run-id", b"42")
+    except OSError as exc:  # pragma: no cover - the file system of the test machine
+        pytest.skip(f"no user extended attributes here: {exc}")
+    for name in data:
+        os.utime(src / name, (1_600_000_000.5, 1_600_000_000.5))
     dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
     request = TransferRequest.build(
-        f"file://{tmp_path / 'src'}",
+        f"file://{src}",
         [f"file://{p}" for p in dsts.values()],
         src_region=SRC,
         dst_region=list(dsts),
@@ -92,6 +100,10 @@ def test_the_source_reads_and_sends_each_byte_once_down_a_tree(tmp_path: Path) -
         result = run.run()
     assert result.status == "ok"
     assert all(read_tree(p) == data for p in dsts.values())
+    for p in dsts.values():
+        assert os.getxattr(p / "s/3", "user.owner") == b"etl"
+        assert os.getxattr(p / "big.bin", "user.run-id") == b"42"
+        assert all((p / n).stat().st_mtime_ns == (src / n).stat().st_mtime_ns for n in data)
     assert run.tree is not None and len(run.tree.served) == 3
     assert run.tree.source_bytes_read == total  # read once
     assert run.tree.source_bytes_sent == total  # sent once, for three destinations
