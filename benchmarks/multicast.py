@@ -17,8 +17,10 @@ Figures come from the planner's model; the lead re-runs them on a quiet machine.
 
 ``--wan MIB`` (root) instead runs on the netns WAN of ``skyplane_ops.testing.multicast`` (a
 source, a relay, three destinations, tc-shaped links): the planner's multicast trees on real
-gateways against the direct star (the source sending to each destination itself), measured
-time, rate per destination and bytes the source sent.
+gateways against the direct star (the source sending to each destination itself), and
+``FanoutRun`` (the control plane's tree pass, then each destination's commit and
+verification) against the slowest single unicast (each destination alone on its route):
+measured time, rate per destination and bytes the source sent.
 
     .venv/bin/python benchmarks/multicast.py [--quick] [--volume-gb 100] [--out FILE]
     sudo .venv/bin/python benchmarks/multicast.py --wan 64
@@ -197,19 +199,108 @@ def wan(mib: int, out: Path) -> int:
                         "byte_identical": same,
                     }
                 )
+            unicasts = _wan_unicasts(fleet, root, data)
+            rows.append(_wan_fanout(fleet, plan, root, data))
         finally:
             prov.deprovision(fleet)
     print(f"netns WAN, {total / 2**20:.0f} MiB to 3 destinations "
           f"(planned {plan.predicted_gbps * mc.WAN_SCALE * 1000:.0f} Mbit/s each):")  # fmt: skip
     for r in rows:
         print(
-            f"  {r['plan']:<28} {r['seconds']:7.2f} s  {r['mbit_per_destination']:6.1f} Mbit/s/dst"
+            f"  {r['plan']:<40} {r['seconds']:7.2f} s  {r['mbit_per_destination']:6.1f} Mbit/s/dst"
             f"  source sent {r['source_sent_x']:.2f}x  identical: {r['byte_identical']}"
         )
+    slowest = max(u["run_seconds"] for u in unicasts.values())
+    slowest_move = max(u["move_seconds"] for u in unicasts.values())
+    fan = rows[-1]
+    print(
+        f"  slowest single unicast (CopyRun to one destination on its own plan): run "
+        f"{slowest:.2f} s, move {slowest_move:.2f} s; FanoutRun: run {fan['run_seconds']:.2f} s "
+        f"({fan['run_seconds'] / slowest:.2f}x), tree pass {fan['seconds']:.2f} s "
+        f"({fan['seconds'] / slowest_move:.2f}x the move)"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"mib": mib, "rows": rows}, indent=2))
+    summary = {
+        "slowest_unicast_run_seconds": slowest,
+        "slowest_unicast_move_seconds": slowest_move,
+        "fanout_run_time_x": fan["run_seconds"] / slowest,
+        "fanout_move_time_x": fan["seconds"] / slowest_move,
+        "fanout_source_sent_x": fan["source_sent_x"],
+    }
+    out.write_text(
+        json.dumps({"mib": mib, "rows": rows, "unicasts": unicasts, "summary": summary}, indent=2)
+    )
     print(f"wrote {out}")
     return 0
+
+
+def _wan_unicasts(fleet: Any, root: Path, data: dict[str, bytes]) -> dict[str, dict[str, float]]:
+    """Each destination copied alone (``CopyRun``, the unicast engine) along the planner's
+    plan for it alone, on the same gateways: the run's seconds and its move's."""
+    import dataclasses
+    import time
+
+    from skyplane_ops.sequence.copy_run import CopyRun, Gateways
+    from skyplane_ops.testing import multicast as mc
+    from skyplane_ops.testing.transfer import read_tree
+    from skyplane_ops.transfer.request import TransferRequest
+
+    total = sum(len(b) for b in data.values())
+    out = {}
+    for d in mc.WAN_DSTS:
+        problem = dataclasses.replace(mc.wan_problem(total / 1e9, 3.0), dsts=(d,))
+        plan = plan_multicast(problem, compare=False)
+        folder = root / "unicast" / d.split(":")[1]
+        request = TransferRequest.build(
+            f"file://{root / 'src'}",
+            f"file://{folder}",
+            src_region=mc.WAN_SRC,
+            dst_region=d,
+            journal_dir=str(root / "journal"),
+        )
+        t0 = time.perf_counter()
+        result = CopyRun(request, Gateways(fleet=fleet, plan=plan)).run()
+        seconds = time.perf_counter() - t0
+        assert result.status == "ok" and read_tree(folder) == data, d
+        out[d] = {"run_seconds": seconds, "move_seconds": result.steps["move"]}
+    return out
+
+
+def _wan_fanout(fleet: Any, plan: Any, root: Path, data: dict[str, bytes]) -> dict[str, Any]:
+    """``FanoutRun`` on the same gateways and plan: the control plane's tree pass, then each
+    destination's commit and verification."""
+    import time
+
+    from skyplane_ops.sequence.copy_run import Gateways
+    from skyplane_ops.sequence.fanout import FanoutRun
+    from skyplane_ops.testing import multicast as mc
+    from skyplane_ops.testing.transfer import read_tree
+    from skyplane_ops.transfer.request import TransferRequest
+
+    dsts = {d: root / "fanout" / d.split(":")[1] for d in mc.WAN_DSTS}
+    request = TransferRequest.build(
+        f"file://{root / 'src'}",
+        [f"file://{p}" for p in dsts.values()],
+        src_region=mc.WAN_SRC,
+        dst_region=list(dsts),
+        journal_dir=str(root / "journal"),
+    )
+    run = FanoutRun(request, Gateways(fleet=fleet, plan=plan))
+    t0 = time.perf_counter()
+    result = run.run()
+    seconds = time.perf_counter() - t0
+    assert result.status == "ok" and run.tree is not None and run.tree.served
+    total = sum(len(b) for b in data.values())
+    return {
+        "plan": "FanoutRun (tree pass, then commits)",
+        "seconds": run.tree.seconds,
+        "run_seconds": seconds,
+        "mbit_per_destination": 8 * total / run.tree.seconds / 1e6,
+        "source_sent_x": run.tree.source_bytes_sent / total,
+        "source_read_x": run.tree.source_bytes_read / total,
+        "chunks_sent_after_the_pass": sum(r.chunks for r in result.results.values()),
+        "byte_identical": all(read_tree(p) == data for p in dsts.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

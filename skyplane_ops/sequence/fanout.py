@@ -8,14 +8,16 @@ fails is reported and the others go on. A re-run resumes each destination from i
 journal, and syncs the destinations an unfinished run reached (``fanout_record``): each
 destination gets only what it lacks.
 
-The chunks of each destination are sent separately, in turn, along its routes: the gateways'
-tree paths (a chunk read once and forwarded to every next hop, ``gateway_agent/job/tree.py``)
-are not yet driven by the dispatcher (docs/multicast.md, "Copies").
+Before those runs, the tree pass (``transfer.tree_pass``) sends every chunk once down the
+plan's trees (read once at the source, forwarded to every next hop, written at each sink) and
+journals each sink's chunks in its destination's journal: the runs then send only what it did
+not land, and commit and verify each destination as a single copy does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,9 @@ from skyplane_ops.sequence.planning import check_regions, plan
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import PartialTransferError, TransferResult
+from skyplane_ops.transfer.tree_pass import TreePassResult, tree_pass
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -138,6 +143,7 @@ class FanoutRun:
         )
         self.plan: TransferPlan | None = self.gateways.plan
         self.fleet: GatewayFleet | None = self.gateways.fleet
+        self.tree: TreePassResult | None = None  # what the tree pass did
 
     def run(self) -> FanoutResult:
         requests = self.request.per_destination()
@@ -147,11 +153,13 @@ class FanoutRun:
         out = FanoutResult(self.transfer_id, self.request.src_uri)
         out.order = [r.dst_uri for r in requests]
         before = fanout_record.reached_before(self.request)
+        requests = [
+            r.replace(sync=True) if r.dst_uri in before and not r.sync else r for r in requests
+        ]  # those reached by the unfinished run
         try:
             fleet = self.provision()
+            self.tree = self.send_down_trees(fleet, requests, regions)
             for req, region in zip(requests, regions, strict=True):
-                if req.dst_uri in before and not req.sync:  # reached by the unfinished run
-                    req = req.replace(sync=True)
                 assert self.plan is not None
                 gateways = dataclasses.replace(
                     self.gateways,
@@ -179,6 +187,34 @@ class FanoutRun:
         if out.errors:
             raise FanoutError(out)
         return out
+
+    def send_down_trees(
+        self, fleet: GatewayFleet, requests: list[TransferRequest], regions: list[str]
+    ) -> TreePassResult:
+        """The tree pass (``transfer.tree_pass``): every chunk read once at the source and
+        sent down the plan's trees, journaled per destination; the per-destination runs then
+        send only what it did not land. Best effort: whatever stops it, they finish."""
+        assert self.plan is not None
+        detail = f"{self.request.src_uri} -> {len(requests)} destinations"
+        with self.events.phase("multicast", detail) as note:
+            try:
+                tree = tree_pass(
+                    self.plan,
+                    fleet,
+                    requests,
+                    regions,
+                    options=self.tuning,
+                    progress=self.events.progress if self.events.wants_progress else None,
+                )
+            except Exception as exc:  # the destinations' runs copy it all, as without it
+                log.warning("tree pass stopped: %s: each destination is copied on its own", exc)
+                tree = TreePassResult(why_not=str(exc).splitlines()[0])
+            note["done"] = (
+                f"{sum(tree.landed.values())} chunk(s) to {len(tree.served)} destinations"
+                if tree.served
+                else f"not used: {tree.why_not}"
+            )
+        return tree
 
     def _regions(self, requests: list[TransferRequest]) -> list[str]:
         """Each destination's region: the request's, or the given plan's destinations; a

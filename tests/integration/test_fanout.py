@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,28 +67,106 @@ def test_bad_destinations_are_refused_before_any_work(tmp_path: Path) -> None:
         api.copy(src, [f"file://{tmp_path}/a", f"file://{tmp_path}/a/b"])
 
 
+def test_the_source_reads_and_sends_each_byte_once_down_a_tree(tmp_path: Path) -> None:
+    """A plan whose paths share the source's edge (SRC -> D1, then D1 -> D2 and D1 -> D3):
+    the tree pass sends the dataset over it once, and the destinations' runs send nothing
+    more; each destination is still committed and verified on its own."""
+    data = write_dataset(
+        tmp_path / "src", {"big.bin": 4 * MiB + 7, **{f"s/{i}": 1500 for i in range(30)}}
+    )
+    total = sum(len(b) for b in data.values())
+    src = tmp_path / "src"
+    try:  # metadata travels down the tree as on a route (docs/metadata.md)
+        os.setxattr(src / "s/3", "user.owner", b"etl")
+        os.setxattr(src / "big.bin", "user.run-id", b"42")
+    except OSError as exc:  # pragma: no cover - the file system of the test machine
+        pytest.skip(f"no user extended attributes here: {exc}")
+    for name in data:
+        os.utime(src / name, (1_600_000_000.5, 1_600_000_000.5))
+    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
+    request = TransferRequest.build(
+        f"file://{src}",
+        [f"file://{p}" for p in dsts.values()],
+        src_region=SRC,
+        dst_region=list(dsts),
+        part_size=MiB,
+        journal_dir=str(tmp_path / "journal"),
+    )
+    tree = dataclasses.replace(
+        make_plan([SRC, D1], [SRC, D1, D2], [SRC, D1, D3]), dsts=(D1, D2, D3)
+    )
+    with local_fleet(tree) as (_, fleet):
+        run = FanoutRun(request, Gateways(fleet=fleet, plan=tree))
+        result = run.run()
+    assert result.status == "ok"
+    assert all(read_tree(p) == data for p in dsts.values())
+    for p in dsts.values():
+        assert os.getxattr(p / "s/3", "user.owner") == b"etl"
+        assert os.getxattr(p / "big.bin", "user.run-id") == b"42"
+        assert all((p / n).stat().st_mtime_ns == (src / n).stat().st_mtime_ns for n in data)
+    assert run.tree is not None and len(run.tree.served) == 3
+    assert run.tree.source_bytes_read == total  # read once
+    assert run.tree.source_bytes_sent == total  # sent once, for three destinations
+    for one in result.results.values():
+        assert one.chunks == 0 and one.chunks_resumed > 0  # the runs only commit and verify
+        assert one.verification["status"] == "passed"
+
+
+def test_a_sync_sends_down_the_tree_pruned_to_the_destinations_with_work(tmp_path: Path) -> None:
+    """D1 is up to date already: the sync's tree pass goes to D2 and D3 only, D1's gateway
+    relaying (the tree pruned to them, not cut), the source sending each byte once."""
+    data = write_dataset(tmp_path / "src", {"big.bin": 3 * MiB + 1, "a": 700, "b/c": 900})
+    total = sum(len(b) for b in data.values())
+    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
+    shutil.copytree(tmp_path / "src", dsts[D1])  # sizes and times as the source's
+    request = TransferRequest.build(
+        f"file://{tmp_path / 'src'}",
+        [f"file://{p}" for p in dsts.values()],
+        src_region=SRC,
+        dst_region=list(dsts),
+        part_size=MiB,
+        sync=True,
+        journal_dir=str(tmp_path / "journal"),
+    )
+    tree = dataclasses.replace(
+        make_plan([SRC, D1], [SRC, D1, D2], [SRC, D1, D3]), dsts=(D1, D2, D3)
+    )
+    with local_fleet(tree) as (_, fleet):
+        run = FanoutRun(request, Gateways(fleet=fleet, plan=tree))
+        result = run.run()
+    assert result.status == "ok" and all(read_tree(p) == data for p in dsts.values())
+    assert run.tree is not None
+    assert run.tree.served == [f"file://{dsts[D2]}", f"file://{dsts[D3]}"]
+    assert run.tree.source_bytes_sent == total
+    assert result.results[f"file://{dsts[D1]}"].objects_skipped == len(data)
+    assert all(r.chunks == 0 for r in result.results.values())
+
+
 class _KillSink(RunEvents):
-    """Kills ``region``'s gateway once its destination has some chunks written."""
+    """Kills ``region``'s gateway during the tree pass, once its destination has its small
+    objects and some parts of the large one written (the rest still to come)."""
 
     wants_progress = True
 
-    def __init__(self, region: str, dst_uri: str) -> None:
-        self.region, self.dst_uri = region, dst_uri
+    def __init__(self, region: str, dst: Path) -> None:
+        self.region, self.dst = region, dst
         self.fleet: api.GatewayFleet | None = None
         self.current = ""
         self.killed = False
 
     @contextmanager
     def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
-        if name == "transfer":
-            self.current = detail
+        self.current = name
         yield {}
 
     def provisioned(self, fleet: api.GatewayFleet) -> None:
         self.fleet = fleet
 
     def progress(self, update: Progress) -> None:
-        if self.killed or not self.current.endswith(self.dst_uri) or update.chunks_done < 2:
+        # 20 chunks landed of 3 x 9: at least 2 of them at the slow destination.
+        if self.killed or self.current != "multicast" or update.chunks_done < 20:
+            return
+        if not ((self.dst / "a").exists() and (self.dst / "b" / "c").exists()):
             return
         assert self.fleet is not None
         os.kill(int(self.fleet.in_region(self.region)[0].resources["pid"]), signal.SIGKILL)
@@ -110,16 +189,24 @@ def test_one_sink_killed_the_others_commit_and_the_rerun_completes_it(tmp_path: 
     tuning = DispatchOptions(
         connections=1, hop_timeout=4.0, test_hooks={D2: {"sink_rate_bps": 2e6}}
     )
-    events = _KillSink(D2, f"file://{dsts[D2]}")
+    events = _KillSink(D2, dsts[D2])
     with local_fleet(star) as (_, fleet):
         gateways = Gateways(fleet=fleet, plan=star)
+        run = FanoutRun(request, gateways, events, tuning=tuning)
         with pytest.raises(FanoutError) as err:
-            FanoutRun(request, gateways, events, tuning=tuning).run()
+            run.run()
     assert events.killed
+    # Killed in the tree pass: D1 and D3 had every chunk from it (their runs sent none).
+    assert run.tree is not None and len(run.tree.served) == 3
+    landed = run.tree.landed
+    assert landed[f"file://{dsts[D1]}"] == landed[f"file://{dsts[D3]}"] == 9
+    assert landed.get(f"file://{dsts[D2]}", 0) < 9
     got = err.value.result
     assert set(got.results) == {f"file://{dsts[D1]}", f"file://{dsts[D3]}"}
     assert list(got.errors) == [f"file://{dsts[D2]}"] and "re-run" in str(err.value)
     assert read_tree(dsts[D1]) == data and read_tree(dsts[D3]) == data
+    assert got.results[f"file://{dsts[D1]}"].chunks == 0
+    assert got.results[f"file://{dsts[D3]}"].chunks == 0
     torn = {k: v for k, v in read_tree(dsts[D2]).items() if data.get(k) != v}
     assert torn == {} and len(read_tree(dsts[D2])) < len(data)  # nothing half-written
 

@@ -75,9 +75,16 @@ def test_the_planners_plan_replicates_byte_identical(tmp_path: Path) -> None:
     assert WAN_RELAY in {r for p in plan.paths for r in p.regions[1:-1]}  # a relay is used
     tid = f"fo-{uuid.uuid4().hex[:8]}"
     request, dsts = _request(tmp_path, tid)
-    result = FanoutRun(request, _gateways(tid, plan)).run()
+    run = FanoutRun(request, _gateways(tid, plan))
+    result = run.run()
     assert _no_namespaces_left(tid)
     assert result.status == "ok"
+    # The tree pass: the source read and sent each byte once (the relay forwards it).
+    total = sum(map(len, data.values()))
+    assert run.tree is not None and len(run.tree.served) == 3
+    assert run.tree.source_bytes_read == total
+    assert run.tree.source_bytes_sent <= 1.1 * total
+    assert all(one.chunks == 0 for one in result.results.values())  # nothing sent again
     for region, folder in dsts.items():
         assert read_tree(folder) == data, region
         one = result.results[f"file://{folder}"]
@@ -85,27 +92,27 @@ def test_the_planners_plan_replicates_byte_identical(tmp_path: Path) -> None:
 
 
 class _KillGateway(RunEvents):
-    """SIGKILLs ``region``'s gateway (in its namespace) once its destination has 2 chunks."""
+    """SIGKILLs ``region``'s gateway (in its namespace) during the tree pass, once 9 of the
+    3 x 9 chunks landed: the three equal links deliver about 3 to each destination."""
 
     wants_progress = True
 
-    def __init__(self, region: str, dst_uri: str) -> None:
-        self.region, self.dst_uri = region, dst_uri
+    def __init__(self, region: str) -> None:
+        self.region = region
         self.fleet: object = None
         self.current = ""
         self.killed = False
 
     @contextmanager
     def phase(self, name: str, detail: str) -> Iterator[dict[str, str]]:
-        if name == "transfer":
-            self.current = detail
+        self.current = name
         yield {}
 
     def provisioned(self, fleet: object) -> None:
         self.fleet = fleet
 
     def progress(self, update: Progress) -> None:
-        if self.killed or not self.current.endswith(self.dst_uri) or update.chunks_done < 2:
+        if self.killed or self.current != "multicast" or update.chunks_done < 9:
             return
         gateway = self.fleet.in_region(self.region)[0]  # type: ignore[attr-defined]
         os.kill(int(gateway.resources["pid"]), signal.SIGKILL)
@@ -123,13 +130,15 @@ def test_a_killed_destination_leaves_the_others_committed_and_the_rerun_complete
     victim = WAN_DSTS[1]
     tid = f"fo-{uuid.uuid4().hex[:8]}"
     request, dsts = _request(tmp_path, tid)
-    events = _KillGateway(victim, f"file://{dsts[victim]}")
+    events = _KillGateway(victim)
+    run = FanoutRun(request, _gateways(tid, star), events, tuning=DispatchOptions(hop_timeout=5.0))
     with pytest.raises(FanoutError) as err:
-        FanoutRun(
-            request, _gateways(tid, star), events, tuning=DispatchOptions(hop_timeout=5.0)
-        ).run()
+        run.run()
     assert events.killed and _no_namespaces_left(tid)
+    assert run.tree is not None and len(run.tree.served) == 3  # killed in the tree pass
     got = err.value.result
+    for region in (WAN_DSTS[0], WAN_DSTS[2]):  # the others had it all from the tree pass
+        assert got.results[f"file://{dsts[region]}"].chunks == 0
     assert list(got.errors) == [f"file://{dsts[victim]}"]
     for region in (WAN_DSTS[0], WAN_DSTS[2]):
         assert read_tree(dsts[region]) == data, region
