@@ -1,11 +1,12 @@
 """Kills during a move: no object is ever missing from both sides (issue 39).
 
-``skyplane-ops mv`` (a real CLI process, SIGINT ignored) is SIGKILLed while bytes move and
-while it deletes verified sources (a moto S3 source, slow enough to be caught mid-delete); a
-sink gateway is SIGKILLed mid-copy under ``run_transfer(move=True)``. After each kill every
-original object is at the source, byte-identical, or at the destination, byte-identical (a
-source is only ever deleted after its copy verified); then the same move is run again and
-completes: everything at the destination, nothing left at the source.
+``skyplane-ops mv`` (a real CLI process, SIGINT ignored) is SIGKILLed while bytes move, once
+every byte moved (while it checks, commits and verifies) and while it deletes verified sources
+(a moto S3 source, slow enough to be caught mid-delete); the source, relay and sink gateways of
+``src -> relay -> sink`` are SIGKILLed mid-copy under ``run_transfer(move=True)``.
+After each kill every original object is at the source, byte-identical, or at the destination,
+byte-identical (a source is only ever deleted after its copy verified); then the same move is
+run again and completes: everything at the destination, nothing left at the source.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gateway_agent.stores.errors import ObjectNotFoundError
 from skyplane_ops.errors import TransferError
 from skyplane_ops.provision.local import LocalProvisioner
 from skyplane_ops.testing.gateways import REPO, dataset, slow_hooks, wait_for
+from skyplane_ops.testing.move_kills import move_cli_kill_case, move_gateway_kill_case
 from skyplane_ops.testing.transfer import DST, RELAY, SRC, agents_of, make_plan, read_tree
 from skyplane_ops.transfer import DispatchOptions, run_transfer
 from skyplane_ops.transfer.progress import Progress
@@ -207,3 +209,28 @@ def test_a_sink_killed_mid_move_deletes_nothing_and_a_rerun_finishes(tmp_path: P
     finally:
         prov.deprovision(running)
     assert result.verified and read_tree(dst) == new and read_tree(src) == {}
+
+
+@pytest.mark.parametrize("target", ["source", "relay"])
+def test_a_source_or_relay_killed_mid_move_deletes_nothing_and_a_rerun_finishes(
+    tmp_path: Path, target: str
+) -> None:
+    """SIGKILL of the source or relay gateway while bytes move (src -> relay -> sink)."""
+    case = move_gateway_kill_case(
+        target, tmp_path, hop_timeout=3.0, lease_s=LEASE, rate_bps=1.0e6, big=2, big_mib=5
+    )
+    assert case.problems == [], case
+    assert case.outcome in ("failed", "completed"), case
+    if case.outcome == "failed":
+        assert case.left_at_source == case.objects  # a failed move deleted nothing
+    assert case.rerun_finished
+
+
+def test_mv_killed_while_it_commits_loses_nothing_and_a_rerun_finishes(tmp_path: Path) -> None:
+    """SIGKILL of the CLI once every byte moved (checking, committing, verifying)."""
+    case = move_cli_kill_case("commit", tmp_path, lease_s=LEASE, rate_bps=1.0e6)
+    assert case.problems == [], case
+    if not case.caught:
+        pytest.skip("the move finished (or started deleting) before the kill landed")
+    assert case.left_at_source == case.objects  # nothing verified was deleted yet
+    assert case.rerun_finished
