@@ -85,6 +85,9 @@ def test_gcs_and_azure_list_a_level_and_the_catalog_is_listed_by_prefix(
     )
     by_prefix = top + [row for p in prefixes for batch in listed(store, p) for row in batch]
     assert by_prefix == flat  # the same rows (size, time, checksums, version), in order
+    paged = open_store(uri, {**emu.options, "list_page_size": 3})
+    assert isinstance(paged, ListsLevels)
+    assert paged.list_level("") == (top, prefixes)  # a level over several pages is whole
 
     dst = tmp_path / "dst"
     dst.mkdir()

@@ -259,7 +259,11 @@ class AzureBlobStore(CloudStore):
 
         def fetch(token: str | None) -> tuple[builtins.list[Any], str | None]:
             pager = self._container.walk_blobs(
-                name_starts_with=full, include=["metadata"], delimiter="/", timeout=self._timeout
+                name_starts_with=full,
+                include=["metadata"],
+                delimiter="/",
+                results_per_page=self._page_size,
+                timeout=self._timeout,
             ).by_page(continuation_token=token)
             items = list(next(pager))
             return items, pager.continuation_token
