@@ -3,14 +3,16 @@ pagination, and :class:`CloudStore`, the base of the SDK-backed stores."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from tenacity import Retrying
 
-from gateway_agent.stores.base import ObjectInfo
+from gateway_agent.stores.base import ListRow, ObjectInfo
 from gateway_agent.stores.errors import (
     AccessDeniedError,
     InvalidURIError,
@@ -168,6 +170,21 @@ def error_for_status(
     if code in transient or status in (408, 429) or (status or 0) >= 500:
         return TransientStoreError(msg, code=code, status=status)
     return StoreError(msg, code=code, status=status)
+
+
+def info_row(info: ObjectInfo) -> ListRow:
+    """``info`` as the ``ListRow`` a catalog stores (as ``skyplane_ops`` makes it from
+    ``list``): for a store's ``list_level`` built on its ``list`` entries."""
+    when = info.modified
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    us = (
+        None
+        if when is None
+        else (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    )
+    sums = json.dumps(info.checksums, sort_keys=True) if info.checksums else None
+    return (info.key, info.size, us, sums, info.version, info.etag)
 
 
 def paginate(

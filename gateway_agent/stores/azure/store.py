@@ -29,6 +29,7 @@ verification skip the read-back. Blobs written otherwise carry none and are read
 from __future__ import annotations
 
 import base64
+import builtins
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -41,11 +42,12 @@ from gateway_agent.stores._common import (
     check_range,
     check_upload_id,
     error_for_status,
+    info_row,
     paginate,
     require_parts,
 )
 from gateway_agent.stores.azure.meta import meta_args, props_to_meta, write_args
-from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import combine_ranges, crc32c_b64
 from gateway_agent.stores.credentials import (
@@ -246,6 +248,34 @@ class AzureBlobStore(CloudStore):
 
         for props in paginate(lambda token: self._call("list", prefix, fetch, token)):
             yield self._info(props.name[skip:], props)
+
+    def list_level(self, prefix: str = "") -> tuple[builtins.list[ListRow], builtins.list[str]]:
+        """``ListsLevels``: a delimiter (``/``) listing under ``prefix`` (``walk_blobs``): the
+        blobs right there as rows, and the sub-prefixes (relative, ending with ``/``)."""
+        from azure.storage.blob import BlobPrefix
+
+        full = self._parsed.key(prefix)
+        skip = len(self._parsed.prefix)
+
+        def fetch(token: str | None) -> tuple[builtins.list[Any], str | None]:
+            pager = self._container.walk_blobs(
+                name_starts_with=full,
+                include=["metadata"],
+                delimiter="/",
+                results_per_page=self._page_size,
+                timeout=self._timeout,
+            ).by_page(continuation_token=token)
+            items = list(next(pager))
+            return items, pager.continuation_token
+
+        rows: builtins.list[ListRow] = []
+        subs: builtins.list[str] = []
+        for item in paginate(lambda token: self._call("list", prefix, fetch, token)):
+            if isinstance(item, BlobPrefix):
+                subs.append(item.name[skip:])
+            else:
+                rows.append(info_row(self._info(item.name[skip:], item)))
+        return rows, subs
 
     def head(self, key: str) -> ObjectInfo:
         blob = self._blob(key)

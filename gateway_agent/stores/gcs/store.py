@@ -21,6 +21,7 @@ aborting once more removes it.
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,9 +35,10 @@ from gateway_agent.stores._common import (
     check_range,
     check_upload_id,
     error_for_status,
+    info_row,
     paginate,
 )
-from gateway_agent.stores.base import Capabilities, ObjectInfo
+from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
 from gateway_agent.stores.credentials import CREDENTIAL_OPTIONS, Credentials, google_credentials
 from gateway_agent.stores.errors import (
     AccessDeniedError,
@@ -182,6 +184,40 @@ class GCSStore(CloudStore):
         for blob in paginate(fetch_page):
             if not blob.name.startswith(STAGING):
                 yield self._info(blob.name[skip:], blob)
+
+    def list_level(self, prefix: str = "") -> tuple[builtins.list[ListRow], builtins.list[str]]:
+        """``ListsLevels``: a delimiter (``/``) listing under ``prefix``: the blobs right there
+        as rows, and the sub-prefixes (relative, ending with ``/``; never the staging area)."""
+        full = self._parsed.key(prefix)
+        skip = len(self._parsed.prefix)
+
+        def fetch(
+            token: str | None,
+        ) -> tuple[tuple[builtins.list[Any], builtins.list[str]], str | None]:
+            it = self._client.list_blobs(
+                self._bucket,
+                prefix=full,
+                delimiter="/",
+                page_token=token,
+                page_size=self._page_size,
+                timeout=self._timeout,
+                retry=None,
+            )
+            page = next(it.pages)
+            return (list(page), sorted(page.prefixes)), it.next_page_token
+
+        rows: builtins.list[ListRow] = []
+        subs: builtins.list[str] = []
+        token: str | None = None
+        while True:
+            try:
+                (blobs, prefixes), token = self._call("list", prefix, fetch, token)
+            except ObjectNotFoundError as exc:
+                raise self._not_found("list", prefix, exc) from None
+            rows += [info_row(self._info(b.name[skip:], b)) for b in blobs]
+            subs += [p[skip:] for p in prefixes if not p.startswith(STAGING)]
+            if not token:
+                return rows, sorted(subs)
 
     def head(self, key: str) -> ObjectInfo:
         blob = self._bucket.blob(self._name(key))
