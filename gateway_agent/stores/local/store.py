@@ -384,7 +384,15 @@ class LocalStore:
     def head_meta(self, key: str, version: str | None = None) -> Meta:
         """The file's metadata (``local.meta``): its mtime, a Content-Type from its extension
         and its ``user.*`` extended attributes. With ``version`` (this store's own, as listed
-        and read: it holds the mtime) no ``stat`` is needed."""
+        and read: it holds the mtime) no ``stat`` is needed. A ``NAME.rclonelink`` object
+        (``links=store``) has its link's time and nothing else: a link holds no attributes."""
+        link = self._link_path(key)
+        try:
+            if link is not None and os.path.islink(link):
+                mtime = version_mtime_ns(version) if version else None
+                return {"mtime_ns": mtime if mtime is not None else os.lstat(link).st_mtime_ns}
+        except OSError as exc:
+            raise self._error(exc, "head", key) from None
         path = self._path(key)
         try:
             mtime_ns = version_mtime_ns(version) if version else None
