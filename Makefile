@@ -30,8 +30,17 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# The end-to-end deployments (Airflow on Celery, Dagster's daemon, airflow standalone) mostly
+# wait on their services, so they run beside the rest of the suite, not after it (pytest gives
+# each session its own numbered temporary folder); either failing fails the target, the e2e
+# log printed after.
 test: venv tools lint typecheck
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -ra
+	@mkdir -p .cache
+	PATH="$(CURDIR)/$(BIN):$$PATH"; export PATH; \
+	$(BIN)/pytest -q -ra tests/e2e > .cache/e2e.log 2>&1 & e2e=$$!; \
+	$(BIN)/pytest -q -ra --ignore=tests/e2e; rest=$$?; \
+	wait $$e2e; e2e_rc=$$?; echo "== tests/e2e (run beside the rest):"; cat .cache/e2e.log; \
+	test $$rest -eq 0 && test $$e2e_rc -eq 0
 
 # The end-to-end tests alone (also part of `make test`): airflow standalone + dagster CLI, and the
 # deployments: Airflow on Celery (Postgres, Redis, two workers), dagster-daemon on Postgres (~7 min).

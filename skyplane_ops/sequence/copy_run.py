@@ -153,7 +153,9 @@ class CopyRun:
         """The run's one listing (kept in ``self.listing``), or the result of a sync with
         nothing to copy or delete, found before any plan or gateway."""
         request = self.request
-        if self.plan is None:  # the listing waits on the store: the planner loads meanwhile
+        if self.plan is None and not request.sync:
+            # The listing waits on the store: the planner loads meanwhile. Not for a sync,
+            # which is often up to date and then must load no planner at all.
             warm_planning(request.planning.gcp_tier)
         if not request.sync:
             self._start_early()  # the listing leaves a core idle: gateways boot on it

@@ -70,6 +70,8 @@ def failed_rows(
     summary: Mapping[str, Any], options: Mapping[str, Any] | None = None, limit: int = 10
 ) -> list[tuple[str, str]]:
     """Up to ``limit`` (key, error) of the failed objects, read a row group at a time."""
+    if not summary.get("objects_uri"):  # an up-to-date run: counted, no rows
+        return []
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -104,5 +106,8 @@ def summary_text(summary: Mapping[str, Any], failed: Sequence[tuple[str, str]] =
         )
     for key, error in failed:
         lines.append(f"  failed: {key}: {error}")
-    lines.append(f"  every object: {summary['objects_uri']} (Parquet; pyarrow or DuckDB)")
+    if summary.get("objects_uri"):
+        lines.append(f"  every object: {summary['objects_uri']} (Parquet; pyarrow or DuckDB)")
+    else:
+        lines.append("  every object was up to date: counted, not listed (no per-object rows)")
     return "\n".join(lines)

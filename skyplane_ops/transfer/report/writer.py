@@ -100,16 +100,20 @@ def write_report(
         store, prefix, folder = report_location(request, run.transfer_id, run.job_id)
         scratch = Path(request.journal_path) / "reports"
         scratch.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=scratch, suffix=".parquet") as tmp:
-            counts = _write_parquet(Path(tmp.name), _pages(catalog, run), run)
-            _upload(store, prefix + S.OBJECTS, Path(tmp.name))
+        counts: dict[str, Any] = {}
+        if catalog is not None:  # a run answered without a listing (up to date) has no rows:
+            # no Parquet, and no pyarrow loaded for it
+            with tempfile.NamedTemporaryFile(dir=scratch, suffix=".parquet") as tmp:
+                counts = _write_parquet(Path(tmp.name), _pages(catalog, run), run)
+                _upload(store, prefix + S.OBJECTS, Path(tmp.name))
         summary = _summary(result, run, counts, folder, catalog)
         store.write(prefix + S.SUMMARY, json.dumps(summary, indent=2).encode())
     except Exception as exc:  # a report never fails a transfer whose objects landed
         log.warning("the transfer report could not be written: %s: %s", type(exc).__name__, exc)
         return None
     result.uris["report"] = folder + S.SUMMARY
-    result.uris["report_objects"] = folder + S.OBJECTS
+    if catalog is not None:
+        result.uris["report_objects"] = folder + S.OBJECTS
     return result.uris["report"]
 
 
@@ -269,7 +273,7 @@ def _summary(
         # Objects a quick walk found equal and never listed one by one (no rows).
         "up_to_date_unlisted": outside,
         "paths": list(run.routes),
-        "objects_uri": folder + S.OBJECTS,
+        "objects_uri": folder + S.OBJECTS if catalog is not None else None,
         "columns": list(S.COLUMNS),
     }
 
