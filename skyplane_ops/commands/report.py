@@ -52,6 +52,9 @@ def report(
     if not isinstance(options, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--options")
     summaries = [api.load_summary(u, options) for u in api.find_reports(what, reports_uri, options)]
+    # Oldest first by the runs' own start times (a store's modification times have whole
+    # seconds on S3: two runs in one second would come in the order of their job ids).
+    summaries.sort(key=lambda s: (str(s.get("started") or ""), str(s.get("finished") or "")))
     if as_json:
         click.echo(json.dumps(summaries if len(summaries) > 1 else summaries[0], indent=2))
         return

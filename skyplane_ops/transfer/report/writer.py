@@ -279,4 +279,5 @@ def _summary(
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+    # milliseconds: two runs of a transfer within one second must still sort in order
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
