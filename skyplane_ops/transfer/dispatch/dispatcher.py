@@ -315,6 +315,7 @@ class Dispatcher(JobSpecs, Liveness):
                         del pending[chunk.chunk_id]
                         self._chunk_path.pop(chunk.chunk_id, None)
                         chunk.vouched = tuple(int(i) for i in ev.get("vouched", ()))
+                        chunk.versions = tuple(ev.get("versions", ()))
                         finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
                         flight.landed(chunk)
                         stats.bytes_done += chunk.nbytes
