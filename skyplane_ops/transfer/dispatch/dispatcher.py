@@ -373,6 +373,9 @@ class Dispatcher(JobSpecs, Liveness):
                         resent=stats.resent,
                         objects_done=flight.done,
                         objects_total=flight.total,
+                        chunks_in_flight=len(pending),
+                        bytes_in_flight=sum(c.nbytes for c in pending.values()),
+                        window_chunks=window,
                         path_gbps={
                             " -> ".join(self.routes[i][0]): round(n * 8 / 1e9 / elapsed, 4)
                             for i, n in stats.path_bytes.items()
