@@ -124,7 +124,9 @@ class SinkRole(JobBase):
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))
-        here = {"dst": self.region} if str(chunk.meta.get("path")) in self.trees else {}
+        here: dict[str, Any] = (
+            {"dst": self.region} if str(chunk.meta.get("path")) in self.trees else {}
+        )
         if any(versions):  # the transfer report's destination versions (none for a folder)
             here["versions"] = versions
         self._event(t="done", chunk=chunk.meta["chunk"], crcs=crcs, vouched=vouched, **here)
