@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from skyplane_ops import api
-from skyplane_ops.sequence.events import RunEvents
 
 
 class StepMetrics:
@@ -24,7 +23,7 @@ class StepMetrics:
     def __init__(self, metrics: api.RunMetrics | None) -> None:
         self.metrics = metrics
 
-    def wrap(self, events: RunEvents) -> RunEvents:
+    def wrap(self, events: api.RunEvents) -> api.RunEvents:
         return events if self.metrics is None else api.MetricsEvents(self.metrics, events)
 
     def observe(self, result: Any) -> None:
