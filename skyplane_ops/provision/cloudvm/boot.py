@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost, cached_wheelhouse
+from skyplane_ops.provision.cloudhosts import (
+    Bootstrap,
+    InstanceHost,
+    cached_wheelhouse,
+    save_cloud_fleet,
+)
 from skyplane_ops.provision.cloudvm.common import AGENT_USER, DEADLINE_COMMAND
+from skyplane_ops.provision.cloudvm.prelude import FleetStart
 from skyplane_ops.provision.control_cidrs import detect_client_cidr, parse_cidrs
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.records import PendingRecord
@@ -29,6 +36,9 @@ class CloudBoot:
     """Options and steps common to cloud VM backends whose host keys come from custom data."""
 
     name = "cloud"
+    # The record of the fleet being provisioned (``creating``): region steps save it again
+    # before each create call.
+    _pending: PendingRecord | None = None
 
     def __init__(
         self,
@@ -149,6 +159,40 @@ class CloudBoot:
     def forget_key(key_path: str | None) -> None:
         if key_path:
             Path(key_path).unlink(missing_ok=True)
+
+    @contextmanager
+    def creating(self, start: FleetStart[Any], cleanup: Callable[[], Any]) -> Iterator[None]:
+        """Around the create calls of ``start``: its pending record is saved first; on any
+        failure everything created is deleted (``cleanup``) and the error re-raised, saying so."""
+        self._pending = start.pending
+        try:
+            start.pending.save()  # before the first create call
+            yield
+        except BaseException as exc:
+            self._pending = None
+            self.fail_cleanly(exc, start.transfer_id, cleanup, start.secret_ref, start.pending)
+        self._pending = None
+
+    def save_fleet(
+        self,
+        start: FleetStart[Any],
+        hosts: Sequence[InstanceHost],
+        gateways: Sequence[Gateway],
+        per_gateway: Callable[[InstanceHost], Mapping[str, Any]],
+        resources: Mapping[str, Any],
+    ) -> GatewayFleet:
+        """The bootstrapped fleet's record (``resources`` with the regions' states and the
+        probe port), saved before it is returned."""
+        return save_cloud_fleet(
+            backend=self.name,
+            transfer_id=start.transfer_id,
+            hosts=hosts,
+            gateways=gateways,
+            per_gateway=per_gateway,
+            secret_ref=start.secret_ref,
+            tags=start.tags,
+            resources={**resources, "regions": start.regions(), "probe_port": self.probe_port},
+        )
 
     def fail_cleanly(
         self,
