@@ -70,7 +70,7 @@ from skyplane_ops.provision.cloudvm.common import (
     save_client_key,
     sweepable,
 )
-from skyplane_ops.provision.cloudvm.prelude import requested, start_fleet
+from skyplane_ops.provision.cloudvm.prelude import requested
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import delete_secret
 
@@ -348,16 +348,12 @@ class AzureProvisioner(CloudBoot):
         self.resolve_client_cidr()
         if self.self_delete and wanted:  # before anything is created: a missing role is one error
             self._self_release_role()
-        start = start_fleet(
-            backend=self.name,
-            transfer_id=transfer_id,
-            wanted=wanted,
-            by_name=by_name,
-            tags=tags,
-            ttl_seconds=self.ttl_seconds,
-            creator=self.creator,
-            make_state=lambda region, index: _Region(region=region, index=index),
-            snapshot=lambda st: {"subscription_id": self.subscription_id, "regions": st.regions()},
+        start = self.open_fleet(
+            transfer_id,
+            (wanted, by_name),
+            tags,
+            _Region,
+            lambda st: {"subscription_id": self.subscription_id, "regions": st.regions()},
         )
         states = start.states
         with self.creating(start, lambda: self._cleanup(states)):

@@ -17,7 +17,7 @@ from skyplane_ops.provision.cloudhosts import (
     save_cloud_fleet,
 )
 from skyplane_ops.provision.cloudvm.common import AGENT_USER, DEADLINE_COMMAND
-from skyplane_ops.provision.cloudvm.prelude import FleetStart
+from skyplane_ops.provision.cloudvm.prelude import FleetStart, S, start_fleet
 from skyplane_ops.provision.control_cidrs import detect_client_cidr, parse_cidrs
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.records import PendingRecord
@@ -39,6 +39,7 @@ class CloudBoot:
     # The record of the fleet being provisioned (``creating``): region steps save it again
     # before each create call.
     _pending: PendingRecord | None = None
+    creator: str  # the creator tag (each backend sets it from its option)
 
     def __init__(
         self,
@@ -159,6 +160,29 @@ class CloudBoot:
     def forget_key(key_path: str | None) -> None:
         if key_path:
             Path(key_path).unlink(missing_ok=True)
+
+    def open_fleet(
+        self,
+        transfer_id: str,
+        regions: tuple[dict[str, int], dict[str, str]],
+        tags: Mapping[str, str] | None,
+        make_state: Callable[[str, int], S],
+        snapshot: Callable[[FleetStart[S]], dict[str, Any]],
+    ) -> FleetStart[S]:
+        """``prelude.start_fleet`` with this backend's name, time to live and creator;
+        ``regions`` as ``prelude.requested`` gives them."""
+        wanted, by_name = regions
+        return start_fleet(
+            backend=self.name,
+            transfer_id=transfer_id,
+            wanted=wanted,
+            by_name=by_name,
+            tags=tags,
+            ttl_seconds=self.ttl_seconds,
+            creator=self.creator,
+            make_state=make_state,
+            snapshot=snapshot,
+        )
 
     @contextmanager
     def creating(self, start: FleetStart[Any], cleanup: Callable[[], Any]) -> Iterator[None]:

@@ -53,7 +53,7 @@ from skyplane_ops.provision.cloudvm.common import (
     save_client_key,
     sweepable,
 )
-from skyplane_ops.provision.cloudvm.prelude import requested, start_fleet
+from skyplane_ops.provision.cloudvm.prelude import requested
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.gcp.api import ComputeAPI, NoCapacity
 from skyplane_ops.provision.records import PendingRecord
@@ -356,16 +356,12 @@ class GCPProvisioner(CloudBoot):
             )
         self.resolve_client_cidr()
         created: dict[str, Any] = {}
-        start = start_fleet(
-            backend=self.name,
-            transfer_id=transfer_id,
-            wanted=wanted,
-            by_name=by_name,
-            tags=tags,
-            ttl_seconds=self.ttl_seconds,
-            creator=self.creator,
-            make_state=lambda region, index: _Region(region=region, index=index),
-            snapshot=lambda st: {
+        start = self.open_fleet(
+            transfer_id,
+            (wanted, by_name),
+            tags,
+            _Region,
+            lambda st: {
                 **json.loads(json.dumps(created)),
                 "project": self.project,
                 "regions": st.regions(),
