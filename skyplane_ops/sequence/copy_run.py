@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,8 @@ from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import PartialTransferError, TransferResult
 from skyplane_ops.transfer.run import run_transfer
 from skyplane_ops.transfer.uptodate import sync_check
+
+log = logging.getLogger(__name__)
 
 # Backends whose gateways are cloud VMs (a minute to boot): their runs may go to the worker.
 CLOUD_BACKENDS = frozenset({"aws", "gcp", "azure", "mixed"})
@@ -61,6 +64,10 @@ class Gateways:
     max_per_region: int | None = None
     teardown: bool | None = None
     early: bool = True
+    # Where parked (warm) fleets are recorded and found (``sequence.warm``): a state store
+    # every host of the pipeline shares; None: ``$SKYPLANE_OPS_HOME/state``.
+    state_uri: str | None = None
+    state_options: Mapping[str, Any] = field(default_factory=dict)
 
     def universe(self) -> Any:
         """Where a plan may go: the backend's hosts (ssh inventory, netns grid) and, with a
@@ -106,6 +113,8 @@ class CopyRun:
         teardown = self.gateways.teardown
         self.owns_fleet = self.fleet is None if teardown is None else teardown
         self.up_to_date = False  # a sync the listing answered: nothing planned or started
+        self.warm: dict[str, Any] = {}  # a warm fleet claimed or parked (``sequence.warm``)
+        self._moved = False
         self._early: Any = None
         self._universe: Any = None
 
@@ -213,9 +222,20 @@ class CopyRun:
         """Provision, move and always deprovision (the run after its plan)."""
         try:
             self.provision()
-            return self.move()
+            result = self.move()
         finally:
             self.deprovision()
+        return self.with_warm(result)
+
+    def with_warm(self, result: TransferResult) -> TransferResult:
+        """The result with the warm fleet's part: the idle time a claimed fleet was billed
+        (added to the actual cost) and what parking this fleet costs if nobody claims it."""
+        if self.warm:
+            result.warm = dict(self.warm)
+            result.actual_cost_usd = round(
+                result.actual_cost_usd + float(self.warm.get("idle_usd", 0.0)), 6
+            )
+        return result
 
     def _to_worker(self) -> None:
         """When the schedule starts no VM, the run is the worker's (``sequence.worker``): the
@@ -259,6 +279,8 @@ class CopyRun:
         """Start the plan's gateways (adopting those started early), unless a fleet was
         given; a failed start cleans up after itself."""
         assert self.plan is not None, "make_plan() first"
+        if self.fleet is None and not self.on_worker:
+            self._claim_warm()
         if self.fleet is None:
             gateways = self.gateways
             with self.events.phase("provision", f"{gateways.backend} backend") as note:
@@ -299,14 +321,21 @@ class CopyRun:
             note["done"] = f"verification {result.verification.get('status', 'n/a')}"
         if partial is not None:
             raise partial
+        self._moved = True
         return result
 
     def deprovision(self) -> None:
         """Delete the fleet this run started (a given fleet stays, unless ``teardown``)."""
         if self.fleet is not None and self.owns_fleet:
             fleet, self.fleet = self.fleet, None
-            with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
+            with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)") as note:
+                if self._moved and self._park_warm(fleet):
+                    note["done"] = f"parked for {self.request.keep_warm:g} s"
+                    return
                 deprovision(fleet, backend_options=self.gateways.backend_options)
+                if "claimed" in self.warm:  # its claim's record goes with it
+                    with contextlib.suppress(Exception):
+                        self._warm_pool().forget(fleet.transfer_id)
 
     def detach(self) -> None:
         """Hand the fleet to another process (a driver that moves and deprovisions): this
@@ -324,6 +353,68 @@ class CopyRun:
             listing.close()
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _warm_pool(self) -> Any:
+        from skyplane_ops.provision.warm import WarmPool
+        from skyplane_ops.transfer.state import default_state_uri
+
+        gateways = self.gateways
+        return WarmPool(gateways.state_uri or default_state_uri(), gateways.state_options)
+
+    def _claim_warm(self) -> None:
+        """Take a parked fleet that fits the plan instead of booting one; any failure (none
+        parked, another run won it, a gateway gone) leaves the run to boot its own."""
+        from skyplane_ops.sequence.fleet import LOCAL_MAX_GATEWAYS_PER_REGION, vms_for
+        from skyplane_ops.sequence.warm import claim
+
+        assert self.plan is not None
+        gateways = self.gateways
+        most = gateways.max_per_region
+        if most is None and gateways.backend == "local":
+            most = LOCAL_MAX_GATEWAYS_PER_REGION
+        try:
+            got = claim(
+                vms_for(self.plan, max_per_region=most),
+                backend=gateways.backend,
+                backend_options=gateways.backend_options,
+                pool=self._warm_pool(),
+                claimant=self.transfer_id,
+            )
+        except Exception as exc:  # a warm fleet never fails a run
+            log.warning("no warm fleet claimed: %s", exc)
+            return
+        if got is None:
+            return
+        with self.events.phase("provision", f"{gateways.backend} backend, warm") as note:
+            self.fleet, self.warm = got
+            if self._early is not None:
+                early, self._early = self._early, None
+                early.cancel()
+            note["done"] = (
+                f"claimed warm fleet {self.warm['claimed']} "
+                f"(parked {self.warm['idle_s']:.0f} s, ${self.warm['idle_usd']:.4f})"
+            )
+
+    def _park_warm(self, fleet: GatewayFleet) -> bool:
+        """Park the fleet for ``keep_warm`` instead of deleting it (False: delete it)."""
+        keep = self.request.keep_warm
+        if not keep or self.plan is None or fleet.backend == "worker":
+            return False
+        from skyplane_ops.sequence.warm import park, vm_usd_per_hour
+
+        try:
+            parked = park(
+                fleet,
+                usd_per_hour=vm_usd_per_hour(self.plan, fleet),
+                keep_warm_s=keep,
+                pool=self._warm_pool(),
+                backend_options=self.gateways.backend_options,
+            )
+        except Exception as exc:
+            log.warning("fleet %s not parked, deleted: %s", fleet.transfer_id, exc)
+            return False
+        self.warm = {**self.warm, **parked}
+        return True
 
     def _listed(self, src_objects: int, dst_objects: int) -> None:
         self.events.listing(src_objects, dst_objects)
