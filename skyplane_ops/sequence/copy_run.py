@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +37,6 @@ from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import PartialTransferError, TransferResult
 from skyplane_ops.transfer.run import run_transfer
 from skyplane_ops.transfer.uptodate import sync_check
-
-log = logging.getLogger(__name__)
 
 # Backends whose gateways are cloud VMs (a minute to boot): their runs may go to the worker.
 CLOUD_BACKENDS = frozenset({"aws", "gcp", "azure", "mixed"})
@@ -333,9 +330,10 @@ class CopyRun:
                     note["done"] = f"parked for {self.request.keep_warm:g} s"
                     return
                 deprovision(fleet, backend_options=self.gateways.backend_options)
-                if "claimed" in self.warm:  # its claim's record goes with it
-                    with contextlib.suppress(Exception):
-                        self._warm_pool().forget(fleet.transfer_id)
+                if "claimed" in self.warm:  # its claim's records go with it
+                    from skyplane_ops.sequence.warm import forget_warm
+
+                    forget_warm(fleet, self.gateways.state_uri, self.gateways.state_options)
 
     def detach(self) -> None:
         """Hand the fleet to another process (a driver that moves and deprovisions): this
@@ -354,35 +352,22 @@ class CopyRun:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _warm_pool(self) -> Any:
-        from skyplane_ops.provision.warm import WarmPool
-        from skyplane_ops.transfer.state import default_state_uri
-
-        gateways = self.gateways
-        return WarmPool(gateways.state_uri or default_state_uri(), gateways.state_options)
-
     def _claim_warm(self) -> None:
-        """Take a parked fleet that fits the plan instead of booting one; any failure (none
-        parked, another run won it, a gateway gone) leaves the run to boot its own."""
-        from skyplane_ops.sequence.fleet import LOCAL_MAX_GATEWAYS_PER_REGION, vms_for
-        from skyplane_ops.sequence.warm import claim
+        """Take a parked fleet that fits the plan instead of booting one (``sequence.warm``);
+        none, a lost race or a dead gateway leave the run to boot its own."""
+        from skyplane_ops.sequence.warm import claim_warm
 
         assert self.plan is not None
         gateways = self.gateways
-        most = gateways.max_per_region
-        if most is None and gateways.backend == "local":
-            most = LOCAL_MAX_GATEWAYS_PER_REGION
-        try:
-            got = claim(
-                vms_for(self.plan, max_per_region=most),
-                backend=gateways.backend,
-                backend_options=gateways.backend_options,
-                pool=self._warm_pool(),
-                claimant=self.transfer_id,
-            )
-        except Exception as exc:  # a warm fleet never fails a run
-            log.warning("no warm fleet claimed: %s", exc)
-            return
+        got = claim_warm(
+            self.plan,
+            backend=gateways.backend,
+            backend_options=gateways.backend_options,
+            claimant=self.transfer_id,
+            max_per_region=gateways.max_per_region,
+            state_uri=gateways.state_uri,
+            state_options=gateways.state_options,
+        )
         if got is None:
             return
         with self.events.phase("provision", f"{gateways.backend} backend, warm") as note:
@@ -397,21 +382,20 @@ class CopyRun:
 
     def _park_warm(self, fleet: GatewayFleet) -> bool:
         """Park the fleet for ``keep_warm`` instead of deleting it (False: delete it)."""
-        keep = self.request.keep_warm
-        if not keep or self.plan is None or fleet.backend == "worker":
-            return False
-        from skyplane_ops.sequence.warm import park, vm_usd_per_hour
+        from skyplane_ops.sequence.warm import park_warm, vm_usd_per_hour
 
-        try:
-            parked = park(
-                fleet,
-                usd_per_hour=vm_usd_per_hour(self.plan, fleet),
-                keep_warm_s=keep,
-                pool=self._warm_pool(),
-                backend_options=self.gateways.backend_options,
-            )
-        except Exception as exc:
-            log.warning("fleet %s not parked, deleted: %s", fleet.transfer_id, exc)
+        keep = self.request.keep_warm
+        if not keep or self.plan is None:
+            return False
+        parked = park_warm(
+            fleet,
+            keep_warm_s=keep,
+            backend_options=self.gateways.backend_options,
+            usd_per_hour=vm_usd_per_hour(self.plan, fleet),
+            state_uri=self.gateways.state_uri,
+            state_options=self.gateways.state_options,
+        )
+        if parked is None:
             return False
         self.warm = {**self.warm, **parked}
         return True

@@ -179,3 +179,80 @@ def _drop(fleet: GatewayFleet, backend_options: Mapping[str, Any]) -> None:
         deprovision(fleet, backend_options=backend_options)
     except Exception as exc:
         log.warning("deleting warm fleet %s failed (its lease ends it): %s", fleet.transfer_id, exc)
+
+
+# -- what a run (CopyRun, a Dagster step) calls: never raises -------------------------------
+
+
+def warm_pool(state_uri: str | None = None, state_options: Mapping[str, Any] | None = None) -> Any:
+    """The pool in ``state_uri`` (default ``$SKYPLANE_OPS_HOME/state``)."""
+    from skyplane_ops.provision.warm import default_state_uri
+
+    return WarmPool(state_uri or default_state_uri(), state_options)
+
+
+def claim_warm(
+    plan_or_vms: TransferPlan | Mapping[str, int],
+    *,
+    backend: str,
+    backend_options: Mapping[str, Any],
+    claimant: str,
+    max_per_region: int | None = None,
+    state_uri: str | None = None,
+    state_options: Mapping[str, Any] | None = None,
+) -> tuple[GatewayFleet, dict[str, Any]] | None:
+    """``claim`` a fleet with the gateways ``provision`` would start for ``plan_or_vms``
+    from the state store's pool; any error is logged and means "boot"."""
+    from skyplane_ops.sequence.fleet import LOCAL_MAX_GATEWAYS_PER_REGION, vms_for
+
+    if max_per_region is None and backend == "local":
+        max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
+    try:
+        return claim(
+            vms_for(plan_or_vms, max_per_region=max_per_region),
+            backend=backend,
+            backend_options=backend_options,
+            pool=warm_pool(state_uri, state_options),
+            claimant=claimant,
+        )
+    except Exception as exc:
+        log.warning("no warm fleet claimed: %s", exc)
+        return None
+
+
+def park_warm(
+    fleet: GatewayFleet,
+    *,
+    keep_warm_s: float,
+    backend_options: Mapping[str, Any],
+    usd_per_hour: float = 0.0,
+    state_uri: str | None = None,
+    state_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """``park`` in the state store's pool; None (logged) when the fleet must be deleted."""
+    if fleet.backend == "worker":
+        return None
+    try:
+        return park(
+            fleet,
+            usd_per_hour=usd_per_hour,
+            keep_warm_s=keep_warm_s,
+            pool=warm_pool(state_uri, state_options),
+            backend_options=backend_options,
+        )
+    except Exception as exc:
+        log.warning("fleet %s not parked, deleted: %s", fleet.transfer_id, exc)
+        return None
+
+
+def forget_warm(
+    fleet: GatewayFleet,
+    state_uri: str | None = None,
+    state_options: Mapping[str, Any] | None = None,
+) -> None:
+    """A claimed fleet was deleted: its records in the pool go too (best effort)."""
+    if fleet.tags.get(TAG_WARM):
+        try:
+            warm_pool(state_uri, state_options).forget(fleet.transfer_id)
+        except Exception as exc:
+            log.debug("forgetting warm fleet %s: %s", fleet.transfer_id, exc)

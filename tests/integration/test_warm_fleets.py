@@ -239,3 +239,45 @@ def test_keep_warm_is_a_duration_in_every_spelling() -> None:
         with pytest.raises(api.TransferError, match="keep_warm") as err:
             build("file:///tmp/a", "file:///tmp/b", keep_warm=bad)
         assert "\n" not in str(err.value)
+
+
+def test_the_dagster_resource_parks_and_claims_through_its_state_store(
+    tmp_path: Path, home: Path
+) -> None:
+    from skyplane_ops.dagster.resource import SkyplaneResource
+
+    store = (tmp_path / "shared-state").as_uri()  # the store every run worker reaches
+    warm = SkyplaneResource(backend="local", keep_warm="60s", state_store=store)
+    first = warm.provision({A: 1}, transfer_id="dg-step-1")
+    assert warm.deprovision(first) == []  # parked, not deleted
+    assert [r.fleet_id for r in WarmPool(store + "").available()] == ["dg-step-1"]
+    assert WarmPool(default_state_uri()).records() == []  # not this host's default pool
+    second = SkyplaneResource(backend="local", state_store=store).provision(
+        {A: 1}, transfer_id="dg-step-2"
+    )
+    assert second.transfer_id == "dg-step-1" and _pids(second) == _pids(first)
+    SkyplaneResource(backend="local", state_store=store).deprovision(second)
+    _wait(lambda: _gone(_pids(first)))
+    assert WarmPool(store).records() == []
+
+
+def test_the_airflow_copy_operator_takes_keep_warm_and_the_connections_state_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("airflow")
+    from skyplane_ops.airflow.hooks import SkyplaneHook
+    from skyplane_ops.airflow.operators.copy import SkyplaneCopyOperator
+
+    store = (tmp_path / "state").as_uri()
+    extra = {"backend": "local", "state_store": store}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SKY_WARM", json.dumps({"conn_type": "skyplane", "extra": extra})
+    )
+    gateways = SkyplaneHook("sky_warm").gateways("t-1")
+    assert gateways.state_uri == store  # parked and found where every worker looks
+    assert "keep_warm" in SkyplaneCopyOperator.template_fields
+    op = SkyplaneCopyOperator(
+        task_id="copy", src="file:///tmp/a", dst="file:///tmp/b", src_region=A, dst_region=B,
+        keep_warm="{{ params.warm }}",
+    )  # fmt: skip
+    assert op.keep_warm == "{{ params.warm }}"
