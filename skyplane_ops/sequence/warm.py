@@ -208,11 +208,16 @@ def claim_warm(
     if max_per_region is None and backend == "local":
         max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
     try:
+        pool = warm_pool(state_uri, state_options)
+    except Exception as exc:  # a state store that cannot hold a pool (gs://, az://)
+        log.debug("no warm fleets here: %s", exc)
+        return None
+    try:
         return claim(
             vms_for(plan_or_vms, max_per_region=max_per_region),
             backend=backend,
             backend_options=backend_options,
-            pool=warm_pool(state_uri, state_options),
+            pool=pool,
             claimant=claimant,
         )
     except Exception as exc:
