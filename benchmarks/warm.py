@@ -43,7 +43,8 @@ def _partition(root: Path, objects: int, total_bytes: int) -> None:
         (root / f"part-{i:05d}.bin").write_bytes(os.urandom(size))
 
 
-def _ours(src: Path, dst: Path, env: dict[str, str], extra: list[str]) -> dict[str, Any]:
+def _ours(src: Path, dst: Path, home: Path, extra: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "SKYPLANE_OPS_HOME": str(home)}  # each tool its own pool
     cmd = [sys.executable, "-m", "skyplane_ops.cli", "cp", src.as_uri(), dst.as_uri(), *REGIONS,
            "--vms-only", *extra, "--json"]  # fmt: skip
     start = time.perf_counter()
@@ -51,16 +52,23 @@ def _ours(src: Path, dst: Path, env: dict[str, str], extra: list[str]) -> dict[s
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"cp failed: {done.stderr[-800:]}")
-    provision, claimed = 0.0, False
+    provision, claimed, phases = 0.0, False, {}
     for line in done.stderr.splitlines():
         if not line.startswith("{"):
             continue
         event = json.loads(line)
         done_phase = event.get("event") == "phase" and event.get("state") == "done"
+        if done_phase:
+            phases[event["phase"]] = round(phases.get(event["phase"], 0) + event["seconds"], 2)
         if done_phase and event.get("phase") == "provision":
             provision += float(event.get("seconds") or 0)
             claimed = claimed or "claimed warm fleet" in str(event.get("info", ""))
-    return {"seconds": round(seconds, 2), "provision_s": round(provision, 2), "claimed": claimed}
+    return {
+        "seconds": round(seconds, 2),
+        "provision_s": round(provision, 2),
+        "claimed": claimed,
+        "phases": phases,
+    }
 
 
 def _rclone(src: Path, dst: Path) -> dict[str, Any]:
@@ -77,7 +85,6 @@ def main() -> None:
     parser.add_argument("--boot-delay", type=float, default=10.0)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="warm-bench-"))
-    env = {**os.environ, "SKYPLANE_OPS_HOME": str(work / "home")}
     booting = ["--backend-options", json.dumps({"boot_delay": args.boot_delay})]
     tools: dict[str, list[dict[str, Any]]] = {
         "boot every run": [],
@@ -88,23 +95,24 @@ def main() -> None:
         for run in range(args.runs):
             src = work / f"src-{run}"
             _partition(src, args.objects, int(args.mb * 1e6))
-            tools["boot every run"].append(_ours(src, work / f"a-{run}", env, booting))
+            tools["boot every run"].append(_ours(src, work / f"a-{run}", work / "home-a", booting))
             warm = [*booting, "--keep-warm", "5m"]
-            tools["keep_warm 5m"].append(_ours(src, work / f"b-{run}", env, warm))
+            tools["keep_warm 5m"].append(_ours(src, work / f"b-{run}", work / "home-b", warm))
             if shutil.which("rclone"):
                 tools["rclone"].append(_rclone(src, work / f"c-{run}"))
     finally:
         subprocess.run(
             [sys.executable, "-m", "skyplane_ops.cli", "deprovision", "--all",
-             "--backend", "local"], env=env, capture_output=True, check=False,
+             "--backend", "local"], env={**os.environ, "SKYPLANE_OPS_HOME": str(work / "home-b")},
+            capture_output=True, check=False,
         )  # fmt: skip
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'tool':<16} {'run':>3} {'seconds':>8} {'provision':>9} {'claimed':>8}")
+    print(f"{'tool':<16} {'run':>3} {'seconds':>8} {'provision':>9} {'claimed':>8}  phases")
     for tool, rows in tools.items():
         for i, row in enumerate(rows, 1):
             print(
                 f"{tool:<16} {i:>3} {row['seconds']:>8.2f} {row['provision_s']:>9.2f} "
-                f"{'yes' if row['claimed'] else '-':>8}"
+                f"{'yes' if row['claimed'] else '-':>8}  {row.get('phases', '')}"
             )
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"params": vars(args), "tools": tools}
