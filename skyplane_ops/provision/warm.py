@@ -137,7 +137,17 @@ class WarmPool:
 
     def park(self, record: WarmRecord, secret: bytes) -> None:
         """Record a parking (its secret first: a record is claimable once it is written)."""
-        self._store.write(f"{record.fleet_id}/secret", secret.hex().encode("ascii"))
+        key, text = f"{record.fleet_id}/secret", secret.hex().encode("ascii")
+        if self._parsed.scheme == "file":  # 0600, as this host's own secret files
+            from skyplane_ops.provision.secrets import write_private
+
+            path = Path(self._parsed.bucket, key)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_name(f".secret.{uuid.uuid4().hex}")
+            write_private(tmp, text)
+            os.replace(tmp, path)
+        else:
+            self._store.write(key, text)
         self._store.write(_parked(record.fleet_id, record.generation), record.to_json())
 
     def claim(self, record: WarmRecord, claimant: str) -> bool:
