@@ -46,7 +46,7 @@ class WarmRecord:
     vm_usd_per_hour: float  # the whole fleet's
     host: str  # the parking host: loopback gateways serve no other
     fleet: dict[str, Any] = field(default_factory=dict)
-    buffer_mib: int | None = None  # each gateway's byte budget, where known
+    buffer_mib: int | None = None  # the smallest gateway byte budget (the fleet's capacity)
 
     def fits(self, needed: Mapping[str, int]) -> bool:
         """Every region the run needs, with at least its gateways."""

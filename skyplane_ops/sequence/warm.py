@@ -59,15 +59,21 @@ def _each(fleet: GatewayFleet, act: Any) -> None:
         list(pool.map(act, fleet.gateways))
 
 
-def rekey(fleet: GatewayFleet, old: bytes, new: bytes, lease_s: float) -> None:
-    """Every gateway forgets its jobs, answers to ``new`` only and holds ``lease_s``."""
+def rekey(fleet: GatewayFleet, old: bytes, new: bytes, lease_s: float) -> int | None:
+    """Every gateway forgets its jobs, answers to ``new`` only and holds ``lease_s``; returns
+    the smallest byte budget among them in MiB (the fleet's capacity), None if none said."""
+    budgets: list[int] = []
 
     def one(g: Gateway) -> None:
         client = GatewayClient(g.host, g.control_port, old, timeout=10, gateway_id=g.gateway_id)
         client.rekey(new)
         client.renew_lease(lease_s)
+        capacity = (client.health().get("buffer") or {}).get("capacity")
+        if isinstance(capacity, int):
+            budgets.append(capacity // 2**20)
 
     _each(fleet, one)
+    return min(budgets) if budgets else None
 
 
 def _keep_secret(fleet: GatewayFleet, secret: bytes) -> GatewayFleet:
@@ -86,13 +92,12 @@ def park(
     keep_warm_s: float,
     pool: WarmPool,
     backend_options: Mapping[str, Any],
-    buffer_mib: int | None = None,
 ) -> dict[str, Any]:
     """Park ``fleet`` (which costs ``usd_per_hour``) for ``keep_warm_s`` (raises if a gateway
     does not take it: delete the fleet then, as without ``keep_warm``); returns what the
     run's result says about it."""
     new = secrets.token_bytes(32)
-    rekey(fleet, secret_bytes(fleet.secret_ref), new, keep_warm_s)
+    buffer_mib = rekey(fleet, secret_bytes(fleet.secret_ref), new, keep_warm_s)
     now = time.time()
     expires = now + keep_warm_s
     fleet.tags = {

@@ -146,6 +146,7 @@ def test_one_claimant_of_many_wins(where: str, home: Path, request: pytest.Fixtu
     try:
         park(fleet, usd_per_hour=2.0, keep_warm_s=60, pool=pool, backend_options={})
         (record,) = pool.available()
+        assert record.gateways == {A: 1, B: 1} and record.buffer_mib == 1024  # the default
         start = threading.Barrier(6)
         got: list[Any] = []
 
