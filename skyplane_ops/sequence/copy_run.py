@@ -195,7 +195,7 @@ class CopyRun:
                     request.src_region,
                     request.dst_region,
                     volume,
-                    **request.planning.kwargs(),
+                    **self._planning_kwargs(),
                     bwlimit_gbps=request.bwlimit_gbps,
                     backend=self.gateways.backend,
                     backend_options=self.gateways.backend_options,
@@ -351,6 +351,25 @@ class CopyRun:
             listing.close()
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _planning_kwargs(self) -> dict[str, Any]:
+        """The request's planner options; with a parked fleet that could serve this run and
+        no t0 given, t0 is a claim's (``sequence.warm.warm_t0``), not the backend's boot."""
+        from skyplane_ops.sequence.warm import warm_t0
+
+        kwargs = self.request.planning.kwargs()
+        gateways, request = self.gateways, self.request
+        if kwargs.get("provisioning_seconds") is None and self.fleet is None:
+            t0 = warm_t0(
+                [str(request.src_region), str(request.dst_region)],
+                backend=gateways.backend,
+                backend_options=gateways.backend_options,
+                state_uri=gateways.state_uri,
+                state_options=gateways.state_options,
+            )
+            if t0 is not None:
+                kwargs["provisioning_seconds"] = t0
+        return kwargs
 
     def _claim_warm(self) -> None:
         """Take a parked fleet that fits the plan instead of booting one (``sequence.warm``);

@@ -36,10 +36,25 @@ log = logging.getLogger(__name__)
 TAG_WARM = "skyplane-ops:warm"
 
 
+# A claim re-keys and renews the lease of running gateways: about a second, not a boot.
+CLAIM_T0_S = 1.0
+# Options that shape only how a gateway starts, not the running gateway a claimant gets.
+START_ONLY_OPTIONS = frozenset({"boot_delay", "start_timeout", "initial_lease_s"})
+
+
 def options_key(backend: str, options: Mapping[str, Any]) -> str:
-    """A short digest of a backend and its options: a parked fleet serves only the same."""
-    text = json.dumps({"backend": backend, "options": dict(options)}, sort_keys=True, default=str)
+    """A short digest of a backend and its options: a parked fleet serves only the same
+    (bar those that only shape a gateway's start)."""
+    kept = {k: v for k, v in options.items() if k not in START_ONLY_OPTIONS}
+    text = json.dumps({"backend": backend, "options": kept}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _serves(record: WarmRecord, backend: str, key: str, needed: Mapping[str, int]) -> bool:
+    """Whether a parking can serve a run: same backend and options, the gateways it needs,
+    and, for loopback gateways, this host."""
+    same = record.backend == backend and record.options_key == key and record.fits(needed)
+    return same and (backend != "local" or record.host == socket.gethostname())
 
 
 def vm_usd_per_hour(plan: TransferPlan, fleet: GatewayFleet) -> float:
@@ -145,12 +160,9 @@ def claim(
     with what its idle time cost; None when there is none (or none that works: a fleet that
     fails its re-key is deleted, and the run boots its own)."""
     key = options_key(backend, backend_options)
-    here = socket.gethostname()
     for record in pool.available():
-        if record.backend != backend or record.options_key != key or not record.fits(needed):
+        if not _serves(record, backend, key, needed):
             continue
-        if backend == "local" and record.host != here:
-            continue  # loopback gateways of another host
         if not pool.claim(record, claimant):
             continue  # another run took it first
         fleet = record.gateway_fleet()
@@ -228,6 +240,26 @@ def claim_warm(
     except Exception as exc:
         log.warning("no warm fleet claimed: %s", exc)
         return None
+
+
+def warm_t0(
+    regions: list[str],
+    *,
+    backend: str,
+    backend_options: Mapping[str, Any],
+    state_uri: str | None = None,
+    state_options: Mapping[str, Any] | None = None,
+) -> float | None:
+    """The start-up to plan with when a parked fleet could serve a run through ``regions``
+    (its source and destination: every path has them): a claim's second instead of a boot,
+    so the schedule weighs a warm fleet against the worker as it is. None: none parked."""
+    try:
+        parked = warm_pool(state_uri, state_options).available()
+    except Exception:
+        return None
+    key = options_key(backend, backend_options)
+    needed = dict.fromkeys(regions, 1)
+    return CLAIM_T0_S if any(_serves(r, backend, key, needed) for r in parked) else None
 
 
 def park_warm(

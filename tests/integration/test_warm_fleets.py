@@ -63,13 +63,22 @@ class Phases(RunEvents):
         self.fleets.append((fleet, secret_bytes(fleet.secret_ref)))
 
 
-def _run(src: Path, dst: Path, keep_warm: str | None = None) -> tuple[Any, Phases, CopyRun]:
+def _run(
+    src: Path,
+    dst: Path,
+    keep_warm: str | None = None,
+    *,
+    vms: str = "only",
+    options: dict[str, Any] = BOOTING,
+    volume_gb: float | None = None,
+) -> tuple[Any, Phases, CopyRun]:
     request = api.TransferRequest.build(
         f"file://{src}", f"file://{dst}", src_region=A, dst_region=B,
-        planning={"vms": "only"}, keep_warm=keep_warm,
+        planning={"vms": vms}, keep_warm=keep_warm,
     )  # fmt: skip
     events = Phases()
-    run = CopyRun(request, Gateways(backend="local", backend_options=BOOTING), events)
+    gateways = Gateways(backend="local", backend_options=options)
+    run = CopyRun(request, gateways, events, volume_gb=volume_gb)
     return run.run(), events, run
 
 
@@ -132,6 +141,25 @@ def test_a_parked_fleet_is_claimed_by_the_next_run_without_a_boot(
     # Without keep_warm the claimant deletes the fleet, and the pool forgets it.
     _wait(lambda: _gone(_pids(fleet1)))
     assert WarmPool(default_state_uri()).records() == []
+
+
+def test_the_schedule_weighs_a_warm_fleet_by_its_claim_not_a_boot(
+    tmp_path: Path, home: Path
+) -> None:
+    """2 GB planned with VMs that take 10 min to boot go to the worker; with a parked fleet
+    the overlay starts in a claim's second and the schedule takes it (and no 10 min boot is
+    waited for: the run claims)."""
+    src = tmp_path / "src"
+    data = write_dataset(src, {f"{i}": 30_000 for i in range(6)})
+    slow = {"boot_delay": 600}
+    first, _, _ = _run(src, tmp_path / "d1", keep_warm="60s")  # parks (boot_delay 1 s)
+    assert first.warm.get("parked")
+    second, phases, run = _run(src, tmp_path / "d2", vms="auto", options=slow, volume_gb=2)
+    assert not run.on_worker and second.warm.get("claimed") == first.warm["parked"]
+    assert [p[2][:18] for p in phases.seen if p[0] == "provision"] == ["claimed warm fleet"]
+    assert read_tree(tmp_path / "d2") == data
+    third, _, run = _run(src, tmp_path / "d3", vms="auto", options=slow, volume_gb=2)
+    assert run.on_worker and not third.warm  # no parked fleet: the worker, not a 10 min boot
 
 
 @pytest.mark.parametrize("where", ["file", "s3"])
