@@ -61,6 +61,10 @@ class Gateways:
     max_per_region: int | None = None
     teardown: bool | None = None
     early: bool = True
+    # Where parked (warm) fleets are recorded and found (``sequence.warm``): a state store
+    # every host of the pipeline shares; None: ``$SKYPLANE_OPS_HOME/state``.
+    state_uri: str | None = None
+    state_options: Mapping[str, Any] = field(default_factory=dict)
 
     def universe(self) -> Any:
         """Where a plan may go: the backend's hosts (ssh inventory, netns grid) and, with a
@@ -106,6 +110,8 @@ class CopyRun:
         teardown = self.gateways.teardown
         self.owns_fleet = self.fleet is None if teardown is None else teardown
         self.up_to_date = False  # a sync the listing answered: nothing planned or started
+        self.warm: dict[str, Any] = {}  # a warm fleet claimed or parked (``sequence.warm``)
+        self._moved = False
         self._early: Any = None
         self._universe: Any = None
 
@@ -189,7 +195,7 @@ class CopyRun:
                     request.src_region,
                     request.dst_region,
                     volume,
-                    **request.planning.kwargs(),
+                    **self._planning_kwargs(),
                     bwlimit_gbps=request.bwlimit_gbps,
                     backend=self.gateways.backend,
                     backend_options=self.gateways.backend_options,
@@ -213,9 +219,20 @@ class CopyRun:
         """Provision, move and always deprovision (the run after its plan)."""
         try:
             self.provision()
-            return self.move()
+            result = self.move()
         finally:
             self.deprovision()
+        return self.with_warm(result)
+
+    def with_warm(self, result: TransferResult) -> TransferResult:
+        """The result with the warm fleet's part: the idle time a claimed fleet was billed
+        (added to the actual cost) and what parking this fleet costs if nobody claims it."""
+        if self.warm:
+            result.warm = dict(self.warm)
+            result.actual_cost_usd = round(
+                result.actual_cost_usd + float(self.warm.get("idle_usd", 0.0)), 6
+            )
+        return result
 
     def _to_worker(self) -> None:
         """When the schedule starts no VM, the run is the worker's (``sequence.worker``): the
@@ -259,6 +276,8 @@ class CopyRun:
         """Start the plan's gateways (adopting those started early), unless a fleet was
         given; a failed start cleans up after itself."""
         assert self.plan is not None, "make_plan() first"
+        if self.fleet is None and not self.on_worker:
+            self._claim_warm()
         if self.fleet is None:
             gateways = self.gateways
             with self.events.phase("provision", f"{gateways.backend} backend") as note:
@@ -299,14 +318,22 @@ class CopyRun:
             note["done"] = f"verification {result.verification.get('status', 'n/a')}"
         if partial is not None:
             raise partial
+        self._moved = True
         return result
 
     def deprovision(self) -> None:
         """Delete the fleet this run started (a given fleet stays, unless ``teardown``)."""
         if self.fleet is not None and self.owns_fleet:
             fleet, self.fleet = self.fleet, None
-            with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
+            with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)") as note:
+                if self._moved and self._park_warm(fleet):
+                    note["done"] = f"parked for {self.request.keep_warm:g} s"
+                    return
                 deprovision(fleet, backend_options=self.gateways.backend_options)
+                if "claimed" in self.warm:  # its claim's records go with it
+                    from skyplane_ops.sequence.warm import forget_warm
+
+                    forget_warm(fleet, self.gateways.state_uri, self.gateways.state_options)
 
     def detach(self) -> None:
         """Hand the fleet to another process (a driver that moves and deprovisions): this
@@ -324,6 +351,73 @@ class CopyRun:
             listing.close()
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _planning_kwargs(self) -> dict[str, Any]:
+        """The request's planner options; with a parked fleet that could serve this run and
+        no t0 given, t0 is a claim's (``sequence.warm.warm_t0``), not the backend's boot."""
+        from skyplane_ops.sequence.warm import warm_t0
+
+        kwargs = self.request.planning.kwargs()
+        gateways, request = self.gateways, self.request
+        if kwargs.get("provisioning_seconds") is None and self.fleet is None:
+            t0 = warm_t0(
+                [str(request.src_region), str(request.dst_region)],
+                backend=gateways.backend,
+                backend_options=gateways.backend_options,
+                state_uri=gateways.state_uri,
+                state_options=gateways.state_options,
+            )
+            if t0 is not None:
+                kwargs["provisioning_seconds"] = t0
+        return kwargs
+
+    def _claim_warm(self) -> None:
+        """Take a parked fleet that fits the plan instead of booting one (``sequence.warm``);
+        none, a lost race or a dead gateway leave the run to boot its own."""
+        from skyplane_ops.sequence.warm import claim_warm
+
+        assert self.plan is not None
+        gateways = self.gateways
+        got = claim_warm(
+            self.plan,
+            backend=gateways.backend,
+            backend_options=gateways.backend_options,
+            claimant=self.transfer_id,
+            max_per_region=gateways.max_per_region,
+            state_uri=gateways.state_uri,
+            state_options=gateways.state_options,
+        )
+        if got is None:
+            return
+        with self.events.phase("provision", f"{gateways.backend} backend, warm") as note:
+            self.fleet, self.warm = got
+            if self._early is not None:
+                early, self._early = self._early, None
+                early.cancel()
+            note["done"] = (
+                f"claimed warm fleet {self.warm['claimed']} "
+                f"(parked {self.warm['idle_s']:.0f} s, ${self.warm['idle_usd']:.4f})"
+            )
+
+    def _park_warm(self, fleet: GatewayFleet) -> bool:
+        """Park the fleet for ``keep_warm`` instead of deleting it (False: delete it)."""
+        from skyplane_ops.sequence.warm import park_warm, vm_usd_per_hour
+
+        keep = self.request.keep_warm
+        if not keep or self.plan is None:
+            return False
+        parked = park_warm(
+            fleet,
+            keep_warm_s=keep,
+            backend_options=self.gateways.backend_options,
+            usd_per_hour=vm_usd_per_hour(self.plan, fleet),
+            state_uri=self.gateways.state_uri,
+            state_options=self.gateways.state_options,
+        )
+        if parked is None:
+            return False
+        self.warm = {**self.warm, **parked}
+        return True
 
     def _listed(self, src_objects: int, dst_objects: int) -> None:
         self.events.listing(src_objects, dst_objects)
