@@ -1,7 +1,7 @@
 """Warm fleets: parked fleets recorded in the state store, claimed by one run at a time.
 
 A run with ``keep_warm`` parks its fleet instead of deleting it (``sequence.warm``); the next
-run that fits claims it. The pool lives under ``<state_uri>/warm/<fleet_id>/`` in the store
+run that fits claims it. The pool lives under ``<state_uri>/.warm/<fleet_id>/`` in the store
 every host of a pipeline shares (``file://`` on one host or a shared volume, ``s3://``):
 
 - ``parked-<n>.json``: the n-th parking (``WarmRecord``: backend, gateways per region, the
@@ -28,7 +28,7 @@ from typing import Any
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision.fleet import GatewayFleet
 
-WARM = "warm"
+WARM = ".warm"  # a transfer id (letters, digits, - and _) can never be this name
 MAX_KEEP_WARM_S = 86400.0  # a gateway's lease is at most a day
 
 
@@ -71,7 +71,7 @@ def default_state_uri() -> str:
 
 
 class WarmPool:
-    """The parked fleets under ``<state_uri>/warm/``."""
+    """The parked fleets under ``<state_uri>/.warm/``."""
 
     def __init__(self, state_uri: str, options: Mapping[str, Any] | None = None) -> None:
         from gateway_agent.stores import open_store

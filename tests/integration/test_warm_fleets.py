@@ -122,7 +122,7 @@ def test_a_parked_fleet_is_claimed_by_the_next_run_without_a_boot(
     assert first.verified and first.warm["parked"] and first.warm["keep_warm_s"] == 60
     (fleet1, secret1), = phases1.fleets  # fmt: skip
     assert _pids(fleet1) <= set(agents_of(home))  # parked: still running
-    pool_secret = Path(home, "state", "warm", fleet1.transfer_id, "secret")
+    pool_secret = Path(home, "state", ".warm", fleet1.transfer_id, "secret")
     assert pool_secret.stat().st_mode & 0o777 == 0o600
     # Parking re-keyed the gateways: the finished transfer's secret opens nothing now.
     gw = fleet1.gateways[0]
