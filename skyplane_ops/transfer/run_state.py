@@ -36,7 +36,7 @@ class RunState:
             src_uri=self.src_uri,
             dst_uri=self.dst_uri,
             started=time.time() - self.elapsed(),
-            routes=[" -> ".join(r) for r, _ in plan_routes(self.plan)],
+            routes=route_names(self.plan),
             **fields,
         )
 
@@ -61,3 +61,13 @@ class RunState:
             route=self.route,
             **fields,
         )
+
+
+def route_names(plan: TransferPlan) -> list[str]:
+    """The report's name of each path: its regions, or ``server-side`` where the stores copy
+    themselves (``details["server_side_paths"]``)."""
+    copied = set(plan.details.get("server_side_paths", []))
+    return [
+        "server-side" if i in copied else " -> ".join(r)
+        for i, (r, _) in enumerate(plan_routes(plan))
+    ]
