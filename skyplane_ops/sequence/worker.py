@@ -20,10 +20,9 @@ from gateway_agent.stores.uri import parse_uri
 from skyplane_ops.planner.plan import PlanPath, TransferPlan
 
 # What a destination copies from by itself: (source scheme, destination scheme) pairs. S3 and
-# GCS copy within their own service; Azure copies from any URL (a presigned/signed one).
-SERVER_SIDE_PAIRS = frozenset(
-    {("s3", "s3"), ("gs", "gs"), ("s3", "az"), ("gs", "az"), ("az", "az")}
-)
+# GCS copy within their own service; Azure copies from a presigned S3 or signed GCS URL (an
+# Azure source would need a SAS of its own: not made here, so Azure -> Azure moves bytes).
+SERVER_SIDE_PAIRS = frozenset({("s3", "s3"), ("gs", "gs"), ("s3", "az"), ("gs", "az")})
 
 
 def server_side_ends(
@@ -31,7 +30,10 @@ def server_side_ends(
 ) -> bool:
     """Whether these two stores can copy server-side: a pair the destination copies from, on
     one service (same ``endpoint_url``) where it copies within its own."""
-    pair = (parse_uri(src_uri).scheme, parse_uri(dst_uri).scheme)
+    try:
+        pair = (parse_uri(src_uri).scheme, parse_uri(dst_uri).scheme)
+    except ValueError:  # a bad URI is refused where it is opened, with its reason
+        return False
     if pair not in SERVER_SIDE_PAIRS:
         return False
     same = pair[0] == pair[1]
