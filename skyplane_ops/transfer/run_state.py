@@ -26,7 +26,8 @@ class RunState:
         self.steps: dict[str, float] = {}
         self._mark = self.t0
         self.job_id = f"job-{uuid.uuid4().hex[:12]}"
-        self.route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
+        shares = [s for _, s in plan_routes(plan)]
+        self.route = [f"{n} ({s:.0%})" for n, s in zip(route_names(plan), shares, strict=True)]
 
     def report_run(self, **fields: Any) -> ReportRun:
         """The ``ReportRun`` of this run (its identity, start and paths) for the report."""

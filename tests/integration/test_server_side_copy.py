@@ -101,6 +101,12 @@ def test_the_report_records_the_server_side_path(tmp_path: Path, moto_s3: Any) -
     store = open_store(src, moto_s3.options)
     for i in range(3):
         store.write(f"{i}", b"x" * (100 + i))
+    # A multipart source (ETag no MD5) copied whole: its full-object CRC32C is compared.
+    big = os.urandom(6 * MiB)
+    upload = store.create_multipart("mp.bin")
+    store.upload_part("mp.bin", upload, 1, big[: 5 * MiB])
+    store.upload_part("mp.bin", upload, 2, big[5 * MiB :])
+    assert "-" in str(store.complete_multipart("mp.bin", upload, [1, 2]).etag)
     report = tmp_path / "report"
     _, result = _run(
         tmp_path, src, dst, moto_s3.options, moto_s3.options,
@@ -112,7 +118,8 @@ def test_the_report_records_the_server_side_path(tmp_path: Path, moto_s3: Any) -
     files = sorted(report.rglob("*.parquet"))
     assert files, list(report.rglob("*"))
     rows = pq.read_table(files[-1]).to_pylist()
-    assert {r["paths"] for r in rows if r["key"] in {"0", "1", "2"}} == {"server-side"}
+    assert {r["paths"] for r in rows} == {"server-side"} and len(rows) == 4
+    assert open_store(dst, moto_s3.options).read("mp.bin") == big
 
 
 def test_a_changed_source_object_fails_that_object_only(tmp_path: Path, moto_s3: Any) -> None:

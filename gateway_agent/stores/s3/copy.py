@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
-from gateway_agent.stores.errors import StoreError
+from gateway_agent.stores.errors import CopyMismatchError, StoreError
 from gateway_agent.stores.s3.writeopts import meta_args
 
 # The functions take the ``S3Store`` (typed ``Any``: that module imports this one).
@@ -84,6 +84,15 @@ def copy_object(
     if version and _MD5.match(version) and etag and not kms and etag != version:
         raise src._changed(key, version, etag)
     crc = result.get("ChecksumCRC32C")
+    if crc and version and not _MD5.match(version):
+        # A multipart source's ETag is no MD5: its full-object CRC32C, where it has one (an
+        # object this tool wrote has), is the source's checksum the copy must match.
+        theirs = src.head(key).checksums.get("crc32c")
+        if theirs and theirs != crc:
+            raise CopyMismatchError(
+                f"{where}: the copy's CRC32C {crc} is not the source's {theirs}",
+                code="ChecksumMismatch",
+            )
     return str(crc) if crc else None
 
 
