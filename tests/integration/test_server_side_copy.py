@@ -169,7 +169,11 @@ def test_gcs_to_gcs_copies_by_rewrite(tmp_path: Path, gcs_emulator: Any) -> None
 
 
 def test_s3_to_azurite_sends_put_blob_from_a_presigned_url(
-    tmp_path: Path, moto_s3: Any, azurite: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    moto_s3: Any,
+    azurite: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Azurite implements neither Put Blob From URL nor Put Block From URL (it answers 501):
     the request is checked as sent (a real request to the real Azurite, whose source URL is a
@@ -190,6 +194,7 @@ def test_s3_to_azurite_sends_put_blob_from_a_presigned_url(
         return real_send(self, request, **kw)
 
     monkeypatch.setattr(RequestsTransport, "send", spy)
+    caplog.set_level("INFO")  # what a run logs (the SDKs' DEBUG output is off: agent doc)
     # Azurite answers the copy with a SAS by a bare 500: two tries, not six, before the bytes.
     az_opts = {**azurite.options, "max_attempts": 2}
     run, result = _run(
@@ -209,8 +214,12 @@ def test_s3_to_azurite_sends_put_blob_from_a_presigned_url(
 
     assert base64.b64decode(md5) == hashlib.md5(data[key]).digest()
     assert put.headers.get("x-ms-meta-skyplane_crc32c")  # the CRC32C travels with it
-    with urllib.request.urlopen(put.headers["x-ms-copy-source"], timeout=10) as got:
+    url = put.headers["x-ms-copy-source"]
+    with urllib.request.urlopen(url, timeout=10) as got:
         assert got.read() == data[key]  # the presigned URL reads the listed object
+    signature = url.split("Signature=")[1].split("&")[0]
+    assert signature and signature not in caplog.text  # a credential: never logged
+    assert signature not in str(result.to_dict())
 
 
 def test_a_killed_server_side_run_tears_nothing_and_resumes(tmp_path: Path, moto_s3: Any) -> None:
