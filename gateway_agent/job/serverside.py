@@ -51,18 +51,24 @@ class ServerSideRole(SourceRole):
         if self._meta_keep and isinstance(src, SupportsMetadata):
             segs = self._with_metadata(src, segs)
         try:
-            crcs = self._each(partial(self._copy_one, src, cast(SupportsCopyFrom, dst)), segs)
+            got = self._each(partial(self._copy_one, src, cast(SupportsCopyFrom, dst)), segs)
         except CopyNotSupportedError:
             self._copy_refused = True
             return False
+        crcs = [crc for crc, _ in got]
+        vouched = [i for i, (_, ok) in enumerate(got) if ok]
         total = sum(int(s["length"]) for s in segs)
         self._count(chunks_written=1, bytes_written=total)
-        self._event(t="done", chunk=desc["chunk"], crcs=crcs, vouched=[], how="server-side")
+        self._event(t="done", chunk=desc["chunk"], crcs=crcs, vouched=vouched, how="server-side")
         return True
 
-    def _copy_one(self, src: ObjectStore, dst: SupportsCopyFrom, seg: dict[str, Any]) -> int:
-        """One segment copied by the stores; its CRC32C (the store's, else read from the
-        source). Per-object problems fail that object only (``ObjectFailed``)."""
+    def _copy_one(
+        self, src: ObjectStore, dst: SupportsCopyFrom, seg: dict[str, Any]
+    ) -> tuple[int, bool]:
+        """One segment copied by the stores: its CRC32C (the store's, else read from the
+        source) and whether the copy vouches for it (``COPY_VOUCHES``: the store computed it
+        over the bytes it stored, as S3 echoes a PutObject's; verification then skips the
+        object's HEAD). Per-object problems fail that object only (``ObjectFailed``)."""
         key, version, n = seg["key"], seg.get("version"), int(seg["length"])
         offset = int(seg.get("offset", 0))
         try:
@@ -83,8 +89,9 @@ class ServerSideRole(SourceRole):
                 raise
             raise bad from None
         if got is not None:
-            return int.from_bytes(base64.b64decode(got), "big")
+            vouches = bool(getattr(dst, "COPY_VOUCHES", False))
+            return int.from_bytes(base64.b64decode(got), "big"), vouches
         if n == 0:
-            return 0
+            return 0, False
         self._count(bytes_read=n)
-        return crc32c(self._read_segment(src, seg))
+        return crc32c(self._read_segment(src, seg)), False

@@ -180,7 +180,10 @@ class SupportsCopyFrom(Protocol):
     staged upload of ``create_multipart`` (visible only at ``complete_multipart``). Both read
     exactly the listed ``version`` (else ``SourceChangedError``), write ``meta`` (portable
     ``objmeta``) and the store's write options, and return the CRC32C (base64) of what was
-    copied where the store reports it (None: the caller must find it another way)."""
+    copied where the store reports it (None: the caller must find it another way). A store
+    whose reported CRC32C is the one it computed over the bytes it stored says so with a
+    class attribute ``COPY_VOUCHES = True`` (the copy is then vouched for, as a write S3
+    echoes the checksum of)."""
 
     def can_copy_from(self, src: ObjectStore, part: bool = False) -> bool: ...
 

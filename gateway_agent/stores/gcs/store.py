@@ -77,6 +77,7 @@ class GCSStore(CloudStore):
 
     OPTIONS = _OPTIONS
     LINE_BREAKS = False  # GCS refuses CR and LF in object names
+    COPY_VOUCHES = True  # a rewrite's CRC32C is the one GCS computed over the stored bytes
     capabilities = Capabilities(
         native_checksums=frozenset({"crc32c", "md5"}), server_side_copy=True, min_part_size=0
     )

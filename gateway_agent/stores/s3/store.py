@@ -98,6 +98,8 @@ class S3Store(CloudStore):
     """An ObjectStore over one S3 bucket (and optional prefix)."""
 
     OPTIONS = _OPTIONS
+    # A copy's CRC32C (CopyObject, UploadPartCopy) is the one S3 computed and stored.
+    COPY_VOUCHES = True
     capabilities = Capabilities(
         native_checksums=frozenset({"md5", "crc32c"}),
         server_side_copy=True,
