@@ -7,7 +7,9 @@ so the journal, the commit of staged uploads and the end verification are those 
 A chunk the destination cannot copy from this source (a part of a GCS object: a rewrite has
 no byte range) goes the byte path of this same gateway (read, check, write). Where the store
 reports no CRC32C of a copied part (moto's UploadPartCopy), the part is read from the source
-to compute it (bytes through the gateway, counted as read). The paths are the spec's
+to compute it (bytes through the gateway, counted as read). A destination that refuses the
+copy (not implemented; access denied: its credentials may not read the source) sends this
+chunk and the rest of the job the byte path, once, with a warning. The paths are the spec's
 ``server_side_paths``; the route of such a path is the one region of this gateway.
 """
 
@@ -17,11 +19,12 @@ import base64
 from functools import partial
 from typing import Any, cast
 
-from gateway_agent.job.base import ObjectFailed
+from gateway_agent.job.base import ObjectFailed, log
 from gateway_agent.job.source import SourceRole, _source_problem
 from gateway_agent.stores.base import ObjectStore, SupportsCopyFrom, SupportsMetadata
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import (
+    AccessDeniedError,
     CopyMismatchError,
     CopyNotSupportedError,
     KeyBlockedError,
@@ -52,7 +55,9 @@ class ServerSideRole(SourceRole):
             segs = self._with_metadata(src, segs)
         try:
             got = self._each(partial(self._copy_one, src, cast(SupportsCopyFrom, dst)), segs)
-        except CopyNotSupportedError:
+        except CopyNotSupportedError as exc:
+            if not self._copy_refused:
+                log.warning("job %s: server-side copy refused, moving bytes: %s", self.job_id, exc)
             self._copy_refused = True
             return False
         crcs = [crc for crc, _ in got]
@@ -81,6 +86,11 @@ class ServerSideRole(SourceRole):
                 got = dst.copy_from(src, key, n, version, meta)
         except CopyNotSupportedError:
             raise
+        except AccessDeniedError as exc:
+            # S3 and GCS read the source with the destination's credentials: a set minted
+            # for the destination alone may not read it. The bytes path reads with the
+            # source's own (``docs/vmless.md``).
+            raise CopyNotSupportedError(str(exc), code=exc.code, status=exc.status) from None
         except (KeyNotSupportedError, KeyBlockedError, CopyMismatchError) as exc:
             raise ObjectFailed("failed", key, "destination", str(exc)) from None
         except StoreError as exc:
