@@ -266,3 +266,24 @@ def test_a_killed_server_side_run_tears_nothing_and_resumes(tmp_path: Path, moto
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["verification"]["status"] == "passed"
     assert _all(dst, moto_s3.options) == data
+
+
+def test_a_sync_copies_only_what_changed_server_side(tmp_path: Path, moto_s3: Any) -> None:
+    """Selection and the overwrite policy are the listing's, as on every path: a second sync
+    copies the one changed object (and an ``include`` leaves the rest alone)."""
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    for i in range(6):
+        store.write(f"{i}.csv", bytes([i]) * 300)
+    store.write("skip.tmp", b"not selected")
+    kw = {"sync": True, "include": ("*.csv",)}
+    _, first = _run(tmp_path, src, dst, moto_s3.options, moto_s3.options,
+                    ("aws:us-east-1", "aws:us-west-2"), **kw)  # fmt: skip
+    assert first.objects == 6 and first.verification["status"] == "passed"
+    store.write("3.csv", b"changed")
+    run, second = _run(tmp_path, src, dst, moto_s3.options, moto_s3.options,
+                       ("aws:us-east-1", "aws:us-west-2"), **kw)  # fmt: skip
+    assert second.objects == 1 and second.verification["status"] == "passed"
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    got = _all(dst, moto_s3.options)
+    assert set(got) == {f"{i}.csv" for i in range(6)} and got["3.csv"] == b"changed"
