@@ -51,8 +51,6 @@ class ServerSideRole(SourceRole):
         parts = any(s.get("upload_id") for s in segs)
         if not (isinstance(dst, SupportsCopyFrom) and dst.can_copy_from(src, part=parts)):
             return False
-        if self._meta_keep and isinstance(src, SupportsMetadata):
-            segs = self._with_metadata(src, segs)
         try:
             got = self._each(partial(self._copy_one, src, cast(SupportsCopyFrom, dst)), segs)
         except CopyNotSupportedError as exc:
@@ -74,6 +72,8 @@ class ServerSideRole(SourceRole):
         source) and whether the copy vouches for it (``COPY_VOUCHES``: the store computed it
         over the bytes it stored, as S3 echoes a PutObject's; verification then skips the
         object's HEAD). Per-object problems fail that object only (``ObjectFailed``)."""
+        if self._meta_keep and isinstance(src, SupportsMetadata):
+            seg = self._with_metadata(src, [seg])[0]  # its HEAD, then its copy: no barrier
         key, version, n = seg["key"], seg.get("version"), int(seg["length"])
         offset = int(seg.get("offset", 0))
         try:
