@@ -78,8 +78,10 @@ def test_s3_to_s3_copies_by_copyobject_and_uploadpartcopy(
         return out
 
     monkeypatch.setattr(S3Store, "read", counted)
+    # The destination's write options apply to a copy as to a PutObject (issue 37).
+    dst_opts = {**moto_s3.options, "storage_class": "STANDARD_IA", "sse": "AES256"}
     run, result = _run(
-        tmp_path, src, dst, moto_s3.options, moto_s3.options,
+        tmp_path, src, dst, moto_s3.options, dst_opts,
         ("aws:us-east-1", "aws:us-west-2"), part_size=5 * MiB,
     )  # fmt: skip
     assert result.verification["status"] == "passed", result.verification
@@ -91,6 +93,9 @@ def test_s3_to_s3_copies_by_copyobject_and_uploadpartcopy(
     got = open_store(dst, moto_s3.options).head_meta("day/03.json")
     assert got["content_type"] == "application/json" and got["user"]["team"] == "ads"
     assert got["tags"] == {"t": "1"}
+    assert got["storage_class"] == "STANDARD_IA" and got["encryption"] == "AES256"
+    big = open_store(dst, moto_s3.options).head_meta("day/big.bin")
+    assert big["storage_class"] == "STANDARD_IA" and big["encryption"] == "AES256"
     assert running_agents() == 0
     names = moto_s3.stored_names(dst.split("/")[2])
     assert not [n for n in names if n.startswith("upload:")]  # no staged upload left
