@@ -5,7 +5,9 @@ copied S3 -> S3 (moto, two buckets as two regions) and S3 -> GCS (the GCS emulat
 
 * ``skyplane-ops cp`` on the local backend with ``{"boot_delay": 30}`` (each gateway takes 30 s
   to come up, as a cloud VM does): the plan's schedule decides; it should start **no gateway**
-  and copy on the worker (this process);
+  and copy on the worker (this process): S3 -> S3 by server-side copy (CopyObject, the bytes
+  never pass through this machine; the ``route`` column says ``server-side``), S3 -> GCS by
+  reading and writing;
 * the same with ``--vms-only`` (the overlay, waiting for its VMs), for the difference t0 makes;
 * ``rclone copy --transfers 16`` (S3 -> S3 only: rclone's GCS backend cannot be pointed at the
   emulator without credentials files);
@@ -200,6 +202,7 @@ def ours(
         "gateway_processes": len(gateways),
         "phases": phases,
         "objects": result["objects"],
+        "route": result.get("route", []),  # "server-side (100%)" where the stores copied
     }
 
 
@@ -338,7 +341,7 @@ TOOLS = (
 def print_rows(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'route':<10} {'tool':<26} {'seconds':>8} {'1st byte':>8} {'data path':>9} "
-        f"{'gateways':>8}"
+        f"{'gateways':>8}  route"
     )
     for row in rows:
         for tool, label in TOOLS:
@@ -350,7 +353,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             )
             print(
                 f"{row['route']:<10} {label:<26} {r['seconds']:>8.2f} {first:>8} {data:>9} "
-                f"{r['gateway_processes']:>8}"
+                f"{r['gateway_processes']:>8}  {' | '.join(r.get('route') or ['-'])}"
             )
 
 

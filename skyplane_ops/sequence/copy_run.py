@@ -200,7 +200,7 @@ class CopyRun:
                     backend=self.gateways.backend,
                     backend_options=self.gateways.backend_options,
                     fleet=self.universe(),
-                    server_side=False,  # known to the planner, not yet run by the engine
+                    server_side=self._server_side_ends(),
                 )
                 self._to_worker()
                 n["done"] = (
@@ -209,6 +209,13 @@ class CopyRun:
                 )
         self.events.planned(self.plan)
         return self.plan
+
+    def _server_side_ends(self) -> bool:
+        """Whether the stores at both ends copy server-side (``sequence.worker``)."""
+        from skyplane_ops.sequence.worker import server_side_ends
+
+        src, dst = self.request.src, self.request.dst
+        return server_side_ends(src.uri, dst.uri, src.options, dst.options)
 
     @property
     def on_worker(self) -> bool:

@@ -26,7 +26,8 @@ class RunState:
         self.steps: dict[str, float] = {}
         self._mark = self.t0
         self.job_id = f"job-{uuid.uuid4().hex[:12]}"
-        self.route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
+        shares = [s for _, s in plan_routes(plan)]
+        self.route = [f"{n} ({s:.0%})" for n, s in zip(route_names(plan), shares, strict=True)]
 
     def report_run(self, **fields: Any) -> ReportRun:
         """The ``ReportRun`` of this run (its identity, start and paths) for the report."""
@@ -36,7 +37,7 @@ class RunState:
             src_uri=self.src_uri,
             dst_uri=self.dst_uri,
             started=time.time() - self.elapsed(),
-            routes=[" -> ".join(r) for r, _ in plan_routes(self.plan)],
+            routes=route_names(self.plan),
             **fields,
         )
 
@@ -61,3 +62,13 @@ class RunState:
             route=self.route,
             **fields,
         )
+
+
+def route_names(plan: TransferPlan) -> list[str]:
+    """The report's name of each path: its regions, or ``server-side`` where the stores copy
+    themselves (``details["server_side_paths"]``)."""
+    copied = set(plan.details.get("server_side_paths", []))
+    return [
+        "server-side" if i in copied else " -> ".join(r)
+        for i, (r, _) in enumerate(plan_routes(plan))
+    ]

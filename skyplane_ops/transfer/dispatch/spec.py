@@ -244,4 +244,6 @@ class JobSpecs:
             "max_chunk_bytes": self.options.max_chunk_bytes,
             "metadata": {"keep": self.options.metadata, "set": self.options.metadata_set},
             "test_hooks": hooks or {},
+            # Paths whose chunks the stores copy themselves (``sequence.worker``).
+            "server_side_paths": [str(i) for i in self.plan.details.get("server_side_paths", [])],
         }
