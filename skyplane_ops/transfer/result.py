@@ -50,6 +50,9 @@ class TransferResult:
     paths: list[dict[str, Any]] = field(default_factory=list)
     # Seconds per engine step: list, prepare, move, check_source, commit, verify, record.
     steps: dict[str, float] = field(default_factory=dict)
+    # A run of both the worker and the overlay: what became of the overlay ("joined",
+    # "cancelled", "unused", "failed"), when it was up and bytes per kind of path.
+    schedule: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:
@@ -89,6 +92,12 @@ class TransferResult:
         if extra:
             lines.append("; ".join(extra))
         lines += [f"routed around: {line}" for line in self.routed_around]
+        if self.schedule:
+            s = self.schedule
+            lines.append(
+                f"schedule: worker {_size(s['worker_bytes'])}, overlay {_size(s['overlay_bytes'])}"
+                f" ({s['overlay']}" + (f" at {s['joined_s']:.1f} s)" if s.get("joined_s") else ")")
+            )
         lines += path_warnings(self.paths)
         return "\n".join(lines)
 

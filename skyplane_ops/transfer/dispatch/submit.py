@@ -5,6 +5,7 @@ The part of ``Dispatcher`` that decides where a chunk goes and how it is sent th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -14,6 +15,11 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.transfer.manifest import Chunk, Segment
 from skyplane_ops.transfer.submitter import Submitter
+
+# A path of a job that paths join holds at most this many seconds of work at its rate, and
+# at least this many chunks (``_has_room``).
+HOLD_S = 2.0
+MIN_HOLD = 2
 
 # Chunk descriptors per submit request, and segments per request: a batch of small objects is
 # one chunk of up to 256 segments, so the request body stays a few hundred KiB.
@@ -56,6 +62,11 @@ class Submission:
     _chunk_path: dict[int, int]
     _left: set[str]  # gateways left out after they died (their regions have others)
     _sender: Submitter
+    _arrivals: Any
+    options: Any
+    plan_gbps: list[float]  # per path, as planned
+    _path_since: dict[int, float]  # per live path: when it started (monotonic)
+    _path_done: dict[int, int]  # per path: bytes delivered
 
     def _call(self, gateway_id: str, fn: Callable[[GatewayClient], Any]) -> Any:
         try:
@@ -72,13 +83,38 @@ class Submission:
         rates in proportion to the plan's shares: all chunks submitted at once split by the
         shares; chunks submitted later (more than a window) go where work drains fastest, so
         a path slower than predicted does not become the transfer's tail."""
+        live = [i for i in range(len(self.routes)) if self._alive[i]]
+        if self._arrivals is not None:  # joining paths: those with room first (``_has_room``)
+            now = time.monotonic()
+            live = [i for i in live if self._outstanding[i] < self._hold_bytes(i, now)] or live
         best = min(
-            (i for i in range(len(self.routes)) if self._alive[i]),
-            key=lambda i: (self._outstanding[i] + nbytes) / max(self.routes[i][1], 1e-9),
+            live, key=lambda i: (self._outstanding[i] + nbytes) / max(self.routes[i][1], 1e-9)
         )
         self._path_bytes[best] += nbytes
         self._outstanding[best] += nbytes
         return best
+
+    def _has_room(self) -> bool:
+        """Whether a live path may take more chunks. Paths that join a running job
+        (``join``) each hold at most ``HOLD_S`` seconds of work at the rate they drain (the
+        plan's until they have moved for a second, and ``MIN_HOLD`` chunks at least), so a
+        slow path does not sit on the work a faster one joining later could take. Without
+        joining paths there is no such bound (the window alone)."""
+        if self._arrivals is None:
+            return True
+        now = time.monotonic()
+        return any(
+            self._alive[p] and self._outstanding[p] < self._hold_bytes(p, now)
+            for p in range(len(self.routes))
+        )
+
+    def _hold_bytes(self, p: int, now: float) -> float:
+        since = self._path_since.get(p, now)
+        done = self._path_done.get(p, 0)
+        gbps = self.plan_gbps[p]
+        rate = done / (now - since) if now - since >= 1.0 and done else gbps * 1e9 / 8
+        chunk = self.options.max_chunk_bytes or (8 << 20)
+        return max(MIN_HOLD * chunk, rate * HOLD_S)
 
     def _pick_source(self, path: int, nbytes: int) -> str:
         region = self.routes[path][0][0]
