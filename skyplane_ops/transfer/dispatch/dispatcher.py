@@ -142,6 +142,7 @@ class Dispatcher(JobSpecs, Joining, Liveness):
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)  # submitted along each path
         self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)
+        self._outstanding_n = [0] * len(self.routes)  # the same in chunks
         self._started: list[str] = []
         self._sender = Submitter()  # submits go out in the background, in order per gateway
 
@@ -264,10 +265,12 @@ class Dispatcher(JobSpecs, Joining, Liveness):
             nonlocal pulled, exhausted
             # What each path still has to deliver, for ``_pick_path``.
             self._outstanding = [0] * len(self.routes)
+            self._outstanding_n = [0] * len(self.routes)
             for cid, c in pending.items():
                 p = self._chunk_path.get(cid)
                 if p is not None:
                     self._outstanding[p] += c.nbytes
+                    self._outstanding_n[p] += 1
             room = max(0, self.window - len(pending))
             # A slice at a time: the first request leaves after 16 chunks are built, not after
             # the whole window (64 chunks of 256 small objects: ~0.1 s before any gateway read).

@@ -17,9 +17,8 @@ from skyplane_ops.transfer.manifest import Chunk, Segment
 from skyplane_ops.transfer.submitter import Submitter
 
 # A path of a job that paths join holds at most this many seconds of work at its rate, and
-# at least this many chunks (``_has_room``).
-HOLD_S = 2.0
-MIN_HOLD = 2
+# at least as many chunks as its source reads at once (``_has_room``: fewer would slow it).
+HOLD_S = 1.0
 
 # Chunk descriptors per submit request, and segments per request: a batch of small objects is
 # one chunk of up to 256 segments, so the request body stays a few hundred KiB.
@@ -59,6 +58,7 @@ class Submission:
     _assigned: dict[str, int]
     _path_bytes: list[int]
     _outstanding: list[int]
+    _outstanding_n: list[int]
     _chunk_path: dict[int, int]
     _left: set[str]  # gateways left out after they died (their regions have others)
     _sender: Submitter
@@ -86,35 +86,35 @@ class Submission:
         live = [i for i in range(len(self.routes)) if self._alive[i]]
         if self._arrivals is not None:  # joining paths: those with room first (``_has_room``)
             now = time.monotonic()
-            live = [i for i in live if self._outstanding[i] < self._hold_bytes(i, now)] or live
+            live = [i for i in live if self._room(i, now)] or live
         best = min(
             live, key=lambda i: (self._outstanding[i] + nbytes) / max(self.routes[i][1], 1e-9)
         )
         self._path_bytes[best] += nbytes
         self._outstanding[best] += nbytes
+        self._outstanding_n[best] += 1
         return best
 
     def _has_room(self) -> bool:
         """Whether a live path may take more chunks. Paths that join a running job
-        (``join``) each hold at most ``HOLD_S`` seconds of work at the rate they drain (the
-        plan's until they have moved for a second, and ``MIN_HOLD`` chunks at least), so a
+        (``join``) each hold at most ``HOLD_S`` seconds of work at the rate they drain (see
+        ``_room``), so a
         slow path does not sit on the work a faster one joining later could take. Without
         joining paths there is no such bound (the window alone)."""
         if self._arrivals is None:
             return True
         now = time.monotonic()
-        return any(
-            self._alive[p] and self._outstanding[p] < self._hold_bytes(p, now)
-            for p in range(len(self.routes))
-        )
+        return any(self._alive[p] and self._room(p, now) for p in range(len(self.routes)))
 
-    def _hold_bytes(self, p: int, now: float) -> float:
+    def _room(self, p: int, now: float) -> bool:
+        """Path ``p`` holds fewer chunks than its source reads at once, or less than ``HOLD_S``
+        seconds of its rate (the plan's, until it has moved for a second)."""
+        if self._outstanding_n[p] < max(1, self.options.reader_threads):
+            return True
         since = self._path_since.get(p, now)
         done = self._path_done.get(p, 0)
-        gbps = self.plan_gbps[p]
-        rate = done / (now - since) if now - since >= 1.0 and done else gbps * 1e9 / 8
-        chunk = self.options.max_chunk_bytes or (8 << 20)
-        return max(MIN_HOLD * chunk, rate * HOLD_S)
+        rate = done / (now - since) if now - since >= 1.0 and done else self.plan_gbps[p] / 8e-9
+        return self._outstanding[p] < rate * HOLD_S
 
     def _pick_source(self, path: int, nbytes: int) -> str:
         region = self.routes[path][0][0]
