@@ -16,9 +16,11 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.transfer.manifest import Chunk, Segment
 from skyplane_ops.transfer.submitter import Submitter
 
-# A path of a job that paths join holds at most this many seconds of work at its rate, and
-# at least as many chunks as its source reads at once (``_has_room``: fewer would slow it).
+# A path of a job that paths join holds at most this many seconds of work at its rate, but
+# always a chunk, and a chunk per reader up to ``HOLD_MIN_BYTES`` (``_room``: fewer would
+# leave its readers idle, and its measured rate would shrink with them).
 HOLD_S = 1.0
+HOLD_MIN_BYTES = 64 << 20
 
 # Chunk descriptors per submit request, and segments per request: a batch of small objects is
 # one chunk of up to 256 segments, so the request body stays a few hundred KiB.
@@ -107,14 +109,16 @@ class Submission:
         return any(self._alive[p] and self._room(p, now) for p in range(len(self.routes)))
 
     def _room(self, p: int, now: float) -> bool:
-        """Path ``p`` holds fewer chunks than its source reads at once, or less than ``HOLD_S``
-        seconds of its rate (the plan's, until it has moved for a second)."""
-        if self._outstanding_n[p] < max(1, self.options.reader_threads):
+        """Path ``p`` holds no chunk, fewer than a chunk per reader within
+        ``HOLD_MIN_BYTES``, or less than ``HOLD_S`` seconds of its rate (the plan's, until it
+        has moved for a second)."""
+        n, held = self._outstanding_n[p], self._outstanding[p]
+        if n < 1 or (n < self.options.reader_threads and held < HOLD_MIN_BYTES):
             return True
         since = self._path_since.get(p, now)
         done = self._path_done.get(p, 0)
         rate = done / (now - since) if now - since >= 1.0 and done else self.plan_gbps[p] / 8e-9
-        return self._outstanding[p] < rate * HOLD_S
+        return held < rate * HOLD_S
 
     def _pick_source(self, path: int, nbytes: int) -> str:
         region = self.routes[path][0][0]
