@@ -215,7 +215,8 @@ class CopyRun:
 
     @property
     def on_worker(self) -> bool:
-        """The plan runs on this machine alone (no VM pays): seconds, no gateway started."""
+        """The plan's data path starts on this machine (its worker path, in this process):
+        alone (no VM pays), or with the overlay joining as its VMs come up."""
         return self.plan is not None and self.plan.details.get("worker") is not None
 
     def transfer(self) -> TransferResult:

@@ -86,6 +86,9 @@ def test_the_worker_starts_at_once_and_the_overlay_joins(tmp_path: Path) -> None
     assert schedule["worker_bytes"] + schedule["overlay_bytes"] == sum(map(len, data.values()))
     overlay = [p for p in result["paths"] if p["regions"][0] == "aws:us-east-1"]
     assert overlay and overlay[0]["joined_s"] == schedule["joined_s"]
+    # The worker was held to its --worker-gbps (0.05), as the planner assumed.
+    (worker,) = [p for p in result["paths"] if p["regions"] == ["worker@aws:us-east-1"]]
+    assert worker["achieved_gbps"] <= 0.05 * 1.5
     assert not agents_of(home)  # the overlay was deprovisioned with the run
 
 
