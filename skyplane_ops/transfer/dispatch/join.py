@@ -68,6 +68,7 @@ class Joining:
     _arrivals: Arrivals | None
     _waiting: set[int]
     _stack: ExitStack | None
+    _started: list[str]
     _path_since: dict[int, float]
     window: int
 
@@ -116,6 +117,23 @@ class Joining:
             return
         for g in new:
             self._client(g, quick=False).health()
+        before = self.fleet
+        self.fleet = _merged(self.fleet, fleet, new)
+        self.gateways.extend(new)
+        for g in new:
+            self.clients[g.gateway_id] = self._client(g, quick=False)
+            self._quick[g.gateway_id] = self._client(g, quick=True)
+            self._by_id[g.gateway_id] = g
+            self._assigned[g.gateway_id] = 0
+        try:
+            self._start_jobs_on(new)
+        except BaseException:
+            self._forget(before, new)  # the job goes on as before, without them
+            raise
+        by_region: dict[str, list[str]] = {}
+        for g in new:
+            by_region.setdefault(g.region, []).append(g.gateway_id)
+        watch.join(by_region, [], time.monotonic())
         if self._stack is not None and (self.options.lease_s is None or self.options.lease_s > 0):
             self._stack.enter_context(
                 keep_alive(
@@ -125,18 +143,23 @@ class Joining:
                     linger_s=self.options.lease_linger_s,
                 )
             )
-        self.fleet = _merged(self.fleet, fleet, new)
-        self.gateways.extend(new)
-        for g in new:
-            self.clients[g.gateway_id] = self._client(g, quick=False)
-            self._quick[g.gateway_id] = self._client(g, quick=True)
-            self._by_id[g.gateway_id] = g
-            self._assigned[g.gateway_id] = 0
-        by_region: dict[str, list[str]] = {}
-        for g in new:
-            by_region.setdefault(g.region, []).append(g.gateway_id)
-        watch.join(by_region, [], time.monotonic())
-        self._start_jobs_on(new)
+
+    def _forget(self, fleet: GatewayFleet, gateways: list[Gateway]) -> None:
+        """Undo a join that failed half-way: its gateways are stopped (best effort) and
+        neither polled nor sent anything (the run deprovisions them at its end)."""
+        gone = {g.gateway_id for g in gateways}
+        for gid in gone:
+            if gid in self._started:
+                try:
+                    self._quick[gid].stop_job(self.job_id)
+                except GatewayError:
+                    pass
+        self._started[:] = [g for g in self._started if g not in gone]
+        self.gateways[:] = [g for g in self.gateways if g.gateway_id not in gone]
+        for table in (self.clients, self._quick, self._by_id, self._assigned):
+            for gid in gone:
+                table.pop(gid, None)
+        self.fleet = fleet
 
 
 def _merged(running: GatewayFleet, arrived: GatewayFleet, new: list[Gateway]) -> GatewayFleet:

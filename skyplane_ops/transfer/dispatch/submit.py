@@ -110,15 +110,17 @@ class Submission:
 
     def _room(self, p: int, now: float) -> bool:
         """Path ``p`` holds no chunk, fewer than a chunk per reader within
-        ``HOLD_MIN_BYTES``, or less than ``HOLD_S`` seconds of its rate (the plan's, until it
-        has moved for a second)."""
+        ``HOLD_MIN_BYTES``, or less than ``HOLD_S`` seconds of its rate (the plan's, or the
+        one it has shown if higher)."""
         n, held = self._outstanding_n[p], self._outstanding[p]
         if n < 1 or (n < self.options.reader_threads and held < HOLD_MIN_BYTES):
             return True
         since = self._path_since.get(p, now)
         done = self._path_done.get(p, 0)
-        rate = done / (now - since) if now - since >= 1.0 and done else self.plan_gbps[p] / 8e-9
-        return held < rate * HOLD_S
+        measured = done / (now - since) if now - since >= 1.0 else 0.0
+        # Never below the plan's rate: a path held to what it moved would move only that
+        # (its rate is what it holds over a chunk's time), and shrink with every measure.
+        return held < max(self.plan_gbps[p] / 8e-9, measured) * HOLD_S
 
     def _pick_source(self, path: int, nbytes: int) -> str:
         region = self.routes[path][0][0]
