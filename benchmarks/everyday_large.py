@@ -101,6 +101,11 @@ def ours(
     assert result["verification"]["status"] == "passed", result["verification"]
     row["schedule"] = result.get("schedule") or {}
     row["route"] = result["route"]
+    row["paths"] = [
+        {k: p.get(k) for k in ("regions", "bytes", "seconds", "achieved_gbps", "joined_s")}
+        for p in result["paths"]
+    ]
+    row["steps"] = result["steps"]
     shutil.rmtree(home, ignore_errors=True)
     return row
 
