@@ -25,9 +25,9 @@ from skyplane_ops.testing.transfer import agents_of, read_tree, write_dataset
 
 MiB = 1024 * 1024
 REGIONS = ["--src-region", "aws:us-east-1", "--dst-region", "aws:us-west-2"]
-# 2 s of emulated boot; the worker held to 50 Mbit/s (6.25 MB/s): alone it needs ~6.5 s for
+# 3 s of emulated boot; the worker held to 50 Mbit/s (6.25 MB/s): alone it needs ~7 s for
 # the 40 MiB object, so the schedule starts the overlay and it has work left when it joins.
-BOTH = ["--backend-options", '{"boot_delay": 2}', "--worker-gbps", "0.05", "--chunk-mib", "1"]
+BOTH = ["--backend-options", '{"boot_delay": 3}', "--worker-gbps", "0.05", "--chunk-mib", "1"]
 
 
 def _cli(home: Path, *args: str) -> subprocess.Popen[str]:
