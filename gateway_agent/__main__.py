@@ -118,6 +118,7 @@ def serve(args: argparse.Namespace) -> int:
         io_timeout=args.io_timeout,
         max_pending=args.max_pending,
         deadline_command=args.deadline_command,
+        secret_file=args.secret_file,
     )
     control = ControlServer(args.host, args.control_port, agent, max_pending=args.max_pending)
     agent.start()

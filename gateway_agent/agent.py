@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from gateway_agent import wire
-from gateway_agent.auth import new_epoch
+from gateway_agent.auth import new_epoch, write_secret
 from gateway_agent.flow import ByteBudget
 from gateway_agent.guard import ConnectionGate, accept_forever, set_io_timeout
 from gateway_agent.guard import shut as _shut
@@ -64,8 +64,10 @@ class Agent:
         io_timeout: float = wire.DATA_IO_TIMEOUT_S,
         max_pending: int = 64,
         deadline_command: str = "",
+        secret_file: str = "",
     ) -> None:
         self.gateway_id = gateway_id
+        self.secret_file = secret_file  # rewritten by ``rekey`` (a restarted agent reads it)
         self.region = region
         self.secret = secret
         # This process's boot epoch: every signed control request names it, so a request made
@@ -287,6 +289,26 @@ class Agent:
         for sock in cut:
             _shut(sock)
         return {**result, "connections_cut": len(cut)}
+
+    def rekey(self, secret: bytes) -> dict[str, Any]:
+        """Take a new secret and forget every job (a warm gateway handed to the next transfer:
+        the previous one's jobs, their store credentials and its secret are no longer good
+        here). The secret file is rewritten too, so a restarted agent comes back with it."""
+        if len(secret) < 16:
+            raise JobError("a new secret must have at least 16 bytes")
+        with self._lock:
+            jobs, self.jobs = list(self.jobs.values()), {}
+        for job in jobs:
+            job.stop()
+        if self.secret_file:
+            tmp = f"{self.secret_file}.rekey"
+            try:
+                write_secret(tmp, secret)
+                os.replace(tmp, self.secret_file)
+            except OSError as exc:  # this process still takes it; a restart would not
+                log.warning("cannot rewrite the secret file after a rekey: %s", exc)
+        self.secret = secret
+        return {"ok": True, "jobs_dropped": len(jobs)}
 
     def stop_job(self, job_id: str) -> dict[str, Any]:
         job = self.job(job_id)

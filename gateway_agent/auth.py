@@ -275,6 +275,11 @@ def unseal(secret: bytes, token: str, context: bytes = b"") -> bytes:
     return AESGCM(key).decrypt(raw[:12], raw[12:], context or None)
 
 
+def rekey_context(gateway_id: str) -> bytes:
+    """What a sealed new secret (``POST /v1/rekey``) is bound to: that gateway."""
+    return mac(b"skyplane-ops rekey v1", gateway_id.encode())
+
+
 def credentials_context(job_id: str, gateway_id: str) -> bytes:
     """What a job's sealed store credentials are bound to: that job on that gateway."""
     return mac(b"skyplane-ops store credentials v1", job_id.encode(), gateway_id.encode())

@@ -24,7 +24,14 @@ from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from gateway_agent.auth import ANSWER_HEADER, NONCE_BYTES, answer_matches, sign_request
+from gateway_agent.auth import (
+    ANSWER_HEADER,
+    NONCE_BYTES,
+    answer_matches,
+    rekey_context,
+    seal,
+    sign_request,
+)
 from gateway_agent.probe.wire import DEFAULT_CONNECTIONS, DEFAULT_SECONDS, ProbeResult
 
 
@@ -203,6 +210,18 @@ class GatewayClient:
         result: dict[str, Any] = self._call(
             "POST", "/v1/lease", {"seconds": seconds}, attempts=1, timeout=timeout
         )
+        return result
+
+    def rekey(self, secret: bytes) -> dict[str, Any]:
+        """Hand the gateway a new secret (sealed with the current one, for this gateway): it
+        drops every job and answers only to the new secret from then on, as this client does.
+        Not retried: a rekey that took effect would refuse the same request made again."""
+        if self.gateway_id is None or self.epoch is None:
+            gateway_id, self.epoch = self._hello(None)
+            self.gateway_id = self.gateway_id or gateway_id
+        sealed = seal(self._secret, secret, rekey_context(self.gateway_id))
+        result: dict[str, Any] = self._call("POST", "/v1/rekey", {"sealed": sealed}, attempts=1)
+        self._secret = secret
         return result
 
     def start_job(self, spec: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from gateway_agent.agent import Agent
-from gateway_agent.auth import ANSWER_HEADER, RequestVerifier, sign_answer
+from gateway_agent.auth import (
+    ANSWER_HEADER,
+    RequestVerifier,
+    rekey_context,
+    sign_answer,
+    unseal,
+)
 from gateway_agent.guard import ConnectionGate, Deadline, accept_forever, shut
 from gateway_agent.job.base import JobError
 from gateway_agent.probe.run import control_request as probe_request
@@ -121,9 +127,10 @@ class ControlServer:
     def _one_request(self, sock: socket.socket) -> None:
         method, target, headers, rest = _read_head(sock)
         request_signature = headers.get("x-sky-signature", "")
+        secret = self.agent.secret  # a request is answered with the secret it was made with
 
         def sign(code: int, body: bytes) -> str:
-            return sign_answer(self.agent.secret, method, target, request_signature, code, body)
+            return sign_answer(secret, method, target, request_signature, code, body)
 
         try:
             self._answer(sock, sign, method, target, headers, rest)
@@ -202,6 +209,8 @@ class ControlServer:
             return agent.renew_lease(float(data.get("seconds", 0)))
         if parts == ["v1", "probe"] and method == "POST":
             return probe_request(agent, data)
+        if parts == ["v1", "rekey"] and method == "POST":
+            return self._rekey(data)
         if parts == ["v1", "shutdown"] and method == "POST":
             return {"ok": True}  # the agent stops after this reply has been written
         if parts == ["v1", "jobs"] and method == "POST":
@@ -225,6 +234,18 @@ class ControlServer:
             if action == "leave" and method == "POST":
                 return agent.leave_out(job_id, str(data.get("gateway", "")))
         return None
+
+    def _rekey(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A new secret, sealed with the current one for this gateway: the agent forgets its
+        jobs and takes it; requests from now on are checked against it."""
+        agent = self.agent
+        try:
+            new = unseal(agent.secret, str(data.get("sealed", "")), rekey_context(agent.gateway_id))
+        except Exception:
+            raise JobError("the new secret does not open with this gateway's secret") from None
+        result = agent.rekey(new)
+        self.verifier = RequestVerifier(new, agent.gateway_id, epoch=agent.epoch)
+        return result
 
     def stats(self) -> dict[str, int]:
         return {

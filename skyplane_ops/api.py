@@ -238,6 +238,9 @@ _LAZY: dict[str, str] = {
     "read_document": "skyplane_ops.provision.documents",
     "load_backend_options": "skyplane_ops.provision.sweeper",
     "sweep": "skyplane_ops.provision.sweeper",
+    "claim_warm": "skyplane_ops.sequence.warm",
+    "park_warm": "skyplane_ops.sequence.warm",
+    "forget_warm": "skyplane_ops.sequence.warm",
     "PublishTarget": "skyplane_ops.profiler.refresh_policy",
     "clean_leftovers": "skyplane_ops.profiler.refresh_policy",
     "publish_target": "skyplane_ops.profiler.refresh_policy",
@@ -286,6 +289,9 @@ if TYPE_CHECKING:
     from skyplane_ops.provision.sweeper import backend_options_for as backend_options_for
     from skyplane_ops.provision.sweeper import load_backend_options as load_backend_options
     from skyplane_ops.provision.sweeper import sweep as sweep
+    from skyplane_ops.sequence.warm import claim_warm as claim_warm
+    from skyplane_ops.sequence.warm import forget_warm as forget_warm
+    from skyplane_ops.sequence.warm import park_warm as park_warm
     from skyplane_ops.transfer.manifest import MiB as MiB
     from skyplane_ops.transfer.progress import JsonProgress as JsonProgress
     from skyplane_ops.transfer.result import EXIT_PARTIAL as EXIT_PARTIAL

@@ -21,6 +21,7 @@ from gateway_agent import auth, wire
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.job.tree import Tree, parse_trees
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
+from gateway_agent.ratelimit import TokenBucket
 from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.credentials import CredentialCell, StoreCredentials
@@ -210,6 +211,9 @@ class JobBase:
         metadata: dict[str, Any] = spec.get("metadata") or {}
         self._meta_keep = bool(metadata.get("keep", False))
         self._meta_set: dict[str, str] = dict(metadata.get("set") or {})
+        # A one-region route (the worker's: this gateway reads and writes itself) has no hop
+        # to pace: ``local_rate`` (bytes/s) paces its chunks where they reach the sink writers.
+        self._local_bucket = TokenBucket(_rate(spec.get("local_rate")))
         self._local_batch_readers = threading.BoundedSemaphore(LOCAL_BATCH_READERS)
         self._local_batch_writers = threading.BoundedSemaphore(LOCAL_BATCH_WRITERS)
         on_tree = any(region in t.regions for t in self.trees.values())

@@ -7,8 +7,8 @@ descriptors submitted through the control API make it a source for them. Progres
 monotonic counters plus an event log read incrementally with a cursor.
 
 This module holds ``Job`` (start, status, stop, routing and relaying); its parts live next to
-it: ``base`` (state, stores, counters and events), ``source`` (reading chunks) and ``sink``
-(writing chunks).
+it: ``base`` (state, stores, counters and events), ``source`` (reading chunks),
+``serverside`` (chunks the stores copy themselves) and ``sink`` (writing chunks).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 from gateway_agent import wire
 from gateway_agent.flow import Lease
 from gateway_agent.job.base import InChunk, JobError
+from gateway_agent.job.serverside import ServerSideRole
 from gateway_agent.job.sink import SinkRole
-from gateway_agent.job.source import SourceRole
 from gateway_agent.job.tree import SharedLease, Tree
 from gateway_agent.pool import OutboundPool, OutChunk
 
@@ -38,7 +38,7 @@ def _held(q: queue.Queue[Any]) -> dict[str, int]:
     return {"chunks": len(chunks), "bytes": sum(len(c.payload) for c in chunks)}
 
 
-class Job(SourceRole, SinkRole):
+class Job(ServerSideRole, SinkRole):
     """Runs one job's roles on this gateway until stopped."""
 
     def start(self) -> None:
@@ -156,6 +156,8 @@ class Job(SourceRole, SinkRole):
             return
         i = route.index(self.region)
         if i == len(route) - 1:
+            if i == 0 and self._local_bucket.rate:
+                self._local_bucket.take(len(chunk.payload), self._stop.is_set)
             self._sink_q.put(chunk)
             return
         if str(chunk.meta["path"]) in self._dropped:

@@ -37,6 +37,15 @@ class SourceRole(JobBase):
             if desc is None:
                 return
             self._read_gate_hook()
+            try:
+                if self._copied(desc):  # the stores copied it (``serverside``)
+                    continue
+            except ObjectFailed as bad:
+                self._object_failed(desc["chunk"], bad)
+                continue
+            except Exception as exc:
+                self._fail(f"copying chunk {desc['chunk']} to {self._dst_uri} failed: {exc}")
+                continue
             segs: list[dict[str, Any]] = desc["segs"]
             total = sum(int(s["length"]) for s in segs)
             lease = None
@@ -64,6 +73,10 @@ class SourceRole(JobBase):
             # Once routed, the chunk belongs to the pool (and its lease): holding it here while
             # waiting for the next descriptor would keep its payload alive past the budget.
             del chunk
+
+    def _copied(self, desc: dict[str, Any]) -> bool:
+        """Whether the stores copied this chunk themselves (``serverside.ServerSideRole``)."""
+        return False
 
     def _read_gate_hook(self) -> None:
         """Test hook ``read_gate`` ``{"after": N, "file": PATH}``: once N chunk reads have

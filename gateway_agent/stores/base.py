@@ -181,6 +181,53 @@ class SupportsCopy(Protocol):
 
 
 @runtime_checkable
+class SupportsCopyFrom(Protocol):
+    """Optional: the destination copies from another store itself (server-side copy): the
+    bytes never pass through the caller. ``can_copy_from(src, part)`` says whether it can
+    from that store (same service, or a source that signs URLs), a byte range into a staged
+    upload too (``part``); ``copy_from`` copies a whole object
+    (visible when it returns, as ``write``); ``copy_part_from`` copies a byte range into a
+    staged upload of ``create_multipart`` (visible only at ``complete_multipart``). Both read
+    exactly the listed ``version`` (else ``SourceChangedError``), write ``meta`` (portable
+    ``objmeta``) and the store's write options, and return the CRC32C (base64) of what was
+    copied where the store reports it (None: the caller must find it another way). A store
+    whose reported CRC32C is the one it computed over the bytes it stored says so with a
+    class attribute ``COPY_VOUCHES = True`` (the copy is then vouched for, as a write S3
+    echoes the checksum of)."""
+
+    def can_copy_from(self, src: ObjectStore, part: bool = False) -> bool: ...
+
+    def copy_from(
+        self,
+        src: ObjectStore,
+        key: str,
+        size: int,
+        version: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str | None: ...
+
+    def copy_part_from(
+        self,
+        src: ObjectStore,
+        key: str,
+        upload_id: str,
+        part_number: int,
+        offset: int,
+        length: int,
+        version: str | None = None,
+    ) -> str | None: ...
+
+
+@runtime_checkable
+class SignsURLs(Protocol):
+    """Optional: a short-lived URL that reads one object (a presigned S3 GET, a signed GCS
+    URL): a destination copies from it (Azure's Put Blob / Put Block From URL). The URL is a
+    credential for its lifetime: never logged."""
+
+    def signed_url(self, key: str, seconds: int = 900) -> str: ...
+
+
+@runtime_checkable
 class SupportsWriteBatch(Protocol):
     """Optional: write several small objects in one call (a local folder: fewer system calls
     per object). Each lands whole or not at all, as with ``write``; the result holds None or

@@ -90,3 +90,12 @@ class SourceChangedError(StoreError):
         self.key = key
         self.expected = expected
         self.found = found
+
+
+class CopyNotSupportedError(StoreError):
+    """The destination does not do this server-side copy after all (an emulator or service
+    answering "not implemented"): the caller moves the bytes itself instead."""
+
+
+class CopyMismatchError(StoreError):
+    """A server-side copy's checksum differs from the source's: that object failed."""

@@ -190,15 +190,23 @@ class _Beat(threading.Thread):
             self.stopped.set()
 
 
-def _teardown(spec: Mapping[str, Any], fleet: Any) -> dict[str, Any] | None:
-    """Delete the fleet when asked to; returns an error record instead of raising."""
+def _teardown(
+    spec: Mapping[str, Any], fleet: Any, keep_warm: float | None = None
+) -> dict[str, Any] | None:
+    """Delete the fleet when asked to, or park it for ``keep_warm`` (a run that succeeded;
+    docs/vmless.md); returns an error record instead of raising."""
     teardown = spec.get("teardown")
     if not teardown:
         return None
     from skyplane_ops import api
 
+    options = teardown.get("backend_options") or {}
+    store = {"state_uri": spec["state_uri"], "state_options": spec.get("state_options")}
+    if keep_warm and api.park_warm(fleet, keep_warm_s=keep_warm, backend_options=options, **store):
+        return None
     try:
-        api.deprovision(fleet, backend_options=teardown.get("backend_options") or None)
+        api.deprovision(fleet, backend_options=options or None)
+        api.forget_warm(fleet, **store)  # a claimed fleet's records (no-op for others)
     except Exception as exc:
         print(f"deprovision failed: {exc}", file=sys.stderr, flush=True)
         return {"type": type(exc).__name__, "message": str(exc)}
@@ -292,7 +300,8 @@ def run(spec: Mapping[str, Any]) -> int:
         state.save_journal(journal_dir)
     except Exception as exc:
         print(f"saving the journal failed: {exc}", file=sys.stderr, flush=True)
-    teardown_error = _teardown(spec, fleet)
+    keep_warm = request.keep_warm if outcome[0] == "success" else None
+    teardown_error = _teardown(spec, fleet, keep_warm)
     if teardown_error is not None:
         outcome[1]["teardown_error"] = teardown_error
     elif spec.get("teardown"):

@@ -424,6 +424,9 @@ class SkyplaneHook(BaseHook):
             fleet=fleet,
             plan=plan,
             tags=self.tags(transfer_id),
+            # Warm fleets are parked and found in the state store every worker reaches.
+            state_uri=self.settings.state_uri,
+            state_options=self.settings.state_store_options,
         )
 
 

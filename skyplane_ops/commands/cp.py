@@ -183,6 +183,7 @@ def build_request(args: ArgsNS, sync: bool) -> api.TransferRequest:
         update=args.update,
         move=move,
         bwlimit=args.bwlimit,
+        keep_warm=getattr(args, "keep_warm", None),
     )
 
 

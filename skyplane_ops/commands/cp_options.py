@@ -115,6 +115,13 @@ def transfer_options(verb: str) -> Any:
             "--fleet FILE ends it) and the plan uses only its regions and gateways"
         ),
         click.option(
+            "--keep-warm",
+            metavar="DURATION",
+            default=None,
+            help="park the fleet this long after the run (e.g. 15m) for the next run with the "
+            "same regions to claim instead of booting; its idle time is in the cost summary",
+        ),
+        click.option(
             "--local-gateways-per-region",
             type=int,
             metavar="N",

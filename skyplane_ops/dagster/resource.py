@@ -129,6 +129,11 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         default=None,
         description="Bandwidth cap per second over all paths, with its unit: 200Mbit, 25MiB.",
     )
+    keep_warm: str | None = Field(
+        default=None,
+        description="Park the step's fleet this long (15m) for the next step with the same "
+        "regions to claim instead of booting (found through state_store; docs/vmless.md).",
+    )
     max_delete: int | None = Field(
         default=None, description="With move: refuse a move that would delete more objects."
     )
@@ -241,6 +246,16 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         transfer_id: str,
         tags: Mapping[str, str] | None = None,
     ) -> GatewayFleet:
+        """A parked fleet that fits (``keep_warm``), or a new one."""
+        warm = api.claim_warm(
+            plan_or_vms,
+            backend=self.backend,
+            backend_options=self._backend_options(),
+            claimant=transfer_id,
+            **self._warm_store(),
+        )
+        if warm is not None:
+            return warm[0]
         return api.provision(
             plan_or_vms,
             backend=self.backend,
@@ -281,6 +296,7 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
             move=self.move,
             max_delete=self.max_delete,
             bwlimit=self.bwlimit,
+            keep_warm=self.keep_warm,
             report_uri=self.report_uri,
             report_options=self.report_options,
             metadata=self.metadata,
@@ -296,13 +312,32 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     def deprovision(
         self, fleet: GatewayFleet | None = None, *, transfer_id: str | None = None
     ) -> list[str]:
-        """Delete ``fleet`` or, without one, every leftover tagged with ``transfer_id``."""
-        return api.deprovision(
+        """Delete ``fleet`` (or park it for ``keep_warm``) or, without one, every leftover
+        tagged with ``transfer_id``."""
+        store = self._warm_store()
+        if fleet is not None and self.keep_warm:
+            keep = api.parse_duration(self.keep_warm)
+            if api.park_warm(fleet, keep_warm_s=keep, backend_options=self._backend_options(),
+                             **store) is not None:  # fmt: skip
+                return []
+        deleted = api.deprovision(
             fleet,
             backend=self.backend,
             backend_options=self._backend_options(),
             transfer_id=transfer_id,
         )
+        if fleet is not None:
+            api.forget_warm(fleet, **store)  # a claimed fleet's records (no-op for others)
+        return deleted
+
+    def _warm_store(self) -> dict[str, Any]:
+        """Where warm fleets are found: ``state_store`` (every run worker), else this host."""
+        if not self.state_store:
+            return {}
+        return {
+            "state_uri": self.state_store,
+            "state_options": self.store_options_for(self.state_store),
+        }
 
     def replicate(self, context: Any) -> Iterator[Any]:
         """Plan, provision and transfer the replicas of the running ``@skyplane_assets`` op

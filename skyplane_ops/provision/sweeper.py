@@ -137,6 +137,42 @@ def _age_ok(created_at: str, older_than_seconds: float | None) -> bool:
     return age >= older_than_seconds
 
 
+def _sweep_parked(
+    prov: Any,
+    backend: str,
+    transfer_id: str | None,
+    older_than_seconds: float | None,
+    errors: list[str],
+) -> list[str]:
+    """Parked (warm) fleets of the state store's pool that nobody claimed: deleted by their
+    pool record, which may come from another host, and the record forgotten."""
+    from skyplane_ops.provision.warm import WarmPool, default_state_uri
+
+    try:
+        pool = WarmPool(default_state_uri())
+        parked = pool.records()
+    except ProvisionError as exc:
+        errors.append(f"warm fleets: {exc}")
+        return []
+    deleted: list[str] = []
+    now = datetime.now(UTC).timestamp()
+    for record in parked:
+        if record.backend != backend or transfer_id not in (None, record.fleet_id):
+            continue
+        old = older_than_seconds is None or now - record.parked_at >= older_than_seconds
+        if pool.claimed(record) or not (old or record.expires_at <= now):
+            continue  # in use by the run that claimed it, or parked too recently
+        fleet = record.gateway_fleet()
+        try:
+            prov.deprovision(fleet)
+            pool.forget(record.fleet_id)
+        except Exception as exc:
+            errors.append(f"warm fleet {record.fleet_id}: {exc}")
+            continue
+        deleted += [f"{backend}:{fleet.transfer_id}:{g.gateway_id}" for g in fleet.gateways]
+    return deleted
+
+
 def sweep(
     backends: Sequence[str],
     *,
@@ -164,6 +200,8 @@ def sweep(
                 deleted += (gone if isinstance(gone, list) else []) or [
                     f"{backend}:{fleet.transfer_id}:{g.gateway_id}" for g in fleet.gateways
                 ]
+            parked = _sweep_parked(prov, backend, transfer_id, older_than_seconds, errors)
+            deleted += [name for name in parked if name not in deleted]
             with_sweep_regions(prov, record_regions(fleets))
             deleted += prov.sweep(transfer_id=transfer_id, older_than_seconds=older_than_seconds)
         except ProvisionError as exc:

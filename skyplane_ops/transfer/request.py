@@ -271,6 +271,9 @@ class TransferRequest:
     # ``key=value`` strings or a mapping).
     metadata: bool = True
     metadata_set: Mapping[str, str] = field(default_factory=dict)
+    # Warm fleets (``docs/vmless.md``): after the run its fleet is parked this long (a
+    # duration: ``15m`` or seconds) for the next run to claim instead of booting; None: deleted.
+    keep_warm: float | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -307,6 +310,11 @@ class TransferRequest:
         for name in ("changed_since", "changed_before"):
             put(self, name, timestamp(f"{name} (--{name.replace('_', '-')})", getattr(self, name)))
         put(self, "files_from", key_list(self.files_from))
+        put(self, "keep_warm", age_seconds("keep_warm (--keep-warm)", self.keep_warm))
+        if self.keep_warm is not None and not 0 < self.keep_warm <= 86400:
+            raise TransferError(
+                f"keep_warm (--keep-warm) must be above 0 and at most 24h, got {self.keep_warm:g} s"
+            )
         if not isinstance(self.metadata, bool):
             raise TransferError(f"metadata must be true or false, not {self.metadata!r}")
         try:
@@ -470,6 +478,7 @@ class TransferRequest:
             encrypt=self.encrypt,
             compress_level=self.compress_level,
             bwlimit=self.bwlimit_bps,
+            worker_rate=self.planning.worker_gbps * 1e9 / 8 if self.planning.worker_gbps else None,
             metadata=self.metadata,
             metadata_set=dict(self.metadata_set),
         )

@@ -50,6 +50,12 @@ class TransferResult:
     paths: list[dict[str, Any]] = field(default_factory=list)
     # Seconds per engine step: list, prepare, move, check_source, commit, verify, record.
     steps: dict[str, float] = field(default_factory=dict)
+    # A warm fleet (docs/vmless.md): "claimed" with the idle it was billed ("idle_s",
+    # "idle_usd", in actual_cost_usd), and/or "parked" with "idle_usd_if_unclaimed".
+    warm: dict[str, Any] = field(default_factory=dict)
+    # A run of both the worker and the overlay: what became of the overlay ("joined",
+    # "cancelled", "unused", "failed"), when it was up and bytes per kind of path.
+    schedule: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:
@@ -89,8 +95,31 @@ class TransferResult:
         if extra:
             lines.append("; ".join(extra))
         lines += [f"routed around: {line}" for line in self.routed_around]
+        if self.schedule:
+            s = self.schedule
+            lines.append(
+                f"schedule: worker {_size(s['worker_bytes'])}, overlay {_size(s['overlay_bytes'])}"
+                f" ({s['overlay']}" + (f" at {s['joined_s']:.1f} s)" if s.get("joined_s") else ")")
+            )
         lines += path_warnings(self.paths)
+        lines += warm_lines(self.warm)
         return "\n".join(lines)
+
+
+def warm_lines(warm: dict[str, Any]) -> list[str]:
+    """The cost summary's warm-fleet lines: idle billed to this run, idle a parking may cost."""
+    lines = []
+    if "claimed" in warm:
+        lines.append(
+            f"warm fleet: claimed {warm['claimed']}, idle {warm.get('idle_s', 0):.0f} s billed "
+            f"${warm.get('idle_usd', 0):.4f} (in the actual cost)"
+        )
+    if "parked" in warm:
+        lines.append(
+            f"warm fleet: parked {warm['parked']} for {warm.get('keep_warm_s', 0):g} s, up to "
+            f"${warm.get('idle_usd_if_unclaimed', 0):.4f} idle if nobody claims it"
+        )
+    return lines
 
 
 class PartialTransferError(TransferError):

@@ -9,6 +9,7 @@ from typing import Any
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer.dispatch import plan_routes
+from skyplane_ops.transfer.dispatch.join import Arrivals
 from skyplane_ops.transfer.report import ReportRun
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import TransferResult
@@ -17,8 +18,15 @@ from skyplane_ops.transfer.result import TransferResult
 class RunState:
     """What a run is (plan, fleet, request, job id) and how long each step took."""
 
-    def __init__(self, plan: TransferPlan, fleet: GatewayFleet, request: TransferRequest) -> None:
+    def __init__(
+        self,
+        plan: TransferPlan,
+        fleet: GatewayFleet,
+        request: TransferRequest,
+        arrivals: Arrivals | None = None,
+    ) -> None:
         self.plan, self.fleet, self.request = plan, fleet, request
+        self.arrivals = arrivals  # gateways that join the job as they come up
         self.src_uri, self.dst_uri = request.src_uri, request.dst_uri
         self.t0 = time.monotonic()
         # Seconds per step (list, prepare, move, check_source, commit, verify, record), so a
@@ -26,7 +34,8 @@ class RunState:
         self.steps: dict[str, float] = {}
         self._mark = self.t0
         self.job_id = f"job-{uuid.uuid4().hex[:12]}"
-        self.route = [" -> ".join(r) + f" ({s:.0%})" for r, s in plan_routes(plan)]
+        shares = [s for _, s in plan_routes(plan)]
+        self.route = [f"{n} ({s:.0%})" for n, s in zip(route_names(plan), shares, strict=True)]
 
     def report_run(self, **fields: Any) -> ReportRun:
         """The ``ReportRun`` of this run (its identity, start and paths) for the report."""
@@ -36,7 +45,7 @@ class RunState:
             src_uri=self.src_uri,
             dst_uri=self.dst_uri,
             started=time.time() - self.elapsed(),
-            routes=[" -> ".join(r) for r, _ in plan_routes(self.plan)],
+            routes=route_names(self.plan),
             **fields,
         )
 
@@ -61,3 +70,13 @@ class RunState:
             route=self.route,
             **fields,
         )
+
+
+def route_names(plan: TransferPlan) -> list[str]:
+    """The report's name of each path: its regions, or ``server-side`` where the stores copy
+    themselves (``details["server_side_paths"]``)."""
+    copied = set(plan.details.get("server_side_paths", []))
+    return [
+        "server-side" if i in copied else " -> ".join(r)
+        for i, (r, _) in enumerate(plan_routes(plan))
+    ]

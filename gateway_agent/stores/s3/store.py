@@ -53,6 +53,7 @@ from gateway_agent.stores.errors import (
     StoreError,
     UploadNotFoundError,
 )
+from gateway_agent.stores.s3 import copy as s3copy
 from gateway_agent.stores.s3.answers import (
     classify,
     crc32c_b64,
@@ -98,6 +99,8 @@ class S3Store(CloudStore):
     """An ObjectStore over one S3 bucket (and optional prefix)."""
 
     OPTIONS = _OPTIONS
+    # A copy's CRC32C (CopyObject, UploadPartCopy) is the one S3 computed and stored.
+    COPY_VOUCHES = True
     capabilities = Capabilities(
         native_checksums=frozenset({"md5", "crc32c"}),
         server_side_copy=True,
@@ -126,6 +129,8 @@ class S3Store(CloudStore):
         # checked here, before any work. Requester-pays: every read says who pays.
         self._write_args = write_args(opts, self.uri)
         self._payer = {"RequestPayer": "requester"} if opts.get("requester_pays") else {}
+        self.bucket, self.endpoint = parsed.bucket, opts.get("endpoint_url")
+        self.requester_pays = bool(opts.get("requester_pays"))
         if not self._crc:
             self.capabilities = Capabilities(
                 native_checksums=frozenset({"md5"}), server_side_copy=True, min_part_size=5 * MIB
@@ -404,6 +409,40 @@ class S3Store(CloudStore):
             **self._crc_kind(ChecksumAlgorithm="CRC32C"),
         )
         return self.head(dst_key)
+
+    # -- server-side copy from another S3 store (``s3.copy``) -------------------------------------
+    @property
+    def write_args(self) -> dict[str, Any]:
+        """What every write adds (storage class, encryption, ACL)."""
+        return dict(self._write_args)
+
+    def can_copy_from(self, src: Any, part: bool = False) -> bool:
+        return s3copy.same_service(self, src)
+
+    def copy_from(
+        self,
+        src: Any,
+        key: str,
+        size: int,
+        version: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str | None:
+        return s3copy.copy_object(self, src, key, size, version, meta)
+
+    def copy_part_from(
+        self,
+        src: Any,
+        key: str,
+        upload_id: str,
+        part_number: int,
+        offset: int,
+        length: int,
+        version: str | None = None,
+    ) -> str | None:
+        return s3copy.copy_part(self, src, key, upload_id, part_number, offset, length, version)
+
+    def signed_url(self, key: str, seconds: int = 900) -> str:
+        return s3copy.presigned_get(self, key, seconds)
 
     def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
         resp = self._on_key(

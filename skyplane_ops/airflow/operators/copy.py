@@ -62,6 +62,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         *SELECTION_TEMPLATED,
         "report_uri",
         "metadata_set",
+        "keep_warm",
     )
 
     def __init__(
@@ -101,6 +102,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         poll_interval: float = 5.0,
         metadata: bool = True,
         metadata_set: Mapping[str, str] | Sequence[str] | None = None,
+        keep_warm: str | float | None = None,
         **kwargs: Any,
     ) -> None:
         if destinations:  # several destinations (fanout.py); dst/dst_region are the first
@@ -120,6 +122,8 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
         # Objects keep their metadata (docs/metadata.md); ``metadata_set`` adds or overrides.
         self.metadata = metadata
         self.metadata_set = metadata_set
+        # Park the fleet this long after the run for the next run to claim (docs/vmless.md).
+        self.keep_warm = keep_warm
         self.src_region = src_region
         self.dst_region = dst_region
         self.volume_gb = volume_gb
@@ -177,6 +181,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
                 "planning": planning,
                 "metadata": self.metadata,
                 "metadata_set": self.metadata_set or {},
+                "keep_warm": self.keep_warm or None,
             },
         )
         state = self.hook.transfer_state(transfer_id)

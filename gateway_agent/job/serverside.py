@@ -1,0 +1,107 @@
+"""The server-side role of a gateway job: a chunk on a server-side path is copied by the
+stores themselves (``SupportsCopyFrom``: S3 CopyObject/UploadPartCopy, GCS rewrite, Azure Put
+Blob From URL), never read into this gateway. The control plane sees the same ``done`` event
+as for a written chunk (a CRC32C per segment: the one the store reports for what it copied),
+so the journal, the commit of staged uploads and the end verification are those of every path.
+
+A chunk the destination cannot copy from this source (a part of a GCS object: a rewrite has
+no byte range) goes the byte path of this same gateway (read, check, write). Where the store
+reports no CRC32C of a copied part (moto's UploadPartCopy), the part is read from the source
+to compute it (bytes through the gateway, counted as read). A destination that refuses the
+copy (not implemented; access denied: its credentials may not read the source) sends this
+chunk and the rest of the job the byte path, once, with a warning. The paths are the spec's
+``server_side_paths``; the route of such a path is the one region of this gateway.
+"""
+
+from __future__ import annotations
+
+import base64
+from functools import partial
+from typing import Any, cast
+
+from gateway_agent.job.base import ObjectFailed, log
+from gateway_agent.job.source import SourceRole, _source_problem
+from gateway_agent.stores.base import ObjectStore, SupportsCopyFrom, SupportsMetadata
+from gateway_agent.stores.checksum import crc32c
+from gateway_agent.stores.errors import (
+    AccessDeniedError,
+    CopyMismatchError,
+    CopyNotSupportedError,
+    KeyBlockedError,
+    KeyNotSupportedError,
+    StoreError,
+)
+from gateway_agent.stores.objmeta import policy
+
+
+class ServerSideRole(SourceRole):
+    """The source role with server-side paths: the source loop offers each chunk to
+    ``_copied`` before reading it."""
+
+    _copy_refused = False  # the destination answered "not implemented": bytes from now on
+
+    def _copied(self, desc: dict[str, Any]) -> bool:
+        """Copy a chunk of a server-side path store to store and report it done; False when
+        the chunk is not on one or must go the byte path instead (nothing reported)."""
+        paths = self.spec.get("server_side_paths") or ()
+        if self._copy_refused or str(desc["path"]) not in {str(p) for p in paths}:
+            return False
+        src, dst = self._store("src"), self._store("dst")
+        segs: list[dict[str, Any]] = desc["segs"]
+        parts = any(s.get("upload_id") for s in segs)
+        if not (isinstance(dst, SupportsCopyFrom) and dst.can_copy_from(src, part=parts)):
+            return False
+        try:
+            got = self._each(partial(self._copy_one, src, cast(SupportsCopyFrom, dst)), segs)
+        except CopyNotSupportedError as exc:
+            if not self._copy_refused:
+                log.warning("job %s: server-side copy refused, moving bytes: %s", self.job_id, exc)
+            self._copy_refused = True
+            return False
+        crcs = [crc for crc, _ in got]
+        vouched = [i for i, (_, ok) in enumerate(got) if ok]
+        total = sum(int(s["length"]) for s in segs)
+        self._count(chunks_written=1, bytes_written=total)
+        self._event(t="done", chunk=desc["chunk"], crcs=crcs, vouched=vouched, how="server-side")
+        return True
+
+    def _copy_one(
+        self, src: ObjectStore, dst: SupportsCopyFrom, seg: dict[str, Any]
+    ) -> tuple[int, bool]:
+        """One segment copied by the stores: its CRC32C (the store's, else read from the
+        source) and whether the copy vouches for it (``COPY_VOUCHES``: the store computed it
+        over the bytes it stored, as S3 echoes a PutObject's; verification then skips the
+        object's HEAD). Per-object problems fail that object only (``ObjectFailed``)."""
+        if self._meta_keep and isinstance(src, SupportsMetadata):
+            seg = self._with_metadata(src, [seg])[0]  # its HEAD, then its copy: no barrier
+        key, version, n = seg["key"], seg.get("version"), int(seg["length"])
+        offset = int(seg.get("offset", 0))
+        try:
+            if seg.get("upload_id"):
+                got = dst.copy_part_from(
+                    src, key, seg["upload_id"], int(seg["part"]), offset, n, version
+                )
+            else:
+                meta = policy(seg.get("meta") or {}, True, self._meta_set) or None
+                got = dst.copy_from(src, key, n, version, meta)
+        except CopyNotSupportedError:
+            raise
+        except AccessDeniedError as exc:
+            # S3 and GCS read the source with the destination's credentials: a set minted
+            # for the destination alone may not read it. The bytes path reads with the
+            # source's own (``docs/vmless.md``).
+            raise CopyNotSupportedError(str(exc), code=exc.code, status=exc.status) from None
+        except (KeyNotSupportedError, KeyBlockedError, CopyMismatchError) as exc:
+            raise ObjectFailed("failed", key, "destination", str(exc)) from None
+        except StoreError as exc:
+            bad = _source_problem(key, exc)
+            if bad is None or bad.kind == "failed":
+                raise
+            raise bad from None
+        if got is not None:
+            vouches = bool(getattr(dst, "COPY_VOUCHES", False))
+            return int.from_bytes(base64.b64decode(got), "big"), vouches
+        if n == 0:
+            return 0, False
+        self._count(bytes_read=n)
+        return crc32c(self._read_segment(src, seg)), False

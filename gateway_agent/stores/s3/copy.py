@@ -1,0 +1,136 @@
+"""S3 -> S3 server-side copy (``SupportsCopyFrom``): CopyObject for a whole object,
+UploadPartCopy of a byte range into a staged multipart upload, and presigned GETs
+(``SignsURLs``) for a destination that copies from a URL (Azure).
+
+The destination's client makes the calls, so S3 reads the source with the destination's
+credentials (both ends on one service: same endpoint). Every copy is pinned to the listed
+version (``CopySourceIfMatch``: S3 answers 412 once the source changed) and written with the
+destination's write options and the object's metadata stated explicitly
+(``MetadataDirective``/``TaggingDirective`` ``REPLACE``), as a PutObject would write them.
+With CRC32C on (the store's default) S3 computes the copy's CRC32C from the bytes it copied
+and returns it: that is the checksum verification then compares with the stored object.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, cast
+
+from gateway_agent.stores.errors import CopyMismatchError, StoreError
+from gateway_agent.stores.s3.writeopts import meta_args
+
+# The functions take the ``S3Store`` (typed ``Any``: that module imports this one).
+S3Store = Any
+
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
+# CopyObject copies objects up to 5 GiB in one call; larger ones go in parts.
+COPY_OBJECT_MAX = 5 * 1024**3
+
+
+def same_service(dst: S3Store, src: Any) -> bool:
+    """Whether ``dst`` can copy from ``src`` itself: both S3 stores on one endpoint."""
+    return type(src) is type(dst) and src.endpoint == dst.endpoint
+
+
+def _source(src: S3Store, key: str, version: str | None) -> dict[str, Any]:
+    args: dict[str, Any] = {"CopySource": {"Bucket": src.bucket, "Key": src._name(key)}}
+    if version is not None:
+        args["CopySourceIfMatch"] = f'"{version}"'
+    if src.requester_pays:
+        args["RequestPayer"] = "requester"
+    return args
+
+
+def _pinned(src: S3Store, key: str, version: str | None, exc: StoreError) -> StoreError:
+    """A 412 of ``CopySourceIfMatch``: the source changed after the listing."""
+    if version is not None and (exc.status == 412 or exc.code == "PreconditionFailed"):
+        return cast(StoreError, src._changed(key, version, None))
+    return exc
+
+
+def copy_object(
+    dst: S3Store,
+    src: S3Store,
+    key: str,
+    size: int,
+    version: str | None,
+    meta: dict[str, Any] | None,
+) -> str | None:
+    """CopyObject of ``key`` (the listed ``version``); the copy's CRC32C where S3 gives it.
+
+    A single-part source's ETag is its MD5 and so is the copy's (unless the destination
+    encrypts with KMS): a copy whose ETag is not the listed one copied other bytes (an
+    emulator that ignores ``CopySourceIfMatch``) and is reported as a changed source."""
+    if size > COPY_OBJECT_MAX:
+        raise StoreError(f"copy {dst.uri}{key}: {size} bytes is more than one CopyObject copies")
+    where = f"copy {dst.uri}{key}"
+    args = {**dst.write_args, **meta_args(meta or {}, where)}
+    args["MetadataDirective"] = "REPLACE"
+    args["TaggingDirective"] = "REPLACE"
+    try:
+        resp = dst._on_key(
+            "copy",
+            key,
+            dst._client.copy_object,
+            **_source(src, key, version),
+            **dst._crc_kind(ChecksumAlgorithm="CRC32C"),
+            **args,
+        )
+    except StoreError as exc:
+        raise _pinned(src, key, version, exc) from None
+    result = resp.get("CopyObjectResult") or {}
+    etag = str(result.get("ETag") or "").strip('"')
+    kms = "SSEKMSKeyId" in args or args.get("ServerSideEncryption") == "aws:kms"
+    if version and _MD5.match(version) and etag and not kms and etag != version:
+        raise src._changed(key, version, etag)
+    crc = result.get("ChecksumCRC32C")
+    if crc and version and not _MD5.match(version):
+        # A multipart source's ETag is no MD5: its full-object CRC32C, where it has one (an
+        # object this tool wrote has), is the source's checksum the copy must match.
+        theirs = src.head(key).checksums.get("crc32c")
+        if theirs and theirs != crc:
+            raise CopyMismatchError(
+                f"{where}: the copy's CRC32C {crc} is not the source's {theirs}",
+                code="ChecksumMismatch",
+            )
+    return str(crc) if crc else None
+
+
+def copy_part(
+    dst: S3Store,
+    src: S3Store,
+    key: str,
+    upload_id: str,
+    part_number: int,
+    offset: int,
+    length: int,
+    version: str | None,
+) -> str | None:
+    """UploadPartCopy of ``[offset, offset + length)`` into the staged ``upload_id``; the
+    part's CRC32C where S3 gives it (an upload created with CRC32C: real S3 does, moto does
+    not)."""
+    from gateway_agent.stores._common import check_part_number
+
+    check_part_number(part_number, dst.capabilities.max_parts)
+    try:
+        resp = dst._on_key(
+            "upload_part_copy",
+            key,
+            dst._client.upload_part_copy,
+            UploadId=upload_id,
+            PartNumber=part_number,
+            CopySourceRange=f"bytes={offset}-{offset + length - 1}",
+            **_source(src, key, version),
+        )
+    except StoreError as exc:
+        raise _pinned(src, key, version, exc) from None
+    crc = (resp.get("CopyPartResult") or {}).get("ChecksumCRC32C")
+    return str(crc) if crc else None
+
+
+def presigned_get(store: S3Store, key: str, seconds: int) -> str:
+    """A GET URL of ``key`` valid for ``seconds`` (a credential: never logged)."""
+    params: dict[str, Any] = {"Bucket": store.bucket, "Key": store._name(key)}
+    if store.requester_pays:
+        params["RequestPayer"] = "requester"
+    return str(store._client.generate_presigned_url("get_object", Params=params, ExpiresIn=seconds))

@@ -1,0 +1,294 @@
+"""Server-side copy run by the engine: a run whose schedule starts no VM and whose stores copy
+themselves (S3 -> S3 on one service, GCS -> GCS, any -> Azure) copies every object by store
+calls from the worker's in-process gateway (no byte through it where the store reports the
+copy's CRC32C), with the journal, the staged multipart commit, metadata and the end
+verification of every path. Real emulator servers (moto, gcp-storage-emulator, Azurite); no
+VM (``--no-vms``: the schedule's choice forced, as a cloud backend's 60 s start-up would)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway_agent.stores import open_store
+from skyplane_ops import api
+from skyplane_ops.provision.worker import running_agents
+from skyplane_ops.sequence import CopyRun
+from skyplane_ops.sequence.copy_run import Gateways
+
+MiB = 1024 * 1024
+pytestmark = [pytest.mark.emulator]
+
+
+def _buckets(emu: Any, other: Any = None) -> tuple[str, str]:
+    name = f"b{uuid.uuid4().hex[:10]}"
+    return emu.make_bucket(name + "src"), (other or emu).make_bucket(name + "dst")
+
+
+def _run(
+    tmp_path: Path,
+    src: str,
+    dst: str,
+    src_opts: Any,
+    dst_opts: Any,
+    regions: tuple[str, str],
+    **kw: Any,
+) -> tuple[CopyRun, api.TransferResult]:
+    request = api.TransferRequest.build(
+        src, dst, src_options=src_opts, dst_options=dst_opts, src_region=regions[0],
+        dst_region=regions[1], planning={"vms": "none"},
+        journal_dir=str(tmp_path / "journal"), **kw,
+    )  # fmt: skip
+    run = CopyRun(request, Gateways(backend="local"))
+    return run, run.run()
+
+
+def _all(uri: str, options: Any) -> dict[str, bytes]:
+    store = open_store(uri, options)
+    return {o.key: store.read(o.key) for o in store.list()}
+
+
+def test_s3_to_s3_copies_by_copyobject_and_uploadpartcopy(
+    tmp_path: Path, moto_s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    data = {f"day/{i:02d}.json": os.urandom(2000 + i) for i in range(20)}
+    data["day/big.bin"] = os.urandom(11 * MiB + 5)  # 3 parts of 5 MiB: UploadPartCopy
+    data["day/empty"] = b""
+    for key, blob in data.items():
+        meta = {"content_type": "application/json", "user": {"team": "ads"}, "tags": {"t": "1"}}
+        store.write(key, blob, meta=meta if key.endswith(".json") else None)
+    # Every byte the worker's gateway reads from the source store is counted here: the
+    # small objects must not be read (the store copies them), only the parts whose CRC32C
+    # moto's UploadPartCopy does not report.
+    from gateway_agent.stores.s3.store import S3Store
+
+    reads: list[tuple[str, int]] = []
+    real_read = S3Store.read
+
+    def counted(self: S3Store, key: str, *a: Any, **k: Any) -> bytes:
+        out = real_read(self, key, *a, **k)
+        if self.uri == src:
+            reads.append((key, len(out)))
+        return out
+
+    monkeypatch.setattr(S3Store, "read", counted)
+    # The destination's write options apply to a copy as to a PutObject (issue 37).
+    dst_opts = {**moto_s3.options, "storage_class": "STANDARD_IA", "sse": "AES256"}
+    run, result = _run(
+        tmp_path, src, dst, moto_s3.options, dst_opts,
+        ("aws:us-east-1", "aws:us-west-2"), part_size=5 * MiB,
+    )  # fmt: skip
+    assert result.verification["status"] == "passed", result.verification
+    assert result.objects == len(data)
+    assert _all(dst, moto_s3.options) == data
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    assert {k for k, _ in reads} <= {"day/big.bin"}  # verification HEADs, reads nothing
+    # Metadata and tags as on every other path (stated explicitly, not S3's COPY directive).
+    got = open_store(dst, moto_s3.options).head_meta("day/03.json")
+    assert got["content_type"] == "application/json" and got["user"]["team"] == "ads"
+    assert got["tags"] == {"t": "1"}
+    assert got["storage_class"] == "STANDARD_IA" and got["encryption"] == "AES256"
+    big = open_store(dst, moto_s3.options).head_meta("day/big.bin")
+    assert big["storage_class"] == "STANDARD_IA" and big["encryption"] == "AES256"
+    assert running_agents() == 0
+    names = moto_s3.stored_names(dst.split("/")[2])
+    assert not [n for n in names if n.startswith("upload:")]  # no staged upload left
+
+
+def test_the_report_records_the_server_side_path(tmp_path: Path, moto_s3: Any) -> None:
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    for i in range(3):
+        store.write(f"{i}", b"x" * (100 + i))
+    # A multipart source (ETag no MD5) copied whole: its full-object CRC32C is compared.
+    big = os.urandom(6 * MiB)
+    upload = store.create_multipart("mp.bin")
+    store.upload_part("mp.bin", upload, 1, big[: 5 * MiB])
+    store.upload_part("mp.bin", upload, 2, big[5 * MiB :])
+    assert "-" in str(store.complete_multipart("mp.bin", upload, [1, 2]).etag)
+    report = tmp_path / "report"
+    _, result = _run(
+        tmp_path, src, dst, moto_s3.options, moto_s3.options,
+        ("aws:us-east-1", "aws:us-west-2"), report_uri=f"file://{report}",
+    )  # fmt: skip
+    assert result.verification["status"] == "passed"
+    import pyarrow.parquet as pq
+
+    files = sorted(report.rglob("*.parquet"))
+    assert files, list(report.rglob("*"))
+    rows = pq.read_table(files[-1]).to_pylist()
+    assert {r["paths"] for r in rows} == {"server-side"} and len(rows) == 4
+    assert open_store(dst, moto_s3.options).read("mp.bin") == big
+
+
+def test_a_changed_source_object_fails_that_object_only(tmp_path: Path, moto_s3: Any) -> None:
+    """moto ignores ``CopySourceIfMatch``: the copy's ETag (the bytes' MD5) is compared with
+    the listed one instead, and the object is reported changed, the others copied."""
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    for i in range(4):
+        store.write(f"{i}", bytes([i]) * 1000)
+    request = api.TransferRequest.build(
+        src, dst, src_options=moto_s3.options, dst_options=moto_s3.options,
+        src_region="aws:us-east-1", dst_region="aws:us-west-2", planning={"vms": "none"},
+        journal_dir=str(tmp_path / "journal"),
+    )  # fmt: skip
+    run = CopyRun(request, Gateways(backend="local"))
+    with run.locked():
+        run.list()
+        store.write("2", b"changed after the listing")
+        run.make_plan()
+        with pytest.raises(api.PartialTransferError) as err:
+            run.transfer()
+    result = err.value.result
+    assert result.objects == 3 and "2" in str(result.to_dict())
+    assert _all(dst, moto_s3.options).keys() >= {"0", "1", "3"}
+
+
+def test_gcs_to_gcs_copies_by_rewrite(tmp_path: Path, gcs_emulator: Any) -> None:
+    """gcp-storage-emulator rewrites (one call, no token: it copies at once) and reports the
+    copy's CRC32C; it ignores ``ifSourceGenerationMatch`` and the metadata given with a
+    rewrite (it keeps the source's), so neither is checked here. A multipart-sized object
+    goes through the worker's bytes (a rewrite has no byte range): both in one run."""
+    src, dst = _buckets(gcs_emulator)
+    store = open_store(src, gcs_emulator.options)
+    data = {f"p/{i}.csv": os.urandom(1500 + i) for i in range(12)}
+    data["p/big.bin"] = os.urandom(6 * MiB + 3)
+    for key, blob in data.items():
+        store.write(key, blob)
+    run, result = _run(
+        tmp_path, src, dst, gcs_emulator.options, gcs_emulator.options,
+        ("gcp:us-central1", "gcp:europe-west4"), part_size=5 * MiB,
+    )  # fmt: skip
+    assert result.verification["status"] == "passed", result.verification
+    assert result.objects == len(data) and _all(dst, gcs_emulator.options) == data
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    names = gcs_emulator.stored_names(dst.split("/")[2])
+    assert not [n for n in names if n.startswith(".%staging/")]
+
+
+def test_s3_to_azurite_sends_put_blob_from_a_presigned_url(
+    tmp_path: Path,
+    moto_s3: Any,
+    azurite: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Azurite implements neither Put Blob From URL nor Put Block From URL (it answers 501):
+    the request is checked as sent (a real request to the real Azurite, whose source URL is a
+    presigned moto GET that reads the object), and the run then moves the bytes itself."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    src, dst = _buckets(moto_s3, azurite)
+    store = open_store(src, moto_s3.options)
+    data = {f"{i}.bin": os.urandom(800 + i) for i in range(6)}
+    for key, blob in data.items():
+        store.write(key, blob)
+    sent: list[Any] = []
+    real_send = RequestsTransport.send
+
+    def spy(self: Any, request: Any, **kw: Any) -> Any:
+        if "x-ms-copy-source" in request.headers:
+            sent.append(request)
+        return real_send(self, request, **kw)
+
+    monkeypatch.setattr(RequestsTransport, "send", spy)
+    caplog.set_level("INFO")  # what a run logs (the SDKs' DEBUG output is off: agent doc)
+    # Azurite answers the copy with a SAS by a bare 500: two tries, not six, before the bytes.
+    az_opts = {**azurite.options, "max_attempts": 2}
+    run, result = _run(
+        tmp_path, src, dst, moto_s3.options, az_opts, ("aws:us-east-1", "azure:westeurope")
+    )
+    assert result.verification["status"] == "passed", result.verification
+    assert _all(dst, azurite.options) == data
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    assert sent, "no Put Blob From URL was sent"
+    put = sent[0]
+    assert put.method == "PUT" and put.headers.get("x-ms-blob-type") == "BlockBlob"
+    key = put.url.split("?")[0].rsplit("/", 1)[-1]
+    md5 = put.headers["x-ms-source-content-md5"]
+    import base64
+    import hashlib
+    import urllib.request
+
+    assert base64.b64decode(md5) == hashlib.md5(data[key]).digest()
+    assert put.headers.get("x-ms-meta-skyplane_crc32c")  # the CRC32C travels with it
+    url = put.headers["x-ms-copy-source"]
+    with urllib.request.urlopen(url, timeout=10) as got:
+        assert got.read() == data[key]  # the presigned URL reads the listed object
+    signature = url.split("Signature=")[1].split("&")[0]
+    assert signature and signature not in caplog.text  # a credential: never logged
+    assert signature not in str(result.to_dict())
+
+
+def test_a_killed_server_side_run_tears_nothing_and_resumes(tmp_path: Path, moto_s3: Any) -> None:
+    """SIGKILL the CLI once the destination shows its first copied object: every object the
+    destination shows is whole and equal to its source (CopyObject lands whole; parts wait
+    in a staged upload), and the same command again completes and verifies."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    data = {f"s/{i:03d}": os.urandom(700 + i) for i in range(150)}
+    data.update({f"b/{i}.bin": os.urandom(11 * MiB + i) for i in range(3)})
+    for key, blob in data.items():
+        store.write(key, blob)
+    opts = json.dumps(moto_s3.options)
+    argv = [
+        sys.executable, "-m", "skyplane_ops.cli", "cp", src, dst, "--src-options", opts,
+        "--dst-options", opts, "--src-region", "aws:us-east-1", "--dst-region",
+        "aws:us-west-2", "--no-vms", "--chunk-mib", "5", "--json",
+    ]  # fmt: skip
+    env = {**os.environ, "SKYPLANE_OPS_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    seen = open_store(dst, moto_s3.options)
+    while proc.poll() is None:
+        if next(iter(seen.list()), None) is not None:
+            proc.send_signal(signal.SIGKILL)
+            break
+        try:
+            proc.wait(timeout=0.01)
+        except subprocess.TimeoutExpired:
+            pass
+    proc.communicate(timeout=120)
+    if proc.returncode != -signal.SIGKILL:
+        pytest.skip("the copy finished before it could be killed (an unloaded, fast machine)")
+    landed = _all(dst, moto_s3.options)
+    assert set(landed) <= set(data)
+    assert all(data[k] == v for k, v in landed.items())  # nothing torn, nothing half-visible
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["verification"]["status"] == "passed"
+    assert _all(dst, moto_s3.options) == data
+
+
+def test_a_sync_copies_only_what_changed_server_side(tmp_path: Path, moto_s3: Any) -> None:
+    """Selection and the overwrite policy are the listing's, as on every path: a second sync
+    copies the one changed object (and an ``include`` leaves the rest alone)."""
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    for i in range(6):
+        store.write(f"{i}.csv", bytes([i]) * 300)
+    store.write("skip.tmp", b"not selected")
+    kw = {"sync": True, "include": ("*.csv",)}
+    _, first = _run(tmp_path, src, dst, moto_s3.options, moto_s3.options,
+                    ("aws:us-east-1", "aws:us-west-2"), **kw)  # fmt: skip
+    assert first.objects == 6 and first.verification["status"] == "passed"
+    store.write("3.csv", b"changed")
+    run, second = _run(tmp_path, src, dst, moto_s3.options, moto_s3.options,
+                       ("aws:us-east-1", "aws:us-west-2"), **kw)  # fmt: skip
+    assert second.objects == 1 and second.verification["status"] == "passed"
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    got = _all(dst, moto_s3.options)
+    assert set(got) == {f"{i}.csv" for i in range(6)} and got["3.csv"] == b"changed"
