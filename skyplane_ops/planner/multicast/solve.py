@@ -9,13 +9,14 @@ the solver's fleet, the model is solved again with integer connections per edge.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from skyplane_ops.errors import InfeasibleError
+from skyplane_ops.errors import InfeasibleError, PlanningError
 from skyplane_ops.planner.evaluate import FLOW_TOL, costs, hop_connections, needed_vms
 from skyplane_ops.planner.milp import MAX_DINKELBACH, overflows
 from skyplane_ops.planner.multicast.model import MulticastModel, MulticastSolution
@@ -23,7 +24,7 @@ from skyplane_ops.planner.multicast.paths import multicast_paths
 from skyplane_ops.planner.multicast.trees import Tree, excess, multicast_trees
 from skyplane_ops.planner.paths import CandidatePath
 from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
-from skyplane_ops.planner.problem import Edge, InvalidProblemError, Problem
+from skyplane_ops.planner.problem import BITS_PER_BYTE, Edge, InvalidProblemError, Problem
 
 
 def multicast_routes(problem: Problem) -> list[CandidatePath]:
@@ -81,6 +82,43 @@ def max_multicast_gbps(
     return 0.0 if solution is None else solution.gbps
 
 
+def run_cost(problem: Problem, solution: MulticastSolution) -> float:
+    """``T * cost`` of a solution (the min-cost model's objective at its ``T``)."""
+    volume, gbps = problem.volume_gb, solution.gbps
+    egress = sum(
+        volume * problem.price(*e) * f
+        for e, f in zip(solution.edges, solution.path_flows, strict=True)
+    )
+    per_vm = BITS_PER_BYTE * volume + problem.provisioning_seconds * gbps
+    return egress + sum(
+        problem.regions[u].vm_usd_per_second * per_vm * n for u, n in solution.vms.items()
+    )
+
+
+def least_source(
+    problem: Problem, routes: Sequence[CandidatePath], best: MulticastSolution, kw: dict[str, Any]
+) -> MulticastSolution:
+    """Among plans as fast as ``best`` and as cheap (within the MIP gap: the solver cannot tell
+    them apart), the one whose source sends least (a second, lexicographic objective).
+
+    Equal-price hops (AWS to AWS) make sending from the source and forwarding from a
+    destination tie in cost; the first solve then picks either. Source egress is what a
+    multicast is for (the source's NIC and price are paid once), so ties go to the tree.
+    """
+    if best.gbps <= 0:
+        return best
+    cap = run_cost(problem, best) * (1 + problem.mip_gap)
+    model = MulticastModel(problem.with_objective("min_cost", best.gbps), routes, **kw)
+    model.set_least_source(best.gbps, cap)
+    try:
+        found = model.solve()
+    except PlanningError:  # out of time: the first answer stands
+        return best
+    if found is None:  # numerically infeasible at the cap: the first answer stands
+        return best
+    return dataclasses.replace(found, objective=run_cost(problem, found))
+
+
 def _solve(
     problem: Problem,
     routes: Sequence[CandidatePath],
@@ -101,7 +139,7 @@ def _solve(
             raise InfeasibleError(
                 f"cost ceiling ${problem.bound:.4g} is infeasible for this multicast"
             )
-        return solution, 1
+        return least_source(problem, routes, solution, kw), 2
     if problem.bound is None:
         raise InvalidProblemError("minimising cost needs a throughput floor")
     floor = problem.bound
@@ -115,7 +153,7 @@ def _solve(
         )
     lam = best.objective / floor
     if exact_floor or tmax <= floor * (1 + 1e-9) or lam <= 0:
-        return best, 1
+        return least_source(problem, routes, best, kw), 2
     ratio = MulticastModel(problem.with_objective("max_throughput", None), routes, tmax=tmax, **kw)
     solves = 1
     for _ in range(MAX_DINKELBACH):  # min T*cost - lambda*T over plans with T >= floor
@@ -130,7 +168,7 @@ def _solve(
             lam, best = cost, sol
         if sol.best_bound >= -tolerance:
             break
-    return best, solves
+    return least_source(problem, routes, best, kw), solves + 1
 
 
 def edge_loads(
