@@ -41,6 +41,7 @@ from skyplane_ops.transfer.metadata import sync_meta_check, upload_meta
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.todo import iter_chunks, plan_todo, resume
+from skyplane_ops.transfer.tree_feed import TreeFeeder
 
 log = logging.getLogger(__name__)
 
@@ -261,9 +262,10 @@ def _send(
                 )
                 started.append(g.gateway_id)
         t0 = time.monotonic()
-        _submit(clients[fleet.in_region(root)[0].gateway_id], job_id, trees, group)
+        feeder = _feeder(clients[fleet.in_region(root)[0].gateway_id], job_id, trees, group)
+        feeder.top_up()
         below = {r: _below(paths, r) & set(sinks) for r in used}
-        _await(fleet, clients, job_id, sinks, below, options, progress, out)
+        _await(fleet, clients, job_id, sinks, below, options, progress, out, feeder)
         out.seconds = time.monotonic() - t0
         for g in fleet.in_region(root):
             counters = clients[g.gateway_id].status(job_id)["counters"]
@@ -296,19 +298,13 @@ def _connections(
     return min(n, LOOPBACK_CONNECTIONS) if kind == "loopback" else n
 
 
-def _submit(
+def _feeder(
     client: GatewayClient, job_id: str, trees: list[tuple[float, Tree]], group: list[_Destination]
-) -> None:
-    """Every chunk at the root, on a tree by the trees' shares (by bytes, as the dispatcher
-    splits chunks between paths), each part naming its multipart upload at every sink region
-    (``upload_ids``)."""
-    shares = [max(share, 1e-9) for share, _ in trees]
-    loads = [0] * len(trees)
-    batch: list[dict[str, Any]] = []
-    for chunk in group[0].chunks:
-        # The tree that would finish it first if each carries its share of the plan's rate.
-        path = min(range(len(trees)), key=lambda k: (loads[k] + chunk.nbytes) / shares[k])
-        loads[path] += chunk.nbytes
+) -> TreeFeeder:
+    """Every chunk at the root, down the tree that would land it first (``tree_feed``), each
+    part naming its multipart upload at every sink region (``upload_ids``)."""
+
+    def make(chunk: Chunk, path: int) -> dict[str, Any]:
         segs = []
         for s in chunk.segments:
             seg: dict[str, Any] = {"key": s.key, "length": s.length, "offset": s.offset}
@@ -318,12 +314,16 @@ def _submit(
             if s.version is not None:
                 seg["version"] = s.version
             segs.append(seg)
-        batch.append({"chunk": chunk.chunk_id, "path": str(path), "attempt": 0, "segs": segs})
-        if len(batch) >= 256:
-            client.submit_chunks(job_id, batch)
-            batch = []
-    if batch:
-        client.submit_chunks(job_id, batch)
+        return {"chunk": chunk.chunk_id, "path": str(path), "attempt": 0, "segs": segs}
+
+    chunks = group[0].chunks
+    return TreeFeeder(
+        shares=[share for share, _ in trees],
+        items=[(c.chunk_id, c.nbytes, c) for c in chunks],
+        make=make,
+        submit=lambda batch: client.submit_chunks(job_id, batch),
+        largest=max((c.nbytes for c in chunks), default=0),
+    )
 
 
 def _await(
@@ -335,18 +335,21 @@ def _await(
     options: DispatchOptions,
     progress: ProgressCallback | None,
     out: TreePassResult,
+    feeder: TreeFeeder,
 ) -> None:
     """Journal each sink's ``done`` chunks into its destination's journal until every chunk
     landed or was given up at every sink. A sink is given up when its gateway is gone or
     failed; a chunk when a sink refused it or a sender lost it (no retry here: the
     destination's run sends it; a chunk a sender lost is waited for no longer than the hop
     timeout). The pass ends early when a sender fails, or when nothing lands for the hop
-    timeout. ``below``: per region, the sinks its branches reach."""
+    timeout. ``below``: per region, the sinks its branches reach. A chunk done with at every
+    sink frees its room in ``feeder``'s window for the next."""
     senders = {r for r, after in below.items() if after - {r}}
     chunks = {c.chunk_id: c for c in next(iter(sinks.values())).chunks}
     total_bytes = sum(c.nbytes for c in chunks.values()) * len(sinks)
     left = {r: set(chunks) for r in sinks}
     cursors: dict[str, int] = {}
+    landed_somewhere: set[int] = set()
     t0 = last = time.monotonic()
     seen = 0
     quiet = min(options.stall_timeout, options.hop_timeout)
@@ -381,8 +384,13 @@ def _await(
                     if kind == "done" and region in sinks and cid in left[region]:
                         _journal(sinks[region], chunks[cid], ev, out)
                         left[region].discard(cid)
+                        landed_somewhere.add(cid)
                     elif kind in ("bad", "failed", "changed") and region in sinks:
                         left[region].discard(cid)
+        for cid in [c for c in feeder.tree_of if not any(c in rest for rest in left.values())]:
+            feeder.resolved(cid, landed=cid in landed_somewhere)
+            landed_somewhere.discard(cid)
+        feeder.top_up()
         n = sum(out.landed.values())
         if progress is not None:
             elapsed = time.monotonic() - t0
