@@ -71,11 +71,18 @@ class TreeFeeder:
 
     def rates(self) -> list[float]:
         """Each tree's rate as far as known: the plan's shares until a tree landed something,
-        then the bytes each landed per second (0 for a tree yet to land any)."""
+        then the bytes each landed per second; a tree yet to land any is 0 while it holds a
+        chunk (it gets no second one), else its share at the others' pace (so a tree with a
+        small share is still tried)."""
         if not any(t.landed for t in self.trees):
             return [t.share for t in self.trees]
         elapsed = max(self.clock() - self._t0, 1e-3)
-        return [t.landed / elapsed for t in self.trees]
+        measured = [t for t in self.trees if t.landed]
+        pace = sum(t.landed for t in measured) / elapsed / sum(t.share for t in measured)
+        return [
+            t.landed / elapsed if t.landed else 0.0 if t.chunks_in_flight else t.share * pace
+            for t in self.trees
+        ]
 
     def pick(self, nbytes: int) -> int | None:
         """The tree that would land ``nbytes`` more first, or None when it has no room: its
