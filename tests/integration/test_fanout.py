@@ -142,6 +142,34 @@ def test_a_sync_sends_down_the_tree_pruned_to_the_destinations_with_work(tmp_pat
     assert all(r.chunks == 0 for r in result.results.values())
 
 
+def test_a_chunk_a_relay_spoilt_is_sent_again_by_the_tree_pass(tmp_path: Path) -> None:
+    """D1 relays to D2 and D3 and corrupts the first two chunks it forwards (a test hook):
+    every sink refuses them (their end-to-end tags fail), the pass sends each again down the
+    tree cut to each sink, and the destinations' runs have nothing left to send."""
+    data = write_dataset(tmp_path / "src", {"big.bin": 4 * MiB, "a": 1000})
+    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
+    request = TransferRequest.build(
+        f"file://{tmp_path / 'src'}",
+        [f"file://{p}" for p in dsts.values()],
+        src_region=SRC,
+        dst_region=list(dsts),
+        part_size=MiB,
+        journal_dir=str(tmp_path / "journal"),
+    )
+    tree = dataclasses.replace(
+        make_plan([SRC, D1], [SRC, D1, D2], [SRC, D1, D3]), dsts=(D1, D2, D3)
+    )
+    tuning = DispatchOptions(test_hooks={D1: {"corrupt_chunks": 2}})
+    with local_fleet(tree) as (_, fleet):
+        run = FanoutRun(request, Gateways(fleet=fleet, plan=tree), tuning=tuning)
+        result = run.run()
+    assert result.status == "ok"
+    assert all(read_tree(p) == data for p in dsts.values())
+    assert run.tree is not None and run.tree.resent >= 2 * 3  # two chunks, three sinks
+    assert all(n == 5 for n in run.tree.landed.values())  # every chunk in the pass
+    assert all(r.chunks == 0 for r in result.results.values())
+
+
 class _KillSink(RunEvents):
     """Kills ``region``'s gateway during the tree pass, once its destination has its small
     objects and some parts of the large one written (the rest still to come)."""
