@@ -237,7 +237,7 @@ class JobBase:
         for nxt in sorted(next_regions):
             callbacks = PoolCallbacks(
                 sent=self._on_sent,
-                lost=self._on_lost,
+                lost=partial(self._on_lost, to=nxt),
                 fatal=partial(self._hop_failed, nxt),
                 stopped=self._stop.is_set,
             )
@@ -378,9 +378,14 @@ class JobBase:
     def _on_sent(self, item: OutChunk, wire_bytes: int) -> None:
         self._count(chunks_sent=1, bytes_sent=len(item.payload), wire_bytes_sent=wire_bytes)
 
-    def _on_lost(self, item: OutChunk, why: str) -> None:
+    def _on_lost(self, item: OutChunk, why: str, to: str | None = None) -> None:
+        """A copy that could not be sent; ``to``: the next hop it was for (a tree's chunk
+        may have reached the others: the control plane re-sends it only below ``to``)."""
         self._count(chunks_lost=1)
-        self._event(t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why)
+        where = {"to": to} if to is not None else {}
+        self._event(
+            t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why, **where
+        )
 
     def _object_failed(self, chunk: int, bad: ObjectFailed) -> None:
         """Report one object of ``chunk`` as changed or failed; the control plane re-sends the
