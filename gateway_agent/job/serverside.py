@@ -16,6 +16,7 @@ chunk and the rest of the job the byte path, once, with a warning. The paths are
 from __future__ import annotations
 
 import base64
+import threading
 from functools import partial
 from typing import Any, cast
 
@@ -32,6 +33,10 @@ from gateway_agent.stores.errors import (
     StoreError,
 )
 from gateway_agent.stores.objmeta import policy
+
+
+# Guards each job's switch to the byte path (taken once per refused chunk: never contended).
+_REFUSAL = threading.Lock()
 
 
 class ServerSideRole(SourceRole):
@@ -54,9 +59,10 @@ class ServerSideRole(SourceRole):
         try:
             got = self._each(partial(self._copy_one, src, cast(SupportsCopyFrom, dst)), segs)
         except CopyNotSupportedError as exc:
-            if not self._copy_refused:
+            with _REFUSAL:  # readers copy in parallel: one warning, however many were refused
+                first, self._copy_refused = not self._copy_refused, True
+            if first:
                 log.warning("job %s: server-side copy refused, moving bytes: %s", self.job_id, exc)
-            self._copy_refused = True
             return False
         crcs = [crc for crc, _ in got]
         vouched = [i for i, (_, ok) in enumerate(got) if ok]
