@@ -22,7 +22,12 @@ from typing import Any, cast
 
 from gateway_agent.job.base import ObjectFailed, log
 from gateway_agent.job.source import SourceRole, _source_problem
-from gateway_agent.stores.base import ObjectStore, SupportsCopyFrom, SupportsMetadata
+from gateway_agent.stores.base import (
+    CopiesMetadata,
+    ObjectStore,
+    SupportsCopyFrom,
+    SupportsMetadata,
+)
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import (
     AccessDeniedError,
@@ -33,7 +38,6 @@ from gateway_agent.stores.errors import (
     StoreError,
 )
 from gateway_agent.stores.objmeta import policy
-
 
 # Guards each job's switch to the byte path (taken once per refused chunk: never contended).
 _REFUSAL = threading.Lock()
@@ -78,12 +82,19 @@ class ServerSideRole(SourceRole):
         source) and whether the copy vouches for it (``COPY_VOUCHES``: the store computed it
         over the bytes it stored, as S3 echoes a PutObject's; verification then skips the
         object's HEAD). Per-object problems fail that object only (``ObjectFailed``)."""
-        if self._meta_keep and isinstance(src, SupportsMetadata):
-            seg = self._with_metadata(src, [seg])[0]  # its HEAD, then its copy: no barrier
+        # A destination that reads the metadata itself, in fewer calls (``CopiesMetadata``),
+        # else the source's HEAD (and tags), then its copy: no barrier either way.
+        keeping = self._meta_keep and not seg.get("upload_id") and isinstance(dst, CopiesMetadata)
+        if self._meta_keep and not keeping and isinstance(src, SupportsMetadata):
+            seg = self._with_metadata(src, [seg])[0]
         key, version, n = seg["key"], seg.get("version"), int(seg["length"])
         offset = int(seg.get("offset", 0))
         try:
-            if seg.get("upload_id"):
+            if keeping:
+                got = cast(CopiesMetadata, dst).copy_keeping_metadata(
+                    src, key, n, version, self._meta_set
+                )
+            elif seg.get("upload_id"):
                 got = dst.copy_part_from(
                     src, key, seg["upload_id"], int(seg["part"]), offset, n, version
                 )

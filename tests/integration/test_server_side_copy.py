@@ -375,3 +375,68 @@ def test_a_refused_copy_moves_the_bytes_once_warned_and_verified(
     [src_set] = minted[src]
     assert "ReadCopySource" not in json.dumps(src_set.detail["policy"])
 
+
+def _calls(proxy: Any, bucket: str) -> dict[str, list[str]]:
+    """The S3 calls the proxy saw on ``bucket``'s objects, by kind (listings left out)."""
+    out: dict[str, list[str]] = {"head": [], "tagging": [], "copy": [], "put": []}
+    for (method, path), (_, headers) in zip(proxy.requests, proxy.heads, strict=True):
+        if not path.startswith(f"/{bucket}/") or path == f"/{bucket}/":
+            continue
+        key = path[len(bucket) + 2 :].split("?")[0]
+        copying = any(k.lower() == "x-amz-copy-source" for k in headers)
+        if method == "HEAD":
+            out["head"].append(key)
+        elif method == "GET" and "tagging" in path.split("?", 1)[-1].split("&"):
+            out["tagging"].append(key)
+        elif method == "PUT":
+            out["copy" if copying else "put"].append(key)
+    return out
+
+
+@pytest.mark.parametrize("metadata", [True, False], ids=["metadata", "no-metadata"])
+def test_s3_copies_take_two_calls_per_object_with_metadata_and_one_without(
+    tmp_path: Path, moto_s3: Any, metadata: bool
+) -> None:
+    """Every request counted on the wire (a recording proxy in front of moto): with metadata
+    kept, each object is one HEAD of the source and one CopyObject, its tags copied by S3
+    (``TaggingDirective=COPY``: no GetObjectTagging), and the replica keeps the source's
+    properties, user metadata, tags and modification time (the kept ``mtime``, else the
+    source's LastModified: S3 cannot add it to metadata it copies, so the HEAD stays);
+    with ``metadata=False`` one CopyObject and nothing else."""
+    from tests.integration.http_proxy import CountingProxy
+
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    tagged = {"content_type": "text/csv", "user": {"team": "ads"}, "tags": {"t": "1", "u": "2"}}
+    kept = {"user": {"mtime": "2021-03-04T05:06:07.123456789Z", "x": "y"}}
+    metas: dict[str, Any] = {"tagged.csv": tagged, "kept.bin": kept, "plain.bin": None}
+    for key, meta in metas.items():
+        store.write(key, key.encode() * 50, meta=meta)
+    with CountingProxy(moto_s3.options["endpoint_url"]) as proxy:
+        opts = {**moto_s3.options, "endpoint_url": proxy.endpoint}
+        run, result = _run(
+            tmp_path, src, dst, opts, opts, ("aws:us-east-1", "aws:us-west-2"),
+            metadata=metadata,
+        )  # fmt: skip
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    assert result.verification["status"] == "passed", result.verification
+    on_src, on_dst = _calls(proxy, src.split("/")[2]), _calls(proxy, dst.split("/")[2])
+    assert sorted(on_dst["copy"]) == sorted(metas) and not on_dst["put"]
+    assert sorted(on_src["head"]) == (sorted(metas) if metadata else [])
+    assert not on_src["tagging"] and not on_dst["tagging"]
+    source, replica = open_store(src, moto_s3.options), open_store(dst, moto_s3.options)
+    for key in metas:
+        theirs, ours = source.head_meta(key), replica.head_meta(key)
+        if not metadata:
+            assert not ours.get("tags") and set(ours.get("user", {})) <= {"mtime"}
+            continue
+        assert ours.get("tags") == theirs.get("tags") and ours.get("mtime_ns") == theirs["mtime_ns"]
+        assert ours.get("content_type") == theirs.get("content_type")
+        assert {k: v for k, v in ours.get("user", {}).items() if k != "mtime"} == {
+            k: v for k, v in theirs.get("user", {}).items() if k != "mtime"
+        }
+    if metadata:
+        assert replica.head_meta("tagged.csv")["tags"] == tagged["tags"]
+        from gateway_agent.stores.objmeta import parse_mtime
+
+        assert replica.head_meta("kept.bin")["mtime_ns"] == parse_mtime(kept["user"]["mtime"])
