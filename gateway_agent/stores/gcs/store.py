@@ -6,7 +6,9 @@ sealed by its control plane), otherwise Application Default Credentials; when
 anonymous (a gateway reaches the emulator through ``endpoint_url`` and ``anonymous``: its
 environment has no ``STORAGE_EMULATOR_HOST``). Options: ``project``, ``endpoint_url``,
 ``anonymous``, ``timeout``, ``max_pool_connections`` (default 64), ``list_page_size`` (default 1000;
-gcp-storage-emulator ignores it and returns every key in one page).
+gcp-storage-emulator ignores it and returns every key in one page), ``requester_pays`` (a
+requester-pays bucket: every request names ``project`` as the billed one, ``userProject``), and
+the destination write options (``writeopts``).
 
 Multipart is built from what every GCS implementation (including gcp-storage-emulator)
 supports: each part is a temporary object ``.%staging/<upload_id>/<part>`` at the bucket root,
@@ -50,7 +52,7 @@ from gateway_agent.stores.errors import (
 )
 from gateway_agent.stores.gcs.meta import blob_to_meta, prepare, write_options
 from gateway_agent.stores.uri import StoreURI
-from gateway_agent.stores.writeopts import WRITE_OPTIONS
+from gateway_agent.stores.writeopts import WRITE_OPTIONS, user_project
 
 STAGING = ".%staging/"
 COMPOSE_LIMIT = 32
@@ -86,6 +88,7 @@ class GCSStore(CloudStore):
         options: Mapping[str, Any] | None = None,
         credentials: Credentials | None = None,
     ):
+
         import os
 
         from google.cloud import storage
@@ -94,6 +97,7 @@ class GCSStore(CloudStore):
         opts = self._opts
         self._timeout = float(opts.get("timeout", 120))
         self._write_opts = write_options(opts, self.uri)  # checked before any work
+        self._payer = user_project(opts, self.uri)
         self._page_size = int(opts.get("list_page_size", 1000))
         kwargs: dict[str, Any] = {"project": opts.get("project")}
         if opts.get("endpoint_url"):
@@ -113,7 +117,9 @@ class GCSStore(CloudStore):
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool)
         self._client._http.mount("https://", adapter)
         self._client._http.mount("http://", adapter)
-        self._bucket: Any = self._client.bucket(parsed.bucket)
+        # Requester-pays: the bucket object names the billed project on every request made
+        # through it (list, get, download, upload, compose, rewrite, delete: ``userProject``).
+        self._bucket: Any = self._client.bucket(parsed.bucket, user_project=self._payer)
 
     # -- errors --------------------------------------------------------------------------------
     def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
@@ -280,7 +286,55 @@ class GCSStore(CloudStore):
             self._call("head", key, blob.reload, timeout=self._timeout, retry=None)
         except ObjectNotFoundError as exc:
             raise self._not_found("head", key, exc) from None
+        if version is not None and blob.generation and str(blob.generation) != version:
+            raise self._changed(key, version, str(blob.generation))
         return blob_to_meta(blob)
+
+    def metas_of(
+        self, items: Sequence[tuple[str, str | None]]
+    ) -> dict[str, dict[str, Any] | StoreError]:
+        """``ListsMetadata``: one objects.list page from the first of the keys (``startOffset``,
+        under their common prefix) gives their resources; a key whose listed generation is not
+        the one read maps to its ``SourceChangedError``. Keys the page did not reach are left
+        out (the caller asks ``head_meta``). gcp-storage-emulator ignores ``startOffset`` and
+        the page size: it answers the whole prefix, of which the keys are picked alike."""
+        if not items:
+            return {}
+        wanted = {self._name(key): (key, version) for key, version in items}
+        names = sorted(wanted)
+        first, last = names[0], names[-1]  # sorted: their common prefix is everyone's
+        n = 0
+        while n < min(len(first), len(last)) and first[n] == last[n]:
+            n += 1
+        prefix = first[:n]
+
+        def fetch() -> builtins.list[Any]:
+            it = self._client.list_blobs(
+                self._bucket,
+                prefix=prefix,
+                start_offset=first,
+                max_results=min(1000, 2 * len(names) + 8),
+                page_size=min(1000, 2 * len(names) + 8),
+                timeout=self._timeout,
+                retry=None,
+            )
+            return builtins.list(next(it.pages))
+
+        try:
+            blobs = self._call("head", names[0], fetch)
+        except ObjectNotFoundError as exc:
+            raise self._not_found("head", items[0][0], exc) from None
+        out: dict[str, dict[str, Any] | StoreError] = {}
+        for blob in blobs:
+            if blob.name not in wanted:
+                continue
+            key, version = wanted[blob.name]
+            found = str(blob.generation) if blob.generation else None
+            if version is not None and found is not None and found != version:
+                out[key] = self._changed(key, version, found)
+            else:
+                out[key] = blob_to_meta(blob)
+        return out
 
     def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         blob = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts)
