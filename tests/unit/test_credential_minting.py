@@ -207,7 +207,7 @@ def test_service_sas_reads_and_lists_the_source_container_until_expiry() -> None
     expiry = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=30)
     sas = _sas(azure_container_sas(Scope("az://acct/src/data/", False), expiry,
                                    https_only=True, account_key=KEY))  # fmt: skip
-    assert sas["sr"] == "c" and sas["sp"] == "rl" and sas["spr"] == "https"
+    assert sas["sr"] == "c" and sas["sp"] == "rlt" and sas["spr"] == "https"
     assert sas["se"] == expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert "skoid" not in sas and KEY not in json.dumps(sas)
 
