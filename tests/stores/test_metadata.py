@@ -305,3 +305,43 @@ def test_metadata_comes_with_the_bytes(backend: Backend, store: ObjectStore) -> 
             s.head_meta("b", listed["b"])
     else:
         assert backend.name in ("local", "memory")  # local calls: head_meta is a stat
+
+
+def test_gcs_requester_pays_bills_the_project_on_every_request(gcs_emulator: Any) -> None:
+    """``requester_pays`` on a GCS end: every request the store sends (list, get, download,
+    upload, compose, rewrite, delete) names ``project`` as ``userProject``. gcp-storage-emulator
+    ignores ``userProject`` (it has no requester-pays buckets), so the test checks the requests
+    the store sent, through a recording proxy. Without a project it is refused before any work."""
+    from gateway_agent.stores import open_store
+    from gateway_agent.stores.errors import InvalidURIError
+    from skyplane_ops.errors import TransferError
+    from skyplane_ops.testing.emulators import environ
+    from skyplane_ops.transfer.request import TransferRequest
+    from tests.integration.http_proxy import CountingProxy
+
+    bucket = f"rp-{os.urandom(4).hex()}"
+    uri = gcs_emulator.make_bucket(bucket)
+    with (
+        CountingProxy(gcs_emulator.env["STORAGE_EMULATOR_HOST"]) as proxy,
+        environ({"STORAGE_EMULATOR_HOST": proxy.endpoint}),
+    ):
+        store: Any = open_store(uri, {"project": "billed-1", "requester_pays": True})
+        store.write("a", b"abc", meta={"user": {"k": "v"}})
+        assert store.read("a", 0, 3, store.head("a").version) == b"abc"
+        assert [i.key for i in store.list()] == ["a"]
+        assert store.head_meta("a")["user"] == {"k": "v"}
+        assert store.metas_of([("a", None)])["a"]["user"] == {"k": "v"}
+        store.copy("a", "b")
+        upload = store.create_multipart("c")
+        store.upload_part("c", upload, 1, b"x")
+        store.complete_multipart("c", upload, [1])
+        store.delete("b")
+        sent = list(proxy.requests)
+    assert len(sent) > 10
+    unbilled = [f"{m} {t}" for m, t in sent if "userProject=billed-1" not in t]
+    assert unbilled == [], unbilled
+
+    with pytest.raises(InvalidURIError, match="requester_pays needs the store option project"):
+        open_store(uri, {"requester_pays": True})
+    with pytest.raises(TransferError, match="requester_pays needs the store option project"):
+        TransferRequest.build(uri, "file:///tmp/x/", src_options={"requester_pays": True})

@@ -110,6 +110,11 @@ class GCSStore(CloudStore):
         elif credentials is not None:  # a token from the control plane, swapped when renewed
             kwargs["credentials"] = google_credentials(credentials)
         self._client: Any = storage.Client(**kwargs)
+        # Recent google-cloud-storage releases fetch each bucket's resource in a background
+        # thread for their tracing spans: a request we do not need, sent without
+        # ``userProject`` (refused by a requester-pays bucket). Without the cache it is skipped.
+        if getattr(self._client, "_bucket_metadata_cache", None) is not None:
+            self._client._bucket_metadata_cache = None
         # requests keeps 10 connections per host by default; gateways run many more threads.
         from requests.adapters import HTTPAdapter
 
