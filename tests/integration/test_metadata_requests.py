@@ -127,3 +127,51 @@ def test_a_copy_reads_no_metadata_per_object(
         assert os.getxattr(path, "user.skyplane.cache_control") == b"max-age=60"
         tag = os.getxattr(path, "user.skyplane.tag.team") if i < TAGGED else None
         assert tag == (b"data" if i < TAGGED else None)
+
+
+def test_verify_full_checks_metadata_by_head_only(
+    moto_s3: Any, dirs: tuple[Path, Path, Path]
+) -> None:
+    """``--verify full`` between two S3 buckets (moto, every request recorded): a multipart
+    replica (no write vouched for it) is checked by HEAD and its tags, never by reading bytes
+    back; the small objects' checked PUTs stored their metadata atomically and are not asked
+    again. The source's small objects are read without a HEAD each."""
+    _, _, journal = dirs
+    bucket = f"vf{uuid.uuid4().hex[:10]}"
+    src_uri, dst_uri = moto_s3.make_bucket(bucket + "s"), moto_s3.make_bucket(bucket + "d")
+    store: Any = open_store(src_uri, moto_s3.options)
+    meta = {**META, "user": {"owner": "etl"}, "tags": {"team": "data"}}
+    for i in range(4):
+        store.write(f"s/{i}.json", b"{}" * (100 + i), meta=meta)
+    upload = store.create_multipart("big.bin", meta=meta)
+    store.upload_part("big.bin", upload, 1, os.urandom(5 * 1024 * 1024))
+    store.upload_part("big.bin", upload, 2, b"tail")
+    store.complete_multipart("big.bin", upload, [1, 2])
+
+    plan = make_plan([SRC, DST])
+    with CountingProxy(moto_s3.options["endpoint_url"]) as proxy:
+        options = {**moto_s3.options, "endpoint_url": proxy.endpoint}
+        with local_fleet(plan, hooks=False) as (_, fleet):
+            result = run_transfer(
+                plan,
+                fleet,
+                src_uri,
+                dst_uri,
+                src_options=options,
+                dst_options=options,
+                journal_dir=journal,
+                part_size=5 * 1024 * 1024,
+                verify="full",
+            )
+        sent = list(proxy.requests)
+    assert result.verified, result.verification
+    dst_reads = [t for m, t in sent if m == "GET" and t.startswith(f"/{bucket}d/") and "?" not in t]
+    assert dst_reads == [], f"verify read replica bytes back: {dst_reads}"
+    dst_heads = [t for m, t in sent if m == "HEAD" and t.startswith(f"/{bucket}d/")]
+    assert dst_heads and all(t.startswith(f"/{bucket}d/big.bin") for t in dst_heads), dst_heads
+    src_heads = [t for m, t in sent if m == "HEAD" and t.startswith(f"/{bucket}s/s/")]
+    assert src_heads == [], src_heads
+    replica: Any = open_store(dst_uri, moto_s3.options)
+    for key in ("s/0.json", "big.bin"):
+        got = replica.head_meta(key)
+        assert got["tags"] == {"team": "data"} and got["cache_control"] == "max-age=60", key

@@ -51,6 +51,7 @@ from gateway_agent.stores.errors import (
     UploadNotFoundError,
 )
 from gateway_agent.stores.gcs.meta import blob_to_meta, prepare, write_options
+from gateway_agent.stores.objmeta import gcs_user
 from gateway_agent.stores.uri import StoreURI
 from gateway_agent.stores.writeopts import WRITE_OPTIONS, user_project
 
@@ -342,7 +343,8 @@ class GCSStore(CloudStore):
         return out
 
     def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
-        blob = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts)
+        where = f"write {self.uri}{key}"
+        blob = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts, where)
         try:
             self._call(
                 "write", key, blob.upload_from_string, data, timeout=self._timeout, retry=None
@@ -363,16 +365,20 @@ class GCSStore(CloudStore):
         return self._bucket.blob(f"{STAGING}{upload_id}/{name}")
 
     def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
-        """A staging marker naming the key; ``meta`` is kept beside it (custom metadata of the
-        marker) and set on the destination by the final compose."""
+        """A staging marker naming the key; ``meta`` (checked now: what GCS cannot hold fails
+        before any part is sent) is kept in it, after the key's line (a custom metadata value
+        holds 4 KiB, less than an object's metadata may take), and set on the destination by
+        the final compose."""
         full = self._name(key)
         upload_id = uuid.uuid4().hex
         marker = self._stage(upload_id, "key")
+        body = full
         if meta:
-            marker.metadata = {"meta": json.dumps(dict(meta))}
+            gcs_user(meta, f"create_multipart {self.uri}{key}")
+            body += "\n" + json.dumps(dict(meta))  # GCS names hold no line breaks
         try:
             self._call(
-                "create_multipart", key, marker.upload_from_string, full.encode(), retry=None
+                "create_multipart", key, marker.upload_from_string, body.encode(), retry=None
             )
         except ObjectNotFoundError as exc:
             raise self._not_found("create_multipart", key, exc) from None
@@ -385,10 +391,12 @@ class GCSStore(CloudStore):
             owner = self._call("complete_multipart", key, marker.download_as_bytes, retry=None)
         except ObjectNotFoundError:
             owner = None
-        if owner is None or owner.decode() != self._parsed.key(key):
+        name, _, kept = (owner or b"").decode().partition("\n")
+        if owner is None or name != self._parsed.key(key):
             raise UploadNotFoundError(f"{self.uri}: no upload {upload_id} for key {key!r}")
-        self._call("complete_multipart", key, marker.reload, retry=None)  # its metadata
-        kept = (marker.metadata or {}).get("meta")
+        if not kept:  # an upload made by an earlier release kept it in the marker's metadata
+            self._call("complete_multipart", key, marker.reload, retry=None)
+            kept = (marker.metadata or {}).get("meta")
         return cast(dict[str, Any], json.loads(kept)) if kept else None
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
