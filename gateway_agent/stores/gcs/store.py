@@ -372,10 +372,9 @@ class GCSStore(CloudStore):
         full = self._name(key)
         upload_id = uuid.uuid4().hex
         marker = self._stage(upload_id, "key")
-        body = full
         if meta:
             gcs_user(meta, f"create_multipart {self.uri}{key}")
-            body += "\n" + json.dumps(dict(meta))  # GCS names hold no line breaks
+        body = full + "\n" + json.dumps(dict(meta or {}))  # GCS names hold no line breaks
         try:
             self._call(
                 "create_multipart", key, marker.upload_from_string, body.encode(), retry=None
@@ -391,13 +390,13 @@ class GCSStore(CloudStore):
             owner = self._call("complete_multipart", key, marker.download_as_bytes, retry=None)
         except ObjectNotFoundError:
             owner = None
-        name, _, kept = (owner or b"").decode().partition("\n")
+        name, newline, kept = (owner or b"").decode().partition("\n")
         if owner is None or name != self._parsed.key(key):
             raise UploadNotFoundError(f"{self.uri}: no upload {upload_id} for key {key!r}")
-        if not kept:  # an upload made by an earlier release kept it in the marker's metadata
+        if not newline:  # an upload made by an earlier release kept it in the marker's metadata
             self._call("complete_multipart", key, marker.reload, retry=None)
             kept = (marker.metadata or {}).get("meta")
-        return cast(dict[str, Any], json.loads(kept)) if kept else None
+        return cast(dict[str, Any], json.loads(kept)) or None if kept else None
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
         check_key(key)
