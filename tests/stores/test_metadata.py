@@ -371,3 +371,41 @@ def test_gcs_upload_begun_by_an_earlier_release_keeps_its_metadata(gcs_emulator:
     meta = store.head_meta("old")
     assert meta["user"] == {"k": "v"} and meta["cache_control"] == "no-cache"
     assert store.read("old") == b"abc"
+
+
+def test_gcs_sync_and_verify_read_metadata_by_listing(gcs_emulator: Any) -> None:
+    """A sync's metadata look (``sync_meta_check``) and ``--verify full``'s
+    (``verify_metadata``) between GCS buckets read both sides' metadata from listing pages,
+    not one objects.get per object (gcp-storage-emulator, every request recorded)."""
+    from urllib.parse import urlsplit
+
+    from gateway_agent.stores import open_store
+    from skyplane_ops.testing.emulators import environ
+    from skyplane_ops.transfer.metadata import sync_meta_check, verify_metadata
+    from tests.integration.http_proxy import CountingProxy
+
+    name = f"sv-{os.urandom(4).hex()}"
+    src_uri, dst_uri = gcs_emulator.make_bucket(name + "s"), gcs_emulator.make_bucket(name + "d")
+    keys = [f"k/{i:02d}" for i in range(20)]
+    with (
+        CountingProxy(gcs_emulator.env["STORAGE_EMULATOR_HOST"]) as proxy,
+        environ({"STORAGE_EMULATOR_HOST": proxy.endpoint}),
+    ):
+        src, dst = (meta_store(open_store(u, gcs_emulator.options)) for u in (src_uri, dst_uri))
+        for key in keys:
+            src.write(key, b"x", meta={"user": {"k": "v"}, "tags": {"t": "1"}})
+            dst.write(
+                key, b"x", meta={"user": {"k": "v"}, "tags": {"t": "2" if key == "k/07" else "1"}}
+            )
+        before = len(proxy.requests)
+        check = sync_meta_check(src, dst, True, {})
+        assert check is not None
+        assert check(keys) == [("k/07", "metadata differs (tags)")]
+        looked, bad = verify_metadata(
+            src, dst, keys, metadata=True, metadata_set={}, dst_options={}
+        )
+        sent = proxy.requests[before:]
+    assert looked == len(keys) and bad == ["k/07: metadata differs (tags)"]
+    paths = [urlsplit(t).path for _, t in sent]
+    assert all(p.endswith("/o") for p in paths), paths  # listings only
+    assert len(paths) == 4  # each side, for the sync and for verify
