@@ -409,3 +409,41 @@ def test_gcs_sync_and_verify_read_metadata_by_listing(gcs_emulator: Any) -> None
     paths = [urlsplit(t).path for _, t in sent]
     assert all(p.endswith("/o") for p in paths), paths  # listings only
     assert len(paths) == 4  # each side, for the sync and for verify
+
+
+def test_azure_encryption_scope_is_sent(azurite: Any) -> None:
+    """Azure ``encryption_scope`` goes with every Put Blob and Put Block List (and each staged
+    block). Azurite has no encryption scopes (it accepts the header and ignores it), so the
+    test checks the requests the store sent, through a recording proxy."""
+    from urllib.parse import urlsplit
+
+    from gateway_agent.stores import open_store
+    from skyplane_ops.testing.emulators import azurite_connection_string, environ
+    from tests.integration.http_proxy import CountingProxy
+
+    bucket = f"es-{os.urandom(4).hex()}"
+    azurite.make_bucket(bucket)
+    conn = azurite.env["AZURE_STORAGE_CONNECTION_STRING"]
+    endpoint = next(p for p in conn.split(";") if p.startswith("BlobEndpoint=")).split("=", 1)[1]
+    upstream = urlsplit(endpoint)
+    with CountingProxy(f"{upstream.scheme}://{upstream.netloc}") as proxy:
+        port = urlsplit(proxy.endpoint).port
+        assert port is not None
+        with environ({"AZURE_STORAGE_CONNECTION_STRING": azurite_connection_string(port)}):
+            az = meta_store(
+                open_store(
+                    azurite.uri_for(bucket), {**azurite.options, "encryption_scope": "replicas"}
+                )
+            )
+            az.write("whole", b"x", meta={"user": {"k": "v"}})
+            upload = az.create_multipart("multi")
+            az.upload_part("multi", upload, 1, b"y")
+            az.complete_multipart("multi", upload, [1])
+        puts = [
+            (target, {k.lower(): v for k, v in headers.items()})
+            for (method, target), (_, headers) in zip(proxy.requests, proxy.heads, strict=True)
+            if method == "PUT"
+        ]
+    assert len(puts) >= 3, puts  # Put Blob, Put Block, Put Block List
+    missing = [t for t, h in puts if h.get("x-ms-encryption-scope") != "replicas"]
+    assert missing == [], missing
