@@ -13,6 +13,7 @@ from gateway_agent import wire
 from gateway_agent.flow import Lease
 from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
 from gateway_agent.stores.base import (
+    LIST_METADATA_MIN,
     ListsMetadata,
     ObjectStore,
     ReadsWithMetadata,
@@ -146,15 +147,15 @@ class SourceRole(JobBase):
     ) -> list[dict[str, Any]]:
         """``segs`` with each whole object's metadata (``meta``, left out when it has none):
         ``read`` holds what came with the bytes (``ReadsWithMetadata``), else one listing for
-        the chunk (``ListsMetadata``), else ``head_meta`` after the bytes; always of the version
-        that was read."""
+        a chunk of many objects (``ListsMetadata``), else ``head_meta`` after the bytes;
+        always of the version that was read."""
         listed: dict[str, Any] = {}
         wanted = [
             (seg["key"], seg.get("version"))
             for i, seg in enumerate(segs)
             if i not in read and self._whole(seg)
         ]
-        if wanted and isinstance(store, ListsMetadata):
+        if len(wanted) >= LIST_METADATA_MIN and isinstance(store, ListsMetadata):
             try:
                 listed = store.metas_of(wanted)
             except TransientStoreError:

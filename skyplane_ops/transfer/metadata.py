@@ -10,7 +10,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from gateway_agent.stores.base import ListsMetadata, ObjectStore, SupportsMetadata
+from gateway_agent.stores.base import (
+    LIST_METADATA_MIN,
+    ListsMetadata,
+    ObjectStore,
+    SupportsMetadata,
+)
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.objmeta import azure_key, differs, policy, travelling
 from gateway_agent.stores.writeopts import KEY_OPTION, s3_write_args, storage_class
@@ -52,7 +57,7 @@ def read_metas(
     page per ``LIST_BATCH`` sorted keys where the store lists metadata (GCS), else one HEAD
     per key, ``threads`` at once; a key a listing page did not reach is asked by HEAD."""
     out: dict[str, dict[str, Any] | StoreError] = {}
-    if isinstance(store, ListsMetadata):
+    if len(keys) >= LIST_METADATA_MIN and isinstance(store, ListsMetadata):
         ordered = sorted(keys)
         for i in range(0, len(ordered), LIST_BATCH):
             try:
