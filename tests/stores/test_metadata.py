@@ -447,3 +447,36 @@ def test_azure_encryption_scope_is_sent(azurite: Any) -> None:
     assert len(puts) >= 3, puts  # Put Blob, Put Block, Put Block List
     missing = [t for t, h in puts if h.get("x-ms-encryption-scope") != "replicas"]
     assert missing == [], missing
+
+
+def test_s3_requester_pays_is_said_by_every_request(moto_s3: Any) -> None:
+    """S3 ``requester_pays``: a requester-pays bucket refuses any request that does not say
+    the requester pays, so every one does (listing, HEAD, GET with its tags, writes, multipart,
+    copy, delete). moto does not enforce requester-pays buckets, so the test checks the
+    requests the store sent, through a recording proxy."""
+    from gateway_agent.stores import open_store
+    from tests.integration.http_proxy import CountingProxy
+
+    bucket = f"rq-{os.urandom(4).hex()}"
+    moto_s3.make_bucket(bucket)
+    with CountingProxy(moto_s3.options["endpoint_url"]) as proxy:
+        options = {**moto_s3.options, "endpoint_url": proxy.endpoint, "requester_pays": True}
+        store: Any = open_store(moto_s3.uri_for(bucket), options)
+        store.write("a", b"abc", meta={"tags": {"t": "1"}})
+        version = store.head("a").version
+        assert store.read("a", 0, 3, version) == b"abc"
+        assert store.read_meta("a", 0, 3, version)[1]["tags"] == {"t": "1"}
+        assert store.head_meta("a")["tags"] == {"t": "1"}
+        assert [i.key for i in store.list()] == ["a"]
+        store.copy("a", "b")
+        upload = store.create_multipart("c")
+        store.upload_part("c", upload, 1, b"x")
+        store.complete_multipart("c", upload, [1])
+        store.delete("b")
+        sent = [
+            (f"{method} {target}", {k.lower(): v for k, v in headers.items()})
+            for (method, target), (_, headers) in zip(proxy.requests, proxy.heads, strict=True)
+        ]
+    assert len(sent) > 10
+    unsaid = [r for r, h in sent if h.get("x-amz-request-payer") != "requester"]
+    assert unsaid == [], unsaid

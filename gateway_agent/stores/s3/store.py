@@ -58,6 +58,7 @@ from gateway_agent.stores.s3.answers import (
     full_object_crc32c,
     micros,
     no_continue_when_small,
+    requester_pays,
 )
 from gateway_agent.stores.s3.fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
 from gateway_agent.stores.s3.writeopts import (
@@ -123,7 +124,7 @@ class S3Store(CloudStore):
             raise InvalidURIError(f"{self.uri}: option checksums must be 'crc32c' or 'off'")
         self._crc = mode == "crc32c"
         # What every PutObject / CreateMultipartUpload adds (storage class, encryption, ACL);
-        # checked here, before any work. Requester-pays: every read says who pays.
+        # checked here, before any work. Requester-pays: every request says who pays.
         self._write_args = write_args(opts, self.uri)
         self._payer = {"RequestPayer": "requester"} if opts.get("requester_pays") else {}
         if not self._crc:
@@ -154,6 +155,9 @@ class S3Store(CloudStore):
         for name, on in fast.items():
             if not isinstance(on, bool):
                 raise InvalidURIError(f"{self.uri}: option {name} must be true or false")
+        if self._payer:  # every request says the requester pays: through boto3 only
+            self._client.meta.events.register("before-parameter-build.s3", requester_pays)
+            fast = dict.fromkeys(fast, False)
         path = None
         if any(fast.values()):
             path = fast_path_for(self._client, session, self._bucket, opts)
