@@ -143,12 +143,16 @@ class SourceRole(JobBase):
         return "part" not in seg and not seg.get("upload_id") and not seg.get("upload_ids")
 
     def _with_metadata(
-        self, store: SupportsMetadata, segs: list[dict[str, Any]], read: dict[int, Meta]
+        self,
+        store: SupportsMetadata,
+        segs: list[dict[str, Any]],
+        read: dict[int, Meta] | None = None,
     ) -> list[dict[str, Any]]:
         """``segs`` with each whole object's metadata (``meta``, left out when it has none):
         ``read`` holds what came with the bytes (``ReadsWithMetadata``), else one listing for
         a chunk of many objects (``ListsMetadata``), else ``head_meta`` after the bytes;
         always of the version that was read."""
+        read = read or {}
         listed: dict[str, Any] = {}
         wanted = [
             (seg["key"], seg.get("version"))
