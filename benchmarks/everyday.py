@@ -26,7 +26,9 @@ The CLI runs with its bytecode compiled (a warm-up copy of one object first, wit
 compiling its modules as well.
 
 Usage: ``python benchmarks/everyday.py [--objects 500] [--mb 50] [--boot-delay 30] [--cold]``.
-Writes ``benchmarks/results/everyday.json``.
+Writes ``benchmarks/results/everyday.json``. ``--large-gb 4`` runs the issue's large case
+instead (``everyday_large.py``: the worker from t = 0 and the VMs joining, against
+``--vms-only``, ``--no-vms`` and rclone), written to ``everyday_large.json``.
 """
 
 from __future__ import annotations
@@ -261,8 +263,19 @@ def main() -> int:
         help="keep PYTHONDONTWRITEBYTECODE and skip the warm-up: every CLI start compiles its "
         "modules (an installed wheel has its bytecode compiled at install time)",
     )  # fmt: skip
+    parser.add_argument("--large-gb", type=float, default=0.0, help="run the large case")
+    parser.add_argument("--worker-gbps", type=float, default=0.5, help="large case: worker cap")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="skyplane-everyday-"))
+    if args.large_gb:
+        from everyday_large import run_large
+
+        try:
+            out = RESULTS / "everyday_large.json"
+            run_large(work, args.large_gb, args.boot_delay, args.worker_gbps, out)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     rows: list[dict[str, Any]] = []
     try:
         with run_moto() as moto, run_gcs() as gcs:

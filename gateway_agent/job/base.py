@@ -21,6 +21,7 @@ from gateway_agent import auth, wire
 from gateway_agent.flow import ByteBudget, Lease
 from gateway_agent.job.tree import Tree, parse_trees
 from gateway_agent.pool import OutboundPool, OutChunk, Peer, PoolCallbacks
+from gateway_agent.ratelimit import TokenBucket
 from gateway_agent.stores import open_store
 from gateway_agent.stores.base import ObjectStore
 from gateway_agent.stores.credentials import CredentialCell, StoreCredentials
@@ -210,6 +211,9 @@ class JobBase:
         metadata: dict[str, Any] = spec.get("metadata") or {}
         self._meta_keep = bool(metadata.get("keep", False))
         self._meta_set: dict[str, str] = dict(metadata.get("set") or {})
+        # A one-region route (the worker's: this gateway reads and writes itself) has no hop
+        # to pace: ``local_rate`` (bytes/s) paces its chunks where they reach the sink writers.
+        self._local_bucket = TokenBucket(_rate(spec.get("local_rate")))
         self._local_batch_readers = threading.BoundedSemaphore(LOCAL_BATCH_READERS)
         self._local_batch_writers = threading.BoundedSemaphore(LOCAL_BATCH_WRITERS)
         on_tree = any(region in t.regions for t in self.trees.values())
@@ -233,7 +237,7 @@ class JobBase:
         for nxt in sorted(next_regions):
             callbacks = PoolCallbacks(
                 sent=self._on_sent,
-                lost=self._on_lost,
+                lost=partial(self._on_lost, to=nxt),
                 fatal=partial(self._hop_failed, nxt),
                 stopped=self._stop.is_set,
             )
@@ -374,9 +378,14 @@ class JobBase:
     def _on_sent(self, item: OutChunk, wire_bytes: int) -> None:
         self._count(chunks_sent=1, bytes_sent=len(item.payload), wire_bytes_sent=wire_bytes)
 
-    def _on_lost(self, item: OutChunk, why: str) -> None:
+    def _on_lost(self, item: OutChunk, why: str, to: str | None = None) -> None:
+        """A copy that could not be sent; ``to``: the next hop it was for (a tree's chunk
+        may have reached the others: the control plane re-sends it only below ``to``)."""
         self._count(chunks_lost=1)
-        self._event(t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why)
+        where = {"to": to} if to is not None else {}
+        self._event(
+            t="lost", chunk=item.meta["chunk"], path=item.meta.get("path"), why=why, **where
+        )
 
     def _object_failed(self, chunk: int, bad: ObjectFailed) -> None:
         """Report one object of ``chunk`` as changed or failed; the control plane re-sends the

@@ -139,6 +139,8 @@ class Job(ServerSideRole, SinkRole):
             return
         i = route.index(self.region)
         if i == len(route) - 1:
+            if i == 0 and self._local_bucket.rate:
+                self._local_bucket.take(len(chunk.payload), self._stop.is_set)
             self._sink_q.put(chunk)
             return
         if str(chunk.meta["path"]) in self._dropped:

@@ -104,9 +104,10 @@ class ServerSideRole(SourceRole):
         except CopyNotSupportedError:
             raise
         except AccessDeniedError as exc:
-            # S3 and GCS read the source with the destination's credentials: a set minted
-            # for the destination alone may not read it. The bytes path reads with the
-            # source's own (``docs/vmless.md``).
+            # S3 and GCS read the source with the destination's credentials (minted with
+            # the source's read on this route; another account's bucket policy or KMS key
+            # may still refuse it). The bytes path reads with the source's own
+            # (``docs/vmless.md``).
             raise CopyNotSupportedError(str(exc), code=exc.code, status=exc.status) from None
         except (KeyNotSupportedError, KeyBlockedError, CopyMismatchError) as exc:
             raise ObjectFailed("failed", key, "destination", str(exc)) from None

@@ -83,7 +83,10 @@ class SinkRole(JobBase):
         got = chunk.received_crc if chunk.received_crc is not None else crc32c(chunk.payload)
         if got != chunk.crc32c:
             self._count(chunks_bad=1)
-            self._event(t="bad", chunk=chunk.meta["chunk"], why="crc32c mismatch")
+            self._event(
+                t="bad", chunk=chunk.meta["chunk"], path=chunk.meta.get("path"),
+                why="crc32c mismatch",
+            )  # fmt: skip
             return
         store = self._store("dst")
         view = memoryview(chunk.payload).cast("B")

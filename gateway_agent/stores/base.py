@@ -263,3 +263,31 @@ class SupportsMetadata(Protocol):
     gets it when completed)."""
 
     def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ReadsWithMetadata(Protocol):
+    """Optional: a whole object's bytes and its metadata (``head_meta``'s form) from the same
+    answer (S3's GetObject and Azure's Get Blob carry the object's properties as headers), so
+    the source gateway sends no HEAD per object, and the metadata is that of the version
+    whose bytes were read."""
+
+    def read_meta(
+        self, key: str, start: int, length: int, version: str | None = None
+    ) -> tuple[bytes, dict[str, Any]]: ...
+
+
+# A metadata listing pays for itself from this many keys on: GCS bills objects.list as a
+# class A operation, 12.5 times an objects.get (class B); fewer keys are asked one by one.
+LIST_METADATA_MIN = 16
+
+
+@runtime_checkable
+class ListsMetadata(Protocol):
+    """Optional: the metadata of several objects from one listing (GCS's objects.list carries
+    every object's resource), for a chunk of small objects read whole: ``{key: meta}`` for
+    ``(key, version)`` pairs (worth it from ``LIST_METADATA_MIN`` keys on). An object whose
+    listed version is not the one asked for fails
+    with ``SourceChangedError`` (its bytes and metadata would disagree)."""
+
+    def metas_of(self, items: Sequence[tuple[str, str | None]]) -> dict[str, dict[str, Any]]: ...

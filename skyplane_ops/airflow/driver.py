@@ -273,7 +273,10 @@ def run(spec: Mapping[str, Any]) -> int:
         # A cap changed through the state store (``skyplane-ops bwlimit --state-store``,
         # ``SkyplaneHook.set_bwlimit``) reaches the run's gateways as cancel.json reaches us.
         with CapFollower(state, api.live_path(spec["transfer_id"])):
-            result = final = CopyRun(request, gateways, events).run()
+            if request.multi:  # several destinations: the fan-out on this plan and fleet
+                result = api.FanoutRun(request, gateways, events).run()
+            else:
+                result = final = CopyRun(request, gateways, events).run()
         outcome = ("success", {"result": result.to_dict()})
     except _Cancelled:
         outcome, code = ("cancelled", {}), 3

@@ -10,6 +10,7 @@ journal makes the transfer resume) and run termination interrupts it: the fleet 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -155,7 +156,10 @@ def plan_units(context: Any, skyplane: SkyplaneResource, spec: ReplicationSpec) 
             f"planned {spec.source.region} -> {dest.region} for {total_objects} objects, "
             f"{total_bytes} bytes (plan at {plan_uri}):\n{plan.to_text()}"
         )
-    return {"transfer_id": tid, "units": units, "plans": plans, "vms": vms}
+    out = {"transfer_id": tid, "units": units, "plans": plans, "vms": vms}
+    if multicast is not None:  # one transfer per partition for every destination (``fanout``)
+        out["multicast"] = multicast.to_dict()
+    return out
 
 
 def _multicast_plan(
@@ -262,8 +266,12 @@ def transfer_step(
     root_run = getattr(context.run, "root_run_id", None) or context.run_id
     outcomes: dict[str, list[dict[str, Any]]] = {d.output_name: [] for d in spec.destinations}
     failure: dg.Failure | None = None
+    failed: dict[str, str] = {}
     try:
-        for dest in spec.destinations:
+        if planned.get("multicast"):  # one transfer per partition to every destination
+            for unit in planned["units"]:
+                fan_out_unit(context, skyplane, spec, planned, fleet, unit, fresh, outcomes, failed)
+        for dest in [] if planned.get("multicast") else spec.destinations:
             plan = TransferPlan.from_dict(planned["plans"][dest.output_name]["plan"])
             for unit in planned["units"]:
                 done = (fresh or {}).get((dest.output_name, unit["prefix"]))
@@ -327,7 +335,121 @@ def transfer_step(
         raise failure from None
     if deprovision_error is not None:
         raise _fail(skyplane, context, "deprovisioning failed", deprovision_error) from None
-    yield from _results(spec, skyplane, planned, fleet, outcomes)
+    # The replicas that were copied are materialised even when another one failed.
+    yield from _results(spec, skyplane, planned, fleet, outcomes, skip=set(failed))
+    if failed:
+        names = ", ".join(f"{d}: {why}" for d, why in failed.items())
+        raise dg.Failure(
+            description=skyplane.redact(
+                f"{len(failed)} of {len(spec.destinations)} replicas not copied ({names}); "
+                "the others are materialised: re-execute to resume"
+            )
+        )
+
+
+def fan_out_unit(
+    context: Any,
+    skyplane: SkyplaneResource,
+    spec: ReplicationSpec,
+    planned: Mapping[str, Any],
+    fleet: GatewayFleet,
+    unit: Mapping[str, Any],
+    fresh: Mapping[tuple[str, str], dict[str, Any]] | None,
+    outcomes: dict[str, list[dict[str, Any]]],
+    failed: dict[str, str],
+) -> None:
+    """One partition to every destination not up to date in one transfer (``FanoutRun``:
+    each chunk read once and sent down the multicast plan's trees, then each replica
+    committed and verified on its own); a destination that fails is put in ``failed`` and the
+    others are still copied. One destination left: its own ``CopyRun``, on its routes."""
+    multicast = TransferPlan.from_dict(planned["multicast"])
+    root_run = getattr(context.run, "root_run_id", None) or context.run_id
+    todo = []
+    for dest in spec.destinations:
+        done = (fresh or {}).get((dest.output_name, unit["prefix"]))
+        if done is not None:  # up to date: not copied again
+            outcomes[dest.output_name].append(done)
+        elif dest.output_name not in failed:
+            todo.append(dest)
+    if not todo:
+        return
+    part = unit["partition"] or "all"
+    journal = skyplane.journal_dir(root_run.replace("-", ""), spec.name, "fanout", part)
+    requests = [
+        skyplane.request(
+            unit["src_uri"],
+            join_uri(d.uri, unit["prefix"]),
+            journal_dir=journal,
+            transfer_id=fleet.transfer_id,
+            window=partition_window(spec.partitions_def, unit["partition"]),
+        )
+        for d in todo
+    ]
+    regions = tuple(d.region for d in todo)
+    label = ", ".join(d.output_name for d in todo) + (
+        f"[{unit['partition']}]" if unit["partition"] else ""
+    )
+    context.log.info(f"transfer {label}: {unit['objects']} objects, {unit['bytes']} bytes")
+    stored: StoredJournal | None = None
+    if len(todo) == 1:
+        plan = api.destination_plan(multicast, regions[0])
+        runner: Any = api.CopyRun(requests[0], skyplane.gateways(fleet=fleet, plan=plan))
+    else:
+        request = requests[0].replace(
+            dst_region=regions[0],
+            destinations=tuple(r.dst for r in requests),
+            dst_regions=regions,
+        )
+        if len(regions) != len(multicast.dsts):  # some are up to date: their routes only
+            multicast = _sub_multicast(multicast, regions)
+        key = unit_key(root_run, spec.name, "fanout", unit["partition"] or "")
+        stored = skyplane.stored_journal(key, journal, context.log)
+        if stored is not None:
+            stored.restore()
+        runner = api.FanoutRun(
+            request,
+            skyplane.gateways(fleet=fleet, plan=multicast),
+            _StoredEvents(context, label, stored),
+        )
+    try:
+        with skyplane.follow_bwlimit(fleet.transfer_id):
+            got = runner.run()
+    except api.FanoutError as exc:
+        got = exc.result
+    except TransferError as exc:  # the one destination's run
+        failed[todo[0].output_name] = str(exc).splitlines()[0]
+        return
+    finally:
+        if stored is not None:
+            stored.save()
+    if stored is not None and not isinstance(got, api.TransferResult) and not got.errors:
+        stored.forget()
+    results = {requests[0].dst_uri: got} if len(todo) == 1 else dict(got.results)
+    errors = {} if len(todo) == 1 else dict(got.errors)
+    if len(todo) > 1 and runner.tree is not None and runner.tree.served:
+        context.log.info(
+            f"{label}: tree pass landed {sum(runner.tree.landed.values())} chunk(s) at "
+            f"{len(runner.tree.served)} destinations, each read once at the source"
+        )
+    for dest, req in zip(todo, requests, strict=True):
+        summary = results[req.dst_uri].to_dict() if req.dst_uri in results else None
+        status = ((summary or {}).get("verification") or {}).get("status", "passed")
+        if req.dst_uri in errors or summary is None:
+            failed[dest.output_name] = errors.get(req.dst_uri, "not copied")
+        elif status != "passed":
+            failed[dest.output_name] = f"verification did not pass: {status}"
+        else:
+            outcomes[dest.output_name].append(summary)
+
+
+def _sub_multicast(plan: TransferPlan, regions: tuple[str, ...]) -> TransferPlan:
+    """A multicast plan cut to ``regions`` (some replicas were up to date): its trees pruned
+    by the tree pass, its routes those ending there."""
+    return dataclasses.replace(
+        plan,
+        dsts=regions,
+        paths=[p for p in plan.paths if p.regions[-1] in regions],
+    )
 
 
 def _results(
@@ -336,9 +458,13 @@ def _results(
     planned: Mapping[str, Any],
     fleet: GatewayFleet | None,
     outcomes: Mapping[str, list[dict[str, Any]]],
+    skip: set[str] | None = None,
 ) -> Iterator[Any]:
-    """One materialisation per destination (``fleet`` None: every replica was up to date)."""
+    """One materialisation per destination (``fleet`` None: every replica was up to date),
+    except those in ``skip`` (not copied)."""
     for dest in spec.destinations:
+        if dest.output_name in (skip or ()):
+            continue
         entry = planned["plans"][dest.output_name]
         plan = TransferPlan.from_dict(entry["plan"])
         yield dg.MaterializeResult(

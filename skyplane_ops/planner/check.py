@@ -1,12 +1,18 @@
 """Independent check of a plan against its problem: every rule of the model, re-derived from
-the plan's paths and hops (not from the solver), so tests and callers can trust a plan."""
+the plan's paths and hops (not from the solver), so tests and callers can trust a plan.
+
+``capacity_violations`` holds the rules on edges, regions and costs given each edge's flow;
+the unicast check (``plan_violations``) and the multicast one (``multicast.check``) differ
+only in how the paths make those flows.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from skyplane_ops.planner.plan import TransferPlan
-from skyplane_ops.planner.problem import BITS_PER_BYTE, Problem
+from skyplane_ops.planner.problem import BITS_PER_BYTE, Edge, Problem
 
 
 def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5) -> list[str]:
@@ -14,13 +20,8 @@ def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5)
     bad: list[str] = []
     t = plan.predicted_gbps
     slack = rel_tol * max(1.0, t)
-
-    def over(value: float, limit: float, what: str) -> None:
-        if value > limit + rel_tol * max(1.0, abs(limit)):
-            bad.append(f"{what}: {value:.6g} > {limit:.6g}")
-
     # Paths: each destination receives exactly T, shares add up to 1.
-    edge_flow: dict[tuple[str, str], float] = defaultdict(float)
+    edge_flow: dict[Edge, float] = defaultdict(float)
     for dst in problem.dsts:
         mine = [p for p in plan.paths if p.regions[-1] == dst]
         total = sum(p.gbps for p in mine)
@@ -38,36 +39,56 @@ def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5)
     hops = {(h.src, h.dst): h for h in plan.hops}
     if set(hops) != set(edge_flow):
         bad.append("hops do not match the edges of the paths")
-    m = float(problem.max_conns_per_vm)
     for (u, v), f in edge_flow.items():
+        hop = hops.get((u, v))
+        if hop is not None and abs(hop.gbps - f) > slack:
+            bad.append(f"hop {u}->{v} carries {hop.gbps:.6g}, paths say {f:.6g}")
+    # Conservation.
+    net: dict[str, float] = defaultdict(float)
+    for (u, v), f in edge_flow.items():
+        net[u] += f
+        net[v] -= f
+    for u in set(net) | {problem.src, *problem.dsts}:
+        want = len(problem.dsts) * t if u == problem.src else -t if u in problem.dsts else 0.0
+        if abs(net[u] - want) > slack * len(problem.dsts):
+            bad.append(f"flow not conserved at {u}: out - in = {net[u]:.6g}, expected {want:.6g}")
+    return bad + capacity_violations(problem, plan, edge_flow, rel_tol)
+
+
+def capacity_violations(
+    problem: Problem, plan: TransferPlan, flows: Mapping[Edge, float], rel_tol: float = 1e-5
+) -> list[str]:
+    """The rules on hops (whole connections, saturation, region-pair caps), on regions (VMs,
+    egress/ingress caps, connections per VM) and the plan's costs, given each edge's flow."""
+    bad: list[str] = []
+    t = plan.predicted_gbps
+
+    def over(value: float, limit: float, what: str) -> None:
+        if value > limit + rel_tol * max(1.0, abs(limit)):
+            bad.append(f"{what}: {value:.6g} > {limit:.6g}")
+
+    hops = {(h.src, h.dst): h for h in plan.hops}
+    egress: dict[str, float] = defaultdict(float)
+    ingress: dict[str, float] = defaultdict(float)
+    conn_out: dict[str, float] = defaultdict(float)
+    conn_in: dict[str, float] = defaultdict(float)
+    for (u, v), f in flows.items():
         hop = hops.get((u, v))
         rates = problem.rates(u, v)
         if hop is not None:
-            if abs(hop.gbps - f) > slack:
-                bad.append(f"hop {u}->{v} carries {hop.gbps:.6g}, paths say {f:.6g}")
             if hop.connections != int(hop.connections) or hop.connections < 1:
                 bad.append(f"hop {u}->{v} has {hop.connections} connections")
             over(f, hop.connections / rates.conns_per_gbps, f"hop {u}->{v} flow vs its conns")
         pairs = min(plan.vms.get(u, 0), plan.vms.get(v, 0))
         over(f, rates.sat_gbps * pairs, f"hop {u}->{v} flow vs saturation of {pairs} VM pairs")
         over(f, rates.region_cap_gbps, f"hop {u}->{v} flow vs the region pair's cap")
-    # Conservation and per-region caps.
-    egress: dict[str, float] = defaultdict(float)
-    ingress: dict[str, float] = defaultdict(float)
-    conn_out: dict[str, float] = defaultdict(float)
-    conn_in: dict[str, float] = defaultdict(float)
-    for (u, v), f in edge_flow.items():
         egress[u] += f
         ingress[v] += f
-        hop = hops.get((u, v))
         whole = hop.connections if hop is not None else f * problem.conns_per_gbps(u, v)
         conn_out[u] += whole
         conn_in[v] += whole
+    m = float(problem.max_conns_per_vm)
     for u in set(egress) | set(ingress) | {problem.src, *problem.dsts}:
-        net = egress[u] - ingress[u]
-        want = len(problem.dsts) * t if u == problem.src else -t if u in problem.dsts else 0.0
-        if abs(net - want) > slack * len(problem.dsts):
-            bad.append(f"flow not conserved at {u}: out - in = {net:.6g}, expected {want:.6g}")
         spec, n = problem.regions[u], plan.vms.get(u, 0)
         if (u == problem.src or u in problem.dsts) and n < 1:
             bad.append(f"{u} needs a VM")
@@ -78,9 +99,8 @@ def plan_violations(problem: Problem, plan: TransferPlan, rel_tol: float = 1e-5)
             bad.append(f"connections out of {u}: {conn_out[u]:g} > {m * n:g}")
         if conn_in[u] > m * n:
             bad.append(f"connections into {u}: {conn_in[u]:g} > {m * n:g}")
-    # Cost accounting.
-    if t > 0:
-        per_gb = sum(problem.price(u, v) * f / t for (u, v), f in edge_flow.items())
+    if t > 0:  # cost accounting
+        per_gb = sum(problem.price(u, v) * f / t for (u, v), f in flows.items())
         egress_usd = problem.volume_gb * per_gb
         seconds = BITS_PER_BYTE * problem.volume_gb / t + problem.provisioning_seconds
         vm_usd = (

@@ -68,6 +68,34 @@ def costs(
     return egress, vm
 
 
+def plan_hops(problem: Problem, flows: Mapping[tuple[str, str], float]) -> list[Hop]:
+    """One hop per edge at its flow, in whole connections, with its rates' provenance."""
+    hops = []
+    for (u, v), f in sorted(flows.items()):
+        source, when = problem.link_source(u, v)
+        conns = hop_connections(problem, u, v, f)
+        hops.append(Hop(src=u, dst=v, gbps=f, connections=conns, source=source, measured_at=when))
+    return hops
+
+
+def plan_details(
+    problem: Problem, gbps: float, candidates: int, details: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A plan's ``details``: the problem's settings, then its own details, then ``details``."""
+    info: dict[str, Any] = {
+        "objective": problem.objective,
+        "bound": problem.bound,
+        "volume_gb": problem.volume_gb,
+        "transfer_seconds": problem.transfer_seconds(gbps) if gbps > 0 else math.inf,
+        "max_relays": problem.max_relays,
+        "provisioning_seconds": problem.provisioning_seconds,
+        "candidate_paths": candidates,
+    }
+    info.update(problem.details)
+    info.update(details or {})
+    return info
+
+
 def build_plan(
     problem: Problem,
     paths: Sequence[CandidatePath],
@@ -91,23 +119,9 @@ def build_plan(
         for u, v in zip(path.regions, path.regions[1:], strict=False):
             edge_flow[(u, v)] = edge_flow.get((u, v), 0.0) + f
     fleet = needed_vms(problem, edge_flow)
-    hops = []
-    for (u, v), f in sorted(edge_flow.items()):
-        source, when = problem.link_source(u, v)
-        conns = hop_connections(problem, u, v, f)
-        hops.append(Hop(src=u, dst=v, gbps=f, connections=conns, source=source, measured_at=when))
+    hops = plan_hops(problem, edge_flow)
     egress_usd, vm_usd = costs(problem, gbps, usd_per_gb_sent, fleet)
-    info: dict[str, Any] = {
-        "objective": problem.objective,
-        "bound": problem.bound,
-        "volume_gb": problem.volume_gb,
-        "transfer_seconds": problem.transfer_seconds(gbps) if gbps > 0 else math.inf,
-        "max_relays": problem.max_relays,
-        "provisioning_seconds": problem.provisioning_seconds,
-        "candidate_paths": len(paths),
-    }
-    info.update(problem.details)
-    info.update(details or {})
+    info = plan_details(problem, gbps, len(paths), details)
     plan_paths.sort(key=lambda p: (problem.dsts.index(p.regions[-1]), -p.gbps))
     return TransferPlan(
         src=problem.src,

@@ -5,7 +5,7 @@ infeasible bound is reported against."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from skyplane_ops.errors import InfeasibleError
@@ -30,10 +30,13 @@ def overflows(plan: TransferPlan, fleet: Mapping[str, float]) -> bool:
     return any(n > round(fleet.get(u, 0.0)) for u, n in plan.vms.items())
 
 
-def usable_paths(problem: Problem) -> list[CandidatePath]:
-    """Candidate paths, or ``InfeasibleError`` if some destination cannot be reached at all."""
+def usable_paths(
+    problem: Problem, generate: Callable[[Problem], list[CandidatePath]] = candidate_paths
+) -> list[CandidatePath]:
+    """Candidate paths (``generate``'s: the unicast ones, or the multicast routes), or
+    ``InfeasibleError`` if some destination cannot be reached at all."""
     problem.validate()
-    paths = candidate_paths(problem)
+    paths = generate(problem)
     reached = {p.commodity for p in paths}
     for k, dst in enumerate(problem.dsts):
         if k not in reached:
@@ -190,23 +193,37 @@ def _cheapest_at_least(
         integer_conns=integer_conns,
     )
     best: MilpResult = first
-    for iteration in range(1, MAX_DINKELBACH + 1):
-        tolerance = max(problem.mip_gap, 1e-9) * lam * floor
-        model.set_ratio(lam, floor, tolerance)
-        sol = model.solve()
-        if sol is None:  # cannot happen: the exact-floor plan is feasible here too
-            break
+    steps = ratio_steps(model, lam, floor, problem.mip_gap)
+    for iteration, (sol, cost, lam) in enumerate(steps, start=1):
         seconds += sol.seconds
-        cost = (sol.objective + lam * sol.gbps) / sol.gbps
         gap = max(0.0, -sol.best_bound / (lam * floor))
         if cost < lam * (1 - 1e-9):
-            lam = cost
             best = MilpResult(sol, paths, gap, seconds, iteration + 1)
         else:
             best = MilpResult(best.solution, best.paths, gap, seconds, iteration + 1)
-        if sol.best_bound >= -tolerance:
-            break
     return best
+
+
+def ratio_steps(
+    model: PathModel, lam: float, floor: float, mip_gap: float
+) -> Iterator[tuple[Solution, float, float]]:
+    """Dinkelbach's steps for the cheapest plan at least as fast as ``floor``, from the cost
+    ``lam`` of a plan at the floor (``solve_milp``): each step's solution, its cost and the
+    ``lambda`` it was solved with (a step is better when its cost is below that); at most
+    ``MAX_DINKELBACH`` steps, ending when one proves ``lambda`` within ``mip_gap``. The
+    multicast model (a ``PathModel``) takes the same steps."""
+    for _ in range(MAX_DINKELBACH):
+        tolerance = max(mip_gap, 1e-9) * lam * floor
+        model.set_ratio(lam, floor, tolerance)
+        sol = model.solve()
+        if sol is None:  # cannot happen: the plan at the floor is feasible here too
+            return
+        cost = (sol.objective + lam * sol.gbps) / sol.gbps
+        yield sol, cost, lam
+        if cost < lam * (1 - 1e-9):
+            lam = cost
+        if sol.best_bound >= -tolerance:
+            return
 
 
 def _gap(problem: Problem, value: float, bound: float) -> float:

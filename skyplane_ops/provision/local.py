@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -297,7 +298,11 @@ class LocalProvisioner:
         transfer_id: str,
         tags: Mapping[str, str] | None = None,
         early: EarlyStart | None = None,
+        cancel: threading.Event | None = None,
     ) -> GatewayFleet:
+        """Start the gateways and wait until each is up. ``cancel``: set, the wait ends and
+        everything started is stopped and removed (a provision abandoned because its work
+        was done before its gateways were up)."""
         check_transfer_id(transfer_id)
         if not vms or any(n < 0 for n in vms.values()):
             raise ProvisionError(f"nothing to provision: {dict(vms)}")
@@ -334,7 +339,7 @@ class LocalProvisioner:
                 early.cancel()  # agents of regions this plan has no gateway in
             secret = secret_bytes(secret_ref)
             for gid, region, proc in started:
-                info = self._wait_ready(workdir / f"{gid}.ready", proc, gid)
+                info = self._wait_ready(workdir / f"{gid}.ready", proc, gid, cancel)
                 gw = Gateway(
                     gateway_id=gid,
                     region=region,
@@ -357,9 +362,17 @@ class LocalProvisioner:
             raise ProvisionError(f"starting local gateways failed: {exc}") from exc
         return fleet
 
-    def _wait_ready(self, path: Path, proc: subprocess.Popen[bytes], gid: str) -> dict[str, int]:
+    def _wait_ready(
+        self,
+        path: Path,
+        proc: subprocess.Popen[bytes],
+        gid: str,
+        cancel: threading.Event | None = None,
+    ) -> dict[str, int]:
         deadline = time.monotonic() + self.start_timeout + self.boot_delay
         while time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                raise ProvisionError(f"gateway {gid}: provisioning cancelled")
             if path.exists():
                 data: dict[str, int] = json.loads(path.read_text())
                 return data

@@ -11,6 +11,11 @@ What the run is given: the ``TransferRequest`` (what to move, JSON, secret-free)
 a running fleet; a plan to follow instead of planning) and ``RunEvents`` (what the face is
 told). On the local backend the source's and destination's gateways start ahead of the plan
 (every plan has them), while the listing runs, and the plan's step adopts them.
+
+A schedule that wants both the worker and the overlay (``sequence.worker.both_plan``) moves
+bytes on the worker's in-process gateway from the start while the overlay's gateways are
+provisioned on a thread (``sequence.joining``); its paths join the running job when they are
+up, and a provisioning the copy outran is abandoned and deprovisioned.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import ops_home
 from skyplane_ops.sequence.events import RunEvents
 from skyplane_ops.sequence.fleet import deprovision, new_transfer_id, provision, start_early
+from skyplane_ops.sequence.joining import OverlayStart
 from skyplane_ops.sequence.planning import check_regions, plan, warm_planning
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.journal import JournalLock
@@ -114,6 +120,9 @@ class CopyRun:
         self._moved = False
         self._early: Any = None
         self._universe: Any = None
+        # A run of both: the overlay's plan and gateways, and its provisioning once started.
+        self._overlay: tuple[TransferPlan, Gateways] | None = None
+        self._joining: OverlayStart | None = None
 
     # -- the whole sequence --------------------------------------------------------------
 
@@ -219,7 +228,8 @@ class CopyRun:
 
     @property
     def on_worker(self) -> bool:
-        """The plan runs on this machine alone (no VM pays): seconds, no gateway started."""
+        """The plan's data path starts on this machine (its worker path, in this process):
+        alone (no VM pays), or with the overlay joining as its VMs come up."""
         return self.plan is not None and self.plan.details.get("worker") is not None
 
     def transfer(self) -> TransferResult:
@@ -245,14 +255,18 @@ class CopyRun:
         """When the schedule starts no VM, the run is the worker's (``sequence.worker``): the
         gateways started early (VMs whose work is done before they boot) are cancelled."""
         from skyplane_ops.sequence.fleet import WORKER_BACKEND
-        from skyplane_ops.sequence.worker import worker_plan
+        from skyplane_ops.sequence.worker import both_plan, worker_plan
 
         assert self.plan is not None
         if not self._worker_wanted():
             return
         worker = worker_plan(self.plan) if self.fleet is None else None
         if worker is None:
-            return
+            both = both_plan(self.plan) if self.fleet is None else None
+            if both is None:
+                return
+            self._overlay = (self.plan, self.gateways)
+            worker = both
         from skyplane_ops.provision import get_provisioner
 
         # The backend is not used, but bad options of it are still the user's mistake to hear.
@@ -285,7 +299,9 @@ class CopyRun:
         assert self.plan is not None, "make_plan() first"
         if self.fleet is None and not self.on_worker:
             self._claim_warm()
-        if self.fleet is None:
+        if self.fleet is None and self._overlay is not None:
+            self._provision_both()
+        elif self.fleet is None:
             gateways = self.gateways
             with self.events.phase("provision", f"{gateways.backend} backend") as note:
                 early, self._early = self._early, None
@@ -299,8 +315,29 @@ class CopyRun:
                     early=early,
                 )
                 note["done"] = f"{len(self.fleet.gateways)} gateway(s)"
+        assert self.fleet is not None
         self.events.provisioned(self.fleet)
         return self.fleet
+
+    def _provision_both(self) -> None:
+        """The worker's gateway now, the overlay's on a thread (they join when up). The
+        worker's first: both fleets share the transfer's secret, which it creates."""
+        assert self.plan is not None and self._overlay is not None
+        overlay, gateways = self._overlay
+        label = str(self.plan.details["worker"])
+        with self.events.phase("provision", f"worker now, {gateways.backend} joining") as note:
+            self.fleet = provision(
+                {label: 1}, backend=self.gateways.backend, transfer_id=self.transfer_id
+            )
+            self._joining = OverlayStart(
+                overlay,
+                backend=gateways.backend,
+                backend_options=gateways.backend_options,
+                transfer_id=self.transfer_id,
+                tags=gateways.tags,
+                max_per_region=gateways.max_per_region,
+            )
+            note["done"] = f"worker up; {sum(overlay.vms.values())} VM(s) booting"
 
     def move(self) -> TransferResult:
         """Move, check, commit and verify (the engine), from the run's listing."""
@@ -317,19 +354,50 @@ class CopyRun:
                     listing=self.listing,
                     progress=progress,
                     dispatch=self.tuning,
+                    arrivals=self._joining,
                 )
             except PartialTransferError as exc:
                 partial, result = exc, exc.result
             finally:
                 self.listing = None  # the engine closed it
+            if self._joining is not None:
+                result = self._with_schedule(result)
+                if partial is not None:
+                    partial.result = result
             note["done"] = f"verification {result.verification.get('status', 'n/a')}"
         if partial is not None:
             raise partial
         self._moved = True
         return result
 
+    def _with_schedule(self, result: TransferResult) -> TransferResult:
+        """``result`` with what became of the overlay and the bytes each kind of path moved."""
+        assert self._joining is not None and self.plan is not None
+        label = str(self.plan.details["worker"])
+        on_worker = sum(int(p["bytes"]) for p in result.paths if p["regions"] == [label])
+        overlay = [p for p in result.paths if p["regions"] != [label]]
+        joined = min((float(p.get("joined_s", 0.0)) for p in overlay), default=None)
+        summary = {
+            **self._joining.summary(joined is not None),
+            "joined_s": joined,
+            "worker_bytes": on_worker,
+            "overlay_bytes": sum(int(p["bytes"]) for p in overlay),
+        }
+        return dataclasses.replace(result, schedule=summary)
+
+    def _cancel_overlay(self) -> None:
+        """Abandon the overlay's provisioning; deprovision whatever of it came up."""
+        if self._joining is None or self._overlay is None:
+            return
+        joining, self._joining = self._joining, None
+        fleet = joining.cancel()
+        if fleet is not None:
+            with self.events.phase("teardown", f"{len(fleet.gateways)} overlay gateway(s)"):
+                deprovision(fleet, backend_options=self._overlay[1].backend_options)
+
     def deprovision(self) -> None:
         """Delete the fleet this run started (a given fleet stays, unless ``teardown``)."""
+        self._cancel_overlay()
         if self.fleet is not None and self.owns_fleet:
             fleet, self.fleet = self.fleet, None
             with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)") as note:
@@ -350,6 +418,7 @@ class CopyRun:
 
     def close(self) -> None:
         """Stop early gateways nobody adopted and drop the listing's scratch file."""
+        self._cancel_overlay()
         if self._early is not None:
             early, self._early = self._early, None
             early.cancel()

@@ -188,6 +188,12 @@ class FanoutRun:
             raise FanoutError(out)
         return out
 
+    def prepare(self) -> GatewayFleet:
+        """Plan and provision only: a deferred face's part on its worker (the driver then
+        runs ``run()`` on this plan and fleet, and deletes the fleet)."""
+        self.make_plan(self._regions(self.request.per_destination()))
+        return self.provision()
+
     def send_down_trees(
         self, fleet: GatewayFleet, requests: list[TransferRequest], regions: list[str]
     ) -> TreePassResult:

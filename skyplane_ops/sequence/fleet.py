@@ -47,16 +47,21 @@ def provision(
     tags: Mapping[str, str] | None = None,
     max_per_region: int | None = None,
     early: Any = None,
+    cancel: Any = None,
 ) -> GatewayFleet:
     """Start gateways for every region of the plan; cleans up its own partial state on error.
 
     The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
-    ``max_per_region`` says otherwise, and adopts the agents of ``early`` (``start_early``).
+    ``max_per_region`` says otherwise, adopts the agents of ``early`` (``start_early``) and
+    gives up, removing what it started, once ``cancel`` (a ``threading.Event``) is set; other
+    backends finish their provisioning first (the caller then deprovisions).
     """
     if max_per_region is None and backend == "local":
         max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
     provisioner = _provisioner(backend, backend_options)
-    extra = {"early": early} if early is not None and backend == "local" else {}
+    extra: dict[str, Any] = {}
+    if backend == "local":
+        extra = {k: v for k, v in (("early", early), ("cancel", cancel)) if v is not None}
     return provisioner.provision(
         vms_for(plan_or_vms, max_per_region=max_per_region),
         transfer_id=transfer_id or new_transfer_id(),

@@ -8,6 +8,12 @@ stays in ``details["schedule"]`` for the report. Where the schedule has a server
 in-process gateway, in the destination's region, has the stores copy each chunk themselves
 (``gateway_agent.job.serverside``) and reads no byte; the job spec names it in
 ``server_side_paths`` (``details["server_side_paths"]``: path indices).
+
+When the schedule wants both (the worker from t = 0, the overlay once its VMs are up), the
+plan is ``both_plan``: the worker's route first, then the overlay's paths, each with its
+share of the predicted rate. The worker's gateway is labelled ``worker@REGION``, a region of
+its own: the overlay's source gateways are in the worker's region too, and a path must know
+which gateways are its own (the worker sends to no one, and no one sends to it).
 """
 
 from __future__ import annotations
@@ -66,5 +72,46 @@ def worker_plan(plan: TransferPlan) -> TransferPlan | None:
             "worker": at,
             "completion_seconds": sched["without_vms"]["seconds"],
             **more,
+        },
+    )
+
+
+WORKER_PREFIX = "worker@"
+
+
+def worker_label(region: str) -> str:
+    """The worker's gateway region in a plan that also has an overlay (see the docstring)."""
+    return WORKER_PREFIX + region
+
+
+def both_plan(plan: TransferPlan) -> TransferPlan | None:
+    """``plan`` with the worker's route beside its overlay, or None when its schedule does
+    not run both (no VM, ``--vms-only``, or no worker path)."""
+    sched = plan.details.get("schedule")
+    if not sched or not sched["start_vms"] or len(plan.dsts) != 1 or sched["force"]:
+        return None
+    worker = next((p for p in sched["vmless"] if p["kind"] == "worker"), None)
+    both = sched.get("with_vms") or {}
+    if worker is None or float(both.get("vmless_gb", 0.0)) <= 0:
+        return None
+    rate, overlay = float(worker["gbps"]), plan.predicted_gbps
+    total = rate + overlay
+    label = worker_label(str(worker["regions"][1]))
+    own = plan.paths or [PlanPath((plan.src, plan.dsts[0]), 1.0, overlay)]  # none: direct
+    shares = sum(p.share for p in own) or 1.0
+    paths = [PlanPath(regions=(label,), share=rate / total, gbps=rate)] + [
+        dataclasses.replace(p, share=p.share / shares * overlay / total) for p in own
+    ]
+    return dataclasses.replace(
+        plan,
+        paths=paths,
+        vms={**plan.vms, label: 1},
+        predicted_gbps=total,
+        egress_cost_usd=float(both["egress_usd"]),
+        vm_cost_usd=float(both["vm_usd"]),
+        details={
+            **plan.details,
+            "worker": label,
+            "completion_seconds": both["seconds"],
         },
     )

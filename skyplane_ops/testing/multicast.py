@@ -1,9 +1,9 @@
 """Run a multicast (tree) job on a fleet's gateways directly, for tests and benchmarks.
 
-The control plane does not yet dispatch multicast plans (docs/multicast.md); this drives the
-gateways' tree paths the way it will: one job spec per sending region, the chunks submitted at
-the root, each tree's share of the chunks, and every sink's ``done`` events awaited with long
-polls. It returns each gateway's counters and the wall time.
+This drives the gateways' tree paths as the tree pass does (``transfer.tree_pass``), without
+its journals: one job spec per sending region, the chunks submitted at the root down the tree
+that would land each first (``transfer.tree_feed``), and every sink's ``done`` events awaited
+with long polls. It returns each gateway's counters and the wall time.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from skyplane_ops.planner.problem import Problem, RegionSpec
 from skyplane_ops.provision.fleet import GatewayFleet, data_host
 from skyplane_ops.provision.secrets import secret_bytes
 from skyplane_ops.transfer.dispatch.ratewatch import tree_hop_rates
+from skyplane_ops.transfer.tree_feed import TreeFeeder
 
 
 @dataclass
@@ -85,18 +86,17 @@ def run_trees(
                 "dst_uris": dict(dst_uris),
             }
         )
-    bounds, at = [], 0.0
-    for share, _ in trees:
-        at += share
-        bounds.append(at)
-    descs = []
-    for i, chunk in enumerate(chunks):  # chunk i goes down the tree of its slice of the data
-        x = (i + 0.5) / len(chunks) * at
-        path = next((k for k, b in enumerate(bounds) if x < b), len(bounds) - 1)
-        descs.append({**chunk, "path": str(path)})
+    chunk_list = list(chunks)
     start = time.monotonic()
-    clients[root_region].submit_chunks(job_id, descs)
-    want = {c["chunk"] for c in chunks}
+    feeder = TreeFeeder(  # each chunk down the tree that would land it first, as the pass does
+        shares=[share for share, _ in trees],
+        items=[(c["chunk"], sum(int(s["length"]) for s in c["segs"]), c) for c in chunk_list],
+        make=lambda chunk, k: {**chunk, "path": str(k)},
+        submit=lambda batch: clients[root_region].submit_chunks(job_id, batch),
+        largest=max((sum(int(s["length"]) for s in c["segs"]) for c in chunk_list), default=0),
+    )
+    feeder.top_up()
+    want = {c["chunk"] for c in chunk_list}
     done: dict[str, set[int]] = {s: set() for s in sinks}
     cursors = dict.fromkeys(sinks, 0)
     seconds = 0.0
@@ -111,6 +111,9 @@ def run_trees(
             if status.get("error"):
                 raise RuntimeError(f"{s}: {status['error']}")
             done[s] |= {e["chunk"] for e in status["events"] if e["t"] == "done"}
+        for cid in [c for c in feeder.tree_of if all(c in done[s] for s in sinks)]:
+            feeder.resolved(cid)
+        feeder.top_up()
         seconds = time.monotonic() - start
     counters = {r: clients[r].status(job_id)["counters"] for r in used}
     for r in used:

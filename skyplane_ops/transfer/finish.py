@@ -238,6 +238,12 @@ def _report(
         run.plan, run.fleet.backend, run.job_id, moved.routes, stats.path_bytes,
         stats.path_seconds, capped=moved.capped,
     )  # fmt: skip
+    if stats.path_joined:  # when each path that joined the running job did (``dispatch.join``)
+        joined = {tuple(moved.routes[p][0]): s for p, s in stats.path_joined.items()}
+        paths = [
+            {**p, "joined_s": joined[tuple(p["regions"])]} if tuple(p["regions"]) in joined else p
+            for p in paths
+        ]
     run.step("record")
     notes = [f"{k!r}: {why}" for k, why in sorted(failed.items())]
     notes += [f"{k!r}: source: changed during the run" for k in sorted(changed)]

@@ -84,6 +84,20 @@ class HopWatch:
             if gid in gids:
                 gids.remove(gid)
 
+    def join(self, gateways: Mapping[str, Sequence[str]], paths: Sequence[int], now: float) -> None:
+        """Gateways that came up while the job runs (``gateways``: region -> ids) and the
+        ``paths`` they complete: judged from ``now`` on, as if they had just answered."""
+        for region, gids in gateways.items():
+            have = self.by_region.setdefault(region, [])
+            for gid in gids:
+                if gid not in have:
+                    have.append(gid)
+                self.last_ok[gid] = self.moved[gid] = now
+                self._inbound[gid] = -1
+        for p in paths:
+            self.alive[p] = True
+            self.finished[p] = now
+
     def grace(self, now: float) -> None:
         """Restart the no-progress clocks (after rerouting, the paths left take on more work;
         gateways that stopped answering stay dead)."""

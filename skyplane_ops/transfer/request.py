@@ -478,6 +478,7 @@ class TransferRequest:
             encrypt=self.encrypt,
             compress_level=self.compress_level,
             bwlimit=self.bwlimit_bps,
+            worker_rate=self.planning.worker_gbps * 1e9 / 8 if self.planning.worker_gbps else None,
             metadata=self.metadata,
             metadata_set=dict(self.metadata_set),
         )

@@ -53,6 +53,9 @@ class TransferResult:
     # A warm fleet (docs/vmless.md): "claimed" with the idle it was billed ("idle_s",
     # "idle_usd", in actual_cost_usd), and/or "parked" with "idle_usd_if_unclaimed".
     warm: dict[str, Any] = field(default_factory=dict)
+    # A run of both the worker and the overlay: what became of the overlay ("joined",
+    # "cancelled", "unused", "failed"), when it was up and bytes per kind of path.
+    schedule: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:
@@ -92,6 +95,12 @@ class TransferResult:
         if extra:
             lines.append("; ".join(extra))
         lines += [f"routed around: {line}" for line in self.routed_around]
+        if self.schedule:
+            s = self.schedule
+            lines.append(
+                f"schedule: worker {_size(s['worker_bytes'])}, overlay {_size(s['overlay_bytes'])}"
+                f" ({s['overlay']}" + (f" at {s['joined_s']:.1f} s)" if s.get("joined_s") else ")")
+            )
         lines += path_warnings(self.paths)
         lines += warm_lines(self.warm)
         return "\n".join(lines)

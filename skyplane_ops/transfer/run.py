@@ -17,6 +17,7 @@ from skyplane_ops.transfer.bwlimit import live_path
 from skyplane_ops.transfer.catalog import TODO, WAY_SQL, Catalog, enc
 from skyplane_ops.transfer.commit import prepare_uploads
 from skyplane_ops.transfer.dispatch import ChunkTotals, Dispatcher, DispatchOptions, check_fleet
+from skyplane_ops.transfer.dispatch.join import Arrivals
 from skyplane_ops.transfer.finish import Moved, finish_run
 from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
@@ -39,6 +40,7 @@ def run_transfer(
     listing: Listing | None = None,
     progress: ProgressCallback | None = None,
     dispatch: DispatchOptions | None = None,
+    arrivals: Arrivals | None = None,
     **fields: Any,
 ) -> TransferResult:
     """Copy what ``request`` names through ``fleet`` along ``plan``; see the module docstring.
@@ -48,6 +50,8 @@ def run_transfer(
     listings taken earlier (``list_request``, e.g. to size the plan), copied from instead of
     listing again (the engine closes it). ``dispatch``: engine tuning (attempts, timeouts,
     threads, test hooks) under the request's connections, encryption and compression.
+    ``arrivals``: gateways that come up while the job runs (``dispatch.join``): the plan's
+    paths without gateways in ``fleet`` wait for them.
     Raises ``TransferError`` with a message naming what failed (the journal then lets the same
     call resume), or ``PartialTransferError`` (``SourceChangedError`` when only changes) when
     some objects could not be copied and everything else was.
@@ -66,9 +70,10 @@ def run_transfer(
             f"run_transfer copies to one destination; the plan has {len(plan.dsts)} "
             f"({', '.join(plan.dsts)}): run one transfer per destination"
         )
-    check_fleet(plan, fleet)
+    if arrivals is None:
+        check_fleet(plan, fleet)
     with transfer_lock(request):
-        return _Run(plan, fleet, request).run(
+        return _Run(plan, fleet, request, arrivals).run(
             Journal(request.journal_path, request.key),
             progress=progress,
             dispatch=request.dispatch_options(dispatch),
@@ -214,6 +219,7 @@ class _Run(RunState):
             dst_options=request.dst.options,
             options=dispatch,
             job_id=self.job_id,
+            arrivals=self.arrivals,
         )
         try:
             stats = dispatcher.run(

@@ -9,6 +9,7 @@ from typing import Any
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.transfer.dispatch import plan_routes
+from skyplane_ops.transfer.dispatch.join import Arrivals
 from skyplane_ops.transfer.report import ReportRun
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.result import TransferResult
@@ -17,8 +18,15 @@ from skyplane_ops.transfer.result import TransferResult
 class RunState:
     """What a run is (plan, fleet, request, job id) and how long each step took."""
 
-    def __init__(self, plan: TransferPlan, fleet: GatewayFleet, request: TransferRequest) -> None:
+    def __init__(
+        self,
+        plan: TransferPlan,
+        fleet: GatewayFleet,
+        request: TransferRequest,
+        arrivals: Arrivals | None = None,
+    ) -> None:
         self.plan, self.fleet, self.request = plan, fleet, request
+        self.arrivals = arrivals  # gateways that join the job as they come up
         self.src_uri, self.dst_uri = request.src_uri, request.dst_uri
         self.t0 = time.monotonic()
         # Seconds per step (list, prepare, move, check_source, commit, verify, record), so a

@@ -11,8 +11,10 @@ tearing anything: it writes only what an interrupted copy writes (objects and pa
 commit), and what it did not finish the unicast runs finish.
 
 The pass runs over the destinations whose chunk lists are the same (a first copy: all of
-them; a re-run: those with the same work left), pruning each tree to their regions. It does
-no retries: a chunk a sink refused or lost is left to that destination's run.
+them; a re-run: those with the same work left), pruning each tree to their regions. A chunk
+lost on a branch (a send that failed) or refused on arrival is sent again, from the root down
+that tree cut to the sinks that miss it, up to the dispatcher's ``max_attempts`` per sink (as a
+single copy re-sends a chunk); what is still missing then is left to that destination's run.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from skyplane_ops.transfer.metadata import sync_meta_check, upload_meta
 from skyplane_ops.transfer.progress import Progress, ProgressCallback
 from skyplane_ops.transfer.request import TransferRequest
 from skyplane_ops.transfer.todo import iter_chunks, plan_todo, resume
+from skyplane_ops.transfer.tree_feed import TreeFeeder
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,7 @@ class TreePassResult:
     source_bytes_read: int = 0
     source_bytes_sent: int = 0
     bytes_landed: int = 0
+    resent: int = 0  # chunk copies sent again to sinks that missed them
     seconds: float = 0.0
     why_not: str = ""
 
@@ -204,6 +208,9 @@ def _send(
         reached = {*t["next"], *(v for vs in t["next"].values() for v in vs)}
         if not set(sinks) <= reached:
             return TreePassResult(why_not=f"a tree of the plan misses {set(sinks) - reached}")
+    for i, (_, t) in enumerate(trees):  # re-sends: each tree cut to one sink
+        for s in sinks:
+            paths[retry_path(i, s)] = {"next": prune(t, {s}), "sinks": [s]}
     edges = {(u, v) for t in paths.values() for u, vs in t["next"].items() for v in vs}
     used = {r for e in edges for r in e} | set(sinks)
     first = group[0].request
@@ -261,9 +268,12 @@ def _send(
                 )
                 started.append(g.gateway_id)
         t0 = time.monotonic()
-        _submit(clients[fleet.in_region(root)[0].gateway_id], job_id, trees, group)
+        root_client = clients[fleet.in_region(root)[0].gateway_id]
+        feeder = _feeder(root_client, job_id, trees, group)
+        feeder.top_up()
         below = {r: _below(paths, r) & set(sinks) for r in used}
-        _await(fleet, clients, job_id, sinks, below, options, progress, out)
+        resend = _Resend(root_client, job_id, group, feeder, options.max_attempts)
+        _await(fleet, clients, job_id, sinks, below, options, progress, out, feeder, resend)
         out.seconds = time.monotonic() - t0
         for g in fleet.in_region(root):
             counters = clients[g.gateway_id].status(job_id)["counters"]
@@ -296,34 +306,79 @@ def _connections(
     return min(n, LOOPBACK_CONNECTIONS) if kind == "loopback" else n
 
 
-def _submit(
+def retry_path(tree: int, sink: str) -> str:
+    """The job path that re-sends tree ``tree``'s chunks to ``sink`` alone."""
+    return f"{tree}>{sink}"
+
+
+def _descriptor(chunk: Chunk, path: str, group: list[_Destination]) -> dict[str, Any]:
+    """A chunk's descriptor at the root: each part names its multipart upload at every sink
+    region (``upload_ids``)."""
+    segs = []
+    for s in chunk.segments:
+        seg: dict[str, Any] = {"key": s.key, "length": s.length, "offset": s.offset}
+        if s.part >= 1:
+            seg["part"] = s.part
+            seg["upload_ids"] = {d.region: d.uploads.get(s.key) for d in group}
+        if s.version is not None:
+            seg["version"] = s.version
+        segs.append(seg)
+    return {"chunk": chunk.chunk_id, "path": path, "attempt": 0, "segs": segs}
+
+
+def _feeder(
     client: GatewayClient, job_id: str, trees: list[tuple[float, Tree]], group: list[_Destination]
-) -> None:
-    """Every chunk at the root, on a tree by the trees' shares (by bytes, as the dispatcher
-    splits chunks between paths), each part naming its multipart upload at every sink region
-    (``upload_ids``)."""
-    shares = [max(share, 1e-9) for share, _ in trees]
-    loads = [0] * len(trees)
-    batch: list[dict[str, Any]] = []
-    for chunk in group[0].chunks:
-        # The tree that would finish it first if each carries its share of the plan's rate.
-        path = min(range(len(trees)), key=lambda k: (loads[k] + chunk.nbytes) / shares[k])
-        loads[path] += chunk.nbytes
-        segs = []
-        for s in chunk.segments:
-            seg: dict[str, Any] = {"key": s.key, "length": s.length, "offset": s.offset}
-            if s.part >= 1:
-                seg["part"] = s.part
-                seg["upload_ids"] = {d.region: d.uploads.get(s.key) for d in group}
-            if s.version is not None:
-                seg["version"] = s.version
-            segs.append(seg)
-        batch.append({"chunk": chunk.chunk_id, "path": str(path), "attempt": 0, "segs": segs})
-        if len(batch) >= 256:
-            client.submit_chunks(job_id, batch)
-            batch = []
-    if batch:
-        client.submit_chunks(job_id, batch)
+) -> TreeFeeder:
+    """Every chunk at the root, down the tree that would land it first (``tree_feed``)."""
+    chunks = group[0].chunks
+    return TreeFeeder(
+        shares=[share for share, _ in trees],
+        items=[(c.chunk_id, c.nbytes, c) for c in chunks],
+        make=lambda chunk, k: _descriptor(chunk, str(k), group),
+        submit=lambda batch: client.submit_chunks(job_id, batch),
+        largest=max((c.nbytes for c in chunks), default=0),
+    )
+
+
+class _Resend:
+    """Sends a chunk again to the sinks that missed it, down its tree cut to each, at most
+    ``max_attempts`` sends per chunk and sink in all (the dispatcher's policy for a chunk a
+    hop lost or refused); past that the sink's own run sends it."""
+
+    def __init__(
+        self,
+        client: GatewayClient,
+        job_id: str,
+        group: list[_Destination],
+        feeder: TreeFeeder,
+        max_attempts: int,
+    ) -> None:
+        self.client, self.job_id, self.group = client, job_id, group
+        self.feeder, self.max_attempts = feeder, max(1, max_attempts)
+        self.sends: dict[tuple[int, str], int] = {}
+
+    def missed(self, chunk: Chunk, path: str, sinks: set[str]) -> set[str]:
+        """``chunk`` (sent down ``path``) missed ``sinks``: send it again to those with
+        attempts left (an event of the first send counts once per sink: a copy refused at a
+        relay and at the sinks below it is one miss). Returns the sinks given up."""
+        tree = self.feeder.tree_of.get(chunk.chunk_id)
+        if tree is None:
+            return set()
+        again, given_up = [], set()
+        for s in sorted(sinks):
+            n = self.sends.get((chunk.chunk_id, s), 1)
+            if path == str(tree[0]) and n > 1:
+                continue  # the first send's miss: already sent again
+            if n >= self.max_attempts:
+                given_up.add(s)
+                continue
+            self.sends[(chunk.chunk_id, s)] = n + 1
+            desc = _descriptor(chunk, retry_path(tree[0], s), self.group)
+            again.append({**desc, "attempt": n})
+        if again:
+            log.info("tree pass: chunk %s sent again to %d sink(s)", chunk.chunk_id, len(again))
+            self.client.submit_chunks(self.job_id, again)
+        return given_up
 
 
 def _await(
@@ -335,18 +390,23 @@ def _await(
     options: DispatchOptions,
     progress: ProgressCallback | None,
     out: TreePassResult,
+    feeder: TreeFeeder,
+    resend: _Resend,
 ) -> None:
     """Journal each sink's ``done`` chunks into its destination's journal until every chunk
     landed or was given up at every sink. A sink is given up when its gateway is gone or
-    failed; a chunk when a sink refused it or a sender lost it (no retry here: the
-    destination's run sends it; a chunk a sender lost is waited for no longer than the hop
-    timeout). The pass ends early when a sender fails, or when nothing lands for the hop
-    timeout. ``below``: per region, the sinks its branches reach."""
+    failed; a chunk when a sink could not write it (``failed``/``changed``: the destination's
+    run sends it). A chunk a sender lost or a gateway refused is sent again to the sinks below
+    (``_Resend``) until its attempts are spent, then left to their runs. The pass ends early
+    when a sender fails, or when nothing lands for the hop timeout. ``below``: per region,
+    the sinks its branches reach. A chunk done with at every sink frees its room in
+    ``feeder``'s window for the next."""
     senders = {r for r, after in below.items() if after - {r}}
     chunks = {c.chunk_id: c for c in next(iter(sinks.values())).chunks}
     total_bytes = sum(c.nbytes for c in chunks.values()) * len(sinks)
     left = {r: set(chunks) for r in sinks}
     cursors: dict[str, int] = {}
+    landed_somewhere: set[int] = set()
     t0 = last = time.monotonic()
     seen = 0
     quiet = min(options.stall_timeout, options.hop_timeout)
@@ -381,8 +441,21 @@ def _await(
                     if kind == "done" and region in sinks and cid in left[region]:
                         _journal(sinks[region], chunks[cid], ev, out)
                         left[region].discard(cid)
-                    elif kind in ("bad", "failed", "changed") and region in sinks:
+                        landed_somewhere.add(cid)
+                    elif kind in ("lost", "bad"):  # below the hop or the gateway: again
+                        at = str(ev.get("to") or region)
+                        missing = {r for r in below.get(at, set()) if cid in left.get(r, ())}
+                        path = str(ev.get("path", feeder.tree_of.get(cid, (0, 0))[0]))
+                        before = sum(resend.sends.values())
+                        for r in resend.missed(chunks[cid], path, missing):
+                            left[r].discard(cid)
+                        out.resent += sum(resend.sends.values()) - before
+                    elif kind in ("failed", "changed") and region in sinks:
                         left[region].discard(cid)
+        for cid in [c for c in feeder.tree_of if not any(c in rest for rest in left.values())]:
+            feeder.resolved(cid, landed=cid in landed_somewhere)
+            landed_somewhere.discard(cid)
+        feeder.top_up()
         n = sum(out.landed.values())
         if progress is not None:
             elapsed = time.monotonic() - t0

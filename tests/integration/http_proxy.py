@@ -45,6 +45,7 @@ class CountingProxy:
                     body = mangle(self.command, self.path, body)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
                 own = answer(self.command, self.path, headers) if answer is not None else None
+                answered: str | None = None
                 if own is not None:
                     status, data = own
                     self.send_response(status)
@@ -61,7 +62,11 @@ class CountingProxy:
                     for k, v in resp.getheaders():
                         if k.lower() not in ("connection", "transfer-encoding", "content-length"):
                             self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                    # A HEAD's answer has no body but the object's length (a store reads the
+                    # size from it): passed on as the server sent it.
+                    if self.command == "HEAD":
+                        answered = resp.getheader("Content-Length")
+                self.send_header("Content-Length", answered or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -4,7 +4,6 @@ block the others, and the re-run completes it."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -25,13 +24,12 @@ from skyplane_ops.testing.transfer import (
     SRC,
     agents_of,
     local_fleet,
-    make_plan,
     read_tree,
     write_dataset,
 )
 from skyplane_ops.transfer import DispatchOptions
 from skyplane_ops.transfer.progress import Progress
-from skyplane_ops.transfer.request import TransferRequest
+from tests.fixtures.fanout import fanout_request, paths_plan
 
 MiB = 1024 * 1024
 D1, D2, D3 = "test:d1", "test:d2", "test:d3"
@@ -83,18 +81,8 @@ def test_the_source_reads_and_sends_each_byte_once_down_a_tree(tmp_path: Path) -
         pytest.skip(f"no user extended attributes here: {exc}")
     for name in data:
         os.utime(src / name, (1_600_000_000.5, 1_600_000_000.5))
-    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
-    request = TransferRequest.build(
-        f"file://{src}",
-        [f"file://{p}" for p in dsts.values()],
-        src_region=SRC,
-        dst_region=list(dsts),
-        part_size=MiB,
-        journal_dir=str(tmp_path / "journal"),
-    )
-    tree = dataclasses.replace(
-        make_plan([SRC, D1], [SRC, D1, D2], [SRC, D1, D3]), dsts=(D1, D2, D3)
-    )
+    request, dsts = fanout_request(tmp_path, SRC, (D1, D2, D3), src)
+    tree = paths_plan((D1, D2, D3), [SRC, D1], [SRC, D1, D2], [SRC, D1, D3])
     with local_fleet(tree) as (_, fleet):
         run = FanoutRun(request, Gateways(fleet=fleet, plan=tree))
         result = run.run()
@@ -117,20 +105,9 @@ def test_a_sync_sends_down_the_tree_pruned_to_the_destinations_with_work(tmp_pat
     relaying (the tree pruned to them, not cut), the source sending each byte once."""
     data = write_dataset(tmp_path / "src", {"big.bin": 3 * MiB + 1, "a": 700, "b/c": 900})
     total = sum(len(b) for b in data.values())
-    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
+    request, dsts = fanout_request(tmp_path, SRC, (D1, D2, D3), sync=True)
     shutil.copytree(tmp_path / "src", dsts[D1])  # sizes and times as the source's
-    request = TransferRequest.build(
-        f"file://{tmp_path / 'src'}",
-        [f"file://{p}" for p in dsts.values()],
-        src_region=SRC,
-        dst_region=list(dsts),
-        part_size=MiB,
-        sync=True,
-        journal_dir=str(tmp_path / "journal"),
-    )
-    tree = dataclasses.replace(
-        make_plan([SRC, D1], [SRC, D1, D2], [SRC, D1, D3]), dsts=(D1, D2, D3)
-    )
+    tree = paths_plan((D1, D2, D3), [SRC, D1], [SRC, D1, D2], [SRC, D1, D3])
     with local_fleet(tree) as (_, fleet):
         run = FanoutRun(request, Gateways(fleet=fleet, plan=tree))
         result = run.run()
@@ -139,6 +116,24 @@ def test_a_sync_sends_down_the_tree_pruned_to_the_destinations_with_work(tmp_pat
     assert run.tree.served == [f"file://{dsts[D2]}", f"file://{dsts[D3]}"]
     assert run.tree.source_bytes_sent == total
     assert result.results[f"file://{dsts[D1]}"].objects_skipped == len(data)
+    assert all(r.chunks == 0 for r in result.results.values())
+
+
+def test_a_chunk_a_relay_spoilt_is_sent_again_by_the_tree_pass(tmp_path: Path) -> None:
+    """D1 relays to D2 and D3 and corrupts the first two chunks it forwards (a test hook):
+    every sink refuses them (their end-to-end tags fail), the pass sends each again down the
+    tree cut to each sink, and the destinations' runs have nothing left to send."""
+    data = write_dataset(tmp_path / "src", {"big.bin": 4 * MiB, "a": 1000})
+    request, dsts = fanout_request(tmp_path, SRC, (D1, D2, D3))
+    tree = paths_plan((D1, D2, D3), [SRC, D1], [SRC, D1, D2], [SRC, D1, D3])
+    tuning = DispatchOptions(test_hooks={D1: {"corrupt_chunks": 2}})
+    with local_fleet(tree) as (_, fleet):
+        run = FanoutRun(request, Gateways(fleet=fleet, plan=tree), tuning=tuning)
+        result = run.run()
+    assert result.status == "ok"
+    assert all(read_tree(p) == data for p in dsts.values())
+    assert run.tree is not None and run.tree.resent >= 2 * 3  # two chunks, three sinks
+    assert all(n == 5 for n in run.tree.landed.values())  # every chunk in the pass
     assert all(r.chunks == 0 for r in result.results.values())
 
 
@@ -175,16 +170,8 @@ class _KillSink(RunEvents):
 
 def test_one_sink_killed_the_others_commit_and_the_rerun_completes_it(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "src", {"big.bin": 8 * MiB, "a": 1000, "b/c": 2000})
-    dsts = {r: tmp_path / r.split(":")[1] for r in (D1, D2, D3)}
-    request = TransferRequest.build(
-        f"file://{tmp_path / 'src'}",
-        [f"file://{p}" for p in dsts.values()],
-        src_region=SRC,
-        dst_region=list(dsts),
-        part_size=MiB,
-        journal_dir=str(tmp_path / "journal"),
-    )
-    star = dataclasses.replace(make_plan([SRC, D1], [SRC, D2], [SRC, D3]), dsts=(D1, D2, D3))
+    request, dsts = fanout_request(tmp_path, SRC, (D1, D2, D3))
+    star = paths_plan((D1, D2, D3), [SRC, D1], [SRC, D2], [SRC, D3])
     # D2's sink writes slowly, so it is killed with most of its chunks still to come.
     tuning = DispatchOptions(
         connections=1, hop_timeout=4.0, test_hooks={D2: {"sink_rate_bps": 2e6}}

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,7 @@ from skyplane_ops.testing.transfer import make_plan, read_tree, write_dataset
 from skyplane_ops.transfer import DispatchOptions
 from skyplane_ops.transfer.progress import Progress
 from skyplane_ops.transfer.request import TransferRequest
+from tests.fixtures.fanout import fanout_request
 
 pytestmark = [
     pytest.mark.netns,
@@ -48,19 +50,8 @@ def _gateways(tid: str, plan: object) -> Gateways:
     return Gateways(backend="netns", backend_options=options, plan=plan)  # type: ignore[arg-type]
 
 
-def _request(tmp_path: Path, tid: str, **kw: object) -> tuple[TransferRequest, dict[str, Path]]:
-    dsts = {r: tmp_path / r.split(":")[1] for r in WAN_DSTS}
-    request = TransferRequest.build(
-        f"file://{tmp_path / 'src'}",
-        [f"file://{p}" for p in dsts.values()],
-        src_region=WAN_SRC,
-        dst_region=list(dsts),
-        part_size=MiB,
-        journal_dir=str(tmp_path / "journal"),
-        transfer_id=tid,
-        **kw,  # type: ignore[arg-type]
-    )
-    return request, dsts
+def _request(tmp_path: Path, tid: str, **kw: Any) -> tuple[TransferRequest, dict[str, Path]]:
+    return fanout_request(tmp_path, WAN_SRC, WAN_DSTS, transfer_id=tid, **kw)
 
 
 def _no_namespaces_left(tid: str) -> bool:

@@ -330,7 +330,7 @@ def test_service_sas_reads_and_lists_the_source_container_until_expiry() -> None
     expiry = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=30)
     sas = _sas(azure_container_sas(Scope("az://acct/src/data/", False), expiry,
                                    https_only=True, account_key=KEY))  # fmt: skip
-    assert sas["sr"] == "c" and sas["sp"] == "rl" and sas["spr"] == "https"
+    assert sas["sr"] == "c" and sas["sp"] == "rlt" and sas["spr"] == "https"
     assert sas["se"] == expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert "skoid" not in sas and KEY not in json.dumps(sas)
 
@@ -345,7 +345,7 @@ def test_user_delegation_sas_creates_and_writes_the_destination_container() -> N
     expiry = datetime.now(UTC) + timedelta(hours=1)
     sas = _sas(azure_container_sas(Scope("az://acct/dst/out/", True), expiry,
                                    https_only=False, user_delegation_key=key))  # fmt: skip
-    assert sas["sr"] == "c" and sas["sp"] == "cw" and "spr" not in sas
+    assert sas["sr"] == "c" and sas["sp"] == "cwt" and "spr" not in sas
     assert sas["skoid"] == "oid-1" and sas["sktid"] == "tid-1"
 
 
@@ -358,7 +358,7 @@ def test_azure_gateways_get_a_sas_not_the_account_key(monkeypatch: pytest.Monkey
     assert KEY not in json.dumps(values) and "connection_string" not in values
     assert values["account_url"] == "https://acct.blob.core.windows.net"
     sas = _sas(values["sas"])
-    assert sas["sp"] == "cw" and sas["sr"] == "c"
+    assert sas["sp"] == "cwt" and sas["sr"] == "c"
     assert access.minted is not None and access.minted.expires_at - time.time() <= 120
 
 

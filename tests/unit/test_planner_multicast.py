@@ -95,6 +95,40 @@ def test_a_shared_relay_edge_carries_the_data_once() -> None:
         solve_plan(problem, exact_floor=True)
 
 
+def equal_prices(d1_to_d2: float = 0.02, **kw: object) -> Problem:
+    """The diamond without its relay, every hop $0.02/GB (as between AWS regions): the star
+    and the chain through a destination cost the same."""
+    problem = diamond(**kw)
+    grid = {e: g for e, g in problem.throughput.items() if "r" not in e}
+    grid[("d2", "d1")] = 5.0
+    prices = {e: 0.02 for e in grid}
+    prices[("d1", "d2")] = prices[("d2", "d1")] = d1_to_d2
+    regions = {k: v for k, v in problem.regions.items() if k != "r"}
+    return dataclasses.replace(problem, regions=regions, throughput=grid, egress_usd_per_gb=prices)
+
+
+@pytest.mark.parametrize("bound", [1.0, 2.0, 4.0])
+def test_a_tie_in_cost_goes_to_the_plan_whose_source_sends_least(bound: float) -> None:
+    # At exactly the floor, star and chain tie in cost (same hops' price, same VMs, same
+    # time): the source sends the data once (the solver alone picked the star).
+    problem = equal_prices(bound=bound)
+    plan = solve_multicast(problem, exact_floor=True)
+    assert multicast_violations(problem, plan) == []
+    assert plan.predicted_gbps == pytest.approx(bound)
+    assert source_egress_gb(plan) == pytest.approx(100.0)
+    assert plan.egress_cost_usd == pytest.approx(100 * 0.04)
+
+
+def test_the_tie_break_never_buys_less_source_egress_with_money() -> None:
+    # Forwarding between destinations costs 5% more per GB than the star: the star stays,
+    # but for what the MIP gap (0.1% of the cost) buys of the chain.
+    problem = equal_prices(d1_to_d2=0.021, bound=2.0)
+    plan = solve_multicast(problem, exact_floor=True)
+    star_usd = 100 * 0.04 + 3 * 0.001 * 800 / 2  # s, d1, d2 for 400 s
+    assert star_usd <= plan.total_cost_usd <= star_usd * (1 + problem.mip_gap) + 1e-9
+    assert source_egress_gb(plan) > 190.0
+
+
 def test_cost_ceiling_gives_the_fastest_plan_within_it() -> None:
     problem = diamond()
     cheap = plan_multicast(problem)

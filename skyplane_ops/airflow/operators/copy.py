@@ -27,7 +27,11 @@ from skyplane_ops.airflow.operators.base import (
     _TransferringOperator,
     run_here,
 )
-from skyplane_ops.airflow.operators.fanout import destination_outlets, execute_fanout
+from skyplane_ops.airflow.operators.fanout import (
+    destination_outlets,
+    execute_fanout,
+    report_fanout,
+)
 from skyplane_ops.api import CopyRun, GatewayFleet, TransferPlan
 
 
@@ -270,6 +274,9 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
                 except Exception:
                     self.log.exception("deprovisioning after the failure failed")
             raise
+        if self.destinations:  # the driver ran the fan-out: one summary per destination
+            transfer_id = str(event.get("transfer_id"))
+            return report_fanout(self, context, result, transfer_id, journal)
         return self._finish_event(context, event, result, plan_uri, journal)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

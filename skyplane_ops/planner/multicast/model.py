@@ -80,6 +80,26 @@ class MulticastModel(PathModel):
                 row.SetCoefficient(self.route_vars[i], 1.0)
             row.SetCoefficient(self.flows[index[e]], -1.0)
 
+    def set_least_source(self, gbps: float, usd_times_gbps: float) -> None:
+        """The tie-break stage (``solve.least_source``): deliver exactly ``gbps`` at a cost of at
+        most ``usd_times_gbps / gbps`` per run and minimise what the source sends.
+
+        Built on a min-cost model: ``set_floor``'s objective (``T * cost``, linear at a fixed
+        ``T``) becomes a row, and the objective the source's edge loads.
+        """
+        self.set_floor(gbps)
+        objective = self.solver.Objective()
+        row = self.solver.Constraint(-math.inf, usd_times_gbps)
+        for var in self.solver.variables():
+            coef = objective.GetCoefficient(var)
+            if coef:
+                row.SetCoefficient(var, coef)
+                objective.SetCoefficient(var, 0.0)
+        for var, (u, _) in zip(self.flows, self.edges, strict=True):
+            if u == self.problem.src:
+                objective.SetCoefficient(var, 1.0)
+        objective.SetMinimization()
+
     def solve(self) -> MulticastSolution | None:
         base = super().solve()
         if base is None:

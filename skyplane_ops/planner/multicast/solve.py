@@ -9,34 +9,32 @@ the solver's fleet, the model is solved again with integer connections per edge.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from skyplane_ops.errors import InfeasibleError
-from skyplane_ops.planner.evaluate import FLOW_TOL, costs, hop_connections, needed_vms
-from skyplane_ops.planner.milp import MAX_DINKELBACH, overflows
+from skyplane_ops.errors import InfeasibleError, PlanningError
+from skyplane_ops.planner.evaluate import (
+    FLOW_TOL,
+    costs,
+    needed_vms,
+    plan_details,
+    plan_hops,
+)
+from skyplane_ops.planner.milp import overflows, ratio_steps, usable_paths
 from skyplane_ops.planner.multicast.model import MulticastModel, MulticastSolution
 from skyplane_ops.planner.multicast.paths import multicast_paths
 from skyplane_ops.planner.multicast.trees import Tree, excess, multicast_trees
 from skyplane_ops.planner.paths import CandidatePath
-from skyplane_ops.planner.plan import Hop, PlanPath, TransferPlan
-from skyplane_ops.planner.problem import Edge, InvalidProblemError, Problem
+from skyplane_ops.planner.plan import PlanPath, TransferPlan
+from skyplane_ops.planner.problem import BITS_PER_BYTE, Edge, InvalidProblemError, Problem
 
 
 def multicast_routes(problem: Problem) -> list[CandidatePath]:
     """Candidate routes, or ``InfeasibleError`` if some destination cannot be reached."""
-    problem.validate()
-    routes = multicast_paths(problem)
-    reached = {r.commodity for r in routes}
-    for k, dst in enumerate(problem.dsts):
-        if k not in reached:
-            raise InfeasibleError(
-                f"no path with measured throughput leads from {problem.src} to {dst}"
-            )
-    return routes
+    return usable_paths(problem, multicast_paths)
 
 
 #: Throughput levels (fractions of Tmax) whose LP relaxations pick the relays (``select_routes``).
@@ -81,6 +79,43 @@ def max_multicast_gbps(
     return 0.0 if solution is None else solution.gbps
 
 
+def run_cost(problem: Problem, solution: MulticastSolution) -> float:
+    """``T * cost`` of a solution (the min-cost model's objective at its ``T``)."""
+    volume, gbps = problem.volume_gb, solution.gbps
+    egress = sum(
+        volume * problem.price(*e) * f
+        for e, f in zip(solution.edges, solution.path_flows, strict=True)
+    )
+    per_vm = BITS_PER_BYTE * volume + problem.provisioning_seconds * gbps
+    return egress + sum(
+        problem.regions[u].vm_usd_per_second * per_vm * n for u, n in solution.vms.items()
+    )
+
+
+def least_source(
+    problem: Problem, routes: Sequence[CandidatePath], best: MulticastSolution, kw: dict[str, Any]
+) -> MulticastSolution:
+    """Among plans as fast as ``best`` and as cheap (within the MIP gap: the solver cannot tell
+    them apart), the one whose source sends least (a second, lexicographic objective).
+
+    Equal-price hops (AWS to AWS) make sending from the source and forwarding from a
+    destination tie in cost; the first solve then picks either. Source egress is what a
+    multicast is for (the source's NIC and price are paid once), so ties go to the tree.
+    """
+    if best.gbps <= 0:
+        return best
+    cap = run_cost(problem, best) * (1 + problem.mip_gap)
+    model = MulticastModel(problem.with_objective("min_cost", best.gbps), routes, **kw)
+    model.set_least_source(best.gbps, cap)
+    try:
+        found = model.solve()
+    except PlanningError:  # out of time: the first answer stands
+        return best
+    if found is None:  # numerically infeasible at the cap: the first answer stands
+        return best
+    return dataclasses.replace(found, objective=run_cost(problem, found))
+
+
 def _solve(
     problem: Problem,
     routes: Sequence[CandidatePath],
@@ -101,7 +136,7 @@ def _solve(
             raise InfeasibleError(
                 f"cost ceiling ${problem.bound:.4g} is infeasible for this multicast"
             )
-        return solution, 1
+        return least_source(problem, routes, solution, kw), 2
     if problem.bound is None:
         raise InvalidProblemError("minimising cost needs a throughput floor")
     floor = problem.bound
@@ -115,22 +150,14 @@ def _solve(
         )
     lam = best.objective / floor
     if exact_floor or tmax <= floor * (1 + 1e-9) or lam <= 0:
-        return best, 1
+        return least_source(problem, routes, best, kw), 2
     ratio = MulticastModel(problem.with_objective("max_throughput", None), routes, tmax=tmax, **kw)
     solves = 1
-    for _ in range(MAX_DINKELBACH):  # min T*cost - lambda*T over plans with T >= floor
-        tolerance = max(problem.mip_gap, 1e-9) * lam * floor
-        ratio.set_ratio(lam, floor, tolerance)
-        sol = ratio.solve()
+    for sol, cost, step_lam in ratio_steps(ratio, lam, floor, problem.mip_gap):
         solves += 1
-        if sol is None:
-            break
-        cost = (sol.objective + lam * sol.gbps) / sol.gbps
-        if cost < lam * (1 - 1e-9):
-            lam, best = cost, sol
-        if sol.best_bound >= -tolerance:
-            break
-    return best, solves
+        if cost < step_lam * (1 - 1e-9):
+            best = cast(MulticastSolution, sol)
+    return least_source(problem, routes, best, kw), solves + 1
 
 
 def edge_loads(
@@ -178,11 +205,7 @@ def build_multicast_plan(
     )
     fleet = needed_vms(problem, loads)
     usd_per_gb_sent = sum(problem.price(*e) * f for e, f in loads.items()) / gbps
-    hops = []
-    for (u, v), f in sorted(loads.items()):
-        source, when = problem.link_source(u, v)
-        conns = hop_connections(problem, u, v, f)
-        hops.append(Hop(src=u, dst=v, gbps=f, connections=conns, source=source, measured_at=when))
+    hops = plan_hops(problem, loads)
     merged: dict[tuple[str, ...], float] = {}
     for r, g, _ in kept:  # trees may share a route to a destination
         merged[r.regions] = merged.get(r.regions, 0.0) + g
@@ -190,19 +213,16 @@ def build_multicast_plan(
     paths.sort(key=lambda p: (problem.dsts.index(p.regions[-1]), -p.gbps))
     egress_usd, vm_usd = costs(problem, gbps, usd_per_gb_sent, fleet)
     src_out = sum(f for (u, _), f in loads.items() if u == problem.src)
-    info: dict[str, Any] = {
-        "objective": problem.objective,
-        "bound": problem.bound,
-        "volume_gb": problem.volume_gb,
-        "transfer_seconds": problem.transfer_seconds(gbps) if gbps > 0 else math.inf,
-        "max_relays": problem.max_relays,
-        "provisioning_seconds": problem.provisioning_seconds,
-        "candidate_paths": len(routes),
-        "solver": "SCIP",
-        "multicast": {"source_egress_gb": problem.volume_gb * src_out / gbps},
-    }
-    info.update(problem.details)
-    info.update(details or {})
+    info = plan_details(
+        problem,
+        gbps,
+        len(routes),
+        {
+            "solver": "SCIP",
+            "multicast": {"source_egress_gb": problem.volume_gb * src_out / gbps},
+            **(details or {}),
+        },
+    )
     return TransferPlan(
         src=problem.src,
         dsts=problem.dsts,

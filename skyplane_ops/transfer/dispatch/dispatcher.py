@@ -43,6 +43,7 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.lease import keep_alive
 from skyplane_ops.transfer.dispatch.credentials import copy_source, resolve
 from skyplane_ops.transfer.dispatch.flight import _Flight
+from skyplane_ops.transfer.dispatch.join import Arrivals, Joining, waiting_paths
 from skyplane_ops.transfer.dispatch.liveness import Liveness
 from skyplane_ops.transfer.dispatch.options import ChunkTotals, DispatchOptions, DispatchStats
 from skyplane_ops.transfer.dispatch.ratewatch import RateWatcher
@@ -68,7 +69,7 @@ SUBMIT_SLICE = 16
 POLL_GAPS = 4
 
 
-class Dispatcher(JobSpecs, Liveness):
+class Dispatcher(JobSpecs, Joining, Liveness):
     """Runs one job across the fleet: start, submit, poll, retry, stop."""
 
     def __init__(
@@ -83,45 +84,35 @@ class Dispatcher(JobSpecs, Liveness):
         dst_options: Mapping[str, Any] | None = None,
         options: DispatchOptions | None = None,
         job_id: str | None = None,
+        arrivals: Arrivals | None = None,
     ) -> None:
-        check_fleet(plan, fleet)
         self.plan = plan
         self.fleet = fleet
         self.options = options or DispatchOptions()
         self.job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
         self.routes = plan_routes(plan)
+        # Paths whose gateways are still coming up (``join``): only with ``arrivals``.
+        self._arrivals = arrivals
+        self._waiting = waiting_paths(self.routes, fleet) if arrivals is not None else set()
+        if arrivals is None or len(self._waiting) == len(self.routes):
+            check_fleet(plan, fleet)
+        self._stack: ExitStack | None = None
+        self._secret = secret
         used = {r for route, _ in self.routes for r in route}
         self.gateways: list[Gateway] = [g for g in fleet.gateways if g.region in used]
-        # Start and submit: a couple of attempts, bounded so a hung gateway cannot hold the
-        # dispatch loop much longer than the hop timeout.
-        bounded = min(30.0, max(5.0, self.options.hop_timeout / 2))
-        self.clients = {
-            g.gateway_id: GatewayClient(
-                g.host,
-                g.control_port,
-                secret,
-                timeout=bounded,
-                attempts=2,
-                gateway_id=g.gateway_id,
-            )
-            for g in self.gateways
-        }
-        # Status polls and stops: one attempt, short timeout (liveness decides, not retries).
-        quick = max(1.0, min(10.0, self.options.hop_timeout / 3))
-        self._quick = {
-            g.gateway_id: GatewayClient(
-                g.host, g.control_port, secret, timeout=quick, attempts=1, gateway_id=g.gateway_id
-            )
-            for g in self.gateways
-        }
-        self._alive = [True] * len(self.routes)
+        self.clients = {g.gateway_id: self._client(g, quick=False) for g in self.gateways}
+        self._quick = {g.gateway_id: self._client(g, quick=True) for g in self.gateways}
+        self._alive = [p not in self._waiting for p in range(len(self.routes))]
+        total = sum(share for _, share in self.routes) or 1.0
+        self.plan_gbps = [plan.predicted_gbps * share / total for _, share in self.routes]
+        self._path_since: dict[int, float] = {}
+        self._path_done: dict[int, int] = {}
         # When each gateway was last asked for its status, and the least time between asks.
         self._asked: dict[str, float] = {}
         self._poll_gap = self.options.poll_interval / POLL_GAPS
         self._chunk_path: dict[int, int] = {}
         self._left: set[str] = set()  # dead gateways whose regions carry on without them
         self._by_id = {g.gateway_id: g for g in self.gateways}
-        self._secret = secret
         self._src_uri = src_uri
         self._dst_uri = dst_uri
         # What the gateways open the stores with: options (sealed like everything of the
@@ -159,8 +150,35 @@ class Dispatcher(JobSpecs, Liveness):
         self._assigned: dict[str, int] = {g.gateway_id: 0 for g in self.gateways}
         self._path_bytes = [0] * len(self.routes)  # submitted along each path
         self._outstanding = [0] * len(self.routes)  # submitted, not finished (see top_up)
+        self._outstanding_n = [0] * len(self.routes)  # the same in chunks
         self._started: list[str] = []
         self._sender = Submitter()  # submits go out in the background, in order per gateway
+
+    def _client(self, g: Gateway, *, quick: bool) -> GatewayClient:
+        """Start and submit (``quick`` False): a couple of attempts, bounded so a hung gateway
+        cannot hold the dispatch loop much longer than the hop timeout. Status polls and stops
+        (``quick``): one attempt, short timeout (liveness decides, not retries)."""
+        timeout = self.options.hop_timeout
+        if quick:
+            return GatewayClient(
+                g.host, g.control_port, self._secret, timeout=max(1.0, min(10.0, timeout / 3)),
+                attempts=1, gateway_id=g.gateway_id,
+            )  # fmt: skip
+        return GatewayClient(
+            g.host, g.control_port, self._secret, timeout=min(30.0, max(5.0, timeout / 2)),
+            attempts=2, gateway_id=g.gateway_id,
+        )  # fmt: skip
+
+    def _window(self) -> int:
+        """Chunks submitted and unfinished at most: ``window_chunks`` per source gateway of
+        the live paths."""
+        sources = {
+            g.gateway_id
+            for p, (route, _) in enumerate(self.routes)
+            if self._alive[p]
+            for g in self.fleet.in_region(route[0])
+        }
+        return max(1, self.options.window_chunks) * max(1, len(sources))
 
     # ---- run -------------------------------------------------------------------------------------
 
@@ -184,6 +202,7 @@ class Dispatcher(JobSpecs, Liveness):
             totals = ChunkTotals(len(chunks), sum(c.nbytes for c in chunks), len(keys))
             del keys
         with ExitStack() as stack:
+            self._stack = stack  # joining gateways' leases are held until the job ends
             if self.options.lease_s is None or self.options.lease_s > 0:
                 stack.enter_context(
                     keep_alive(
@@ -200,8 +219,9 @@ class Dispatcher(JobSpecs, Liveness):
             )
             self.refresher = refresher
             # Not a ``with`` block: leaving must not wait for a poll stuck on a hung gateway.
+            joining = 8 if self._waiting else 0  # room for the polls of gateways to come
             pollers = ThreadPoolExecutor(
-                max_workers=max(1, 2 * len(self.gateways)), thread_name_prefix="poll"
+                max_workers=max(1, 2 * len(self.gateways)) + joining, thread_name_prefix="poll"
             )
             try:
                 return self._run(iter(chunks), totals, uploads, on_done, progress, pollers)
@@ -213,9 +233,12 @@ class Dispatcher(JobSpecs, Liveness):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _start_jobs(self) -> None:
+        self._start_jobs_on(self.gateways)
+
+    def _start_jobs_on(self, gateways: list[Gateway]) -> None:
         # Sinks and relays first, so sources find their next hops listening for the job.
         order = sorted(
-            self.gateways,
+            gateways,
             key=lambda g: min(
                 (-route.index(g.region) for route, _ in self.routes if g.region in route),
                 default=0,
@@ -244,24 +267,24 @@ class Dispatcher(JobSpecs, Liveness):
         pulled = 0
         exhausted = False
         next_id = totals.chunks  # ids for the rest of a chunk that lost an object
-        window = max(1, self.options.window_chunks) * max(
-            1, len({g.gateway_id for r, _ in self.routes for g in self.fleet.in_region(r[0])})
-        )
-        self.window = window
+        self.window = self._window()
 
         def top_up() -> None:
             nonlocal pulled, exhausted
             # What each path still has to deliver, for ``_pick_path``.
             self._outstanding = [0] * len(self.routes)
+            self._outstanding_n = [0] * len(self.routes)
             for cid, c in pending.items():
                 p = self._chunk_path.get(cid)
                 if p is not None:
                     self._outstanding[p] += c.nbytes
-            room = max(0, window - len(pending))
+                    self._outstanding_n[p] += 1
+            room = max(0, self.window - len(pending))
             # A slice at a time: the first request leaves after 16 chunks are built, not after
             # the whole window (64 chunks of 256 small objects: ~0.1 s before any gateway read).
-            while room and not exhausted:
-                want = min(room, SUBMIT_SLICE)
+            while room and not exhausted and self._has_room():
+                # A chunk at a time while paths may join: each goes where there is room.
+                want = 1 if self._arrivals is not None else min(room, SUBMIT_SLICE)
                 batch = list(itertools.islice(source, want))
                 exhausted = len(batch) < want
                 for c in batch:
@@ -273,6 +296,8 @@ class Dispatcher(JobSpecs, Liveness):
                     self._submit(batch, uploads)
 
         t0 = time.monotonic()
+        self._path_since = {p: t0 for p in range(len(self.routes)) if self._alive[p]}
+        self._path_done = stats.path_bytes
         self._start_jobs()
         top_up()
         watch = HopWatch(
@@ -284,6 +309,7 @@ class Dispatcher(JobSpecs, Liveness):
             self.options.hop_timeout,
             time.monotonic(),
         )
+        watch.alive = list(self._alive)  # waiting paths are judged once they join
         self._watch = watch
         self._uploads = uploads
         cursors = dict.fromkeys(self.clients, 0)
@@ -294,7 +320,8 @@ class Dispatcher(JobSpecs, Liveness):
             retry: list[Chunk] = []
             failure: TransferError | None = None
             self._sender.raise_failed()
-            for gid in self.clients:
+            self._join(watch, stats, t0)
+            for gid in list(self.clients):
                 if failure is not None:
                     break
                 if gid in self._left:
@@ -330,7 +357,9 @@ class Dispatcher(JobSpecs, Liveness):
                             watch.chunk_finished(path, time.monotonic())
                         p = chunk.path = path or 0
                         stats.path_bytes[p] = stats.path_bytes.get(p, 0) + chunk.nbytes
-                        stats.path_seconds[p] = time.monotonic() - t0
+                        # Its time on the job: from its join (a joined path) or the start.
+                        since = stats.path_joined.get(p, 0.0)
+                        stats.path_seconds[p] = time.monotonic() - t0 - since
                     elif kind in ("bad", "lost"):
                         if "path" in ev and str(ev["path"]) != str(path):
                             continue  # a copy on a path it was rerouted from

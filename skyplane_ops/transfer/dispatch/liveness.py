@@ -81,7 +81,10 @@ class Liveness(Submission):
             return st
         self._asked[gid] = now
         polls[gid] = pollers.submit(
-            self._quick[gid].status, self.job_id, cursors[gid], self.options.poll_interval
+            self._quick[gid].status,
+            self.job_id,
+            cursors.setdefault(gid, 0),  # a gateway that joined the job starts at 0
+            self.options.poll_interval,
         )
         return st
 

@@ -18,11 +18,12 @@ running jobs before the old set expires (``refresh.CredentialRefresher``).
   parts. It lives as long as the source token (<= 1 h) and is minted again from the source
   credential, refreshed.
 * **Azure** -- a SAS on the container (Blob SAS cannot name a prefix without hierarchical
-  namespace; a directory SAS needs HNS, so the scope is the container): ``rl`` on the source,
-  ``cw`` on the destination, ``https`` only unless the endpoint is plain HTTP (Azurite), with an
-  expiry. A *user delegation SAS* (a key from Entra ID, ``Get User Delegation Key``) when the
-  control plane has no account key; with an account key (a connection string, as with
-  Azurite) a *service SAS* signed with it. A connection string that carries a SAS already is
+  namespace; a directory SAS needs HNS, so the scope is the container): ``rlt`` on the source,
+  ``cwt`` on the destination (``t``: the blob index tags that travel with an object),
+  ``https`` only unless the endpoint is plain HTTP (Azurite), with an expiry. A *user
+  delegation SAS* (a key from Entra ID, ``Get User Delegation Key``) when the control plane
+  has no account key; with an account key (a connection string, as with Azurite) a *service
+  SAS* signed with it. A connection string that carries a SAS already is
   sent as it is (a SAS cannot be narrowed).
 
 A destination that copies server-side from the source on its own service (S3 CopyObject and
@@ -78,8 +79,10 @@ AWS_WRITE_ACTIONS = (
     "s3:ListMultipartUploadParts",
 )
 AWS_LIST_ACTIONS = ("s3:ListBucket",)
-SAS_READ = "rl"
-SAS_WRITE = "cw"
+# ``t``: blob index tags travel with the object (read on the source, set with the write on the
+# destination), as the AWS sets grant GetObjectTagging / PutObjectTagging.
+SAS_READ = "rlt"
+SAS_WRITE = "cwt"
 GCP_READ_ROLE = "inRole:roles/storage.objectViewer"
 GCP_WRITE_ROLE = "inRole:roles/storage.objectAdmin"
 GCP_STAGING_ROLE = "inRole:roles/storage.objectCreator"
@@ -408,7 +411,7 @@ def azure_container_sas(
     user_delegation_key: Any = None,
 ) -> str:
     """A container SAS for ``scope`` (service SAS with ``account_key``, user delegation SAS
-    with ``user_delegation_key``): ``rl`` on a source, ``cw`` on a destination."""
+    with ``user_delegation_key``): ``rlt`` on a source, ``cwt`` on a destination."""
     from azure.storage.blob import generate_container_sas
 
     start = datetime.now(UTC) - timedelta(seconds=SAS_START_SKEW_S)

@@ -53,6 +53,9 @@ class DispatchOptions:
     # is written to while the job runs (``transfer.bwlimit.live_path``; None: not watched).
     bwlimit: float | None = None
     bwlimit_file: str | None = None
+    # The worker's own cap (bytes/s; ``--worker-gbps`` when given, None: none): what its
+    # one-region route may read and write, besides its share of ``bwlimit``.
+    worker_rate: float | None = None
     # Objects keep their metadata (``objmeta``); ``metadata_set`` is written over it.
     metadata: bool = True
     metadata_set: dict[str, str] = field(default_factory=dict)
@@ -83,3 +86,5 @@ class DispatchStats:
     # Per route index: bytes delivered, and seconds from the start until its last chunk landed.
     path_bytes: dict[int, int] = field(default_factory=dict)
     path_seconds: dict[int, float] = field(default_factory=dict)
+    # Per route index that joined while the job ran (``join``): seconds from the start.
+    path_joined: dict[int, float] = field(default_factory=dict)

@@ -111,6 +111,18 @@ def check_fleet(plan: TransferPlan, fleet: GatewayFleet) -> None:
         )
 
 
+def local_rate(
+    routes: list[tuple[list[str], float]], region: str, cap: float | None, worker: float | None
+) -> float | None:
+    """Bytes/s the one-region routes of ``region`` (the worker's: no hop to pace) may move:
+    the smaller of the worker's own cap and its paths' share of the transfer's ``cap``."""
+    share = sum(s for route, s in routes if route == [region])
+    if not share:
+        return None
+    rates = [r for r in (worker, cap * share if cap else None) if r]
+    return min(rates) if rates else None
+
+
 class JobSpecs:
     """The job spec part of ``Dispatcher``: what each gateway is told when its job starts."""
 
@@ -216,6 +228,7 @@ class JobSpecs:
         for hop, rate in rates.items():
             if rate:
                 hops[hop]["rate"] = rate  # bytes/s this gateway may send on the hop
+        local = local_rate(self.routes, gateway.region, self.bwlimit, self.options.worker_rate)
         hooks = self.options.test_hooks.get(gateway.gateway_id) or self.options.test_hooks.get(
             gateway.region
         )
@@ -246,4 +259,5 @@ class JobSpecs:
             "test_hooks": hooks or {},
             # Paths whose chunks the stores copy themselves (``sequence.worker``).
             "server_side_paths": [str(i) for i in self.plan.details.get("server_side_paths", [])],
+            **({"local_rate": local} if local else {}),
         }

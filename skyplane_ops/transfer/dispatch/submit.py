@@ -5,6 +5,7 @@ The part of ``Dispatcher`` that decides where a chunk goes and how it is sent th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -14,6 +15,12 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.transfer.manifest import Chunk, Segment
 from skyplane_ops.transfer.submitter import Submitter
+
+# A path of a job that paths join holds at most this many seconds of work at its rate, but
+# always a chunk, and a chunk per reader up to ``HOLD_MIN_BYTES`` (``_room``: fewer would
+# leave its readers idle, and its measured rate would shrink with them).
+HOLD_S = 1.0
+HOLD_MIN_BYTES = 64 << 20
 
 # Chunk descriptors per submit request, and segments per request: a batch of small objects is
 # one chunk of up to 256 segments, so the request body stays a few hundred KiB.
@@ -53,9 +60,15 @@ class Submission:
     _assigned: dict[str, int]
     _path_bytes: list[int]
     _outstanding: list[int]
+    _outstanding_n: list[int]
     _chunk_path: dict[int, int]
     _left: set[str]  # gateways left out after they died (their regions have others)
     _sender: Submitter
+    _arrivals: Any
+    options: Any
+    plan_gbps: list[float]  # per path, as planned
+    _path_since: dict[int, float]  # per live path: when it started (monotonic)
+    _path_done: dict[int, int]  # per path: bytes delivered
 
     def _call(self, gateway_id: str, fn: Callable[[GatewayClient], Any]) -> Any:
         try:
@@ -72,13 +85,42 @@ class Submission:
         rates in proportion to the plan's shares: all chunks submitted at once split by the
         shares; chunks submitted later (more than a window) go where work drains fastest, so
         a path slower than predicted does not become the transfer's tail."""
+        live = [i for i in range(len(self.routes)) if self._alive[i]]
+        if self._arrivals is not None:  # joining paths: those with room first (``_has_room``)
+            now = time.monotonic()
+            live = [i for i in live if self._room(i, now)] or live
         best = min(
-            (i for i in range(len(self.routes)) if self._alive[i]),
-            key=lambda i: (self._outstanding[i] + nbytes) / max(self.routes[i][1], 1e-9),
+            live, key=lambda i: (self._outstanding[i] + nbytes) / max(self.routes[i][1], 1e-9)
         )
         self._path_bytes[best] += nbytes
         self._outstanding[best] += nbytes
+        self._outstanding_n[best] += 1
         return best
+
+    def _has_room(self) -> bool:
+        """Whether a live path may take more chunks. Paths that join a running job
+        (``join``) each hold at most ``HOLD_S`` seconds of work at the rate they drain (see
+        ``_room``), so a
+        slow path does not sit on the work a faster one joining later could take. Without
+        joining paths there is no such bound (the window alone)."""
+        if self._arrivals is None:
+            return True
+        now = time.monotonic()
+        return any(self._alive[p] and self._room(p, now) for p in range(len(self.routes)))
+
+    def _room(self, p: int, now: float) -> bool:
+        """Path ``p`` holds no chunk, fewer than a chunk per reader within
+        ``HOLD_MIN_BYTES``, or less than ``HOLD_S`` seconds of its rate (the plan's, or the
+        one it has shown if higher)."""
+        n, held = self._outstanding_n[p], self._outstanding[p]
+        if n < 1 or (n < self.options.reader_threads and held < HOLD_MIN_BYTES):
+            return True
+        since = self._path_since.get(p, now)
+        done = self._path_done.get(p, 0)
+        measured = done / (now - since) if now - since >= 1.0 else 0.0
+        # Never below the plan's rate: a path held to what it moved would move only that
+        # (its rate is what it holds over a chunk's time), and shrink with every measure.
+        return held < max(self.plan_gbps[p] / 8e-9, measured) * HOLD_S
 
     def _pick_source(self, path: int, nbytes: int) -> str:
         region = self.routes[path][0][0]
