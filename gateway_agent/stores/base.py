@@ -8,7 +8,7 @@ an opaque ``upload_id`` string, sink gateways (other processes, other machines) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -205,6 +205,24 @@ class SupportsCopyFrom(Protocol):
         offset: int,
         length: int,
         version: str | None = None,
+    ) -> str | None: ...
+
+
+@runtime_checkable
+class CopiesMetadata(Protocol):
+    """Optional, with ``SupportsCopyFrom``: the destination copies a whole object with the
+    source's metadata in fewer calls than the caller's read of it would take (S3 -> S3: the
+    source's HEAD, then CopyObject with its tags copied by S3 itself, no GetObjectTagging).
+    The metadata written is the one ``copy_from`` would write after the caller's read (the
+    source's, the kept modification time, ``overrides`` as ``--metadata-set``)."""
+
+    def copy_keeping_metadata(
+        self,
+        src: ObjectStore,
+        key: str,
+        size: int,
+        version: str | None,
+        overrides: Mapping[str, str],
     ) -> str | None: ...
 
 

@@ -452,6 +452,11 @@ class S3Store(CloudStore):
     ) -> str | None:
         return s3copy.copy_object(self, src, key, size, version, meta)
 
+    def copy_keeping_metadata(
+        self, src: Any, key: str, size: int, version: str | None, overrides: Mapping[str, str]
+    ) -> str | None:
+        return s3copy.copy_keeping(self, src, key, size, version, overrides)
+
     def copy_part_from(
         self,
         src: Any,
