@@ -16,12 +16,18 @@ chunk and the rest of the job the byte path, once, with a warning. The paths are
 from __future__ import annotations
 
 import base64
+import threading
 from functools import partial
 from typing import Any, cast
 
 from gateway_agent.job.base import ObjectFailed, log
 from gateway_agent.job.source import SourceRole, _source_problem
-from gateway_agent.stores.base import ObjectStore, SupportsCopyFrom, SupportsMetadata
+from gateway_agent.stores.base import (
+    CopiesMetadata,
+    ObjectStore,
+    SupportsCopyFrom,
+    SupportsMetadata,
+)
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import (
     AccessDeniedError,
@@ -32,6 +38,9 @@ from gateway_agent.stores.errors import (
     StoreError,
 )
 from gateway_agent.stores.objmeta import policy
+
+# Guards each job's switch to the byte path (taken once per refused chunk: never contended).
+_REFUSAL = threading.Lock()
 
 
 class ServerSideRole(SourceRole):
@@ -54,9 +63,10 @@ class ServerSideRole(SourceRole):
         try:
             got = self._each(partial(self._copy_one, src, cast(SupportsCopyFrom, dst)), segs)
         except CopyNotSupportedError as exc:
-            if not self._copy_refused:
+            with _REFUSAL:  # readers copy in parallel: one warning, however many were refused
+                first, self._copy_refused = not self._copy_refused, True
+            if first:
                 log.warning("job %s: server-side copy refused, moving bytes: %s", self.job_id, exc)
-            self._copy_refused = True
             return False
         crcs = [crc for crc, _ in got]
         vouched = [i for i, (_, ok) in enumerate(got) if ok]
@@ -72,12 +82,19 @@ class ServerSideRole(SourceRole):
         source) and whether the copy vouches for it (``COPY_VOUCHES``: the store computed it
         over the bytes it stored, as S3 echoes a PutObject's; verification then skips the
         object's HEAD). Per-object problems fail that object only (``ObjectFailed``)."""
-        if self._meta_keep and isinstance(src, SupportsMetadata):
-            seg = self._with_metadata(src, [seg])[0]  # its HEAD, then its copy: no barrier
+        # A destination that reads the metadata itself, in fewer calls (``CopiesMetadata``),
+        # else the source's HEAD (and tags), then its copy: no barrier either way.
+        keeping = self._meta_keep and not seg.get("upload_id") and isinstance(dst, CopiesMetadata)
+        if self._meta_keep and not keeping and isinstance(src, SupportsMetadata):
+            seg = self._with_metadata(src, [seg])[0]
         key, version, n = seg["key"], seg.get("version"), int(seg["length"])
         offset = int(seg.get("offset", 0))
         try:
-            if seg.get("upload_id"):
+            if keeping:
+                got = cast(CopiesMetadata, dst).copy_keeping_metadata(
+                    src, key, n, version, self._meta_set
+                )
+            elif seg.get("upload_id"):
                 got = dst.copy_part_from(
                     src, key, seg["upload_id"], int(seg["part"]), offset, n, version
                 )
@@ -87,9 +104,10 @@ class ServerSideRole(SourceRole):
         except CopyNotSupportedError:
             raise
         except AccessDeniedError as exc:
-            # S3 and GCS read the source with the destination's credentials: a set minted
-            # for the destination alone may not read it. The bytes path reads with the
-            # source's own (``docs/vmless.md``).
+            # S3 and GCS read the source with the destination's credentials (minted with
+            # the source's read on this route; another account's bucket policy or KMS key
+            # may still refuse it). The bytes path reads with the source's own
+            # (``docs/vmless.md``).
             raise CopyNotSupportedError(str(exc), code=exc.code, status=exc.status) from None
         except (KeyNotSupportedError, KeyBlockedError, CopyMismatchError) as exc:
             raise ObjectFailed("failed", key, "destination", str(exc)) from None

@@ -12,10 +12,17 @@ from typing import Any, cast
 from gateway_agent import wire
 from gateway_agent.flow import Lease
 from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
-from gateway_agent.stores.base import ObjectStore, SupportsMetadata, SupportsReadInto
+from gateway_agent.stores.base import (
+    LIST_METADATA_MIN,
+    ListsMetadata,
+    ObjectStore,
+    ReadsWithMetadata,
+    SupportsMetadata,
+    SupportsReadInto,
+)
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.errors import SourceChangedError, StoreError, TransientStoreError
-from gateway_agent.stores.objmeta import travelling
+from gateway_agent.stores.objmeta import Meta, travelling
 
 
 def _source_problem(key: str, exc: StoreError) -> ObjectFailed | None:
@@ -95,12 +102,24 @@ class SourceRole(JobBase):
             pass
 
     @staticmethod
-    def _read_segment(store: ObjectStore, seg: dict[str, Any]) -> bytes:
+    def _read_segment(
+        store: ObjectStore,
+        seg: dict[str, Any],
+        with_meta: bool = False,
+        metas: dict[int, Meta] | None = None,
+        index: int = 0,
+    ) -> bytes:
         """One segment, pinned to the version the listing saw (when the manifest carries one):
-        a torn or changed object raises instead of being read."""
+        a torn or changed object raises instead of being read. With ``with_meta`` (a
+        ``ReadsWithMetadata`` store) a whole object's metadata comes with its bytes, into
+        ``metas[index]``."""
         key, offset, length = seg["key"], int(seg.get("offset", 0)), int(seg["length"])
         try:
-            if seg.get("version") is not None:
+            if with_meta and metas is not None and SourceRole._whole(seg):
+                data, metas[index] = cast(ReadsWithMetadata, store).read_meta(
+                    key, offset, length, seg.get("version")
+                )
+            elif seg.get("version") is not None:
                 data = store.read(key, offset, length, seg["version"])
             else:
                 data = store.read(key, offset, length)
@@ -130,30 +149,67 @@ class SourceRole(JobBase):
             raise ObjectFailed("changed", key, "source", "the object is shorter than listed")
         return view
 
-    def _with_metadata(
-        self, store: SupportsMetadata, segs: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """``segs`` with each whole object's metadata (``meta``, left out when it has none), read
-        after its bytes; a part's metadata went to its upload when the control plane made it."""
+    @staticmethod
+    def _whole(seg: dict[str, Any]) -> bool:
+        """A whole object's segment (its metadata travels with it); a part's metadata went to
+        its upload when the control plane created it."""
+        return "part" not in seg and not seg.get("upload_id") and not seg.get("upload_ids")
 
-        def one(seg: dict[str, Any]) -> dict[str, Any]:
-            if seg.get("upload_id"):
+    def _with_metadata(
+        self,
+        store: SupportsMetadata,
+        segs: list[dict[str, Any]],
+        read: dict[int, Meta] | None = None,
+    ) -> list[dict[str, Any]]:
+        """``segs`` with each whole object's metadata (``meta``, left out when it has none):
+        ``read`` holds what came with the bytes (``ReadsWithMetadata``), else one listing for
+        a chunk of many objects (``ListsMetadata``), else ``head_meta`` after the bytes;
+        always of the version that was read."""
+        read = read or {}
+        listed: dict[str, Any] = {}
+        wanted = [
+            (seg["key"], seg.get("version"))
+            for i, seg in enumerate(segs)
+            if i not in read and self._whole(seg)
+        ]
+        if len(wanted) >= LIST_METADATA_MIN and isinstance(store, ListsMetadata):
+            try:
+                listed = store.metas_of(wanted)
+            except TransientStoreError:
+                raise
+            except StoreError:
+                listed = {}  # each object asks on its own below, and fails alone
+
+        def one(i: int) -> dict[str, Any]:
+            seg = segs[i]
+            if not self._whole(seg):
                 return seg
             try:
-                meta = travelling(store.head_meta(seg["key"], seg.get("version")))
+                if i in read:
+                    found: Any = read[i]
+                else:
+                    found = listed.get(seg["key"])
+                    if found is None:
+                        found = store.head_meta(seg["key"], seg.get("version"))
+                if isinstance(found, StoreError):
+                    raise found
             except StoreError as exc:
                 bad = _source_problem(seg["key"], exc)
                 if bad is None:
                     raise
                 raise bad from None
+            meta = travelling(found)
             return {**seg, "meta": meta} if meta else seg
 
-        return self._each(one, segs, _local_calls(cast(ObjectStore, store)))
+        return self._each(one, range(len(segs)), _local_calls(cast(ObjectStore, store)))
 
     def _read_chunk(self, desc: dict[str, Any], total: int, lease: Lease) -> InChunk | None:
         store = self._store("src")
         segs: list[dict[str, Any]] = desc["segs"]
         crcs: list[int] = []
+        # Whole objects' metadata from the GET that reads their bytes, where the store can.
+        with_meta = self._meta_keep and isinstance(store, ReadsWithMetadata)
+        read_meta: dict[int, Meta] = {}
         # A chunk whose path has a clear hop is tagged end to end (see ``wire.FrameTagger``).
         tagger = (
             wire.FrameTagger(self._frame_key) if str(desc["path"]) in self._tagged_paths else None
@@ -167,7 +223,7 @@ class SourceRole(JobBase):
             crcs.append(wire.crc_and_tag(data, tagger))
             full = crcs[0]
         elif len(segs) == 1:
-            data = self._read_segment(store, segs[0])
+            data = self._read_segment(store, segs[0], with_meta, read_meta, 0)
             crcs.append(wire.crc_and_tag(data, tagger))
             full = crcs[0]
         else:
@@ -187,7 +243,7 @@ class SourceRole(JobBase):
                     return crc32c(
                         self._read_segment_into(into, segs[i], view[starts[i] : starts[i] + n])
                     )
-                part = self._read_segment(store, segs[i])
+                part = self._read_segment(store, segs[i], with_meta, read_meta, i)
                 piece = view[starts[i] : starts[i] + len(part)]
                 piece[:] = part
                 return crc32c(piece)
@@ -200,7 +256,7 @@ class SourceRole(JobBase):
             data = view
             full = wire.crc_and_tag(view, tagger)
         if self._meta_keep and isinstance(store, SupportsMetadata):
-            segs = self._with_metadata(store, segs)
+            segs = self._with_metadata(store, segs, read_meta)
         self._count(chunks_read=1, bytes_read=total)
         meta: dict[str, Any] = {
             "job": self.job_id,

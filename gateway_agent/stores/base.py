@@ -8,7 +8,7 @@ an opaque ``upload_id`` string, sink gateways (other processes, other machines) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -219,6 +219,24 @@ class SupportsCopyFrom(Protocol):
 
 
 @runtime_checkable
+class CopiesMetadata(Protocol):
+    """Optional, with ``SupportsCopyFrom``: the destination copies a whole object with the
+    source's metadata in fewer calls than the caller's read of it would take (S3 -> S3: the
+    source's HEAD, then CopyObject with its tags copied by S3 itself, no GetObjectTagging).
+    The metadata written is the one ``copy_from`` would write after the caller's read (the
+    source's, the kept modification time, ``overrides`` as ``--metadata-set``)."""
+
+    def copy_keeping_metadata(
+        self,
+        src: ObjectStore,
+        key: str,
+        size: int,
+        version: str | None,
+        overrides: Mapping[str, str],
+    ) -> str | None: ...
+
+
+@runtime_checkable
 class SignsURLs(Protocol):
     """Optional: a short-lived URL that reads one object (a presigned S3 GET, a signed GCS
     URL): a destination copies from it (Azure's Put Blob / Put Block From URL). The URL is a
@@ -255,3 +273,31 @@ class SupportsMetadata(Protocol):
     gets it when completed)."""
 
     def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ReadsWithMetadata(Protocol):
+    """Optional: a whole object's bytes and its metadata (``head_meta``'s form) from the same
+    answer (S3's GetObject and Azure's Get Blob carry the object's properties as headers), so
+    the source gateway sends no HEAD per object, and the metadata is that of the version
+    whose bytes were read."""
+
+    def read_meta(
+        self, key: str, start: int, length: int, version: str | None = None
+    ) -> tuple[bytes, dict[str, Any]]: ...
+
+
+# A metadata listing pays for itself from this many keys on: GCS bills objects.list as a
+# class A operation, 12.5 times an objects.get (class B); fewer keys are asked one by one.
+LIST_METADATA_MIN = 16
+
+
+@runtime_checkable
+class ListsMetadata(Protocol):
+    """Optional: the metadata of several objects from one listing (GCS's objects.list carries
+    every object's resource), for a chunk of small objects read whole: ``{key: meta}`` for
+    ``(key, version)`` pairs (worth it from ``LIST_METADATA_MIN`` keys on). An object whose
+    listed version is not the one asked for fails
+    with ``SourceChangedError`` (its bytes and metadata would disagree)."""
+
+    def metas_of(self, items: Sequence[tuple[str, str | None]]) -> dict[str, dict[str, Any]]: ...

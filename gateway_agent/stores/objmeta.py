@@ -46,6 +46,8 @@ TAG_PREFIX = "skyplane-tag-"
 # S3: user metadata (keys and values, UTF-8) at most 2 KB; at most 10 tags, keys 128 and values
 # 256 characters. Azure blob index tags: the same 10 / 128 / 256.
 S3_USER_LIMIT = 2048
+# GCS: custom metadata (names and values) at most 8 KiB per object.
+GCS_USER_LIMIT = 8192
 TAG_COUNT_LIMIT, TAG_KEY_LIMIT, TAG_VALUE_LIMIT = 10, 128, 256
 
 _CSHARP_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -215,11 +217,17 @@ def azure_user(meta: Mapping[str, Any], where: str) -> dict[str, str]:
     return out
 
 
-def gcs_user(meta: Mapping[str, Any]) -> dict[str, str]:
-    """GCS custom metadata: user metadata as is, tags as ``skyplane-tag-<key>``."""
+def gcs_user(meta: Mapping[str, Any], where: str = "GCS") -> dict[str, str]:
+    """GCS custom metadata: user metadata as is, tags as ``skyplane-tag-<key>``; at most 8 KiB
+    in all, else the object fails (GCS would refuse the write)."""
     out = user_with_mtime(meta)
     for k, v in (meta.get("tags") or {}).items():
         out[TAG_PREFIX + k] = v
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in out.items())
+    if size > GCS_USER_LIMIT:
+        raise MetadataNotSupportedError(
+            f"{where}: custom metadata is {size} bytes, GCS holds {GCS_USER_LIMIT}"
+        )
     return out
 
 

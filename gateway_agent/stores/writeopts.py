@@ -4,7 +4,9 @@ before any work (``TransferRequest.check``, and again when the store is opened).
 
 Per provider: S3 ``storage_class``, ``sse`` (``s3``/``AES256`` or ``kms``/``aws:kms``),
 ``kms_key_id``, ``bucket_key``, ``acl`` (canned), ``requester_pays`` (a source bucket whose
-reads the requester pays for); GCS ``storage_class``, ``kms_key_name`` (CMEK); Azure
+reads the requester pays for); GCS ``storage_class``, ``kms_key_name`` (CMEK),
+``requester_pays`` (every request of that end names the store's ``project`` as the one billed:
+``userProject``); Azure
 ``storage_class`` (the access tier), ``encryption_scope``.
 """
 
@@ -34,7 +36,7 @@ STORAGE_CLASSES: dict[str, tuple[str, ...]] = {
 KEY_OPTION = {"s3": "kms_key_id", "gs": "kms_key_name", "az": "encryption_scope"}
 WRITE_OPTIONS: dict[str, frozenset[str]] = {
     "s3": frozenset({"storage_class", "sse", "kms_key_id", "bucket_key", "acl", "requester_pays"}),
-    "gs": frozenset({"storage_class", "kms_key_name"}),
+    "gs": frozenset({"storage_class", "kms_key_name", "requester_pays"}),
     "az": frozenset({"storage_class", "encryption_scope"}),
 }
 
@@ -66,6 +68,21 @@ def check_write_options(scheme: str, options: Mapping[str, Any], uri: str) -> No
             raise InvalidURIError(f"{uri}: {name} must be true or false")
     if scheme == "s3":
         s3_write_args(options, uri)
+    if scheme == "gs":
+        user_project(options, uri)
+
+
+def user_project(options: Mapping[str, Any], uri: str) -> str | None:
+    """The project GCS bills for a requester-pays bucket's requests (``userProject``): the
+    store's ``project`` when ``requester_pays`` is true; a one-line error without one."""
+    if not options.get("requester_pays"):
+        return None
+    project = options.get("project")
+    if not isinstance(project, str) or not project:
+        raise InvalidURIError(
+            f"{uri}: requester_pays needs the store option project (the project billed)"
+        )
+    return project
 
 
 def portable(scheme: str, storage: str | None, kms_key: str | None, uri: str) -> dict[str, Any]:

@@ -6,11 +6,16 @@ given once, when the control plane creates its upload.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from gateway_agent.stores.base import ObjectStore, SupportsMetadata
+from gateway_agent.stores.base import (
+    LIST_METADATA_MIN,
+    ListsMetadata,
+    ObjectStore,
+    SupportsMetadata,
+)
 from gateway_agent.stores.errors import StoreError
 from gateway_agent.stores.objmeta import azure_key, differs, policy, travelling
 from gateway_agent.stores.writeopts import KEY_OPTION, s3_write_args, storage_class
@@ -41,11 +46,43 @@ def upload_meta(
 META_CHANGED = "metadata"
 
 
+# Keys per metadata listing (``ListsMetadata``: one objects.list page on GCS).
+LIST_BATCH = 500
+
+
+def read_metas(
+    store: SupportsMetadata, keys: list[str], threads: int = 16
+) -> dict[str, dict[str, Any] | StoreError]:
+    """``head_meta`` of each of ``keys`` (or the ``StoreError`` that stopped it): one listing
+    page per ``LIST_BATCH`` sorted keys where the store lists metadata (GCS), else one HEAD
+    per key, ``threads`` at once; a key a listing page did not reach is asked by HEAD."""
+    out: dict[str, dict[str, Any] | StoreError] = {}
+    if len(keys) >= LIST_METADATA_MIN and isinstance(store, ListsMetadata):
+        ordered = sorted(keys)
+        for i in range(0, len(ordered), LIST_BATCH):
+            try:
+                out.update(store.metas_of([(k, None) for k in ordered[i : i + LIST_BATCH]]))
+            except StoreError:
+                pass  # each key is asked on its own below, and fails alone
+    left = [k for k in keys if k not in out]
+
+    def one(key: str) -> dict[str, Any] | StoreError:
+        try:
+            return store.head_meta(key)
+        except StoreError as exc:
+            return exc
+
+    if left:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            out.update(zip(left, pool.map(one, left), strict=True))
+    return out
+
+
 def sync_meta_check(
     src: ObjectStore, dst: ObjectStore, metadata: bool, metadata_set: Mapping[str, str]
 ) -> Callable[[list[str]], list[tuple[str, str]]] | None:
     """For a sync: ``keys -> [(key, why)]`` of objects equal in content whose metadata or tags
-    differ (a HEAD of each side, ``threads`` at once), or None where no look is needed: bytes
+    differ (``read_metas`` of each side), or None where no look is needed: bytes
     only, a store without metadata, or a local source (a change of a file's attributes or
     time moves its ctime, so its version: the sync record sees it for free)."""
     if not metadata or getattr(src.capabilities, "file_names", False):
@@ -54,18 +91,18 @@ def sync_meta_check(
         return None
     source, target = cast(SupportsMetadata, src), cast(SupportsMetadata, dst)
 
-    def one(key: str) -> tuple[str, str] | None:
-        try:
-            want = policy(travelling(source.head_meta(key)), True, metadata_set)
-            have = travelling(target.head_meta(key))
-        except StoreError:
-            return None  # the copy decides: an unreadable side is reported there
-        fields = differs(expected_at(dst, want), have)
-        return (key, f"metadata differs ({', '.join(fields)})") if fields else None
-
     def check(keys: list[str]) -> list[tuple[str, str]]:
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            return [found for found in pool.map(one, keys) if found is not None]
+        wants, haves = read_metas(source, keys), read_metas(target, keys)
+        found: list[tuple[str, str]] = []
+        for key in keys:
+            src_meta, dst_meta = wants.get(key), haves.get(key)
+            if not isinstance(src_meta, dict) or not isinstance(dst_meta, dict):
+                continue  # the copy decides: an unreadable side is reported there
+            want = policy(travelling(src_meta), True, metadata_set)
+            fields = differs(expected_at(dst, want), travelling(dst_meta))
+            if fields:
+                found.append((key, f"metadata differs ({', '.join(fields)})"))
+        return found
 
     return check
 
@@ -151,7 +188,8 @@ def verify_metadata(
     threads: int = 16,
 ) -> tuple[int, list[str]]:
     """``--verify full`` beyond the bytes: per copied object, a HEAD of the destination (and
-    of the source, for what was asked) compares metadata, tags, storage class and encryption.
+    of the source, for what was asked; ``read_metas``: a listing page per 500 objects on GCS)
+    compares metadata, tags, storage class and encryption, never reading bytes back.
     (objects looked at, failures as ``"key: why"``). A local destination is not looked at:
     its write put the metadata on the file before naming it, or failed."""
     if not isinstance(dst, SupportsMetadata) or dst.capabilities.checked_writes:
@@ -160,22 +198,35 @@ def verify_metadata(
     keep = metadata and isinstance(src, SupportsMetadata)
     if not keep and not metadata_set and not want_options:
         return 0, []
-    source, target = cast(Any, src), cast(SupportsMetadata, dst)
+    source, target = cast(SupportsMetadata, src), cast(SupportsMetadata, dst)
 
-    def one(key: str) -> str | None:
-        try:
-            want = policy(travelling(source.head_meta(key)) if keep else {}, True, metadata_set)
-            have = target.head_meta(key)
-        except StoreError as exc:
-            return f"{key}: cannot read its metadata: {exc}"
+    def one(key: str, src_meta: Any, have: Any) -> str | None:
+        for got in (src_meta, have):
+            if isinstance(got, StoreError):
+                return f"{key}: cannot read its metadata: {got}"
+        want = policy(travelling(src_meta) if keep else {}, True, metadata_set)
         bad = differs(expected_at(dst, want), travelling(have)) if (keep or metadata_set) else []
         bad += _options_differ(want_options, have)
         return f"{key}: metadata differs ({', '.join(bad)})" if bad else None
 
     looked, failures = 0, []
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for found in pool.map(one, keys):
+    for page in _pages(keys, 1000):
+        wants = read_metas(source, page, threads) if keep else {}
+        haves = read_metas(target, page, threads)
+        for key in page:
             looked += 1
+            found = one(key, wants.get(key, {}), haves[key])
             if found is not None:
                 failures.append(found)
     return looked, failures
+
+
+def _pages(keys: Iterable[str], size: int) -> Iterator[list[str]]:
+    page: list[str] = []
+    for key in keys:
+        page.append(key)
+        if len(page) >= size:
+            yield page
+            page = []
+    if page:
+        yield page

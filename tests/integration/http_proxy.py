@@ -13,13 +13,16 @@ from urllib.parse import urlsplit
 
 # (method, path?query, body) -> the body to forward
 Mangle = Callable[[str, str, bytes], bytes]
+# (method, path?query, headers) -> (status, body) to answer instead of the upstream, or None
+Answer = Callable[[str, str, dict[str, str]], tuple[int, bytes] | None]
 
 
 class CountingProxy:
     """Forwards HTTP requests to one upstream and records ``(method, path?query)`` of each;
-    ``mangle`` may change a request body before it is forwarded."""
+    ``mangle`` may change a request body before it is forwarded; ``answer`` may answer a
+    request itself (an error the upstream would not give) instead of forwarding it."""
 
-    def __init__(self, upstream: str, mangle: Mangle | None = None):
+    def __init__(self, upstream: str, mangle: Mangle | None = None, answer: Answer | None = None):
         target = urlsplit(upstream)
         self.requests: list[tuple[str, str]] = []
         # Per request, in the order of ``requests``: when it came and its headers.
@@ -40,19 +43,30 @@ class CountingProxy:
                 body = self.rfile.read(length) if length else None
                 if body is not None and mangle is not None:
                     body = mangle(self.command, self.path, body)
-                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    conn.close()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("connection", "transfer-encoding", "content-length"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                own = answer(self.command, self.path, headers) if answer is not None else None
+                answered: str | None = None
+                if own is not None:
+                    status, data = own
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/xml")
+                else:
+                    conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                    try:
+                        conn.request(self.command, self.path, body=body, headers=headers)
+                        resp = conn.getresponse()
+                        data = resp.read()
+                    finally:
+                        conn.close()
+                    self.send_response(resp.status)
+                    for k, v in resp.getheaders():
+                        if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                            self.send_header(k, v)
+                    # A HEAD's answer has no body but the object's length (a store reads the
+                    # size from it): passed on as the server sent it.
+                    if self.command == "HEAD":
+                        answered = resp.getheader("Content-Length")
+                self.send_header("Content-Length", answered or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

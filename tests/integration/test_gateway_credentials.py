@@ -517,7 +517,7 @@ def test_azure_gateways_get_a_container_sas_refreshed_mid_transfer(
     dst = open_store(dst_uri)
     assert {o.key: dst.read(o.key) for o in dst.list()} == data
 
-    for uri, permission in ((src_uri, "rl"), (dst_uri, "cw")):
+    for uri, permission in ((src_uri, "rlt"), (dst_uri, "cwt")):
         for m in minted[uri]:
             assert m.detail["method"] == "service SAS"
             assert "connection_string" not in m.credentials.to_dict()

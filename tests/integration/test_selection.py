@@ -175,6 +175,8 @@ def test_files_from_reads_and_checks_by_key_and_sends_no_listing(
     got = {o.key: o for o in open_store(dst_uri, moto_s3.options).list()}
     assert sorted(got) == ["k/001", "k/002", "k/017", "k/059"]
     assert open_store(dst_uri, moto_s3.options).read("k/002") == b"theirs"
+    for key in ("k/001", "k/017", "k/059"):
+        assert open_store(dst_uri, moto_s3.options).read(key) == blobs[key], key
     assert [r for r in seen if _is_listing(*r)] == [], seen
     heads = [p for m, p in seen if m == "HEAD"]
     assert heads, seen

@@ -7,6 +7,7 @@ VM (``--no-vms``: the schedule's choice forced, as a cloud backend's 60 s start-
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
@@ -231,7 +232,6 @@ def test_a_killed_server_side_run_tears_nothing_and_resumes(tmp_path: Path, moto
     """SIGKILL the CLI once the destination shows its first copied object: every object the
     destination shows is whole and equal to its source (CopyObject lands whole; parts wait
     in a staged upload), and the same command again completes and verifies."""
-    import json
     import signal
     import subprocess
     import sys
@@ -292,3 +292,151 @@ def test_a_sync_copies_only_what_changed_server_side(tmp_path: Path, moto_s3: An
     assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
     got = _all(dst, moto_s3.options)
     assert set(got) == {f"{i}.csv" for i in range(6)} and got["3.csv"] == b"changed"
+
+
+ACCESS_DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>Access Denied</Message><RequestId>proxy</RequestId></Error>"
+)
+
+
+def _refuse_copies(method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes] | None:
+    """What S3 answers a CopyObject or UploadPartCopy whose caller may not read the source
+    (real AWS, a destination set scoped to its own bucket): 403 AccessDenied."""
+    copying = any(k.lower() == "x-amz-copy-source" for k in headers)
+    return (403, ACCESS_DENIED) if method == "PUT" and copying else None
+
+
+def test_a_refused_copy_moves_the_bytes_once_warned_and_verified(
+    tmp_path: Path,
+    moto_s3: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real proxy in front of moto answers every CopyObject and UploadPartCopy with S3's
+    403 AccessDenied (moto enforces no session policy, so the refusal is the proxy's): the
+    run warns once, moves the bytes itself on the same in-process gateway (PutObject,
+    UploadPart), and the replica is byte-identical and verified; no staged upload is left.
+    The destination's set was minted (moto's STS) with the source's read for the copy."""
+    from skyplane_ops.transfer.dispatch import credentials as resolving
+    from skyplane_ops.transfer.dispatch.minting import Minted
+    from tests.integration.http_proxy import CountingProxy
+
+    minted: dict[str, list[Minted]] = {}
+    real_minter = resolving.aws_minter
+
+    def spying(scope: Any, *a: Any, **k: Any) -> Any:
+        mint = real_minter(scope, *a, **k)
+        if mint is None:
+            return None
+
+        def recorded() -> Minted:
+            got = mint()
+            minted.setdefault(scope.uri, []).append(got)
+            return got
+
+        return recorded
+
+    monkeypatch.setattr(resolving, "aws_minter", spying)
+
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    data = {f"d/{i:02d}.csv": os.urandom(900 + i) for i in range(8)}
+    data["d/big.bin"] = os.urandom(11 * MiB + 7)  # parts: UploadPartCopy refused too
+    for key, blob in data.items():
+        store.write(key, blob)
+    caplog.set_level("WARNING")
+    with CountingProxy(moto_s3.options["endpoint_url"], answer=_refuse_copies) as proxy:
+        opts = {**moto_s3.options, "endpoint_url": proxy.endpoint}
+        run, result = _run(
+            tmp_path, src, dst, opts, opts, ("aws:us-east-1", "aws:us-west-2"),
+            part_size=5 * MiB,
+        )  # fmt: skip
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    assert result.verification["status"] == "passed", result.verification
+    assert result.objects == len(data) and _all(dst, moto_s3.options) == data
+    dst_bucket = dst.split("/")[2]
+    copies = [p for m, p in proxy.requests if m == "PUT" and p.startswith(f"/{dst_bucket}/")]
+    refused = [
+        p
+        for (m, p), (_, h) in zip(proxy.requests, proxy.heads, strict=True)
+        if m == "PUT" and any(k.lower() == "x-amz-copy-source" for k in h)
+    ]
+    assert refused, "no copy was asked for"
+    assert len(copies) > len(refused)  # the bytes were put after the refusal
+    warned = [r for r in caplog.records if "server-side copy refused" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    assert "AccessDenied" in warned[0].getMessage() or "Access Denied" in warned[0].getMessage()
+    assert running_agents() == 0
+    assert not [n for n in moto_s3.stored_names(dst_bucket) if n.startswith("upload:")]
+    [dst_set] = minted[dst]
+    [read] = [s for s in dst_set.detail["policy"]["Statement"] if s["Sid"] == "ReadCopySource"]
+    assert read["Resource"] == [f"arn:aws:s3:::{src.split('/')[2]}/*"]
+    [src_set] = minted[src]
+    assert "ReadCopySource" not in json.dumps(src_set.detail["policy"])
+
+
+def _calls(proxy: Any, bucket: str) -> dict[str, list[str]]:
+    """The S3 calls the proxy saw on ``bucket``'s objects, by kind (listings left out)."""
+    out: dict[str, list[str]] = {"head": [], "tagging": [], "copy": [], "put": []}
+    for (method, path), (_, headers) in zip(proxy.requests, proxy.heads, strict=True):
+        if not path.startswith(f"/{bucket}/") or path == f"/{bucket}/":
+            continue
+        key = path[len(bucket) + 2 :].split("?")[0]
+        copying = any(k.lower() == "x-amz-copy-source" for k in headers)
+        if method == "HEAD":
+            out["head"].append(key)
+        elif method == "GET" and "tagging" in path.split("?", 1)[-1].split("&"):
+            out["tagging"].append(key)
+        elif method == "PUT":
+            out["copy" if copying else "put"].append(key)
+    return out
+
+
+@pytest.mark.parametrize("metadata", [True, False], ids=["metadata", "no-metadata"])
+def test_s3_copies_take_two_calls_per_object_with_metadata_and_one_without(
+    tmp_path: Path, moto_s3: Any, metadata: bool
+) -> None:
+    """Every request counted on the wire (a recording proxy in front of moto): with metadata
+    kept, each object is one HEAD of the source and one CopyObject, its tags copied by S3
+    (``TaggingDirective=COPY``: no GetObjectTagging), and the replica keeps the source's
+    properties, user metadata, tags and modification time (the kept ``mtime``, else the
+    source's LastModified: S3 cannot add it to metadata it copies, so the HEAD stays);
+    with ``metadata=False`` one CopyObject and nothing else."""
+    from tests.integration.http_proxy import CountingProxy
+
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    tagged = {"content_type": "text/csv", "user": {"team": "ads"}, "tags": {"t": "1", "u": "2"}}
+    kept = {"user": {"mtime": "2021-03-04T05:06:07.123456789Z", "x": "y"}}
+    metas: dict[str, Any] = {"tagged.csv": tagged, "kept.bin": kept, "plain.bin": None}
+    for key, meta in metas.items():
+        store.write(key, key.encode() * 50, meta=meta)
+    with CountingProxy(moto_s3.options["endpoint_url"]) as proxy:
+        opts = {**moto_s3.options, "endpoint_url": proxy.endpoint}
+        run, result = _run(
+            tmp_path, src, dst, opts, opts, ("aws:us-east-1", "aws:us-west-2"),
+            metadata=metadata,
+        )  # fmt: skip
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    assert result.verification["status"] == "passed", result.verification
+    on_src, on_dst = _calls(proxy, src.split("/")[2]), _calls(proxy, dst.split("/")[2])
+    assert sorted(on_dst["copy"]) == sorted(metas) and not on_dst["put"]
+    assert sorted(on_src["head"]) == (sorted(metas) if metadata else [])
+    assert not on_src["tagging"] and not on_dst["tagging"]
+    source, replica = open_store(src, moto_s3.options), open_store(dst, moto_s3.options)
+    for key in metas:
+        theirs, ours = source.head_meta(key), replica.head_meta(key)
+        if not metadata:
+            assert not ours.get("tags") and set(ours.get("user", {})) <= {"mtime"}
+            continue
+        assert ours.get("tags") == theirs.get("tags") and ours.get("mtime_ns") == theirs["mtime_ns"]
+        assert ours.get("content_type") == theirs.get("content_type")
+        assert {k: v for k, v in ours.get("user", {}).items() if k != "mtime"} == {
+            k: v for k, v in theirs.get("user", {}).items() if k != "mtime"
+        }
+    if metadata:
+        assert replica.head_meta("tagged.csv")["tags"] == tagged["tags"]
+        from gateway_agent.stores.objmeta import parse_mtime
+
+        assert replica.head_meta("kept.bin")["mtime_ns"] == parse_mtime(kept["user"]["mtime"])

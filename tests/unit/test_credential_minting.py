@@ -80,8 +80,65 @@ def test_policy_wildcards_in_names_are_literal_and_partitions_follow_the_region(
 
 
 def test_a_packed_policy_fits_sts_limit() -> None:
-    policy = aws_session_policy("b" * 63, "p" * 200, write=True)
+    policy = aws_session_policy("b" * 63, "p" * 200, write=True, copy_source=("s" * 63, "q" * 200))
     assert len(json.dumps(policy, separators=(",", ":"))) < 2048
+
+
+# A server-side route: S3 reads the CopyObject/UploadPartCopy source with the destination's
+# session, so its set also reads the source's objects -- only these, and only on that route.
+# moto enforces no session policy: the document is what is checked.
+
+
+def test_a_server_side_destination_also_reads_the_source_prefix_only() -> None:
+    policy = aws_session_policy(
+        "dst-bucket", "out/", write=True, region="us-west-2", copy_source=("src-bucket", "in/")
+    )
+    assert policy["Statement"] == [
+        {
+            "Sid": "WriteObjects",
+            "Effect": "Allow",
+            "Action": [
+                "s3:PutObject", "s3:PutObjectTagging", "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts",
+            ],
+            "Resource": ["arn:aws:s3:::dst-bucket/out/*"],
+        },
+        {
+            "Sid": "ListPrefix",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": ["arn:aws:s3:::dst-bucket"],
+            "Condition": {"StringLike": {"s3:prefix": ["out/*"]}},
+        },
+        {
+            "Sid": "ReadCopySource",
+            "Effect": "Allow",
+            "Action": [
+                "s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectTagging",
+                "s3:GetObjectVersionTagging",
+            ],
+            "Resource": ["arn:aws:s3:::src-bucket/in/*"],
+        },
+    ]  # fmt: skip
+    # Names stay literal, the partition is the destination's, and a source end never gets it.
+    odd = aws_session_policy("d", "", True, "cn-north-1", copy_source=("s", "a*b/"))
+    assert odd["Statement"][2]["Resource"] == ["arn:aws-cn:s3:::s/a${*}b/*"]
+    assert aws_session_policy("s", "in/", False, copy_source=("x", "")) == aws_session_policy(
+        "s", "in/", False
+    )
+
+
+def test_the_copy_source_is_given_on_a_server_side_route_within_one_service_only() -> None:
+    from skyplane_ops.transfer.dispatch.credentials import copy_source
+
+    assert copy_source("s3://a/in/", "s3://b/out/", server_side=True) == "s3://a/in/"
+    assert copy_source("gs://a/in/", "gs://b/out/", server_side=True) == "gs://a/in/"
+    assert copy_source("s3://a/in/", "s3://b/out/", server_side=False) is None
+    # Azure copies from a presigned URL signed with the source's own set: nothing to add.
+    assert copy_source("s3://a/in/", "az://acct/c/out/", server_side=True) is None
+    assert copy_source("gs://a/in/", "s3://b/out/", server_side=True) is None
+    assert Scope("s3://bbb/out/", True, "s3://aaa/in/").copy_source == ("aaa", "in/")
+    assert Scope("s3://aaa/in/", False, "s3://aaa/in/").copy_source is None
 
 
 # ---- GCP: the Credential Access Boundary ------------------------------------------------------
@@ -113,6 +170,29 @@ def test_destination_boundary_writes_the_prefix_and_the_staging_folder_only() ->
     assert admin == "resource.name.startsWith('projects/_/buckets/dst/objects/out/')"
     staged = by_role["inRole:roles/storage.objectCreator"]["availabilityCondition"]["expression"]
     assert staged == "resource.name.startsWith('projects/_/buckets/dst/objects/.%staging/')"
+
+
+def test_a_server_side_destination_boundary_views_the_source_prefix_only() -> None:
+    boundary = gcp_access_boundary("dst", "out/", write=True, copy_source=("src", "in/"))
+    rules = boundary.to_json()["accessBoundary"]["accessBoundaryRules"]
+    assert len(rules) == 3
+    assert rules[2] == {
+        "availableResource": "//storage.googleapis.com/projects/_/buckets/src",
+        "availablePermissions": ["inRole:roles/storage.objectViewer"],
+        "availabilityCondition": {
+            "expression": "resource.name.startsWith('projects/_/buckets/src/objects/in/')",
+            "title": "copy source prefix",
+        },
+    }  # a rewrite reads objects; no list prefix, nothing of the destination widened
+    assert (
+        rules[:2]
+        == gcp_access_boundary("dst", "out/", write=True).to_json()["accessBoundary"][
+            "accessBoundaryRules"
+        ]
+    )
+    whole = gcp_access_boundary("dst", "", write=True, copy_source=("src", ""))
+    last = whole.to_json()["accessBoundary"]["accessBoundaryRules"][2]
+    assert "availabilityCondition" not in last  # the whole source bucket was asked for
 
 
 STS_URL = "https://sts.googleapis.com/v1/token"
@@ -193,6 +273,49 @@ def test_gcs_gateways_get_a_downscoped_token_not_the_source_credential(
         assert mint().credentials.get("token") == "downscoped-2"
 
 
+def test_a_server_side_gcs_route_mints_the_destination_with_the_source_read(
+    google_identity: Path,
+) -> None:
+    """Mocked: Google's STS token endpoint only. The boundary Google is asked for on a
+    server-side route (the plan's ``server_side_paths``): the destination's rules and the
+    source prefix viewed; the source's own token stays the source's."""
+    import dataclasses
+
+    import responses
+
+    boundaries: list[dict[str, Any]] = []
+
+    def sts(request: Any) -> tuple[int, dict[str, str], str]:
+        body = request.body.decode() if isinstance(request.body, bytes) else request.body
+        form = {k: v[0] for k, v in parse_qs(body).items()}
+        if "options" in form:
+            boundaries.append(json.loads(unquote(form["options"])))
+        answer = {"access_token": f"t{len(boundaries)}", "issued_token_type":
+                  "urn:ietf:params:oauth:token-type:access_token", "token_type": "Bearer",
+                  "expires_in": 3600}  # fmt: skip
+        return 200, {}, json.dumps(answer)
+
+    with responses.RequestsMock() as mock:
+        mock.add_callback(responses.POST, STS_URL, callback=sts)
+        base = make_plan([DST])
+        plan = dataclasses.replace(base, details={**base.details, "server_side_paths": [0]})
+        fleet = GatewayFleet("t", "local", [Gateway("g0", DST, "127.0.0.1", 1, 2)], "ref")
+        Dispatcher(plan, fleet, b"k" * 32, src_uri="gs://src/in/", dst_uri="gs://dst/out/")
+    by_bucket: dict[str, list[str]] = {}
+    for boundary in boundaries:
+        rules = boundary["accessBoundary"]["accessBoundaryRules"]
+        buckets = sorted({r["availableResource"].rsplit("/", 1)[1] for r in rules})
+        by_bucket[",".join(buckets)] = [r["availablePermissions"][0] for r in rules]
+    assert by_bucket == {
+        "src": ["inRole:roles/storage.objectViewer"],
+        "dst,src": [
+            "inRole:roles/storage.objectAdmin",
+            "inRole:roles/storage.objectCreator",
+            "inRole:roles/storage.objectViewer",
+        ],
+    }
+
+
 # ---- Azure: the SAS -----------------------------------------------------------------------------
 
 
@@ -207,7 +330,7 @@ def test_service_sas_reads_and_lists_the_source_container_until_expiry() -> None
     expiry = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=30)
     sas = _sas(azure_container_sas(Scope("az://acct/src/data/", False), expiry,
                                    https_only=True, account_key=KEY))  # fmt: skip
-    assert sas["sr"] == "c" and sas["sp"] == "rl" and sas["spr"] == "https"
+    assert sas["sr"] == "c" and sas["sp"] == "rlt" and sas["spr"] == "https"
     assert sas["se"] == expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert "skoid" not in sas and KEY not in json.dumps(sas)
 
@@ -222,7 +345,7 @@ def test_user_delegation_sas_creates_and_writes_the_destination_container() -> N
     expiry = datetime.now(UTC) + timedelta(hours=1)
     sas = _sas(azure_container_sas(Scope("az://acct/dst/out/", True), expiry,
                                    https_only=False, user_delegation_key=key))  # fmt: skip
-    assert sas["sr"] == "c" and sas["sp"] == "cw" and "spr" not in sas
+    assert sas["sr"] == "c" and sas["sp"] == "cwt" and "spr" not in sas
     assert sas["skoid"] == "oid-1" and sas["sktid"] == "tid-1"
 
 
@@ -235,7 +358,7 @@ def test_azure_gateways_get_a_sas_not_the_account_key(monkeypatch: pytest.Monkey
     assert KEY not in json.dumps(values) and "connection_string" not in values
     assert values["account_url"] == "https://acct.blob.core.windows.net"
     sas = _sas(values["sas"])
-    assert sas["sp"] == "cw" and sas["sr"] == "c"
+    assert sas["sp"] == "cwt" and sas["sr"] == "c"
     assert access.minted is not None and access.minted.expires_at - time.time() <= 120
 
 

@@ -304,26 +304,47 @@ class AzureBlobStore(CloudStore):
         self, key: str, start: int = 0, length: int | None = None, version: str | None = None
     ) -> bytes:
         check_range(start, length)
-        blob = self._blob(key)
         if length == 0:
             self._check_version(key, version)
             return b""
+        return self._get(key, start, length, version)[0]
+
+    def read_meta(
+        self, key: str, start: int, length: int, version: str | None = None
+    ) -> tuple[bytes, dict[str, Any]]:
+        """``ReadsWithMetadata``: the bytes and ``head_meta`` of the same Get Blob answer (its
+        first range's, for a download in several): content settings, metadata and
+        ``x-ms-tag-count`` (Get Blob Tags only when it counts any). An empty blob is one Get
+        Blob of the whole blob (pinned alike)."""
+        check_range(start, length)
+        data, props = self._get(key, start, length or None, version)
+        if length == 0 and data:
+            raise self._changed(key, version or "", None, "it is no longer empty")
+        if props is None:  # past the end: the caller finds the object shorter than listed
+            return data, {}
+        return data, self._meta_of(key, props)
+
+    def _get(
+        self, key: str, start: int, length: int | None, version: str | None
+    ) -> tuple[bytes, Any]:
+        """One download (pinned with If-Match): the bytes and the blob's properties as the
+        first answer gave them (None past the end)."""
+        blob = self._blob(key)
         pinned: dict[str, Any] = {}
         if version is not None:  # every request of the download carries If-Match
             from azure.core import MatchConditions
 
             pinned = {"etag": f'"{version}"', "match_condition": MatchConditions.IfNotModified}
 
-        def get() -> bytes:
-            return bytes(
-                blob.download_blob(
-                    offset=start if (start or length is not None) else None,
-                    length=length,
-                    timeout=self._timeout,
-                    decompress=False,  # the stored bytes, whatever their Content-Encoding
-                    **pinned,
-                ).readall()
+        def get() -> tuple[bytes, Any]:
+            stream = blob.download_blob(
+                offset=start if (start or length is not None) else None,
+                length=length,
+                timeout=self._timeout,
+                decompress=False,  # the stored bytes, whatever their Content-Encoding
+                **pinned,
             )
+            return bytes(stream.readall()), stream.properties
 
         try:
             return self._call("read", key, get)
@@ -339,8 +360,15 @@ class AzureBlobStore(CloudStore):
                 raise self._changed(key, version, None) from None
             if exc.code == "InvalidRange" or exc.status == 416:
                 self._check_version(key, version)
-                return b""  # start at or past the end: nothing to read
+                return b"", None  # start at or past the end: nothing to read
             raise
+
+    def _meta_of(self, key: str, props: Any) -> dict[str, Any]:
+        """``head_meta`` of a blob's properties: Get Blob Tags only when it has any."""
+        tags: dict[str, str] = {}
+        if getattr(props, "tag_count", None):
+            tags = self._call("tags", key, self._blob(key).get_blob_tags, timeout=self._timeout)
+        return props_to_meta(props, tags, frozenset({CRC_METADATA}))
 
     def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
         """Content settings, metadata, blob index tags (one more call, only when the blob has
@@ -350,10 +378,7 @@ class AzureBlobStore(CloudStore):
             props = self._call("head", key, blob.get_blob_properties, timeout=self._timeout)
         except ObjectNotFoundError as exc:
             self._raise_not_found("head", key, exc)
-        tags: dict[str, str] = {}
-        if getattr(props, "tag_count", None):
-            tags = self._call("tags", key, blob.get_blob_tags, timeout=self._timeout)
-        return props_to_meta(props, tags, frozenset({CRC_METADATA}))
+        return self._meta_of(key, props)
 
     def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         blob = self._blob(key)

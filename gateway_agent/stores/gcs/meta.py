@@ -24,7 +24,9 @@ def write_options(opts: Mapping[str, Any], uri: str) -> dict[str, Any]:
     return out
 
 
-def prepare(blob: Any, meta: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Any:
+def prepare(
+    blob: Any, meta: Mapping[str, Any] | None, options: Mapping[str, Any], where: str = "GCS"
+) -> Any:
     """``blob`` with the attributes its upload or compose sends."""
     for name, value in options.items():
         setattr(blob, name, value)
@@ -32,7 +34,7 @@ def prepare(blob: Any, meta: Mapping[str, Any] | None, options: Mapping[str, Any
         for name in SYSTEM:
             if meta.get(name):
                 setattr(blob, name, meta[name])
-        user = gcs_user(meta)
+        user = gcs_user(meta, where)
         if user:
             blob.metadata = user
     return blob

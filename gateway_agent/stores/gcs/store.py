@@ -6,7 +6,9 @@ sealed by its control plane), otherwise Application Default Credentials; when
 anonymous (a gateway reaches the emulator through ``endpoint_url`` and ``anonymous``: its
 environment has no ``STORAGE_EMULATOR_HOST``). Options: ``project``, ``endpoint_url``,
 ``anonymous``, ``timeout``, ``max_pool_connections`` (default 64), ``list_page_size`` (default 1000;
-gcp-storage-emulator ignores it and returns every key in one page).
+gcp-storage-emulator ignores it and returns every key in one page), ``requester_pays`` (a
+requester-pays bucket: every request names ``project`` as the billed one, ``userProject``), and
+the destination write options (``writeopts``).
 
 Multipart is built from what every GCS implementation (including gcp-storage-emulator)
 supports: each part is a temporary object ``.%staging/<upload_id>/<part>`` at the bucket root,
@@ -50,8 +52,9 @@ from gateway_agent.stores.errors import (
     UploadNotFoundError,
 )
 from gateway_agent.stores.gcs.meta import blob_to_meta, prepare, write_options
+from gateway_agent.stores.objmeta import gcs_user
 from gateway_agent.stores.uri import StoreURI
-from gateway_agent.stores.writeopts import WRITE_OPTIONS
+from gateway_agent.stores.writeopts import WRITE_OPTIONS, user_project
 
 STAGING = ".%staging/"
 COMPOSE_LIMIT = 32
@@ -88,6 +91,7 @@ class GCSStore(CloudStore):
         options: Mapping[str, Any] | None = None,
         credentials: Credentials | None = None,
     ):
+
         import os
 
         from google.cloud import storage
@@ -96,6 +100,7 @@ class GCSStore(CloudStore):
         opts = self._opts
         self._timeout = float(opts.get("timeout", 120))
         self._write_opts = write_options(opts, self.uri)  # checked before any work
+        self._payer = user_project(opts, self.uri)
         self._page_size = int(opts.get("list_page_size", 1000))
         kwargs: dict[str, Any] = {"project": opts.get("project")}
         if opts.get("endpoint_url"):
@@ -108,6 +113,11 @@ class GCSStore(CloudStore):
         elif credentials is not None:  # a token from the control plane, swapped when renewed
             kwargs["credentials"] = google_credentials(credentials)
         self._client: Any = storage.Client(**kwargs)
+        # Recent google-cloud-storage releases fetch each bucket's resource in a background
+        # thread for their tracing spans: a request we do not need, sent without
+        # ``userProject`` (refused by a requester-pays bucket). Without the cache it is skipped.
+        if getattr(self._client, "_bucket_metadata_cache", None) is not None:
+            self._client._bucket_metadata_cache = None
         # requests keeps 10 connections per host by default; gateways run many more threads.
         from requests.adapters import HTTPAdapter
 
@@ -115,7 +125,9 @@ class GCSStore(CloudStore):
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool)
         self._client._http.mount("https://", adapter)
         self._client._http.mount("http://", adapter)
-        self._bucket: Any = self._client.bucket(parsed.bucket)
+        # Requester-pays: the bucket object names the billed project on every request made
+        # through it (list, get, download, upload, compose, rewrite, delete: ``userProject``).
+        self._bucket: Any = self._client.bucket(parsed.bucket, user_project=self._payer)
 
     # -- errors --------------------------------------------------------------------------------
     def _classify(self, exc: Exception, where: str, op: str) -> StoreError | None:
@@ -290,10 +302,59 @@ class GCSStore(CloudStore):
             self._call("head", key, blob.reload, timeout=self._timeout, retry=None)
         except ObjectNotFoundError as exc:
             raise self._not_found("head", key, exc) from None
+        if version is not None and blob.generation and str(blob.generation) != version:
+            raise self._changed(key, version, str(blob.generation))
         return blob_to_meta(blob)
 
+    def metas_of(
+        self, items: Sequence[tuple[str, str | None]]
+    ) -> dict[str, dict[str, Any] | StoreError]:
+        """``ListsMetadata``: one objects.list page from the first of the keys (``startOffset``,
+        under their common prefix) gives their resources; a key whose listed generation is not
+        the one read maps to its ``SourceChangedError``. Keys the page did not reach are left
+        out (the caller asks ``head_meta``). gcp-storage-emulator ignores ``startOffset`` and
+        the page size: it answers the whole prefix, of which the keys are picked alike."""
+        if not items:
+            return {}
+        wanted = {self._name(key): (key, version) for key, version in items}
+        names = sorted(wanted)
+        first, last = names[0], names[-1]  # sorted: their common prefix is everyone's
+        n = 0
+        while n < min(len(first), len(last)) and first[n] == last[n]:
+            n += 1
+        prefix = first[:n]
+
+        def fetch() -> builtins.list[Any]:
+            it = self._client.list_blobs(
+                self._bucket,
+                prefix=prefix,
+                start_offset=first,
+                max_results=min(1000, 2 * len(names) + 8),
+                page_size=min(1000, 2 * len(names) + 8),
+                timeout=self._timeout,
+                retry=None,
+            )
+            return builtins.list(next(it.pages))
+
+        try:
+            blobs = self._call("head", names[0], fetch)
+        except ObjectNotFoundError as exc:
+            raise self._not_found("head", items[0][0], exc) from None
+        out: dict[str, dict[str, Any] | StoreError] = {}
+        for blob in blobs:
+            if blob.name not in wanted:
+                continue
+            key, version = wanted[blob.name]
+            found = str(blob.generation) if blob.generation else None
+            if version is not None and found is not None and found != version:
+                out[key] = self._changed(key, version, found)
+            else:
+                out[key] = blob_to_meta(blob)
+        return out
+
     def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
-        blob = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts)
+        where = f"write {self.uri}{key}"
+        blob = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts, where)
         try:
             self._call(
                 "write", key, blob.upload_from_string, data, timeout=self._timeout, retry=None
@@ -375,16 +436,19 @@ class GCSStore(CloudStore):
         return self._bucket.blob(f"{STAGING}{upload_id}/{name}")
 
     def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:
-        """A staging marker naming the key; ``meta`` is kept beside it (custom metadata of the
-        marker) and set on the destination by the final compose."""
+        """A staging marker naming the key; ``meta`` (checked now: what GCS cannot hold fails
+        before any part is sent) is kept in it, after the key's line (a custom metadata value
+        holds 4 KiB, less than an object's metadata may take), and set on the destination by
+        the final compose."""
         full = self._name(key)
         upload_id = uuid.uuid4().hex
         marker = self._stage(upload_id, "key")
         if meta:
-            marker.metadata = {"meta": json.dumps(dict(meta))}
+            gcs_user(meta, f"create_multipart {self.uri}{key}")
+        body = full + "\n" + json.dumps(dict(meta or {}))  # GCS names hold no line breaks
         try:
             self._call(
-                "create_multipart", key, marker.upload_from_string, full.encode(), retry=None
+                "create_multipart", key, marker.upload_from_string, body.encode(), retry=None
             )
         except ObjectNotFoundError as exc:
             raise self._not_found("create_multipart", key, exc) from None
@@ -397,11 +461,13 @@ class GCSStore(CloudStore):
             owner = self._call("complete_multipart", key, marker.download_as_bytes, retry=None)
         except ObjectNotFoundError:
             owner = None
-        if owner is None or owner.decode() != self._parsed.key(key):
+        name, newline, kept = (owner or b"").decode().partition("\n")
+        if owner is None or name != self._parsed.key(key):
             raise UploadNotFoundError(f"{self.uri}: no upload {upload_id} for key {key!r}")
-        self._call("complete_multipart", key, marker.reload, retry=None)  # its metadata
-        kept = (marker.metadata or {}).get("meta")
-        return cast(dict[str, Any], json.loads(kept)) if kept else None
+        if not newline:  # an upload made by an earlier release kept it in the marker's metadata
+            self._call("complete_multipart", key, marker.reload, retry=None)
+            kept = (marker.metadata or {}).get("meta")
+        return cast(dict[str, Any], json.loads(kept)) or None if kept else None
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> None:
         check_key(key)

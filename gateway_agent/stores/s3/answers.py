@@ -113,3 +113,11 @@ def full_object_crc32c(resp: Mapping[str, Any]) -> str | None:
     if not crc or kind == "COMPOSITE" or (kind is None and "-" in str(crc)):
         return None
     return str(crc)
+
+
+def requester_pays(params: dict[str, Any], model: Any, **_: Any) -> None:
+    """``before-parameter-build.s3``: every operation that can say the requester pays says so
+    (a requester-pays bucket refuses any other request: the listing, HEADs, reads, writes,
+    multipart and tag calls alike)."""
+    if "RequestPayer" in model.input_shape.members:
+        params.setdefault("RequestPayer", "requester")

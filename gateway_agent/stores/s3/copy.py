@@ -6,7 +6,9 @@ The destination's client makes the calls, so S3 reads the source with the destin
 credentials (both ends on one service: same endpoint). Every copy is pinned to the listed
 version (``CopySourceIfMatch``: S3 answers 412 once the source changed) and written with the
 destination's write options and the object's metadata stated explicitly
-(``MetadataDirective``/``TaggingDirective`` ``REPLACE``), as a PutObject would write them.
+(``MetadataDirective`` ``REPLACE``), as a PutObject would write them; its tags copied by S3
+(``TaggingDirective`` ``COPY``) when the caller keeps the source's (``copy_keeping``: the
+source's HEAD and the copy, two calls per object, whatever it carries).
 With CRC32C on (the store's default) S3 computes the copy's CRC32C from the bytes it copied
 and returns it: that is the checksum verification then compares with the stored object.
 """
@@ -14,10 +16,12 @@ and returns it: that is the checksum verification then compares with the stored 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, cast
 
 from gateway_agent.stores.errors import CopyMismatchError, StoreError
-from gateway_agent.stores.s3.writeopts import meta_args
+from gateway_agent.stores.objmeta import policy, travelling
+from gateway_agent.stores.s3.writeopts import head_to_meta, meta_args
 
 # The functions take the ``S3Store`` (typed ``Any``: that module imports this one).
 S3Store = Any
@@ -48,6 +52,24 @@ def _pinned(src: S3Store, key: str, version: str | None, exc: StoreError) -> Sto
     return exc
 
 
+def copy_keeping(
+    dst: S3Store,
+    src: S3Store,
+    key: str,
+    size: int,
+    version: str | None,
+    overrides: Mapping[str, str],
+) -> str | None:
+    """CopyObject of ``key`` with its metadata, in two calls whatever it carries: the source's
+    HEAD (its properties, user metadata and modification time: S3 cannot add the time to
+    metadata it copies, nor restate metadata it was not told) and the copy, whose tags S3
+    copies itself (``TaggingDirective=COPY``: no GetObjectTagging, which a HEAD that counts
+    tags would need)."""
+    resp = src._on_key("head", key, src._client.head_object, **src._payer)
+    meta = policy(travelling(head_to_meta(resp, {})), True, overrides)
+    return copy_object(dst, src, key, size, version, meta, source_tags=True)
+
+
 def copy_object(
     dst: S3Store,
     src: S3Store,
@@ -55,8 +77,11 @@ def copy_object(
     size: int,
     version: str | None,
     meta: dict[str, Any] | None,
+    source_tags: bool = False,
 ) -> str | None:
     """CopyObject of ``key`` (the listed ``version``); the copy's CRC32C where S3 gives it.
+    Metadata is ``meta``, stated (``MetadataDirective=REPLACE``); tags those of ``meta``, or
+    with ``source_tags`` the source's as S3 holds them (``TaggingDirective=COPY``).
 
     A single-part source's ETag is its MD5 and so is the copy's (unless the destination
     encrypts with KMS): a copy whose ETag is not the listed one copied other bytes (an
@@ -64,9 +89,10 @@ def copy_object(
     if size > COPY_OBJECT_MAX:
         raise StoreError(f"copy {dst.uri}{key}: {size} bytes is more than one CopyObject copies")
     where = f"copy {dst.uri}{key}"
-    args = {**dst.write_args, **meta_args(meta or {}, where)}
+    stated = {k: v for k, v in (meta or {}).items() if not (source_tags and k == "tags")}
+    args = {**dst.write_args, **meta_args(stated, where)}
     args["MetadataDirective"] = "REPLACE"
-    args["TaggingDirective"] = "REPLACE"
+    args["TaggingDirective"] = "COPY" if source_tags else "REPLACE"
     try:
         resp = dst._on_key(
             "copy",

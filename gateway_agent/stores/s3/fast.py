@@ -184,12 +184,18 @@ class FastPath:
         """One GetObject of ``length`` (> 0) bytes from ``start``: a Range request, with
         ``If-Match`` (a quoted ETag) when the caller pins the version it listed. S3 answers
         416 for a start past the end and 412 for another version, as through boto3."""
+        return self.get_answer(name, start, length, if_match).data
+
+    def get_answer(
+        self, name: str, start: int, length: int, if_match: str | None
+    ) -> rawhttp.Answer:
+        """``get`` with the answer's headers too (the object's metadata: ``get_fields``)."""
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         if if_match is not None:
             headers["If-Match"] = if_match
         with self._lock:
             self.gets += 1
-        return self._send("GET", self.url(name), b"", headers, "GetObject", ok=(200, 206)).data
+        return self._send("GET", self.url(name), b"", headers, "GetObject", ok=(200, 206))
 
     def head(self, name: str) -> dict[str, Any]:
         """One HeadObject with the full-object checksum asked for (``x-amz-checksum-mode``):

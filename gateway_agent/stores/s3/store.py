@@ -60,10 +60,12 @@ from gateway_agent.stores.s3.answers import (
     full_object_crc32c,
     micros,
     no_continue_when_small,
+    requester_pays,
 )
 from gateway_agent.stores.s3.fast import FAST_BODY_MAX, FastPath, Listed, Unsupported, fast_path_for
 from gateway_agent.stores.s3.writeopts import (
     WRITE_OPTIONS,
+    get_fields,
     head_to_meta,
     meta_args,
     put_headers,
@@ -126,7 +128,7 @@ class S3Store(CloudStore):
             raise InvalidURIError(f"{self.uri}: option checksums must be 'crc32c' or 'off'")
         self._crc = mode == "crc32c"
         # What every PutObject / CreateMultipartUpload adds (storage class, encryption, ACL);
-        # checked here, before any work. Requester-pays: every read says who pays.
+        # checked here, before any work. Requester-pays: every request says who pays.
         self._write_args = write_args(opts, self.uri)
         self._payer = {"RequestPayer": "requester"} if opts.get("requester_pays") else {}
         self.bucket, self.endpoint = parsed.bucket, opts.get("endpoint_url")
@@ -159,6 +161,9 @@ class S3Store(CloudStore):
         for name, on in fast.items():
             if not isinstance(on, bool):
                 raise InvalidURIError(f"{self.uri}: option {name} must be true or false")
+        if self._payer:  # every request says the requester pays: through boto3 only
+            self._client.meta.events.register("before-parameter-build.s3", requester_pays)
+            fast = dict.fromkeys(fast, False)
         path = None
         if any(fast.values()):
             path = fast_path_for(self._client, session, self._bucket, opts)
@@ -329,6 +334,25 @@ class S3Store(CloudStore):
         if length == 0:
             self._check_version(key, version)
             return b""
+        return self._get(key, start, length, version, False)[0]
+
+    def read_meta(
+        self, key: str, start: int, length: int, version: str | None = None
+    ) -> tuple[bytes, dict[str, Any]]:
+        """``ReadsWithMetadata``: the bytes and ``head_meta`` of the same GetObject answer
+        (Content-*, ``x-amz-meta-*``, storage class, SSE; GetObjectTagging only when the answer
+        counts tags). An empty object is one GET of the whole object (pinned alike)."""
+        check_range(start, length)
+        data, fields = self._get(key, start, length or None, version, True)
+        if length == 0 and data:
+            raise self._changed(key, version or "", None, "it is no longer empty")
+        return data, self._meta_of(key, fields)
+
+    def _get(
+        self, key: str, start: int, length: int | None, version: str | None, fields: bool
+    ) -> tuple[bytes, dict[str, Any]]:
+        """One GetObject (fast path or boto3): the bytes, and with ``fields`` the answer's
+        fields as boto3 names them (``get_fields``)."""
         name = self._name(key)
         kwargs: dict[str, Any] = {"Bucket": self._bucket, "Key": name, **self._payer}
         if version is not None:
@@ -337,21 +361,25 @@ class S3Store(CloudStore):
             end = "" if length is None else str(start + length - 1)
             kwargs["Range"] = f"bytes={start}-{end}"
 
-        def get(**kw: Any) -> bytes:
+        def get(**kw: Any) -> tuple[bytes, dict[str, Any]]:
             fast = None if self._payer else self._fast_get
             if fast is not None and length is not None and length < FAST_BODY_MAX:
                 try:
-                    return fast.get(name, start, length, kw.get("IfMatch"))
+                    if not fields:
+                        return fast.get(name, start, length, kw.get("IfMatch")), {}
+                    answer = fast.get_answer(name, start, length, kw.get("IfMatch"))
+                    return answer.data, get_fields(answer.headers)
                 except Unsupported:
                     self._fast_get = None  # another region: boto3 follows, from now on
-            body = self._client.get_object(**kw)["Body"]
+            resp = self._client.get_object(**kw)
+            body = resp.pop("Body")
             try:
-                return bytes(body.read())
+                return bytes(body.read()), resp
             finally:
                 body.close()
 
         try:
-            return self._call("read", key, get, **kwargs)
+            return self._call("read", key, get, **kwargs)  # type: ignore[no-any-return]
         except ObjectNotFoundError:
             if version is None:
                 raise
@@ -361,19 +389,24 @@ class S3Store(CloudStore):
                 raise self._changed(key, version, None) from None
             if exc.code == "InvalidRange" or exc.status == 416:
                 self._check_version(key, version)
-                return b""  # start at or past the end: nothing to read
+                return b"", {}  # start at or past the end: nothing to read
             raise
 
-    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
-        """System properties, ``x-amz-meta-*``, tags (one GetObjectTagging, only when HEAD
-        counts any), the kept source time (else LastModified), storage class, encryption."""
-        resp = self._on_key("head", key, self._client.head_object, **self._payer)
+    def _meta_of(self, key: str, resp: Mapping[str, Any]) -> dict[str, Any]:
+        """``head_meta`` of a HeadObject or GetObject answer: one GetObjectTagging when the
+        answer counts any tags."""
         tags: dict[str, str] = {}
         headers = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         if int(resp.get("TagCount") or headers.get("x-amz-tagging-count") or 0):
             got = self._on_key("tags", key, self._client.get_object_tagging, **self._payer)
             tags = {t["Key"]: t["Value"] for t in got.get("TagSet", [])}
         return head_to_meta(resp, tags)
+
+    def head_meta(self, key: str, version: str | None = None) -> dict[str, Any]:
+        """System properties, ``x-amz-meta-*``, tags (one GetObjectTagging, only when HEAD
+        counts any), the kept source time (else LastModified), storage class, encryption."""
+        resp = self._on_key("head", key, self._client.head_object, **self._payer)
+        return self._meta_of(key, resp)
 
     def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         crc = self._crc_args(data)
@@ -428,6 +461,11 @@ class S3Store(CloudStore):
         meta: dict[str, Any] | None = None,
     ) -> str | None:
         return s3copy.copy_object(self, src, key, size, version, meta)
+
+    def copy_keeping_metadata(
+        self, src: Any, key: str, size: int, version: str | None, overrides: Mapping[str, str]
+    ) -> str | None:
+        return s3copy.copy_keeping(self, src, key, size, version, overrides)
 
     def copy_part_from(
         self,

@@ -16,7 +16,14 @@ from gateway_agent.stores.writeopts import WRITE_OPTIONS as ALL_WRITE_OPTIONS
 from gateway_agent.stores.writeopts import s3_write_args as write_args
 
 WRITE_OPTIONS = ALL_WRITE_OPTIONS["s3"]
-__all__ = ["WRITE_OPTIONS", "head_to_meta", "meta_args", "put_headers", "write_args"]
+__all__ = [
+    "WRITE_OPTIONS",
+    "get_fields",
+    "head_to_meta",
+    "meta_args",
+    "put_headers",
+    "write_args",
+]
 # HEAD answer field <-> portable name (``objmeta.SYSTEM``).
 _SYSTEM = {
     "content_type": "ContentType",
@@ -61,6 +68,33 @@ def head_to_meta(resp: Mapping[str, Any], tags: Mapping[str, str]) -> Meta:
     if resp.get("SSEKMSKeyId"):
         meta["kms_key"] = resp["SSEKMSKeyId"]
     return meta
+
+
+def get_fields(headers: Mapping[str, str]) -> dict[str, Any]:
+    """The fields ``head_to_meta`` reads, from a GetObject answer's raw headers (names in lower
+    case; the fast path's answer), as boto3 names them (``TagCount``: how many tags)."""
+    from email.utils import parsedate_to_datetime
+
+    out: dict[str, Any] = {
+        name: headers[header.lower()]
+        for name, header in _HEADERS.items()
+        if header.lower() in headers and name in _SYSTEM.values()
+    }
+    out["Metadata"] = {
+        k[len("x-amz-meta-") :]: v for k, v in headers.items() if k.startswith("x-amz-meta-")
+    }
+    for name, header in (
+        ("StorageClass", "x-amz-storage-class"),
+        ("ServerSideEncryption", "x-amz-server-side-encryption"),
+        ("SSEKMSKeyId", "x-amz-server-side-encryption-aws-kms-key-id"),
+        ("TagCount", "x-amz-tagging-count"),
+        ("ETag", "etag"),
+    ):
+        if headers.get(header):
+            out[name] = headers[header]
+    if headers.get("last-modified"):
+        out["LastModified"] = parsedate_to_datetime(headers["last-modified"])
+    return out
 
 
 # PutObject argument -> its HTTP header (the fast path sends the headers itself).

@@ -15,6 +15,8 @@ option ``credentials`` chooses, per end:
   ``az://``: a container SAS (user delegation, or service SAS with an account key).
   Where this process has no identity of that cloud at all, nothing is sent (as with
   ``"instance"``); where it has one and minting fails, the transfer fails and says why.
+  On a server-side route within one service (S3 -> S3, GCS -> GCS) the destination's set
+  also reads the source's objects under its prefix: the store reads the source with it.
 * ``"instance"``: nothing is sent; the gateways use their own identity (an instance role,
   a managed identity or a service account on the VM), which the user then grants.
 * ``"forward"``: this process's own credentials as they are (a frozen AWS set, the Azure
@@ -69,6 +71,21 @@ class EndAccess:
     mint: Mint | None = None
 
 
+# Stores whose server-side copy reads the source with the destination's credentials (the
+# destination's client makes the call): S3 CopyObject/UploadPartCopy, GCS rewrite. Azure
+# copies from a presigned URL, signed with the source's own.
+COPY_READS_WITH_DESTINATION = frozenset({"s3", "gs"})
+
+
+def copy_source(src_uri: str, dst_uri: str, server_side: bool) -> str | None:
+    """The source a route's destination copies from with its own credentials (to mint
+    them with the source's read too): only on a server-side route within one service."""
+    src, dst = urlparse(src_uri).scheme, urlparse(dst_uri).scheme
+    if server_side and src == dst and dst in COPY_READS_WITH_DESTINATION:
+        return src_uri
+    return None
+
+
 def resolve(
     uri: str,
     options: Mapping[str, Any] | None = None,
@@ -76,9 +93,11 @@ def resolve(
     write: bool = False,
     lifetime_s: float = DEFAULT_LIFETIME_S,
     name: str = "skyplane-ops",
+    copy_from: str | None = None,
 ) -> EndAccess:
     """The gateways' access to the store ``uri`` names (its source end unless ``write``),
-    from this process's SDK chains; ``name`` names the session (AWS)."""
+    from this process's SDK chains; ``name`` names the session (AWS); ``copy_from``: the
+    source a destination copies from server-side (``copy_source``), read by its minted set."""
     opts = dict(options or {})
     scheme = urlparse(uri).scheme
     if scheme not in SCHEME_KIND:
@@ -88,7 +107,8 @@ def resolve(
         opts.pop(key, None)
     if mode == "minted":
         try:
-            return _minted(uri, scheme, opts, dict(options or {}), write, lifetime_s, name)
+            scope = Scope(uri, write, copy_from)
+            return _minted(scope, scheme, opts, dict(options or {}), lifetime_s, name)
         except TransferError:
             raise
         except Exception as exc:  # never the message: it could quote a credential
@@ -110,15 +130,14 @@ def resolve(
 
 
 def _minted(
-    uri: str,
+    scope: Scope,
     scheme: str,
     opts: dict[str, Any],
     given: dict[str, Any],
-    write: bool,
     lifetime_s: float,
     name: str,
 ) -> EndAccess:
-    scope = Scope(uri, write)
+    uri = scope.uri
     mint: Mint | None = None
     if scheme == "s3":
         access = _aws(opts, "instance")  # the region, nothing else

@@ -41,7 +41,7 @@ from skyplane_ops.errors import TransferError
 from skyplane_ops.planner.plan import TransferPlan
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.lease import keep_alive
-from skyplane_ops.transfer.dispatch.credentials import resolve
+from skyplane_ops.transfer.dispatch.credentials import copy_source, resolve
 from skyplane_ops.transfer.dispatch.flight import _Flight
 from skyplane_ops.transfer.dispatch.join import Arrivals, Joining, waiting_paths
 from skyplane_ops.transfer.dispatch.liveness import Liveness
@@ -122,8 +122,16 @@ class Dispatcher(JobSpecs, Joining, Liveness):
         # none.
         lifetime = self.options.credentials_lifetime_s
         src_access = resolve(src_uri, src_options, lifetime_s=lifetime, name=self.job_id)
+        # A server-side route's destination reads the source with its own set (S3 copies,
+        # GCS rewrites): minted with that read too, on that route only.
+        copy_from = copy_source(src_uri, dst_uri, bool(plan.details.get("server_side_paths")))
         dst_access = resolve(
-            dst_uri, dst_options, write=True, lifetime_s=lifetime, name=self.job_id
+            dst_uri,
+            dst_options,
+            write=True,
+            lifetime_s=lifetime,
+            name=self.job_id,
+            copy_from=copy_from,
         )
         self._sealed = seal(
             secret, json.dumps({"src": src_access.options, "dst": dst_access.options}).encode()

@@ -18,12 +18,18 @@ running jobs before the old set expires (``refresh.CredentialRefresher``).
   parts. It lives as long as the source token (<= 1 h) and is minted again from the source
   credential, refreshed.
 * **Azure** -- a SAS on the container (Blob SAS cannot name a prefix without hierarchical
-  namespace; a directory SAS needs HNS, so the scope is the container): ``rl`` on the source,
-  ``cw`` on the destination, ``https`` only unless the endpoint is plain HTTP (Azurite), with an
-  expiry. A *user delegation SAS* (a key from Entra ID, ``Get User Delegation Key``) when the
-  control plane has no account key; with an account key (a connection string, as with
-  Azurite) a *service SAS* signed with it. A connection string that carries a SAS already is
+  namespace; a directory SAS needs HNS, so the scope is the container): ``rlt`` on the source,
+  ``cwt`` on the destination (``t``: the blob index tags that travel with an object),
+  ``https`` only unless the endpoint is plain HTTP (Azurite), with an expiry. A *user
+  delegation SAS* (a key from Entra ID, ``Get User Delegation Key``) when the control plane
+  has no account key; with an account key (a connection string, as with Azurite) a *service
+  SAS* signed with it. A connection string that carries a SAS already is
   sent as it is (a SAS cannot be narrowed).
+
+A destination that copies server-side from the source on its own service (S3 CopyObject and
+UploadPartCopy, GCS rewrite: the store reads the source with the caller's credentials) gets,
+on such a route only, one more grant in its set: the source's object reads on the source's
+bucket and prefix (``Scope.copy_from``), no listing, nothing else of the source.
 
 Nothing here is written anywhere: a minted set lives in this process's memory and is sealed
 at once for the gateways that open its store.
@@ -73,8 +79,10 @@ AWS_WRITE_ACTIONS = (
     "s3:ListMultipartUploadParts",
 )
 AWS_LIST_ACTIONS = ("s3:ListBucket",)
-SAS_READ = "rl"
-SAS_WRITE = "cw"
+# ``t``: blob index tags travel with the object (read on the source, set with the write on the
+# destination), as the AWS sets grant GetObjectTagging / PutObjectTagging.
+SAS_READ = "rlt"
+SAS_WRITE = "cwt"
 GCP_READ_ROLE = "inRole:roles/storage.objectViewer"
 GCP_WRITE_ROLE = "inRole:roles/storage.objectAdmin"
 GCP_STAGING_ROLE = "inRole:roles/storage.objectCreator"
@@ -83,10 +91,23 @@ MODES = ("minted", "forward", "instance")
 
 @dataclass(frozen=True)
 class Scope:
-    """One end of a transfer as a credential sees it: the store, and read or write."""
+    """One end of a transfer as a credential sees it: the store, and read or write.
+
+    ``copy_from``: the source a destination's store copies from server-side (S3 CopyObject
+    and UploadPartCopy, GCS rewrite read it with the destination's credentials), whose
+    objects the set may then also read; None on every other route."""
 
     uri: str
     write: bool
+    copy_from: str | None = None
+
+    @property
+    def copy_source(self) -> tuple[str, str] | None:
+        """The bucket and prefix of ``copy_from``, read by this end's copies."""
+        if not self.write or not self.copy_from:
+            return None
+        src = parse_uri(self.copy_from)
+        return src.bucket, src.prefix
 
     @property
     def bucket(self) -> str:
@@ -154,12 +175,30 @@ def aws_partition(region: str | None) -> str:
 
 
 def aws_session_policy(
-    bucket: str, prefix: str, write: bool, region: str | None = None
+    bucket: str,
+    prefix: str,
+    write: bool,
+    region: str | None = None,
+    copy_source: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The session policy of one end: its objects under ``prefix`` (read, or write and
-    multipart) and a listing of the bucket limited to that prefix (``s3:prefix``)."""
-    arn = f"arn:{aws_partition(region)}:s3:::{bucket}"
+    multipart) and a listing of the bucket limited to that prefix (``s3:prefix``); with
+    ``copy_source`` (a destination that copies server-side) also the source's reads on its
+    objects under its prefix, which CopyObject and UploadPartCopy need (no listing)."""
+    partition = aws_partition(region)
+    arn = f"arn:{partition}:s3:::{bucket}"
     literal = _iam_literal(prefix)
+    copy: list[dict[str, Any]] = []
+    if write and copy_source is not None:
+        src_bucket, src_prefix = copy_source
+        copy.append(
+            {
+                "Sid": "ReadCopySource",
+                "Effect": "Allow",
+                "Action": list(AWS_READ_ACTIONS),
+                "Resource": [f"arn:{partition}:s3:::{src_bucket}/{_iam_literal(src_prefix)}*"],
+            }
+        )
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -176,6 +215,7 @@ def aws_session_policy(
                 "Resource": [arn],
                 "Condition": {"StringLike": {"s3:prefix": [f"{literal}*"]}},
             },
+            *copy,
         ],
     }
 
@@ -212,7 +252,7 @@ def aws_minter(
         return None
     region = options.get("region") or session.region_name or "us-east-1"
     sts = session.client("sts", region_name=region, endpoint_url=_sts_endpoint(options))
-    policy = aws_session_policy(scope.bucket, scope.prefix, scope.write, region)
+    policy = aws_session_policy(scope.bucket, scope.prefix, scope.write, region, scope.copy_source)
     packed = json.dumps(policy, separators=(",", ":"))
     role = options.get("role_arn")
     session_name = re.sub(r"[^\w+=,.@-]", "-", name)[:32]
@@ -272,19 +312,22 @@ def _cel_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def gcp_access_boundary(bucket: str, prefix: str, write: bool) -> Any:
-    """The Credential Access Boundary of one end (``google.auth.downscoped``)."""
+def gcp_access_boundary(
+    bucket: str, prefix: str, write: bool, copy_source: tuple[str, str] | None = None
+) -> Any:
+    """The Credential Access Boundary of one end (``google.auth.downscoped``); with
+    ``copy_source`` (a destination that rewrites server-side) a further rule: the source's
+    objects under its prefix viewed, which a rewrite reads with this token (no listing)."""
     from google.auth import downscoped
 
     from gateway_agent.stores.gcs.store import STAGING
 
-    resource = f"//storage.googleapis.com/projects/_/buckets/{bucket}"
-    objects = f"projects/_/buckets/{bucket}/objects/"
-
-    def starts(name: str) -> str:
+    def starts(name: str, on: str = bucket) -> str:
+        objects = f"projects/_/buckets/{on}/objects/"
         return f"resource.name.startsWith({_cel_string(objects + name)})"
 
-    def rule(role: str, expression: str | None, title: str) -> Any:
+    def rule(role: str, expression: str | None, title: str, on: str = bucket) -> Any:
+        resource = f"//storage.googleapis.com/projects/_/buckets/{on}"
         condition = None
         if expression:
             condition = downscoped.AvailabilityCondition(expression, title=title)  # type: ignore[no-untyped-call]
@@ -301,6 +344,10 @@ def gcp_access_boundary(bucket: str, prefix: str, write: bool) -> Any:
             rule(GCP_WRITE_ROLE, starts(prefix) if prefix else None, "destination prefix"),
             rule(GCP_STAGING_ROLE, starts(STAGING), "staged parts"),
         ]
+        if copy_source is not None:
+            src_bucket, src_prefix = copy_source
+            expression = starts(src_prefix, src_bucket) if src_prefix else None
+            rules.append(rule(GCP_READ_ROLE, expression, "copy source prefix", src_bucket))
     return downscoped.CredentialAccessBoundary(rules)  # type: ignore[no-untyped-call]
 
 
@@ -316,7 +363,7 @@ def gcp_minter(scope: Scope, lifetime_s: float) -> tuple[Mint, str | None] | Non
         source, project = google.auth.default(scopes=list(GCP_SCOPES))  # type: ignore[no-untyped-call]
     except DefaultCredentialsError:
         return None
-    boundary = gcp_access_boundary(scope.bucket, scope.prefix, scope.write)
+    boundary = gcp_access_boundary(scope.bucket, scope.prefix, scope.write, scope.copy_source)
     down: Any = downscoped.Credentials(source, boundary)  # type: ignore[no-untyped-call]
 
     def mint() -> Minted:
@@ -364,7 +411,7 @@ def azure_container_sas(
     user_delegation_key: Any = None,
 ) -> str:
     """A container SAS for ``scope`` (service SAS with ``account_key``, user delegation SAS
-    with ``user_delegation_key``): ``rl`` on a source, ``cw`` on a destination."""
+    with ``user_delegation_key``): ``rlt`` on a source, ``cwt`` on a destination."""
     from azure.storage.blob import generate_container_sas
 
     start = datetime.now(UTC) - timedelta(seconds=SAS_START_SKEW_S)
