@@ -344,6 +344,9 @@ class Agent:
                 "peak": self.budget.peak,
             },
             "max_rss_kb": _max_rss_kb(),
+            # Per running job: chunks and bytes waiting per next hop, for the sink's writers,
+            # and descriptors for its readers (the byte budget above holds them all).
+            "queues": {j: job.queues() for j, job in list(self.jobs.items()) if job.running},
         }
 
     # ---- data listener -------------------------------------------------------------------------

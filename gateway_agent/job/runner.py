@@ -31,6 +31,13 @@ from gateway_agent.pool import OutboundPool, OutChunk
 STOP_GRACE_S = 5.0
 
 
+def _held(q: queue.Queue[Any]) -> dict[str, int]:
+    """Chunks and payload bytes in ``q`` (a snapshot under its lock; stop markers left out)."""
+    with q.mutex:
+        chunks = [c for c in q.queue if c is not None]
+    return {"chunks": len(chunks), "bytes": sum(len(c.payload) for c in chunks)}
+
+
 class Job(ServerSideRole, SinkRole):
     """Runs one job's roles on this gateway until stopped."""
 
@@ -80,6 +87,16 @@ class Job(ServerSideRole, SinkRole):
                 # Chunk descriptors submitted here and not yet picked up by a reader.
                 "backlog": self._source_q.qsize(),
             }
+
+    @property
+    def running(self) -> bool:
+        return not self._stop.is_set()
+
+    def queues(self) -> dict[str, Any]:
+        """What waits here, for the metrics: chunks and bytes per next hop's pool and in the
+        sink writers' queue, chunk descriptors not yet picked up by a reader."""
+        hops = {r: _held(p.queue) for r, p in self._pools.items()}
+        return {"next_hop": hops, "sink": _held(self._sink_q), "source": self._source_q.qsize()}
 
     def stop(self) -> None:
         """Stop every role; chunks still held are dropped and their budget released."""

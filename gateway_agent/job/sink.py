@@ -14,7 +14,12 @@ from typing import Any, cast
 
 from gateway_agent import wire
 from gateway_agent.job.base import InChunk, JobBase, ObjectFailed, _local_calls
-from gateway_agent.stores.base import ObjectStore, SupportsMetadata, SupportsWriteBatch
+from gateway_agent.stores.base import (
+    ObjectStore,
+    SupportsMetadata,
+    SupportsWriteBatch,
+    landed_version,
+)
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import crc32c_b64
 from gateway_agent.stores.errors import KeyBlockedError, KeyNotSupportedError
@@ -100,6 +105,7 @@ class SinkRole(JobBase):
 
         crcs: list[int] = chunk.meta.get("crcs", [])
         vouched: list[int] = []
+        versions: list[str | None] = []  # per piece: the version its write's answer named
         if self._meta_set:
             pieces = [(self._meta_of(seg), piece) for seg, piece in pieces]
         batch = isinstance(store, SupportsWriteBatch) and zero_copy and len(pieces) > 1
@@ -108,18 +114,24 @@ class SinkRole(JobBase):
                 self._write_batch(cast(SupportsWriteBatch, store), pieces)
             acked = [True] * len(pieces)  # every piece landed (else it raised)
         else:
-            acked = self._each(
+            answers = self._each(
                 partial(self._write_one, store, zero_copy, crcs),
                 list(enumerate(pieces)),
                 _local_calls(store),
             )
+            acked = [ok for ok, _version in answers]
+            versions = [version for _ok, version in answers]
         if store.capabilities.checked_writes:  # the write vouches for the bytes given
             acked = [a and b for a, b in zip(acked, _pieces_match(pieces, crcs, got), strict=True)]
         vouched = [i for i, ok in enumerate(acked) if ok]
         if not self._slow_store_hook(len(view), t0):
             return
         self._count(chunks_written=1, bytes_written=len(view))
-        here = {"dst": self.region} if str(chunk.meta.get("path")) in self.trees else {}
+        here: dict[str, Any] = (
+            {"dst": self.region} if str(chunk.meta.get("path")) in self.trees else {}
+        )
+        if any(versions):  # the transfer report's destination versions (none for a folder)
+            here["versions"] = versions
         self._event(t="done", chunk=chunk.meta["chunk"], crcs=crcs, vouched=vouched, **here)
 
     def _seg_here(self, seg: dict[str, Any]) -> dict[str, Any]:
@@ -151,30 +163,32 @@ class SinkRole(JobBase):
         zero_copy: bool,
         crcs: list[int],
         item: tuple[int, tuple[dict[str, Any], memoryview]],
-    ) -> bool:
-        """Write piece ``i``; True when the write vouches for the source's CRC32C: S3 echoes
-        the checksum it checked the body against and stored; a store with ``checked_writes``
-        stored exactly these bytes, which ``_write_chunk`` checked against it (a part too:
-        the control plane vouches for a multipart object only when all its parts were)."""
+    ) -> tuple[bool, str | None]:
+        """Write piece ``i``; (vouched, the version the write's answer names: None for a part).
+        Vouched when the write vouches for the source's CRC32C: S3 echoes the checksum it
+        checked the body against and stored; a store with ``checked_writes`` stored exactly
+        these bytes, which ``_write_chunk`` checked against it (a part too: the control plane
+        vouches for a multipart object only when all its parts were)."""
         i, (seg, piece) = item
         data = cast(bytes, piece) if zero_copy else bytes(piece)
         checked = store.capabilities.checked_writes
         try:
             if seg.get("upload_id"):
                 store.upload_part(seg["key"], seg["upload_id"], int(seg["part"]), data)
-                return checked
+                return checked, None
             meta = seg.get("meta")
             if meta and isinstance(store, SupportsMetadata):
                 info = cast(Any, store).write(seg["key"], data, meta=meta)
             else:
                 info = store.write(seg["key"], data)
             if checked:
-                return True
+                return True, landed_version(info)
         except _NAME_PROBLEMS as exc:  # this name only; the chunk's others go again
             raise ObjectFailed("failed", seg["key"], "destination", str(exc)) from None
         native = "crc32c" in store.capabilities.native_checksums
         stored = info.checksums.get("crc32c") if native else None
-        return i < len(crcs) and stored is not None and stored == crc32c_b64(crcs[i])
+        ok = i < len(crcs) and stored is not None and stored == crc32c_b64(crcs[i])
+        return ok, landed_version(info)
 
     @staticmethod
     def _write_batch(

@@ -35,6 +35,16 @@ class ObjectInfo:
     # local file's mtime, while ``modified`` is the later of its mtime and ctime. A sync
     # compares a destination by it (see ``ListRow``).
     written: datetime | None = None
+    # The store's own id of this version where it keeps one: S3's VersionId (a versioned
+    # bucket), Azure's version id (versioning on), GCS's generation. A write's answer carries
+    # it, so the transfer report names what landed without asking again (``landed_version``).
+    version_id: str | None = None
+
+
+def landed_version(info: ObjectInfo) -> str | None:
+    """The destination version a write's answer names: the store's version id, else its ETag
+    (a store that keeps no versions)."""
+    return info.version_id or info.etag
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,21 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
     metadata_set: dict[str, str] = Field(
         default_factory=dict, description="Metadata added to or overriding every replica's."
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus metrics of each step's copies on this port while it "
+        "runs (0: any free port, logged), as the CLI's --metrics-port (docs/metrics.md).",
+    )
+    metrics_addr: str = Field(
+        default="127.0.0.1", description="Address the metrics server binds to."
+    )
+    metrics_textfile: str | None = Field(
+        default=None,
+        description="Write each step's final metrics to this file (node_exporter textfile "
+        "collector; '{transfer_id}' in it is replaced), as the CLI's --metrics-textfile.",
+    )
     check_checksums: str = Field(
         default="auto",
         description=(

@@ -24,6 +24,7 @@ from skyplane_ops.api import GatewayFleet, TransferError, TransferPlan
 from skyplane_ops.dagster.journal_store import StoredJournal, unit_key
 from skyplane_ops.dagster.locations import join_uri, prefix_for
 from skyplane_ops.dagster.metadata import fleet_metadata, transfer_metadata
+from skyplane_ops.dagster.metrics import StepMetrics, step_metrics
 from skyplane_ops.dagster.spec import ReplicationSpec, run_partition_keys, transfer_id_for
 
 # The resource is passed in, never imported: it imports this module (``replicate``).
@@ -263,66 +264,12 @@ def transfer_step(
     """Copy every partition to every destination on the shared fleet, then always deprovision;
     replicas in ``fresh`` (up to date) are not copied again."""
     fleet = GatewayFleet.from_dict(dict(fleet_dict))
-    root_run = getattr(context.run, "root_run_id", None) or context.run_id
     outcomes: dict[str, list[dict[str, Any]]] = {d.output_name: [] for d in spec.destinations}
     failure: dg.Failure | None = None
     failed: dict[str, str] = {}
     try:
-        if planned.get("multicast"):  # one transfer per partition to every destination
-            for unit in planned["units"]:
-                fan_out_unit(context, skyplane, spec, planned, fleet, unit, fresh, outcomes, failed)
-        for dest in [] if planned.get("multicast") else spec.destinations:
-            plan = TransferPlan.from_dict(planned["plans"][dest.output_name]["plan"])
-            for unit in planned["units"]:
-                done = (fresh or {}).get((dest.output_name, unit["prefix"]))
-                if done is not None:  # up to date: not copied again
-                    outcomes[dest.output_name].append(done)
-                    continue
-                dst_uri = join_uri(dest.uri, unit["prefix"])
-                label = f"{dest.output_name}" + (
-                    f"[{unit['partition']}]" if unit["partition"] else ""
-                )
-                journal = skyplane.journal_dir(
-                    root_run.replace("-", ""),
-                    spec.name,
-                    dest.output_name,
-                    unit["partition"] or "all",
-                )
-                context.log.info(
-                    f"transfer {label}: {unit['objects']} objects, {unit['bytes']} bytes"
-                )
-                # The run sequence on the shared fleet and this destination's plan.
-                request = skyplane.request(
-                    unit["src_uri"],
-                    dst_uri,
-                    journal_dir=journal,
-                    transfer_id=fleet.transfer_id,
-                    window=partition_window(spec.partitions_def, unit["partition"]),
-                )
-                gateways = skyplane.gateways(fleet=fleet, plan=plan)
-                key = unit_key(root_run, spec.name, dest.output_name, unit["partition"] or "")
-                stored = skyplane.stored_journal(key, journal, context.log)
-                if stored is not None:
-                    stored.restore()
-                try:
-                    with skyplane.follow_bwlimit(fleet.transfer_id):  # ``set_bwlimit``
-                        result = api.CopyRun(
-                            request, gateways, _StoredEvents(context, label, stored)
-                        ).run()
-                finally:
-                    if stored is not None:
-                        stored.save()
-                if stored is not None:
-                    stored.forget()
-                if result.chunks_resumed:
-                    context.log.info(
-                        f"{label}: {result.chunks_resumed} chunk(s) resumed from the journal"
-                    )
-                summary = result.to_dict()
-                status = (summary.get("verification") or {}).get("status", "passed")
-                if status != "passed":
-                    raise TransferError(f"verification of {label} did not pass: {status}")
-                outcomes[dest.output_name].append(summary)
+        with step_metrics(skyplane, context, fleet.transfer_id) as metrics:
+            _copy_all(context, skyplane, spec, planned, fleet, fresh, outcomes, failed, metrics)
     except BaseException as exc:
         if isinstance(exc, Exception):
             failure = _fail(skyplane, context, "transfer failed", exc)
@@ -347,6 +294,78 @@ def transfer_step(
         )
 
 
+def _copy_all(
+    context: Any,
+    skyplane: SkyplaneResource,
+    spec: ReplicationSpec,
+    planned: Mapping[str, Any],
+    fleet: GatewayFleet,
+    fresh: Mapping[tuple[str, str], dict[str, Any]] | None,
+    outcomes: dict[str, list[dict[str, Any]]],
+    failed: dict[str, str],
+    metrics: StepMetrics,
+) -> None:
+    """Copy each partition: to every destination in one transfer (``fan_out_unit``) under a
+    multicast plan, else to each destination in turn; summaries go to ``outcomes``."""
+    root_run = getattr(context.run, "root_run_id", None) or context.run_id
+    if planned.get("multicast"):  # one transfer per partition to every destination
+        for unit in planned["units"]:
+            fan_out_unit(
+                context, skyplane, spec, planned, fleet, unit, fresh, outcomes, failed, metrics
+            )
+    for dest in [] if planned.get("multicast") else spec.destinations:
+        plan = TransferPlan.from_dict(planned["plans"][dest.output_name]["plan"])
+        for unit in planned["units"]:
+            done = (fresh or {}).get((dest.output_name, unit["prefix"]))
+            if done is not None:  # up to date: not copied again
+                outcomes[dest.output_name].append(done)
+                continue
+            dst_uri = join_uri(dest.uri, unit["prefix"])
+            label = f"{dest.output_name}" + (f"[{unit['partition']}]" if unit["partition"] else "")
+            journal = skyplane.journal_dir(
+                root_run.replace("-", ""),
+                spec.name,
+                dest.output_name,
+                unit["partition"] or "all",
+            )
+            context.log.info(f"transfer {label}: {unit['objects']} objects, {unit['bytes']} bytes")
+            # The run sequence on the shared fleet and this destination's plan.
+            request = skyplane.request(
+                unit["src_uri"],
+                dst_uri,
+                journal_dir=journal,
+                transfer_id=fleet.transfer_id,
+                window=partition_window(spec.partitions_def, unit["partition"]),
+            )
+            gateways = skyplane.gateways(fleet=fleet, plan=plan)
+            key = unit_key(root_run, spec.name, dest.output_name, unit["partition"] or "")
+            stored = skyplane.stored_journal(key, journal, context.log)
+            if stored is not None:
+                stored.restore()
+            events = metrics.wrap(_StoredEvents(context, label, stored))
+            try:
+                with skyplane.follow_bwlimit(fleet.transfer_id):  # ``set_bwlimit``
+                    result = api.CopyRun(request, gateways, events).run()
+            except api.PartialTransferError as exc:
+                metrics.observe(exc.result)  # the metrics tell what landed, then it fails
+                raise
+            finally:
+                if stored is not None:
+                    stored.save()
+            if stored is not None:
+                stored.forget()
+            metrics.observe(result)
+            if result.chunks_resumed:
+                context.log.info(
+                    f"{label}: {result.chunks_resumed} chunk(s) resumed from the journal"
+                )
+            summary = result.to_dict()
+            status = (summary.get("verification") or {}).get("status", "passed")
+            if status != "passed":
+                raise TransferError(f"verification of {label} did not pass: {status}")
+            outcomes[dest.output_name].append(summary)
+
+
 def fan_out_unit(
     context: Any,
     skyplane: SkyplaneResource,
@@ -357,6 +376,7 @@ def fan_out_unit(
     fresh: Mapping[tuple[str, str], dict[str, Any]] | None,
     outcomes: dict[str, list[dict[str, Any]]],
     failed: dict[str, str],
+    metrics: StepMetrics | None = None,
 ) -> None:
     """One partition to every destination not up to date in one transfer (``FanoutRun``:
     each chunk read once and sent down the multicast plan's trees, then each replica
@@ -406,10 +426,11 @@ def fan_out_unit(
         stored = skyplane.stored_journal(key, journal, context.log)
         if stored is not None:
             stored.restore()
+        events: api.RunEvents = _StoredEvents(context, label, stored)
         runner = api.FanoutRun(
             request,
             skyplane.gateways(fleet=fleet, plan=multicast),
-            _StoredEvents(context, label, stored),
+            metrics.wrap(events) if metrics is not None else events,
         )
     try:
         with skyplane.follow_bwlimit(fleet.transfer_id):

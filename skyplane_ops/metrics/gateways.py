@@ -21,7 +21,8 @@ TIMEOUT_S = 2.0  # a scrape must not hang on a dead gateway
 
 
 class GatewayCollector(Collector):
-    """Byte-budget use, threads, descriptors, refused and pending connections per gateway."""
+    """Byte-budget use, queue depths, threads, descriptors, refused and pending connections
+    per gateway."""
 
     def __init__(self, transfer_id: str) -> None:
         self.transfer_id = transfer_id
@@ -48,6 +49,16 @@ class GatewayCollector(Collector):
             "pending": GaugeMetricFamily(
                 f"{NS}_pending_connections", "Data connections not yet authenticated", labels=labels
             ),
+            "queued_chunks": GaugeMetricFamily(
+                f"{NS}_queued_chunks",
+                "Chunks waiting: per next hop, for the sink's writers, for the readers (source)",
+                labels=[*labels, "queue", "next_hop"],
+            ),
+            "queued_bytes": GaugeMetricFamily(
+                f"{NS}_queued_bytes",
+                "Bytes of chunks waiting per next hop and for the sink's writers",
+                labels=[*labels, "queue", "next_hop"],
+            ),
         }
         if fleet is not None:
             try:
@@ -69,7 +80,28 @@ class GatewayCollector(Collector):
                 families["pending"].add_metric(
                     ids, float(health.get("pending_data_connections", 0))
                 )
+                _add_queues(families, ids, health.get("queues") or {})
         yield from families.values()
+
+
+def _add_queues(
+    families: dict[str, GaugeMetricFamily], ids: list[str], jobs: dict[str, Any]
+) -> None:
+    """The queue depths of the gateway's running jobs, summed (one job per run, as a rule)."""
+    chunks: dict[tuple[str, str], int] = {("sink", ""): 0, ("source", ""): 0}
+    held: dict[tuple[str, str], int] = {("sink", ""): 0}
+    for queues in jobs.values():
+        for hop, q in (queues.get("next_hop") or {}).items():
+            chunks[("next_hop", hop)] = chunks.get(("next_hop", hop), 0) + int(q["chunks"])
+            held[("next_hop", hop)] = held.get(("next_hop", hop), 0) + int(q["bytes"])
+        sink = queues.get("sink") or {}
+        chunks[("sink", "")] += int(sink.get("chunks", 0))
+        held[("sink", "")] += int(sink.get("bytes", 0))
+        chunks[("source", "")] += int(queues.get("source", 0))
+    for (queue, hop), n in chunks.items():
+        families["queued_chunks"].add_metric([*ids, queue, hop], float(n))
+    for (queue, hop), n in held.items():
+        families["queued_bytes"].add_metric([*ids, queue, hop], float(n))
 
 
 def _health(gw: Any, secret: bytes) -> dict[str, Any] | None:

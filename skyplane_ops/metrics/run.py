@@ -36,6 +36,16 @@ class RunMetrics:
             f"{NS}_path_gbps", "Gbit/s each plan path delivered so far", [*t, "path"], registry=r
         )
         self.seconds = Gauge(f"{NS}_seconds", "Seconds the run has taken", t, registry=r)
+        # The driver's queue: chunks submitted to gateways and not finished, of its window.
+        self.in_flight_chunks = Gauge(
+            f"{NS}_in_flight_chunks", "Chunks submitted to gateways, not finished", t, registry=r
+        )
+        self.in_flight_bytes = Gauge(
+            f"{NS}_in_flight_bytes", "Bytes of the chunks in flight", t, registry=r
+        )
+        self.window_chunks = Gauge(
+            f"{NS}_window_chunks", "Chunks the driver keeps submitted at most", t, registry=r
+        )
         self.gateways = GatewayCollector(transfer_id)
         self.registry.register(self.gateways)
         self._resent = 0
@@ -49,6 +59,9 @@ class RunMetrics:
         self.chunks.labels(t, "total").set(update.chunks_total)
         self.gbps.labels(t).set(update.gbps)
         self.seconds.labels(t).set(update.elapsed_s)
+        self.in_flight_chunks.labels(t).set(getattr(update, "chunks_in_flight", 0))
+        self.in_flight_bytes.labels(t).set(getattr(update, "bytes_in_flight", 0))
+        self.window_chunks.labels(t).set(getattr(update, "window_chunks", 0))
         for path, gbps in (update.path_gbps or {}).items():
             self.path_gbps.labels(t, path).set(gbps)
         if update.resent > self._resent:

@@ -11,7 +11,8 @@ disk, in tables made for it, and the engine streams over them in key order:
   journal, and ``v`` = 1 when this run's write of it was vouched for; ``exp``: the whole-object
   (size, CRC32C) verification expects;
 - ``way``: the plan paths (a bit per path index) this run's segments of each object finished
-  on, and when the last one did (epoch microseconds): the transfer report's path and time;
+  on, when the last one did (epoch microseconds) and the destination version the write's
+  (or the upload completion's) answer named: the transfer report's path, time and version;
 - ``vouch``: multipart objects all of whose parts' writes this run vouched for (whole objects:
   ``seg.v`` of part 0), so ``--verify full`` reads nothing back for them;
 - ``outcome``: objects that failed or changed, with why (few, unless something is badly wrong);
@@ -82,17 +83,20 @@ CREATE TABLE now(key PRIMARY KEY, size INTEGER, mtime INTEGER, version TEXT, eta
 CREATE TABLE got(key PRIMARY KEY, size INTEGER NOT NULL, crc INTEGER, mtime INTEGER, ck TEXT,
                  etag TEXT) WITHOUT ROWID;
 CREATE TABLE vouch(key PRIMARY KEY) WITHOUT ROWID;
-CREATE TABLE way(key PRIMARY KEY, paths INTEGER NOT NULL, at INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE way(key PRIMARY KEY, paths INTEGER NOT NULL, at INTEGER NOT NULL, ver TEXT)
+                 WITHOUT ROWID;
 CREATE TABLE j_upload(key PRIMARY KEY, upload_id TEXT, fp TEXT) WITHOUT ROWID;
 CREATE TABLE j_done(key, part INTEGER, crc INTEGER, fp TEXT, PRIMARY KEY(key, part)) WITHOUT ROWID;
 CREATE TABLE j_commit(key PRIMARY KEY, size INTEGER, crc INTEGER, fp TEXT) WITHOUT ROWID;
 """
 
 
-# Which paths an object's segments finished on (bits OR-ed) and when the last one did.
+# Which paths an object's segments finished on (bits OR-ed), when the last one did and the
+# destination version a write's answer named (a part names none: the completion sets it).
 WAY_SQL = (
-    "INSERT INTO way(key,paths,at) VALUES(?,?,?) ON CONFLICT(key) DO UPDATE SET "
-    "paths = paths | excluded.paths, at = max(at, excluded.at)"
+    "INSERT INTO way(key,paths,at,ver) VALUES(?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+    "paths = paths | excluded.paths, at = max(at, excluded.at), "
+    "ver = coalesce(excluded.ver, ver)"
 )
 
 # An object's fingerprint (what must not change between listing and commit: size, etag,

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
-from gateway_agent.stores.base import ObjectStore
+from gateway_agent.stores.base import ObjectInfo, ObjectStore, landed_version
 from gateway_agent.stores.errors import (
     KeyBlockedError,
     KeyNotSupportedError,
@@ -94,8 +94,10 @@ def complete_uploads(
     journal: Journal,
     verify: str,
     meta_of: Callable[[str], Mapping[str, Any] | None] | None = None,
+    landed: dict[str, str] | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Complete each upload and journal it at once, so a re-run never completes it twice.
+    ``landed`` gets {key: the destination version each completion's answer named}.
 
     Every completion is attempted; if any fails, ``TransferError`` names it (the journal keeps
     the completed ones). An upload the store no longer knows may have been completed by an
@@ -117,9 +119,9 @@ def complete_uploads(
         try:
             meta = meta_of(key) if meta_of is not None else None
             if meta:
-                cast(Any, dst).complete_multipart(key, uploads[key], item.parts, meta=meta)
+                info = cast(Any, dst).complete_multipart(key, uploads[key], item.parts, meta=meta)
             else:
-                dst.complete_multipart(key, uploads[key], item.parts)
+                info = dst.complete_multipart(key, uploads[key], item.parts)
         except (KeyBlockedError, KeyNotSupportedError) as exc:
             blocked[key] = f"destination: {exc}"
             return
@@ -134,6 +136,9 @@ def complete_uploads(
             failures.append((key, exc))
             return
         journal.record_commit(key, item.size, item.crc, item.fp)
+        version = landed_version(info) if isinstance(info, ObjectInfo) else None
+        if landed is not None and version:
+            landed[key] = version
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(complete, todo))

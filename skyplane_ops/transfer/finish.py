@@ -154,9 +154,11 @@ def _commit(
         )
         if k in uploads
     ]
+    landed: dict[str, str] = {}
     unconfirmed, blocked = complete_uploads(
-        dst, run.dst_uri, uploads, to_complete, journal, verify, meta_of
+        dst, run.dst_uri, uploads, to_complete, journal, verify, meta_of, landed
     )
+    catalog.write("UPDATE way SET ver = ? WHERE key = ?", [(v, enc(k)) for k, v in landed.items()])
     if blocked:  # failed like an object the sink could not name; not expected there
         catalog.set_outcome("failed", sorted(blocked.items()), FAILED)
         catalog.write("DELETE FROM exp WHERE key = ?", [(enc(k),) for k in blocked])

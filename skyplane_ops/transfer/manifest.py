@@ -59,6 +59,9 @@ class Chunk:
     # Indexes of segments whose write the destination store vouched for (it checked the body
     # against the source's CRC32C and said so in its answer): verification need not ask again.
     vouched: tuple[int, ...] = ()
+    # Per segment, the destination version its write's answer named (None: a part, or a store
+    # that names none), for the transfer report; set by the dispatcher.
+    versions: tuple[str | None, ...] = ()
     # The source gateway it was last submitted to (set by the dispatcher): if that gateway
     # dies while its region has others, the chunk goes to one of them.
     source: str = ""

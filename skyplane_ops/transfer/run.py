@@ -200,10 +200,12 @@ class _Run(RunState):
             at = time.time_ns() // 1000
             for chunk, seg_crcs in finished:
                 ok = set(chunk.vouched)  # ``seg.v``: a whole object's vouch, or a part's
+                versions = chunk.versions
                 for i, (seg, crc) in enumerate(zip(chunk.segments, seg_crcs, strict=False)):
                     rows.append((enc(seg.key), seg.part, crc, int(i in ok)))
                     records.append((seg.seg_id, crc, seg.fp or "null"))
-                    ways.append((enc(seg.key), 1 << min(chunk.path, 62), at))
+                    ver = versions[i] if i < len(versions) else None
+                    ways.append((enc(seg.key), 1 << min(chunk.path, 62), at, ver))
             journal.record_done(records)  # the durable record first, then the scratch one
             catalog.write("INSERT OR REPLACE INTO seg VALUES(?,?,?,?)", rows)
             catalog.write(WAY_SQL, ways)

@@ -3,7 +3,9 @@ process group with its own HOME, reached only through its ports, its logs and th
 
 Nothing here asserts: ``Component`` runs one long-lived command and stops it (INT, TERM, then
 KILL, by its process group only); ``wait_until`` polls a condition and fails with the logs
-that explain why it never held.
+that explain why it never held. The deployments' stores are buckets of one S3 emulator
+(``make_buckets``, ``s3_client``), the source read through a slow link (``slow_s3``); the
+databases they run on are ``skyplane_ops.testing.services``'.
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from skyplane_ops.testing.emulators import Emulator
+from skyplane_ops.testing.throttle import ThrottledProxy, throttled_proxy
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +37,36 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
     env.update(extra)
     return env
+
+
+def s3_client(s3: Emulator) -> Any:
+    """A boto3 client of the S3 emulator, with its credentials."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=s3.options["endpoint_url"],
+        region_name="us-east-1",
+        aws_access_key_id=s3.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=s3.env["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def make_buckets(s3: Emulator, prefix: str = "") -> tuple[str, dict[str, str]]:
+    """(a fresh suffix, the ``state``, ``src`` and ``dst`` buckets made with it): a deployment
+    of its own on the session's emulator."""
+    suffix = uuid.uuid4().hex[:8]
+    buckets = {name: f"{prefix}{name}{suffix}" for name in ("state", "src", "dst")}
+    for bucket in buckets.values():
+        s3.make_bucket(bucket)
+    return suffix, buckets
+
+
+def slow_s3(s3: Emulator, rate_bps: float) -> AbstractContextManager[ThrottledProxy]:
+    """A rate-limited forwarder in front of the emulator (``.endpoint``): the slow source
+    link that lets a transfer be killed half-way on any machine."""
+    port = int(s3.options["endpoint_url"].rsplit(":", 1)[1])
+    return throttled_proxy(("127.0.0.1", port), rate_bps)
 
 
 @dataclass

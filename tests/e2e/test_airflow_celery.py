@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 import pytest
 
 from skyplane_ops.testing.emulators import Emulator
+from skyplane_ops.testing.ports import free_port
 from skyplane_ops.testing.services import (
     Postgres,
     postgres_bindir,
@@ -33,13 +32,15 @@ from skyplane_ops.testing.services import (
     run_postgres,
     run_redis,
 )
-from skyplane_ops.testing.throttle import throttled_proxy
 from tests.e2e.deployment import (
     BIN,
     REPO,
     Component,
     clean_env,
     gateway_processes,
+    make_buckets,
+    s3_client,
+    slow_s3,
     stop_all,
     wait_until,
 )
@@ -118,12 +119,6 @@ with DAG("celery_split", schedule=None, start_date=datetime(2026, 1, 1), catchup
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Deployment:
     base: Path
@@ -198,18 +193,7 @@ class Deployment:
         return f"{rows}\n{logs}"
 
     def s3_client(self) -> Any:
-        import boto3
-
-        return boto3.client("s3", **_boto_args(self.s3))
-
-
-def _boto_args(s3: Emulator) -> dict[str, Any]:
-    return {
-        "endpoint_url": s3.options["endpoint_url"],
-        "region_name": "us-east-1",
-        "aws_access_key_id": s3.env["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": s3.env["AWS_SECRET_ACCESS_KEY"],
-    }
+        return s3_client(self.s3)
 
 
 def _aws_conn(endpoint: str, s3: Emulator) -> str:
@@ -226,13 +210,8 @@ def _aws_conn(endpoint: str, s3: Emulator) -> str:
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory, moto_s3: Emulator) -> Iterator[Deployment]:
     base = tmp_path_factory.mktemp("celery")
-    suffix = uuid.uuid4().hex[:8]
-    buckets = {name: f"{name}{suffix}" for name in ("state", "src", "dst")}
-    for bucket in buckets.values():
-        moto_s3.make_bucket(bucket)
-    import boto3
-
-    client = boto3.client("s3", **_boto_args(moto_s3))
+    suffix, buckets = make_buckets(moto_s3)
+    client = s3_client(moto_s3)
     blobs = {name: secrets.token_bytes(size) for name, size in OBJECTS.items()}
     for name, blob in blobs.items():
         client.put_object(Bucket=buckets["src"], Key=f"data/{name}", Body=blob)
@@ -244,14 +223,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, moto_s3: Emulator) -> I
         .replace("{state}", buckets["state"])
         .replace("{tid}", tid)
     )
-    upstream = moto_s3.options["endpoint_url"].rsplit(":", 1)
-    with (
-        run_postgres() as pg,
-        run_redis() as redis,
-        throttled_proxy(("127.0.0.1", int(upstream[1])), SOURCE_RATE_BPS) as slow,
-    ):
+    with run_postgres() as pg, run_redis() as redis, slow_s3(moto_s3, SOURCE_RATE_BPS) as slow:
         db = pg.create_database("airflow")
-        port = _free_port()
+        port = free_port()
         shared = {
             **moto_s3.env,
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",

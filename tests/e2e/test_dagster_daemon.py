@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +23,15 @@ import pytest
 
 from skyplane_ops.testing.emulators import Emulator
 from skyplane_ops.testing.services import postgres_bindir, run_postgres
-from skyplane_ops.testing.throttle import throttled_proxy
 from tests.e2e.deployment import (
     BIN,
     REPO,
     Component,
     clean_env,
     gateway_processes,
+    make_buckets,
+    s3_client,
+    slow_s3,
     stop_all,
     wait_until,
 )
@@ -138,15 +139,7 @@ class Deployment:
     home: Path
 
     def client(self) -> Any:
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.s3.options["endpoint_url"],
-            region_name="us-east-1",
-            aws_access_key_id=self.s3.env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=self.s3.env["AWS_SECRET_ACCESS_KEY"],
-        )
+        return s3_client(self.s3)
 
     def put_day(self, day: str, sizes: dict[str, int]) -> dict[str, bytes]:
         client = self.client()
@@ -198,10 +191,7 @@ class Deployment:
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory, moto_s3: Emulator) -> Iterator[Deployment]:
     base = tmp_path_factory.mktemp("dagster")
-    suffix = uuid.uuid4().hex[:8]
-    buckets = {name: f"dg{name}{suffix}" for name in ("state", "src", "dst")}
-    for bucket in buckets.values():
-        moto_s3.make_bucket(bucket)
+    _suffix, buckets = make_buckets(moto_s3, "dg")
     home, code = base / "dagster_home", base / "code"
     home.mkdir()
     code.mkdir()
@@ -211,10 +201,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, moto_s3: Emulator) -> I
         f"      working_directory: {code}\n"
     )
     endpoint = moto_s3.options["endpoint_url"]
-    with (
-        run_postgres() as pg,
-        throttled_proxy(("127.0.0.1", int(endpoint.rsplit(":", 1)[1])), SOURCE_RATE_BPS) as slow,
-    ):
+    with run_postgres() as pg, slow_s3(moto_s3, SOURCE_RATE_BPS) as slow:
         pg.create_database("dagster")
         (home / "dagster.yaml").write_text(INSTANCE.format(user=pg.user, port=pg.port))
         direct = {"endpoint_url": endpoint, "region": "us-east-1"}

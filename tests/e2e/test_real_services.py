@@ -14,20 +14,18 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+from skyplane_ops.testing.ports import free_port
+from tests.e2e.deployment import BIN, REPO, clean_env
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 DAG = """
 from datetime import datetime
 
@@ -45,19 +43,6 @@ with DAG("skyplane_e2e_copy", schedule=None, start_date=datetime(2026, 1, 1), ca
         transfer_id="e2e-copy",
     )
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DAGSTER"))}
-    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
-    env.update(extra)
-    return env
 
 
 def _wait(what: str, predicate: object, timeout: float, proc: subprocess.Popen[bytes]) -> None:
@@ -78,8 +63,8 @@ def standalone(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     (root / "us").mkdir(parents=True)
     (home / "dags" / "e2e.py").write_text(DAG.format(root=root))
     lineage = tmp_path / "lineage.jsonl"
-    port = _free_port()
-    env = _clean_env(
+    port = free_port()
+    env = clean_env(
         AIRFLOW_HOME=str(home),
         HOME=str(tmp_path),
         SKYPLANE_OPS_HOME=str(tmp_path / "skyplane"),
@@ -211,7 +196,7 @@ def test_dagster_materialises_a_partitioned_replica_with_its_check(tmp_path: Pat
     project = tmp_path / "project"
     shutil.copytree(REPO / "examples" / "dagster_project", project)
     (tmp_path / "dagster").mkdir()
-    env = _clean_env(
+    env = clean_env(
         DAGSTER_HOME=str(tmp_path / "dagster"),
         SKYPLANE_OPS_HOME=str(tmp_path / "skyplane"),
         SKYPLANE_EXAMPLE_DATA=str(tmp_path / "data"),

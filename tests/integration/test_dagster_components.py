@@ -7,6 +7,7 @@ check, and timed: the one-step materialisation of a small copy takes seconds.
 
 import os
 import time
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,41 @@ def test_yaml_component_materialises_a_partitioned_replica_with_its_check(
     steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
     assert "logs_replication" in steps
     print(f"component materialisation of 3 MiB: {elapsed:.2f} s")
+
+
+def test_component_takes_the_clis_metrics_settings(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``metrics_port`` and ``metrics_textfile`` (the CLI's names) in the component's
+    ``skyplane`` block: the step serves its metrics while it runs (then stops) and leaves the
+    final figures in the textfile, one per transfer id."""
+    attrs = yaml.safe_load(YAML.format(root=root))["attributes"]
+    prom = root / "prom"
+    attrs["skyplane"].update(
+        metrics_port=0, metrics_textfile=str(prom / "skyplane-{transfer_id}.prom")
+    )
+    (root / "empty").mkdir()
+    monkeypatch.chdir(root / "empty")
+    component = SkyplaneReplicationComponent.from_attributes_dict(attributes=attrs)
+    job = component_defs(component=component).resolve_implicit_global_asset_job_def()
+    instance = dg.DagsterInstance.ephemeral()
+    result = job.execute_in_process(partition_key=DAY, raise_on_error=False, instance=instance)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    (written,) = prom.glob("skyplane-*.prom")
+    text = written.read_text()
+    assert 'skyplane_objects{outcome="copied",transfer="' in text
+    copied = [
+        line for line in text.splitlines() if line.startswith('skyplane_objects{outcome="copied"')
+    ]
+    assert [float(line.split()[-1]) for line in copied] == [3.0]
+    served = [
+        m.split("metrics on ", 1)[1]
+        for m in (e.user_message for e in instance.all_logs(result.run_id))
+        if "metrics on http://127.0.0.1:" in m
+    ]
+    assert len(served) == 1
+    with pytest.raises(OSError):  # served while the step ran, not after
+        urllib.request.urlopen(served[0], timeout=5)
 
 
 def _xattrs_supported(folder: Path) -> bool:

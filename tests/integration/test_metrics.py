@@ -99,6 +99,74 @@ def test_metrics_while_the_run_moves_and_at_its_end(
     assert not any(name == "skyplane_gateway_up" for name, _ in after)  # the fleet is gone
 
 
+def test_queue_depths_while_a_capped_run_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bandwidth cap holds chunks in the source gateway's next-hop queue: the scrape taken
+    while they wait shows them there (chunks and bytes, within the byte budget in use) and
+    in the driver's in-flight queue (within its window). Scraped at each progress sample until
+    seen: a wait on the condition, not on time."""
+    monkeypatch.setenv("SKYPLANE_OPS_HOME", str(tmp_path / "home"))
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    write_dataset(src, {"big.bin": 6 * MiB})
+    request = api.TransferRequest.build(
+        str(src),
+        str(dst),
+        src_region=REGIONS[0],
+        dst_region=REGIONS[1],
+        part_size=MiB,
+        bwlimit="16Mbit",
+        journal_dir=str(tmp_path / "journal"),
+        transfer_id="metrics-q",
+    )
+    metrics = api.RunMetrics("metrics-q")
+    server = metrics.serve(0)
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    seen: list[dict[Any, float]] = []
+
+    def queued(samples: dict[Any, float], name: str) -> float:
+        return sum(
+            v
+            for (n, labels), v in samples.items()
+            if n == name and ("queue", "next_hop") in labels and ("next_hop", REGIONS[1]) in labels
+        )
+
+    class Scrape(api.RunEvents):
+        wants_progress = True
+
+        def progress(self, update: Any) -> None:
+            if not seen:
+                got = _samples(urllib.request.urlopen(url, timeout=30).read().decode())
+                if queued(got, "skyplane_gateway_queued_chunks") >= 1:
+                    seen.append(got)
+
+    try:
+        api.CopyRun(
+            request, api.Gateways(backend="local"), api.MetricsEvents(metrics, Scrape())
+        ).run()
+    finally:
+        server.shutdown()
+    assert seen, "no scrape saw a chunk waiting for the capped hop"
+    got = seen[0]
+    chunks = queued(got, "skyplane_gateway_queued_chunks")
+    held = queued(got, "skyplane_gateway_queued_bytes")
+    in_use = sum(
+        v
+        for (n, labels), v in got.items()
+        if n == "skyplane_gateway_buffer_bytes" and ("kind", "in_use") in labels
+    )
+    assert 0 < held <= chunks * MiB and held <= in_use
+    flight = _value(got, "skyplane_in_flight_chunks", transfer="metrics-q")
+    assert chunks <= flight <= _value(got, "skyplane_window_chunks", transfer="metrics-q")
+    assert held <= _value(got, "skyplane_in_flight_bytes", transfer="metrics-q") <= 6 * MiB
+    sinks = [
+        v
+        for (n, labels), v in got.items()
+        if n == "skyplane_gateway_queued_chunks" and ("queue", "sink") in labels
+    ]
+    assert sinks and all(v >= 0 for v in sinks)
+
+
 def test_cli_leaves_the_runs_metrics_in_a_textfile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -98,3 +98,27 @@ def test_one_version_everywhere() -> None:
     changelog = (REPO / "CHANGELOG.md").read_text()
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.M)
     assert released and released[0] == __version__
+
+
+# Measured figures typed into prose (issue 41): a ratio with decimals (1.27x), a decimal rate
+# (95.9 MB/s), a time against another (5.1 s against 13.4), a before -> after time, a range of
+# seconds (2.45-3.04 s). Settings and defaults are round numbers and stay; code is skipped.
+_FIGURES = re.compile(
+    r"\b\d+\.\d+x\b|×|\b\d+\.\d+ ?(?:Gbit/s|Gbps|Mbit/s|MB/s|MiB/s|GB/s)"
+    r"|\d s (?:against|instead of) \d|\d(?: s)? -> \d|\b\d+(?:\.\d+)?-\d+(?:\.\d+)? ?s\b"
+)
+
+
+def test_no_hand_typed_figures_in_the_docs() -> None:
+    """Benchmark figures live in ``benchmarks/results/*.json`` and on the generated benchmarks
+    page; a page names the script and links there instead of copying a run's numbers."""
+    found = []
+    for page in sorted((REPO / "docs").rglob("*.md")):
+        # Code (fenced blocks, inline spans, over lines too) is blanked, keeping line numbers.
+        text = re.sub(r"```.*?```|`[^`]*`", lambda m: "\n" * m.group(0).count("\n"),
+                      page.read_text(), flags=re.S)  # fmt: skip
+        for number, line in enumerate(text.splitlines(), 1):
+            match = _FIGURES.search(line)
+            if match:
+                found.append(f"{page.relative_to(REPO)}:{number}: {match.group(0)!r}")
+    assert not found, "figures typed by hand (link the benchmarks page):\n" + "\n".join(found)

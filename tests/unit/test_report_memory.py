@@ -27,7 +27,7 @@ rows = ((f"k/{i:09d}", 1024, 1_700_000_000_000_000 + i, None, f"v{i}", f"e{i}", 
         for i in range(n))
 catalog.write("INSERT INTO src(key,size,mtime,ck,version,etag,state) VALUES(?,?,?,?,?,?,?)", rows)
 catalog.write("INSERT INTO exp VALUES(?,?,?)", ((f"k/{i:09d}", 1024, i) for i in range(n)))
-catalog.write("INSERT INTO way VALUES(?,?,?)", ((f"k/{i:09d}", 1, i) for i in range(n)))
+catalog.write("INSERT INTO way VALUES(?,?,?,?)", ((f"k/{i:09d}", 1, i, f"d{i}") for i in range(n)))
 run = ReportRun("t", "j", "file:///s", "file:///d", routes=["a -> b"])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 counts = _write_parquet(folder / "o.parquet", _pages(catalog, run), run)

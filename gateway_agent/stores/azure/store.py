@@ -227,7 +227,10 @@ class AzureBlobStore(CloudStore):
         if crc:
             checksums["crc32c"] = crc
         etag = str(props.etag).strip('"') if props.etag else None
-        return ObjectInfo(key, int(props.size), etag, checksums, props.last_modified, etag)
+        vid = getattr(props, "version_id", None)
+        return ObjectInfo(
+            key, int(props.size), etag, checksums, props.last_modified, etag, version_id=vid
+        )
 
     def _container_missing(self) -> bool:
         try:
@@ -401,7 +404,14 @@ class AzureBlobStore(CloudStore):
         checksums = {"md5": bytes(md5).hex()} if md5 else {}
         if crc:
             checksums["crc32c"] = crc[CRC_METADATA]
-        return ObjectInfo(key, len(data), etag, checksums, resp.get("last_modified"))
+        return ObjectInfo(
+            key,
+            len(data),
+            etag,
+            checksums,
+            resp.get("last_modified"),
+            version_id=resp.get("version_id"),  # with versioning on (x-ms-version-id)
+        )
 
     # -- server-side copy from a signed URL (``azure.copy``) --------------------------------------
     @property
@@ -500,7 +510,7 @@ class AzureBlobStore(CloudStore):
             checks = {"metadata": crc}
         if meta:
             checks.update(meta_args(meta, f"complete {self.uri}{key}", crc))
-        self._call(
+        done = self._call(
             "complete_multipart",
             key,
             blob.commit_block_list,
@@ -509,7 +519,9 @@ class AzureBlobStore(CloudStore):
             **checks,
             **self._write_args,
         )
-        return self.head(key)
+        info = self.head(key)
+        vid = (done or {}).get("version_id")  # the version this commit made
+        return replace(info, version_id=vid) if vid else info
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         check_key(key)

@@ -170,7 +170,15 @@ class GCSStore(CloudStore):
         if blob.md5_hash:
             checksums["md5"] = base64.b64decode(blob.md5_hash).hex()
         version = str(blob.generation) if blob.generation else None
-        return ObjectInfo(key, int(blob.size or 0), blob.etag, checksums, blob.updated, version)
+        return ObjectInfo(
+            key,
+            int(blob.size or 0),
+            blob.etag,
+            checksums,
+            blob.updated,
+            version,
+            version_id=version,
+        )
 
     # -- protocol ------------------------------------------------------------------------------
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:

@@ -177,6 +177,7 @@ class FastPath:
             "ETag": got.get("etag"),
             "ChecksumCRC32C": got.get("x-amz-checksum-crc32c"),
             "ChecksumType": got.get("x-amz-checksum-type"),
+            "VersionId": got.get("x-amz-version-id"),
         }
 
     def get(self, name: str, start: int, length: int, if_match: str | None) -> bytes:
@@ -215,6 +216,7 @@ class FastPath:
             "LastModified": parsedate_to_datetime(modified) if modified else None,
             "ChecksumCRC32C": got.get("x-amz-checksum-crc32c"),
             "ChecksumType": got.get("x-amz-checksum-type"),
+            "VersionId": got.get("x-amz-version-id"),
         }
 
     def list_page(

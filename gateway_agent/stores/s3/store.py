@@ -34,6 +34,7 @@ from __future__ import annotations
 import builtins
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC
 from typing import Any
 
@@ -188,15 +189,23 @@ class S3Store(CloudStore):
         return self._call(op, key, fn, Bucket=self._bucket, Key=name, **params)
 
     def _info(
-        self, key: str, size: int, etag: str | None, modified: Any, crc: str | None = None
+        self,
+        key: str,
+        size: int,
+        etag: str | None,
+        modified: Any,
+        crc: str | None = None,
+        version_id: str | None = None,
     ) -> ObjectInfo:
         etag = etag.strip('"') if etag else None
+        if version_id == "null":  # an unversioned or suspended bucket's only version
+            version_id = None
         if modified is not None:
             modified = modified.astimezone(UTC)  # list and head parse to different tzinfos
         checksums = {"md5": etag} if etag and _MD5.match(etag) else {}
         if crc:
             checksums["crc32c"] = crc
-        return ObjectInfo(key, int(size), etag, checksums, modified, etag)
+        return ObjectInfo(key, int(size), etag, checksums, modified, etag, version_id=version_id)
 
     def _bucket_missing(self, key: str) -> bool:
         """HEAD answers 404 without a code; tell a missing bucket from a missing key."""
@@ -315,6 +324,7 @@ class S3Store(CloudStore):
             resp.get("ETag"),
             resp.get("LastModified"),
             full_object_crc32c(resp),
+            resp.get("VersionId"),
         )
 
     def read(
@@ -416,7 +426,7 @@ class S3Store(CloudStore):
             resp = self._on_key("write", key, self._client.put_object, Body=data, **crc, **extra)
         # The CRC32C S3 answers with is the one it checked the body against and stored.
         stored = full_object_crc32c(resp) if crc else None
-        return self._info(key, len(data), resp.get("ETag"), None, stored)
+        return self._info(key, len(data), resp.get("ETag"), None, stored, resp.get("VersionId"))
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""
@@ -523,7 +533,7 @@ class S3Store(CloudStore):
         etags = self._etags(key, upload_id)
         wanted = require_parts(f"complete {self.uri}{key}", part_numbers, etags)
         parts = [{"PartNumber": n, **etags[n]} for n in wanted]
-        self._on_key(
+        done = self._on_key(
             "complete_multipart",
             key,
             self._client.complete_multipart_upload,
@@ -531,7 +541,9 @@ class S3Store(CloudStore):
             MultipartUpload={"Parts": parts},
             **self._crc_kind(ChecksumType="FULL_OBJECT"),
         )
-        return self.head(key)
+        info = self.head(key)
+        vid = done.get("VersionId")  # the version this completion made, whatever came after
+        return replace(info, version_id=vid) if vid and vid != "null" else info
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         try:

@@ -55,25 +55,24 @@ from skyplane_ops.provision.azure.arm import (
     UBUNTU,
     StaticToken,
 )
-from skyplane_ops.provision.cloudhosts import provision_regions, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import provision_regions
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm.boot import CloudBoot
 from skyplane_ops.provision.cloudvm.common import (
     NAME_PREFIX,
-    TAG_CREATED,
     KeyPair,
     QuotaError,
     cloud_init,
     deadline_cloud_init,
     default_creator,
-    fleet_tags,
     merge_cloud_config,
     region_of,
     save_client_key,
     sweepable,
 )
+from skyplane_ops.provision.cloudvm.prelude import requested
 from skyplane_ops.provision.fleet import GatewayFleet
-from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
+from skyplane_ops.provision.secrets import delete_secret
 
 # The package's name, as when this was the module skyplane_ops.provision.azure.
 log = logging.getLogger("skyplane_ops.provision.azure")
@@ -345,54 +344,34 @@ class AzureProvisioner(CloudBoot):
     def provision(
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
     ) -> GatewayFleet:
-        check_transfer_id(transfer_id)
-        wanted = {r: n for r, n in vms.items() if n > 0}
-        by_name = {region_of(r, "azure"): r for r in wanted}
+        wanted, by_name = requested(vms, "azure", transfer_id)
         self.resolve_client_cidr()
         if self.self_delete and wanted:  # before anything is created: a missing role is one error
             self._self_release_role()
-        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags, self.creator)
-        states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
-        secret_ref = create_secret(transfer_id)
-        pending = self._pending = records.PendingRecord(
-            transfer_id=transfer_id,
-            backend=self.name,
-            secret_ref=secret_ref,
-            tags=all_tags,
-            created_at=all_tags[TAG_CREATED],
-            snapshot=lambda: {
-                "subscription_id": self.subscription_id,
-                "regions": {s.region: s.to_dict() for s in states},
-            },
+        start = self.open_fleet(
+            transfer_id,
+            (wanted, by_name),
+            tags,
+            _Region,
+            lambda st: {"subscription_id": self.subscription_id, "regions": st.regions()},
         )
-        try:
-            pending.save()  # before the first create call
+        states = start.states
+        with self.creating(start, lambda: self._cleanup(states)):
             provision_regions(
-                self._provision_region, states, wanted, by_name, transfer_id, all_tags
+                self._provision_region, states, wanted, by_name, transfer_id, start.tags
             )
             hosts = self.launched_hosts(states, by_name, lambda s: s.vms)
             self._set_peers([s.group for s in states if s.group], [h.ssh.address for h in hosts])
-            gateways = self._bootstrap(hosts, transfer_id, secret_ref)
-        except BaseException as exc:
-            self._pending = None
-            self.fail_cleanly(exc, transfer_id, lambda: self._cleanup(states), secret_ref, pending)
-        self._pending = None
-        return save_cloud_fleet(
-            backend=self.name,
-            transfer_id=transfer_id,
-            hosts=hosts,
-            gateways=gateways,
-            per_gateway=lambda h: {
+            gateways = self._bootstrap(hosts, transfer_id, start.secret_ref)
+        return self.save_fleet(
+            start,
+            hosts,
+            gateways,
+            lambda h: {
                 "vm": h.instance_id,
                 "resource_group": self._group(transfer_id, region_of(h.region, "azure")),
             },
-            secret_ref=secret_ref,
-            tags=all_tags,
-            resources={
-                "subscription_id": self.subscription_id,
-                "regions": {s.region: s.to_dict() for s in states},
-                "probe_port": self.probe_port,
-            },
+            {"subscription_id": self.subscription_id},
         )
 
     def _set_peers(self, groups: Sequence[str], addresses: Sequence[str]) -> None:

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision.cloudhosts import Bootstrap, InstanceHost, cached_wheelhouse
+from skyplane_ops.provision.cloudhosts import (
+    Bootstrap,
+    InstanceHost,
+    cached_wheelhouse,
+    save_cloud_fleet,
+)
 from skyplane_ops.provision.cloudvm.common import AGENT_USER, DEADLINE_COMMAND
+from skyplane_ops.provision.cloudvm.prelude import FleetStart, S, start_fleet
 from skyplane_ops.provision.control_cidrs import detect_client_cidr, parse_cidrs
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.records import PendingRecord
@@ -29,6 +36,10 @@ class CloudBoot:
     """Options and steps common to cloud VM backends whose host keys come from custom data."""
 
     name = "cloud"
+    # The record of the fleet being provisioned (``creating``): region steps save it again
+    # before each create call.
+    _pending: PendingRecord | None = None
+    creator: str  # the creator tag (each backend sets it from its option)
 
     def __init__(
         self,
@@ -149,6 +160,63 @@ class CloudBoot:
     def forget_key(key_path: str | None) -> None:
         if key_path:
             Path(key_path).unlink(missing_ok=True)
+
+    def open_fleet(
+        self,
+        transfer_id: str,
+        regions: tuple[dict[str, int], dict[str, str]],
+        tags: Mapping[str, str] | None,
+        make_state: Callable[[str, int], S],
+        snapshot: Callable[[FleetStart[S]], dict[str, Any]],
+    ) -> FleetStart[S]:
+        """``prelude.start_fleet`` with this backend's name, time to live and creator;
+        ``regions`` as ``prelude.requested`` gives them."""
+        wanted, by_name = regions
+        return start_fleet(
+            backend=self.name,
+            transfer_id=transfer_id,
+            wanted=wanted,
+            by_name=by_name,
+            tags=tags,
+            ttl_seconds=self.ttl_seconds,
+            creator=self.creator,
+            make_state=make_state,
+            snapshot=snapshot,
+        )
+
+    @contextmanager
+    def creating(self, start: FleetStart[Any], cleanup: Callable[[], Any]) -> Iterator[None]:
+        """Around the create calls of ``start``: its pending record is saved first; on any
+        failure everything created is deleted (``cleanup``) and the error re-raised, saying so."""
+        self._pending = start.pending
+        try:
+            start.pending.save()  # before the first create call
+            yield
+        except BaseException as exc:
+            self._pending = None
+            self.fail_cleanly(exc, start.transfer_id, cleanup, start.secret_ref, start.pending)
+        self._pending = None
+
+    def save_fleet(
+        self,
+        start: FleetStart[Any],
+        hosts: Sequence[InstanceHost],
+        gateways: Sequence[Gateway],
+        per_gateway: Callable[[InstanceHost], Mapping[str, Any]],
+        resources: Mapping[str, Any],
+    ) -> GatewayFleet:
+        """The bootstrapped fleet's record (``resources`` with the regions' states and the
+        probe port), saved before it is returned."""
+        return save_cloud_fleet(
+            backend=self.name,
+            transfer_id=start.transfer_id,
+            hosts=hosts,
+            gateways=gateways,
+            per_gateway=per_gateway,
+            secret_ref=start.secret_ref,
+            tags=start.tags,
+            resources={**resources, "regions": start.regions(), "probe_port": self.probe_port},
+        )
 
     def fail_cleanly(
         self,

@@ -36,18 +36,16 @@ from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
-from skyplane_ops.provision.cloudhosts import InstanceHost, provision_regions, save_cloud_fleet
+from skyplane_ops.provision.cloudhosts import InstanceHost, provision_regions
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm.boot import CloudBoot
 from skyplane_ops.provision.cloudvm.common import (
     NAME_PREFIX,
-    TAG_CREATED,
     KeyPair,
     QuotaError,
     cloud_init,
     deadline_cloud_init,
     default_creator,
-    fleet_tags,
     gcp_labels,
     merge_cloud_config,
     parse_console_host_key,
@@ -55,10 +53,11 @@ from skyplane_ops.provision.cloudvm.common import (
     save_client_key,
     sweepable,
 )
+from skyplane_ops.provision.cloudvm.prelude import requested
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.gcp.api import ComputeAPI, NoCapacity
 from skyplane_ops.provision.records import PendingRecord
-from skyplane_ops.provision.secrets import check_transfer_id, create_secret, delete_secret
+from skyplane_ops.provision.secrets import delete_secret
 
 # The package's name, as when this was the module skyplane_ops.provision.gcp.
 log = logging.getLogger("skyplane_ops.provision.gcp")
@@ -347,9 +346,7 @@ class GCPProvisioner(CloudBoot):
     def provision(
         self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
     ) -> GatewayFleet:
-        check_transfer_id(transfer_id)
-        wanted = {r: n for r, n in vms.items() if n > 0}
-        by_name = {region_of(r, "gcp"): r for r in wanted}
+        wanted, by_name = requested(vms, "gcp", transfer_id)
         longest = max((f"{r}-{n - 1}" for r, n in zip(by_name, wanted.values(), strict=True)),
                       key=len, default="")  # fmt: skip
         if len(f"{self._network(transfer_id)}-{longest}") > 63:
@@ -358,53 +355,34 @@ class GCPProvisioner(CloudBoot):
                 f"({self._network(transfer_id)}-{longest} > 63 characters): use a shorter one"
             )
         self.resolve_client_cidr()
-        all_tags = fleet_tags(transfer_id, self.ttl_seconds, tags, self.creator)
         created: dict[str, Any] = {}
-        states = [_Region(region=r, index=i) for i, r in enumerate(sorted(by_name))]
-        secret_ref = create_secret(transfer_id)
-        pending = self._pending = PendingRecord(
-            transfer_id=transfer_id,
-            backend=self.name,
-            secret_ref=secret_ref,
-            tags=all_tags,
-            created_at=all_tags[TAG_CREATED],
-            snapshot=lambda: {
+        start = self.open_fleet(
+            transfer_id,
+            (wanted, by_name),
+            tags,
+            _Region,
+            lambda st: {
                 **json.loads(json.dumps(created)),
                 "project": self.project,
-                "regions": {s.region: s.to_dict() for s in states},
+                "regions": st.regions(),
             },
         )
-        try:
-            pending.save()  # before the first create call
-            self._create_network(transfer_id, all_tags, created)
+        states = start.states
+        with self.creating(start, lambda: self._cleanup(created, states)):
+            self._create_network(transfer_id, start.tags, created)
             provision_regions(
-                self._provision_region, states, wanted, by_name, transfer_id, all_tags
+                self._provision_region, states, wanted, by_name, transfer_id, start.tags
             )
             hosts = self._hosts(states, by_name)
             self.set_peer_ranges(transfer_id, [h.ssh.address for h in hosts])
-            gateways = self._bootstrap(hosts, transfer_id, secret_ref)
-        except BaseException as exc:
-            self._pending = None
-            self.fail_cleanly(
-                exc, transfer_id, lambda: self._cleanup(created, states), secret_ref, pending
-            )
-            raise  # fail_cleanly always raises; this keeps type checkers informed
-        self._pending = None
+            gateways = self._bootstrap(hosts, transfer_id, start.secret_ref)
         zones = {n: z for s in states for n, z in s.instances.items()}
-        return save_cloud_fleet(
-            backend=self.name,
-            transfer_id=transfer_id,
-            hosts=hosts,
-            gateways=gateways,
-            per_gateway=lambda h: {"instance": h.instance_id, "zone": zones[h.instance_id]},
-            secret_ref=secret_ref,
-            tags=all_tags,
-            resources={
-                **created,
-                "project": self.project,
-                "regions": {s.region: s.to_dict() for s in states},
-                "probe_port": self.probe_port,
-            },
+        return self.save_fleet(
+            start,
+            hosts,
+            gateways,
+            lambda h: {"instance": h.instance_id, "zone": zones[h.instance_id]},
+            {**created, "project": self.project},
         )
 
     def _hosts(self, states: Sequence[_Region], by_name: Mapping[str, str]) -> list[InstanceHost]:

@@ -350,6 +350,7 @@ class Dispatcher(JobSpecs, Joining, Liveness):
                         del pending[chunk.chunk_id]
                         self._chunk_path.pop(chunk.chunk_id, None)
                         chunk.vouched = tuple(int(i) for i in ev.get("vouched", ()))
+                        chunk.versions = tuple(ev.get("versions", ()))
                         finished.append((chunk, [int(x) for x in ev.get("crcs", [])]))
                         flight.landed(chunk)
                         stats.bytes_done += chunk.nbytes
@@ -409,6 +410,9 @@ class Dispatcher(JobSpecs, Joining, Liveness):
                         resent=stats.resent,
                         objects_done=flight.done,
                         objects_total=flight.total,
+                        chunks_in_flight=len(pending),
+                        bytes_in_flight=sum(c.nbytes for c in pending.values()),
+                        window_chunks=self.window,
                         path_gbps={
                             " -> ".join(self.routes[i][0]): round(n * 8 / 1e9 / elapsed, 4)
                             for i, n in stats.path_bytes.items()

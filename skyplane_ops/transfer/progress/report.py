@@ -27,6 +27,11 @@ class Progress:
     # Objects whose every byte has landed in this run, of those this run moves.
     objects_done: int = 0
     objects_total: int = 0
+    # The driver's queue: chunks (and their bytes) submitted to gateways and not finished, of
+    # the window it keeps submitted.
+    chunks_in_flight: int = 0
+    bytes_in_flight: int = 0
+    window_chunks: int = 0
 
 
 ProgressCallback = Callable[[Progress], None]

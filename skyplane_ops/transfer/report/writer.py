@@ -42,6 +42,7 @@ _SOURCE_ROWS = f"""(SELECT s.key AS key, s.size AS size,
        WHEN s.state IN ({TODO}, {COMMITTED}) AND e.crc IS NULL THEN 'not finished'
        END AS error,
   s.version AS src_version, s.etag AS src_etag, coalesce(g.etag, d.etag) AS dst_etag,
+  w.ver AS dst_version,
   CASE WHEN e.crc IS NOT NULL THEN printf('%08x', e.crc)
        WHEN s.ck IS NOT NULL THEN coalesce(json_extract(s.ck, '$.crc32c'),
             (SELECT value FROM json_each(s.ck) ORDER BY key LIMIT 1)) END AS checksum,
