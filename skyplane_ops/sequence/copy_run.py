@@ -123,6 +123,7 @@ class CopyRun:
         # A run of both: the overlay's plan and gateways, and its provisioning once started.
         self._overlay: tuple[TransferPlan, Gateways] | None = None
         self._joining: OverlayStart | None = None
+        self._warm_planned = False  # t0 was a parked fleet's claim (``_planning_kwargs``)
 
     # -- the whole sequence --------------------------------------------------------------
 
@@ -262,7 +263,9 @@ class CopyRun:
             return
         worker = worker_plan(self.plan) if self.fleet is None else None
         if worker is None:
-            both = both_plan(self.plan) if self.fleet is None else None
+            # A parked fleet is up in a claim's second: the overlay alone, on that fleet.
+            warm = self._warm_planned
+            both = both_plan(self.plan) if self.fleet is None and not warm else None
             if both is None:
                 return
             self._overlay = (self.plan, self.gateways)
@@ -445,6 +448,7 @@ class CopyRun:
             )
             if t0 is not None:
                 kwargs["provisioning_seconds"] = t0
+                self._warm_planned = True
         return kwargs
 
     def _claim_warm(self) -> None:
