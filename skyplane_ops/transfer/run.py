@@ -29,6 +29,7 @@ from skyplane_ops.transfer.request import TransferRequest, request_from
 from skyplane_ops.transfer.result import TransferResult, partial_error
 from skyplane_ops.transfer.run_state import RunState
 from skyplane_ops.transfer.todo import chunk_totals, iter_chunks, plan_todo, resume
+from skyplane_ops.transfer.warm import warm_finish
 
 
 def run_transfer(
@@ -193,9 +194,12 @@ class _Run(RunState):
         dispatch = dataclasses.replace(dispatch, max_chunk_bytes=min(part_size, largest) or None)
         self.step("prepare")
         done_now = 0
+        warming: list[object] = []
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             nonlocal done_now
+            if not warming:  # the first chunk is done: the finish's modules load meanwhile
+                warming.append(warm_finish())
             rows, records, ways = [], [], []
             at = time.time_ns() // 1000
             for chunk, seg_crcs in finished:
