@@ -104,8 +104,12 @@ class _Run(RunState):
         # A new cap written for this transfer while it runs (``skyplane-ops bwlimit``).
         live = live_path(request.transfer_id or self.fleet.transfer_id)
         dispatch = dataclasses.replace(dispatch, bwlimit_file=str(live))
-        src = request.src.open("source")
-        dst = request.dst.open("destination")
+        opened = listing.stores(request) if listing is not None else None
+        if opened is not None:
+            src, dst = opened  # opened for the listing, in this process
+        else:
+            src = request.src.open("source")
+            dst = request.dst.open("destination")
         fresh = listing is None  # else the caller's listing; a sync may still lack the dst
         if listing is None:
             listing = Listing(Catalog(journal.path.parent))
