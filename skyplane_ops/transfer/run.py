@@ -23,6 +23,7 @@ from skyplane_ops.transfer.journal import Journal
 from skyplane_ops.transfer.listing import Listing, check_destination, fill_listing, transfer_lock
 from skyplane_ops.transfer.manifest import Chunk
 from skyplane_ops.transfer.metadata import sync_meta_check, upload_meta
+from skyplane_ops.transfer.preload import preload_finish
 from skyplane_ops.transfer.progress import ProgressCallback
 from skyplane_ops.transfer.report import write_report
 from skyplane_ops.transfer.request import TransferRequest, request_from
@@ -103,8 +104,12 @@ class _Run(RunState):
         # A new cap written for this transfer while it runs (``skyplane-ops bwlimit``).
         live = live_path(request.transfer_id or self.fleet.transfer_id)
         dispatch = dataclasses.replace(dispatch, bwlimit_file=str(live))
-        src = request.src.open("source")
-        dst = request.dst.open("destination")
+        opened = listing.stores(request) if listing is not None else None
+        if opened is not None:
+            src, dst = opened  # opened for the listing, in this process
+        else:
+            src = request.src.open("source")
+            dst = request.dst.open("destination")
         fresh = listing is None  # else the caller's listing; a sync may still lack the dst
         if listing is None:
             listing = Listing(Catalog(journal.path.parent))
@@ -193,9 +198,12 @@ class _Run(RunState):
         dispatch = dataclasses.replace(dispatch, max_chunk_bytes=min(part_size, largest) or None)
         self.step("prepare")
         done_now = 0
+        warming: list[object] = []
 
         def on_done(finished: list[tuple[Chunk, list[int]]]) -> None:
             nonlocal done_now
+            if not warming:  # the first chunk is done: the finish's modules load meanwhile
+                warming.append(preload_finish())
             rows, records, ways = [], [], []
             at = time.time_ns() // 1000
             for chunk, seg_crcs in finished:

@@ -1,5 +1,5 @@
-"""The everyday job's fixed costs: how small objects are batched into chunks, and the planner
-loaded while the listing waits on the store."""
+"""The everyday job's fixed costs: how small objects are batched into chunks, the planner
+loaded while the listing waits on the store, and the finish's modules while the data moves."""
 
 from __future__ import annotations
 
@@ -64,3 +64,20 @@ def test_warm_planning_fills_the_profile_caches_the_plan_step_reads() -> None:
     loader._default_grid.cache_clear()
     warm_planning().join(timeout=120)
     assert loader._default_grid.cache_info().currsize >= 1
+
+
+def test_preload_finish_loads_the_report_and_passive_record_modules_in_a_fresh_process() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from skyplane_ops.transfer.preload import preload_finish\n"
+        "assert 'pyarrow.parquet' not in sys.modules\n"
+        "preload_finish().join(timeout=120)\n"
+        "print(sorted(m for m in ('pyarrow.parquet', 'skyplane_ops.profiler.store', 'pandas')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "['pyarrow.parquet', 'skyplane_ops.profiler.store']"

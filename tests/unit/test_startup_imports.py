@@ -1,10 +1,12 @@
 """What every ``cp`` pays outside data movement: planning on a measured grid store and recording
 the transfer's passive measurements must not import pandas or pyarrow.dataset (about a second each
-on a loaded machine), and planning on the shipped profile not even numpy."""
+on a loaded machine), nor must a whole copy (its report's Parquet included), and planning on the
+shipped profile not even numpy."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -85,3 +87,31 @@ def test_planning_on_the_shipped_profile_does_not_import_numpy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_whole_copy_and_its_report_do_not_import_pandas(tmp_path: Path) -> None:
+    """A real copy on the worker path, report and passive record written: no pandas (its
+    import is 0.3-1 s of every run after the bytes have moved)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(5):
+        (src / f"{i}.json").write_bytes(b"{}" * (i + 1))
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from skyplane_ops import api
+        result = api.copy(
+            "file://{src}", "file://{tmp_path / "dst"}", src_region={A!r}, dst_region={B!r},
+            journal_dir={str(tmp_path / "journal")!r}, planning={{"vms": "none"}},
+        )
+        assert result.verification["status"] == "passed" and result.objects == 5, result
+        print(sorted(m for m in ("pandas", "pyarrow.dataset") if m in sys.modules))
+        """
+    )
+    env = {**os.environ, "SKYPLANE_OPS_HOME": str(tmp_path / "home")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+    assert list((tmp_path / "home").rglob("objects.parquet"))  # the report was written
