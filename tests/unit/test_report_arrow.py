@@ -19,6 +19,7 @@ PAGE: dict[str, list[Any]] = {
     "src_version": [None, None, None, None],
     "src_etag": ["e", None, "f", "g"],
     "dst_etag": [None, "x", None, None],
+    "dst_version": [None, "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY", None, "1700000000000001"],
     "checksum": ["0a0b0c0d", None, "0b", None],
     "checksum_kind": ["crc32c", None, "crc32c", None],
     "paths": [None, "aws:us-east-1 -> aws:eu-west-1", None, None],
