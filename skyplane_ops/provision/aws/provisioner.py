@@ -509,6 +509,7 @@ class AWSProvisioner(EC2Teardown):
             deadline_command=DEADLINE_COMMAND,
             connect_timeout=20.0,
             ready_timeout=120.0,
+            cancel=self._cancel,
         )
 
     def _console_host_key(self, region: str, instance_id: str) -> str:
