@@ -55,7 +55,7 @@ def provision(
     The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
     ``max_per_region`` says otherwise, adopts the agents of ``early`` (``start_early``) and
     gives up, removing what it started, once ``cancel`` (a ``threading.Event``) is set. So do
-    the other backends whose ``provision`` takes ``cancel`` (netns, ssh, aws, gcp, azure: see
+    the other backends whose ``provision`` takes ``cancel`` (netns, ssh, the clouds, mixed: see
     ``provision.cancel``); one that does not finishes first (the caller then deprovisions).
     """
     if max_per_region is None and backend == "local":
