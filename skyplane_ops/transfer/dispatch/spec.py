@@ -114,9 +114,9 @@ def check_fleet(plan: TransferPlan, fleet: GatewayFleet) -> None:
 def live_routes(
     routes: list[tuple[list[str], float]], waiting: set[int]
 ) -> list[tuple[list[str], float]]:
-    """``routes`` without the paths still waiting for their gateways (``dispatch.join``), the
-    others' shares renormalised: what the cap is split over now. A waiting path keeps its
-    place with share 0 (indices never change)."""
+    """``routes`` without the paths that do not run (``waiting``: their gateways are not up
+    yet, ``dispatch.join``), the others' shares renormalised: what the cap is split over now.
+    Such a path keeps its place with share 0 (indices never change)."""
     total = sum(s for i, (_, s) in enumerate(routes) if i not in waiting) or 1.0
     return [(r, 0.0 if i in waiting else s / total) for i, (r, s) in enumerate(routes)]
 
@@ -152,12 +152,13 @@ class JobSpecs:
     _credentials_serial: int
     _credentials_lock: threading.Lock
     bwlimit: float | None  # the transfer's cap now (bytes/s): ``ratewatch`` may change it
-    _waiting: set[int]  # paths whose gateways are not up yet (``dispatch.join``)
+    _alive: list[bool]  # per path: False while it waits to join (``dispatch.join``) or dead
 
     def local_rate_of(self, region: str) -> float | None:
         """The pace of ``region``'s one-region route now: its share of the cap among the
-        paths that run (the whole cap while the overlay's paths wait to join)."""
-        routes = live_routes(self.routes, self._waiting)
+        paths that run (the whole cap while the overlay's paths wait to join, or if they
+        never do)."""
+        routes = live_routes(self.routes, {p for p, up in enumerate(self._alive) if not up})
         return local_rate(routes, region, self.bwlimit, self.options.worker_rate)
 
     def _connections(self, src: str, dst: str) -> int:
