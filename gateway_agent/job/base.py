@@ -259,9 +259,14 @@ class JobBase:
 
     def set_rates(self, rates: dict[str, Any]) -> dict[str, Any]:
         """New bandwidth caps per hop (``{"a>b": bytes/s or None}``) of this gateway's pools,
-        from the next frame on (the transfer's cap changed while it runs)."""
+        from the next frame on (the transfer's cap changed while it runs); ``"local"``: the
+        pace of its one-region route (a run of both: the whole cap until the overlay joins)."""
         applied = {}
         for hop, rate in rates.items():
+            if hop == "local":  # the one-region route's pace (``local_rate``: its share)
+                self._local_bucket.set_rate(_rate(rate))
+                applied[hop] = self._local_bucket.rate
+                continue
             src, _, nxt = str(hop).partition(">")
             pool = self._pools.get(nxt)
             if src == self.region and pool is not None:

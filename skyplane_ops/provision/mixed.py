@@ -11,6 +11,7 @@ sweeper, per provider) works from the record alone.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -70,16 +71,26 @@ class MixedProvisioner:
         return self._made[provider]
 
     def provision(
-        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+        self,
+        vms: Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GatewayFleet:
+        """Each provider's part in parallel (all sharing one secret); ``cancel`` is handed to
+        each part (``provision.cancel``), whose failure deprovisions the others."""
         check_transfer_id(transfer_id)
         parts = split_by_provider(vms)
+        more = {"cancel": cancel} if cancel is not None else {}
         secret_ref = create_secret(transfer_id)  # before the parts: all of them share it
         fleets: dict[str, GatewayFleet] = {}
         errors: dict[str, BaseException] = {}
         with ThreadPoolExecutor(max_workers=len(parts) or 1) as pool:
             futures = {
-                p: pool.submit(self.backend(p).provision, part, transfer_id=transfer_id, tags=tags)
+                p: pool.submit(
+                    self.backend(p).provision, part, transfer_id=transfer_id, tags=tags, **more
+                )
                 for p, part in parts.items()
             }
             for p, fut in futures.items():

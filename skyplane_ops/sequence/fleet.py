@@ -4,6 +4,7 @@ backend's first gateways early, and deleting a fleet (or sweeping by tag)."""
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -53,15 +54,18 @@ def provision(
 
     The local backend starts at most ``LOCAL_MAX_GATEWAYS_PER_REGION`` per region unless
     ``max_per_region`` says otherwise, adopts the agents of ``early`` (``start_early``) and
-    gives up, removing what it started, once ``cancel`` (a ``threading.Event``) is set; other
-    backends finish their provisioning first (the caller then deprovisions).
+    gives up, removing what it started, once ``cancel`` (a ``threading.Event``) is set. So do
+    the other backends whose ``provision`` takes ``cancel`` (netns, ssh, the clouds, mixed: see
+    ``provision.cancel``); one that does not finishes first (the caller then deprovisions).
     """
     if max_per_region is None and backend == "local":
         max_per_region = LOCAL_MAX_GATEWAYS_PER_REGION
     provisioner = _provisioner(backend, backend_options)
     extra: dict[str, Any] = {}
-    if backend == "local":
-        extra = {k: v for k, v in (("early", early), ("cancel", cancel)) if v is not None}
+    if backend == "local" and early is not None:
+        extra["early"] = early
+    if cancel is not None and "cancel" in inspect.signature(provisioner.provision).parameters:
+        extra["cancel"] = cancel
     return provisioner.provision(
         vms_for(plan_or_vms, max_per_region=max_per_region),
         transfer_id=transfer_id or new_transfer_id(),

@@ -5,10 +5,10 @@ in-process gateway at once; ``OverlayStart`` provisions the overlay's gateways m
 hands them to the dispatcher when they are up (``arrived``: the dispatcher then checks their
 health, starts the job on them and lets their paths join, see ``transfer.dispatch.join``).
 
-When the copy ends first, ``cancel`` abandons the provisioning: the local backend stops
-waiting and removes what it started (``LocalProvisioner.provision(cancel=...)``); another
-backend's provisioning is waited for. Whatever came up is then the caller's to deprovision
-(``cancel`` returns it), so nothing is left running either way.
+When the copy ends first, ``cancel`` abandons the provisioning: every backend stops waiting
+and removes what it created (``provision.cancel``: local, netns, ssh, aws, gcp, azure). Whatever
+came up is then the caller's to deprovision (``cancel`` returns it), so nothing is left
+running either way.
 """
 
 from __future__ import annotations

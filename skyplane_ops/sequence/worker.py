@@ -10,8 +10,9 @@ in-process gateway, in the destination's region, has the stores copy each chunk 
 ``server_side_paths`` (``details["server_side_paths"]``: path indices).
 
 When the schedule wants both (the worker from t = 0, the overlay once its VMs are up), the
-plan is ``both_plan``: the worker's route first, then the overlay's paths, each with its
-share of the predicted rate. The worker's gateway is labelled ``worker@REGION``, a region of
+plan is ``both_plan``: the worker's route first (server-side, as in ``worker_plan``, where the
+schedule counts on the stores' copy), then the overlay's paths, each with its share of the
+predicted rate. The worker's gateway is labelled ``worker@REGION``, a region of
 its own: the overlay's source gateways are in the worker's region too, and a path must know
 which gateways are its own (the worker sends to no one, and no one sends to it).
 """
@@ -90,13 +91,15 @@ def both_plan(plan: TransferPlan) -> TransferPlan | None:
     sched = plan.details.get("schedule")
     if not sched or not sched["start_vms"] or len(plan.dsts) != 1 or sched["force"]:
         return None
-    worker = next((p for p in sched["vmless"] if p["kind"] == "worker"), None)
+    kinds = {p["kind"]: p for p in sched["vmless"]}
+    server_side = kinds.get("server_side")  # as in ``worker_plan``: the stores copy, from 0
+    worker = server_side or kinds.get("worker")
     both = sched.get("with_vms") or {}
     if worker is None or float(both.get("vmless_gb", 0.0)) <= 0:
         return None
     rate, overlay = float(worker["gbps"]), plan.predicted_gbps
     total = rate + overlay
-    label = worker_label(str(worker["regions"][1]))
+    label = worker_label(str(worker["regions"][-1] if server_side else worker["regions"][1]))
     own = plan.paths or [PlanPath((plan.src, plan.dsts[0]), 1.0, overlay)]  # none: direct
     shares = sum(p.share for p in own) or 1.0
     paths = [PlanPath(regions=(label,), share=rate / total, gbps=rate)] + [
@@ -113,5 +116,6 @@ def both_plan(plan: TransferPlan) -> TransferPlan | None:
             **plan.details,
             "worker": label,
             "completion_seconds": both["seconds"],
+            **({"server_side_paths": [0]} if server_side else {}),
         },
     )

@@ -37,6 +37,7 @@ from skyplane_ops.provision.aws import (
     parse_console_host_key,
 )
 from skyplane_ops.provision.aws.teardown import _RegionState
+from skyplane_ops.provision.cancel import ProvisionCancelled
 from skyplane_ops.provision.cloudvm import AGENT_USER, DEADLINE_HELPER, parse_cloud_init
 from skyplane_ops.provision.cloudvm.common import deadline_grant
 from skyplane_ops.provision.fleet import Gateway
@@ -559,3 +560,36 @@ def test_private_instances_get_no_public_address(endpoint: str) -> None:
     assert fleet.gateways[0].host == inst["PublicIpAddress"]
     public.deprovision(fleet)
     assert _leftovers(endpoint) == NOTHING
+
+
+def test_a_cancel_while_the_instances_boot_deletes_them_and_the_record(endpoint: str) -> None:
+    """A run of both cancels the overlay its copy outran (``provision.cancel``): the cancel
+    lands while the instances boot (their host keys not yet on the console: the default
+    bootstrap waits for them there), the wait ends at once and nothing is left running,
+    billed or recorded. moto stands in for EC2 (its console never shows a key)."""
+    prov = _provisioner(endpoint)  # the default bootstrap: it waits for the console's key
+    cancel = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            prov.provision({"aws:us-east-1": 1}, transfer_id="aws-cancel", cancel=cancel)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not _leftovers(endpoint)["instances"]:  # the VM exists: it is booting
+        assert time.monotonic() < deadline and thread.is_alive(), "no instance came"
+        time.sleep(0.05)
+    assert records.load_fleets(transfer_id="aws-cancel"), "the pending record names it"
+    cancel.set()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the boot wait did not end on cancel"
+    (exc,) = outcome
+    assert isinstance(exc, ProvisionCancelled) and "deleted" in str(exc)
+    assert _leftovers(endpoint) == NOTHING
+    assert records.load_fleets(transfer_id="aws-cancel") == []
+    assert not list((Path(os.environ["SKYPLANE_OPS_HOME"]) / "keys").glob("aws-cancel-*"))

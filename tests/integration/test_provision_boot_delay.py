@@ -10,6 +10,7 @@ the netns case needs root.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,9 +21,14 @@ from gateway_agent.client import GatewayClient
 from skyplane_ops import api
 from skyplane_ops.cli import main
 from skyplane_ops.errors import ProvisionError
-from skyplane_ops.provision import get_provisioner
+from skyplane_ops.provision import get_provisioner, records
+from skyplane_ops.provision.cancel import ProvisionCancelled
 from skyplane_ops.provision.local import LocalProvisioner, _alive
+from skyplane_ops.provision.netns.host import _alive as host_alive
+from skyplane_ops.provision.netns.host import list_namespaces, sh
+from skyplane_ops.provision.netns.testbed import NS_PREFIX
 from skyplane_ops.provision.secrets import secret_bytes
+from skyplane_ops.sequence import fleet as fleet_step
 
 A, B = "aws:us-east-1", "aws:us-west-2"
 DELAY = 2.0
@@ -117,3 +123,48 @@ def test_a_netns_gateway_comes_up_after_its_boot_delay() -> None:
             GatewayClient(gw.host, gw.control_port, secret, timeout=10).health()
     finally:
         prov.deprovision(fleet)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+def test_a_netns_provisioning_cancelled_while_its_gateways_boot_leaves_nothing() -> None:
+    """The run of both's cancel (``sequence.fleet.provision(cancel=...)``) reaches the netns
+    backend: its agents still "boot" when it lands; the wait ends at once and the namespaces,
+    with the booting agents in them, are gone."""
+    tid = _tid()
+    namespaces = [f"{NS_PREFIX}{tid}.r{i}" for i in range(2)]
+    cancel = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fleet_step.provision(
+                {"netns:A": 1, "netns:B": 1},
+                backend="netns",
+                backend_options={"default_gbps": 1.0, "boot_delay": 60.0},
+                transfer_id=tid,
+                cancel=cancel,
+            )
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def booting() -> list[int]:
+        if not set(namespaces) <= set(list_namespaces()):
+            return []
+        return [int(p) for ns in namespaces for p in sh("ip", "netns", "pids", ns).split()]
+
+    _wait(lambda: len(booting()) >= 2 or not thread.is_alive())
+    pids = booting()
+    assert len(pids) >= 2, f"the agents did not start booting: {outcome}"
+    cancel.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the boot wait did not end on cancel"
+    (exc,) = outcome
+    assert isinstance(exc, ProvisionCancelled)
+    assert not set(namespaces) & set(list_namespaces())
+    assert not [p for p in pids if host_alive(p)]  # (an unreaped zombie runs no more)
+    assert records.load_fleets(transfer_id=tid) == []

@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.profiler import GridStore
 from skyplane_ops.provision import get_provisioner, records
 from skyplane_ops.provision.bundle import build_wheelhouse
+from skyplane_ops.provision.cancel import ProvisionCancelled
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.secrets import delete_secret, secret_bytes
 from skyplane_ops.provision.ssh import (
@@ -378,3 +380,59 @@ def test_own_sites_through_the_cli_with_control_and_per_peer_data_addresses(
     used = {r for p in out["plan_summary"]["paths"] for r in p["regions"]}
     assert used <= set(sites) and all(n <= 1 for n in out["plan_summary"]["vms"].values())
     assert _remaining_files(root) == []
+
+
+def test_a_cancel_while_the_agent_starts_removes_it(sshd_factory: Factory, tmp_path: Path) -> None:
+    """The run of both's cancel (``provision.cancel``) reaches the ssh backend: it lands while
+    the agent still starts (its python sleeps before serving, as a slow host would); the
+    ready wait ends at once and the agent and its files are removed."""
+    (server,) = sshd_factory(1)
+    root = tmp_path / "remote"
+    slow = tmp_path / "slow-python"
+    py = sys.executable  # the serving one sleeps first, in the same pid (as ``boot_delay``)
+    boot = "import os,sys,time;time.sleep(60);os.execv(sys.argv[1],sys.argv[1:])"
+    slow.write_text(
+        f'#!/bin/sh\ncase "$*" in *--ready-file*) exec {py} -c "{boot}" {py} "$@";; esac\n'
+        f'exec {py} "$@"\n'
+    )
+    slow.chmod(0o755)
+    inventory = {"regions": {"local:a": [_entry(server, root, python=str(slow))]}}
+    prov = get_provisioner("ssh", inventory=inventory)
+    cancel = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            prov.provision({"local:a": 1}, transfer_id="ssh-cancel", cancel=cancel)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    agent_log = list(root.rglob("agent.log"))
+    deadline = time.monotonic() + 60
+    while not agent_log:  # the agent was started: it "boots"
+        assert time.monotonic() < deadline and thread.is_alive(), f"no agent: {outcome}"
+        time.sleep(0.05)
+        agent_log = list(root.rglob("agent.log"))
+    cancel.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the ready wait did not end on cancel"
+    (exc,) = outcome
+    assert isinstance(exc, ProvisionCancelled)
+    assert _remaining_files(root) == [], "the cancelled agent's files survived"
+    assert not _running_under(root), "the cancelled agent still runs"
+    assert records.load_fleets(transfer_id="ssh-cancel") == []
+
+
+def _running_under(root: Path) -> list[int]:
+    """Live processes whose command line names ``root`` (an agent's files are under it)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(root).encode() in (proc / "cmdline").read_bytes() and _alive(int(proc.name)):
+                found.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return found

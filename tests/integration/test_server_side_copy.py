@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from gateway_agent.stores import open_store
 from skyplane_ops import api
+from skyplane_ops.provision import records
 from skyplane_ops.provision.worker import running_agents
 from skyplane_ops.sequence import CopyRun
 from skyplane_ops.sequence.copy_run import Gateways
@@ -440,3 +442,33 @@ def test_s3_copies_take_two_calls_per_object_with_metadata_and_one_without(
         from gateway_agent.stores.objmeta import parse_mtime
 
         assert replica.head_meta("kept.bin")["mtime_ns"] == parse_mtime(kept["user"]["mtime"])
+
+
+def test_a_run_of_both_copies_server_side_from_the_start(tmp_path: Path, moto_s3: Any) -> None:
+    """A run of both whose VM-less path is the stores' own copy uses it from t = 0 (not the
+    worker's byte path) while the overlay's gateways boot (the local backend's ``boot_delay``);
+    the copy is done first, so the overlay is cancelled and nothing is left."""
+    src, dst = _buckets(moto_s3)
+    store = open_store(src, moto_s3.options)
+    data = {f"day/{i:02d}.json": os.urandom(1000 + i) for i in range(10)}
+    for key, blob in data.items():
+        store.write(key, blob)
+    request = api.TransferRequest.build(
+        src, dst, src_options=moto_s3.options, dst_options=moto_s3.options,
+        src_region="aws:us-east-1", dst_region="aws:us-west-2",
+        journal_dir=str(tmp_path / "journal"),
+    )  # fmt: skip
+    # Planned for 5 TB: the stores alone would take longer than the overlay's 30 s boot, so
+    # the schedule runs both; the real copy is a few KB and done long before the boot.
+    run = CopyRun(
+        request, Gateways(backend="local", backend_options={"boot_delay": 30}), volume_gb=5000.0
+    )
+    started = time.monotonic()
+    result = run.run()
+    assert time.monotonic() - started < 30  # nothing waited for the emulated VMs
+    assert run.plan is not None and run.plan.details.get("server_side_paths") == [0]
+    assert run.plan.paths[0].regions == ("worker@aws:us-west-2",) and len(run.plan.paths) > 1
+    assert result.verification["status"] == "passed" and _all(dst, moto_s3.options) == data
+    assert result.schedule["overlay"] == "cancelled" and result.schedule["overlay_bytes"] == 0
+    assert running_agents() == 0
+    assert records.load_fleets(transfer_id=result.transfer_id) == []

@@ -143,3 +143,33 @@ def test_a_killed_run_of_both_resumes(tmp_path: Path) -> None:
         assert read_tree(dst) == data and json.loads(out)["verification"]["status"] == "passed"
     finally:
         _stop_leftovers(home)
+
+
+def test_with_a_cap_the_worker_takes_all_of_it_until_the_overlay_joins(tmp_path: Path) -> None:
+    """``--bwlimit`` in a run of both: while the overlay boots the worker is the only path, so
+    it may use the whole cap (here its own 50 Mbit/s is the lower), not the share the plan
+    gives it beside the overlay (under half of the 64 Mbit/s cap: ~28 Mbit/s); once paths join
+    it paces to that share, and the copy stays whole."""
+    src, dst, home = tmp_path / "src", tmp_path / "dst", tmp_path / "home"
+    data = _dataset(src)
+    argv = ["cp", f"file://{src}", f"file://{dst}", *REGIONS, *BOTH, "--bwlimit", "8MB", "--json"]
+    out, err = _cli(home, *argv).communicate(timeout=300)
+    result = json.loads(out)
+    assert result["verification"]["status"] == "passed", err
+    assert read_tree(dst) == data
+    schedule = result["schedule"]
+    assert schedule["overlay"] == "joined" and schedule["joined_s"] > 1
+    (worker,) = [p for p in result["paths"] if p["regions"] == ["worker@aws:us-east-1"]]
+    assert worker["share"] < 0.5  # its share of the cap once the overlay is in: < 32 Mbit/s
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    before = [
+        e["path_gbps"]["worker@aws:us-east-1"]
+        for e in events
+        if e.get("event") == "progress"
+        and 0.9 <= e["elapsed_s"] < schedule["joined_s"] - 0.3
+        and "worker@aws:us-east-1" in e["path_gbps"]
+    ]
+    assert before, "no progress before the join"
+    assert before[-1] >= 0.8 * 0.05, before  # the worker's own rate, not its share of the cap
+    assert schedule["overlay_bytes"] > 0
+    assert not agents_of(home)

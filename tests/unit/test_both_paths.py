@@ -12,7 +12,7 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.sequence.worker import both_plan, worker_label, worker_plan
 from skyplane_ops.transfer.dispatch import plan_routes
 from skyplane_ops.transfer.dispatch.join import waiting_paths
-from skyplane_ops.transfer.dispatch.spec import local_rate
+from skyplane_ops.transfer.dispatch.spec import live_routes, local_rate
 
 AWS, AWS2 = "aws:us-east-1", "aws:eu-west-1"
 
@@ -49,6 +49,14 @@ def test_the_worker_route_is_paced_to_its_cap_and_its_share() -> None:
     assert local_rate(routes, "worker@a", 100.0, 10.0) == 10.0  # its own NIC
     assert local_rate(routes, "worker@a", None, 40.0) == 40.0
     assert local_rate(routes, "a", 100.0, 10.0) is None  # a hop's gateway: paced per hop
+
+
+def test_while_the_overlay_boots_the_worker_route_has_the_whole_cap() -> None:
+    routes = [(["worker@a"], 0.25), (["a", "b"], 0.75)]
+    booting = live_routes(routes, {1})  # the overlay's path waits: share 0, index kept
+    assert booting == [(["worker@a"], 1.0), (["a", "b"], 0.0)]
+    assert local_rate(booting, "worker@a", 100.0, None) == 100.0
+    assert local_rate(live_routes(routes, set()), "worker@a", 100.0, None) == 25.0  # joined
 
 
 def test_paths_without_gateways_yet_wait() -> None:

@@ -49,6 +49,8 @@ from skyplane_ops.provision.aws.teardown import (
     _tag_list,
     aws_region,
 )
+from skyplane_ops.provision.cancel import check as check_cancel
+from skyplane_ops.provision.cancel import pause
 from skyplane_ops.provision.cloudhosts import (
     Bootstrap,
     InstanceHost,
@@ -164,6 +166,7 @@ class AWSProvisioner(EC2Teardown):
         self._bootstrap: Bootstrap = bootstrap or self._ssh_bootstrap
         self._clients: dict[str, Any] = {}
         self._pending: records.PendingRecord | None = None
+        self._cancel: threading.Event | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -232,7 +235,9 @@ class AWSProvisioner(EC2Teardown):
         return cloud_init(user=self.ssh_user, authorized_key=client_public, extra=deadline)
 
     def _record(self) -> None:
-        """Rewrite the pending record (called before each create call)."""
+        """Rewrite the pending record (called before each create call); a cancelled
+        provisioning stops here, before it creates anything more."""
+        check_cancel(self._cancel, "AWS provisioning")
         if self._pending is not None:
             self._pending.save()
 
@@ -356,7 +361,7 @@ class AWSProvisioner(EC2Teardown):
                 return {i: str(ip) for i, ip in ips.items()}
             if time.monotonic() > deadline:
                 raise ProvisionError(f"instances not running after {self.start_timeout:.0f}s")
-            time.sleep(self.poll_interval)
+            pause(self._cancel, self.poll_interval, "AWS provisioning")
 
     def _admit_peers(self, states: Sequence[_RegionState]) -> None:
         """Let every gateway reach every other gateway's ports over the addresses they use."""
@@ -390,9 +395,17 @@ class AWSProvisioner(EC2Teardown):
                 )
 
     def provision(
-        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+        self,
+        vms: Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GatewayFleet:
+        """Create and bootstrap the instances. ``cancel`` set (``provision.cancel``): the
+        steps and waits stop and everything the pending record names is deleted."""
         check_transfer_id(transfer_id)
+        self._cancel = cancel
         wanted = {region: n for region, n in vms.items() if n > 0}
         by_aws = {aws_region(r): r for r in wanted}
         if self.private:
@@ -437,6 +450,7 @@ class AWSProvisioner(EC2Teardown):
                 for s in states
                 for i, iid in enumerate(s.instance_ids)
             ]
+            check_cancel(cancel, "AWS provisioning")
             gateways = self._bootstrap(hosts, transfer_id, secret_ref)
         except BaseException as exc:
             log.warning("provisioning %s failed (%s); deleting what was created", transfer_id, exc)
@@ -495,6 +509,7 @@ class AWSProvisioner(EC2Teardown):
             deadline_command=DEADLINE_COMMAND,
             connect_timeout=20.0,
             ready_timeout=120.0,
+            cancel=self._cancel,
         )
 
     def _console_host_key(self, region: str, instance_id: str) -> str:
@@ -506,7 +521,7 @@ class AWSProvisioner(EC2Teardown):
             key = parse_console_host_key(output)
             if key:
                 return key
-            time.sleep(max(self.poll_interval, 5.0))
+            pause(self._cancel, max(self.poll_interval, 5.0), "AWS provisioning")
         raise ProvisionError(
             f"no SSH host key in the console output of {instance_id} after "
             f"{self.host_key_timeout:.0f}s; pass accept_unknown_host_keys=True to trust it"

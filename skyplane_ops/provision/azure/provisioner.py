@@ -55,6 +55,8 @@ from skyplane_ops.provision.azure.arm import (
     UBUNTU,
     StaticToken,
 )
+from skyplane_ops.provision.cancel import check as check_cancel
+from skyplane_ops.provision.cancel import pause
 from skyplane_ops.provision.cloudhosts import provision_regions
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm.boot import CloudBoot
@@ -171,6 +173,7 @@ class AzureProvisioner(CloudBoot):
         region, group = state.region, self._group(tid, state.region)
         base = {"location": region, "tags": tags}
         state.group = group  # before the call: an answer lost on the way must not leak it
+        check_cancel(self._cancel, "Azure provisioning")
         if self._pending is not None:
             self._pending.save()
         self.resources.resource_groups.create_or_update(group, base)
@@ -195,6 +198,7 @@ class AzureProvisioner(CloudBoot):
             host_key = KeyPair.generate()
             if self.self_delete:  # defined before any VM: the VM-to-role window is one call
                 self._self_release_role()
+            check_cancel(self._cancel, "Azure provisioning")
             state.vms.append(name)  # named (with the key path) before the create call
             if self._pending is not None:
                 self._pending.save()
@@ -249,9 +253,10 @@ class AzureProvisioner(CloudBoot):
         for zone in zones:
             attempt = {**body, **({"zones": [zone]} if zone else {})}
             try:
-                return self.compute.virtual_machines.begin_create_or_update(
-                    group, name, attempt
-                ).result()
+                poller = self.compute.virtual_machines.begin_create_or_update(group, name, attempt)
+                while not poller.done():  # the VM boots: a cancel ends the wait
+                    pause(self._cancel, 0.2, "Azure provisioning")
+                return poller.result()
             except HttpResponseError as exc:
                 code = getattr(getattr(exc, "error", None), "code", "") or ""
                 if code in CAPACITY_CODES:
@@ -342,8 +347,16 @@ class AzureProvisioner(CloudBoot):
         ).result()
 
     def provision(
-        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+        self,
+        vms: Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GatewayFleet:
+        """Create and bootstrap the VMs. ``cancel`` set (``provision.cancel``): checked before
+        each create and while a VM boots; the resource groups the record names are deleted."""
+        self._cancel = cancel
         wanted, by_name = requested(vms, "azure", transfer_id)
         self.resolve_client_cidr()
         if self.self_delete and wanted:  # before anything is created: a missing role is one error
@@ -362,6 +375,7 @@ class AzureProvisioner(CloudBoot):
             )
             hosts = self.launched_hosts(states, by_name, lambda s: s.vms)
             self._set_peers([s.group for s in states if s.group], [h.ssh.address for h in hosts])
+            check_cancel(cancel, "Azure provisioning")
             gateways = self._bootstrap(hosts, transfer_id, start.secret_ref)
         return self.save_fleet(
             start,

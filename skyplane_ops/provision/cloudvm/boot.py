@@ -39,6 +39,9 @@ class CloudBoot:
     # The record of the fleet being provisioned (``creating``): region steps save it again
     # before each create call.
     _pending: PendingRecord | None = None
+    # Set by a run of both whose copy outran this provisioning (``provision.cancel``): checked
+    # before each create call (``record``) and in the boot waits.
+    _cancel: threading.Event | None = None
     creator: str  # the creator tag (each backend sets it from its option)
 
     def __init__(
@@ -141,6 +144,7 @@ class CloudBoot:
             deadline_command=self.deadline_command,
             connect_timeout=20.0,
             ready_timeout=120.0,
+            cancel=self._cancel,
         )
 
     def _ssh_bootstrap(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from typing import Any
 
 from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
+from skyplane_ops.provision.cancel import check as check_cancel
+from skyplane_ops.provision.cancel import pause
 from skyplane_ops.provision.cloudhosts import InstanceHost, provision_regions
 from skyplane_ops.provision.cloudhosts import run_all as _run_all
 from skyplane_ops.provision.cloudvm.boot import CloudBoot
@@ -144,7 +147,9 @@ class GCPProvisioner(CloudBoot):
         return f"{NAME_PREFIX}{tid}".lower().replace("_", "-")
 
     def _record(self) -> None:
-        """Rewrite the pending record (called before each create call)."""
+        """Rewrite the pending record (called before each create call); a cancelled
+        provisioning stops here, before it creates anything more."""
+        check_cancel(self._cancel, "GCP provisioning")
         if self._pending is not None:
             self._pending.save()
 
@@ -259,7 +264,7 @@ class GCPProvisioner(CloudBoot):
                     f"no SSH host key on the serial console of gcp instance {name} after "
                     f"{self.host_key_timeout:.0f}s"
                 )
-            time.sleep(self.poll_interval)
+            pause(self._cancel, self.poll_interval, "GCP provisioning")
 
     def _insert_instance(
         self,
@@ -344,8 +349,16 @@ class GCPProvisioner(CloudBoot):
         return {"disk_encryption_key": key}
 
     def provision(
-        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+        self,
+        vms: Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GatewayFleet:
+        """Create and bootstrap the VMs. ``cancel`` set (``provision.cancel``): the steps and
+        waits stop and everything the pending record names is deleted."""
+        self._cancel = cancel
         wanted, by_name = requested(vms, "gcp", transfer_id)
         longest = max((f"{r}-{n - 1}" for r, n in zip(by_name, wanted.values(), strict=True)),
                       key=len, default="")  # fmt: skip
@@ -375,6 +388,7 @@ class GCPProvisioner(CloudBoot):
             )
             hosts = self._hosts(states, by_name)
             self.set_peer_ranges(transfer_id, [h.ssh.address for h in hosts])
+            check_cancel(cancel, "GCP provisioning")
             gateways = self._bootstrap(hosts, transfer_id, start.secret_ref)
         zones = {n: z for s in states for n, z in s.instances.items()}
         return self.save_fleet(

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,8 @@ from skyplane_ops.errors import ProvisionError
 from skyplane_ops.provision import records
 from skyplane_ops.provision.boot_delay import check_boot_delay, delayed
 from skyplane_ops.provision.bundle import agent_env, build_bundle, serve_args
+from skyplane_ops.provision.cancel import check as check_cancel
+from skyplane_ops.provision.cancel import pause
 from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.netns.host import (
     list_namespaces,
@@ -94,8 +97,15 @@ class NetnsProvisioner:
         self.ready_timeout = ready_timeout
 
     def provision(
-        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+        self,
+        vms: Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GatewayFleet:
+        """Build the testbed and start the agents. ``cancel`` set (``provision.cancel``): the
+        waits end and the namespaces, with every agent in them, are torn down."""
         require_root()
         crowded = {r: n for r, n in vms.items() if n > self.hosts_per_region}
         if crowded:
@@ -114,6 +124,7 @@ class NetnsProvisioner:
         secret_ref = create_secret(transfer_id)
         workdir = private_dir("netns", transfer_id)
         try:
+            check_cancel(cancel, transfer_id)
             testbed.build()
             bundle = build_bundle()
             # Agents start in parallel: each waits for its ready file and health check.
@@ -122,7 +133,7 @@ class NetnsProvisioner:
                 gateways = list(
                     pool.map(
                         lambda slot: self._start_agent(
-                            testbed, slot[0], slot[1], workdir, bundle.path, secret_ref
+                            testbed, slot[0], slot[1], workdir, bundle.path, secret_ref, cancel
                         ),
                         slots,
                     )
@@ -159,6 +170,7 @@ class NetnsProvisioner:
         workdir: Path,
         bundle_path: Path,
         secret_ref: str,
+        cancel: threading.Event | None = None,
     ) -> Gateway:
         slug = "".join(c if c.isalnum() else "-" for c in region).strip("-")
         gw_id = f"gw-{slug}-{index}"
@@ -198,7 +210,7 @@ class NetnsProvisioner:
                 )
             if time.monotonic() > deadline:
                 raise ProvisionError(f"agent {gw_id} wrote no ready file in {self.ready_timeout}s")
-            time.sleep(0.05)
+            pause(cancel, 0.05, f"agent {gw_id}")
         info = json.loads(ready.read_text())
         gateway = Gateway(
             gateway_id=gw_id,
@@ -210,6 +222,7 @@ class NetnsProvisioner:
         )
         from skyplane_ops.provision.ssh.bootstrap import wait_healthy
 
+        check_cancel(cancel, f"agent {gw_id}")
         wait_healthy(gateway.host, gateway.control_port, secret_bytes(secret_ref), timeout=10)
         return gateway
 

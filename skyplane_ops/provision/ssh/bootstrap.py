@@ -7,10 +7,11 @@ import json
 import logging
 import posixpath
 import shlex
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from skyplane_ops.provision.bundle import (
     serve_args,
     unpack_wheels_command,
 )
+from skyplane_ops.provision.cancel import check as check_cancel
+from skyplane_ops.provision.cancel import pause
 from skyplane_ops.provision.fleet import Gateway
 from skyplane_ops.provision.secrets import (
     read_secret,
@@ -54,6 +57,9 @@ class BootstrapOptions:
     deadline_command: str = ""
     connect_timeout: float = 10.0
     ready_timeout: float = 60.0
+    # A run of both's ``provision.cancel``: set, a bootstrap stops before its upload and in
+    # its ready wait, and removes what it started (as on any failure).
+    cancel: threading.Event | None = field(default=None, compare=False)
 
 
 def _remote_dir(home: str, host: SSHHost, transfer_id: str, gw_id: str) -> str:
@@ -137,6 +143,7 @@ def _wait_ready(
     remote_dir: str,
     pid: int,
     timeout: float,
+    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     ready = f"{remote_dir}/ready.json"
@@ -150,7 +157,7 @@ def _wait_ready(
         if status != 0:
             _, logtail, _ = run(client, f"tail -c 2000 {shlex.quote(remote_dir + '/agent.log')}")
             raise GatewayStartError(f"agent on {host.label} exited during start:\n{logtail}")
-        time.sleep(0.1)
+        pause(cancel, 0.1, f"agent on {host.label}")
     raise GatewayStartError(f"agent on {host.label} wrote no ready file within {timeout:.0f}s")
 
 
@@ -187,6 +194,7 @@ def bootstrap_gateway(
     remote_dir = ""
     pid = 0
     try:
+        check_cancel(opts.cancel, f"agent on {host.label}")
         sftp = client.open_sftp()
         remote_dir = _remote_dir(sftp.normalize("."), host, transfer_id, gw_id)
         status, _, err = run(client, f"mkdir -p -m 700 {shlex.quote(remote_dir)}")
@@ -210,7 +218,7 @@ def bootstrap_gateway(
         if status != 0 or not out.strip().isdigit():
             raise GatewayStartError(f"cannot start the agent on {host.label}: {err.strip()}")
         pid = int(out.strip())
-        ready = _wait_ready(client, sftp, host, remote_dir, pid, opts.ready_timeout)
+        ready = _wait_ready(client, sftp, host, remote_dir, pid, opts.ready_timeout, opts.cancel)
         pid = int(ready.get("pid", pid))
         gateway = Gateway(
             gateway_id=gw_id,

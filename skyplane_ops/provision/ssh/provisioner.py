@@ -10,10 +10,12 @@ connections live in ``hosts``, the agent lifecycle over SSH in ``bootstrap``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import posixpath
 import shlex
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -77,13 +79,21 @@ class SSHProvisioner:
         )
 
     def provision(
-        self, vms: Mapping[str, int], *, transfer_id: str, tags: Mapping[str, str] | None = None
+        self,
+        vms: Mapping[str, int],
+        *,
+        transfer_id: str,
+        tags: Mapping[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GatewayFleet:
+        """Bootstrap agents on the inventory's hosts. ``cancel`` set (``provision.cancel``):
+        the bootstraps stop and remove what they started."""
         check_transfer_id(transfer_id)
         assignments = self.inventory.assign({r: n for r, n in vms.items() if n > 0})
         secret_ref = create_secret(transfer_id)
+        opts = dataclasses.replace(self.options, cancel=cancel)
         try:
-            gateways = bootstrap_gateways(assignments, transfer_id, secret_ref, self.options)
+            gateways = bootstrap_gateways(assignments, transfer_id, secret_ref, opts)
         except BaseException:
             delete_secret(secret_ref)
             raise

@@ -71,6 +71,11 @@ class Joining:
     _started: list[str]
     _path_since: dict[int, float]
     window: int
+    bwlimit: float | None
+
+    # The Dispatcher's (``JobSpecs``).
+    def local_rate_of(self, region: str) -> float | None:
+        raise NotImplementedError
 
     # The Dispatcher's (a path joins as the job's first paths started).
     def _client(self, g: Gateway, *, quick: bool) -> GatewayClient:
@@ -106,7 +111,22 @@ class Joining:
             stats.path_joined[p] = round(now - t0, 3)
         watch.join({}, joined, time.monotonic())
         self.window = self._window()
+        self._reshare_local()
         log.info("paths %s joined the job after %.1f s", joined, now - t0)
+
+    def _reshare_local(self) -> None:
+        """With a cap, the worker's route took all of it while the overlay booted; once paths
+        join it paces to its share (``JobSpecs.local_rate_of``), so the sum stays the cap."""
+        if not self.bwlimit:
+            return
+        for gid in list(self._started):
+            rate = self.local_rate_of(self._by_id[gid].region)
+            if rate is None:  # no one-region route on this gateway
+                continue
+            try:
+                self._quick[gid].set_rates(self.job_id, {"local": rate})
+            except (GatewayError, OSError) as exc:
+                log.warning("could not send %s its share of the cap: %s", gid, exc)
 
     def _join_fleet(self, fleet: GatewayFleet, watch: HopWatch) -> None:
         if load_secret(fleet.secret_ref) != self._secret:

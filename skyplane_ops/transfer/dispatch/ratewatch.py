@@ -70,6 +70,8 @@ class Capped(Protocol):
     _started: list[str]
     _by_id: dict[str, Gateway]
 
+    def local_rate_of(self, region: str) -> float | None: ...
+
 
 class RateWatcher:
     """``with RateWatcher(dispatcher, clients, path):`` applies new caps written at ``path``."""
@@ -130,7 +132,12 @@ class RateWatcher:
             if self._sent.get(gateway_id, self._initial) == job.bwlimit:
                 continue
             gateway = job._by_id[gateway_id]
-            rates = hop_rates(job.routes, job.fleet, gateway.region, job.bwlimit)
+            rates: dict[str, float | None] = dict(
+                hop_rates(job.routes, job.fleet, gateway.region, job.bwlimit)
+            )
+            local = job.local_rate_of(gateway.region)
+            if any(route == [gateway.region] for route, _ in job.routes):
+                rates["local"] = local  # its one-region route (the worker's): its share
             try:
                 if rates:
                     self._clients[gateway_id].set_rates(job.job_id, rates)

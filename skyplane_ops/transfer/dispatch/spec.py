@@ -111,6 +111,16 @@ def check_fleet(plan: TransferPlan, fleet: GatewayFleet) -> None:
         )
 
 
+def live_routes(
+    routes: list[tuple[list[str], float]], waiting: set[int]
+) -> list[tuple[list[str], float]]:
+    """``routes`` without the paths that do not run (``waiting``: their gateways are not up
+    yet, ``dispatch.join``), the others' shares renormalised: what the cap is split over now.
+    Such a path keeps its place with share 0 (indices never change)."""
+    total = sum(s for i, (_, s) in enumerate(routes) if i not in waiting) or 1.0
+    return [(r, 0.0 if i in waiting else s / total) for i, (r, s) in enumerate(routes)]
+
+
 def local_rate(
     routes: list[tuple[list[str], float]], region: str, cap: float | None, worker: float | None
 ) -> float | None:
@@ -142,6 +152,14 @@ class JobSpecs:
     _credentials_serial: int
     _credentials_lock: threading.Lock
     bwlimit: float | None  # the transfer's cap now (bytes/s): ``ratewatch`` may change it
+    _alive: list[bool]  # per path: False while it waits to join (``dispatch.join``) or dead
+
+    def local_rate_of(self, region: str) -> float | None:
+        """The pace of ``region``'s one-region route now: its share of the cap among the
+        paths that run (the whole cap while the overlay's paths wait to join, or if they
+        never do)."""
+        routes = live_routes(self.routes, {p for p, up in enumerate(self._alive) if not up})
+        return local_rate(routes, region, self.bwlimit, self.options.worker_rate)
 
     def _connections(self, src: str, dst: str) -> int:
         if self.options.connections:
@@ -228,7 +246,7 @@ class JobSpecs:
         for hop, rate in rates.items():
             if rate:
                 hops[hop]["rate"] = rate  # bytes/s this gateway may send on the hop
-        local = local_rate(self.routes, gateway.region, self.bwlimit, self.options.worker_rate)
+        local = self.local_rate_of(gateway.region)
         hooks = self.options.test_hooks.get(gateway.gateway_id) or self.options.test_hooks.get(
             gateway.region
         )
