@@ -246,6 +246,15 @@ class SignsURLs(Protocol):
 
 
 @runtime_checkable
+class WritesIfAbsent(Protocol):
+    """Optional: write ``key`` only if no object has that name, atomically on the service
+    (GCS ``ifGenerationMatch=0``, Azure ``If-None-Match: *``): of many callers racing for one
+    name exactly one gets True. A warm fleet's claim is such a write (``provision.warm``)."""
+
+    def write_if_absent(self, key: str, data: bytes) -> bool: ...
+
+
+@runtime_checkable
 class SupportsWriteBatch(Protocol):
     """Optional: write several small objects in one call (a local folder: fewer system calls
     per object). Each lands whole or not at all, as with ``write``; the result holds None or

@@ -2,12 +2,14 @@
 
 A run with ``keep_warm`` parks its fleet instead of deleting it (``sequence.warm``); the next
 run that fits claims it. The pool lives under ``<state_uri>/.warm/<fleet_id>/`` in the store
-every host of a pipeline shares (``file://`` on one host or a shared volume, ``s3://``):
+every host of a pipeline shares (``file://`` on one host or a shared volume, ``s3://``,
+``gs://``, ``az://``):
 
 - ``parked-<n>.json``: the n-th parking (``WarmRecord``: backend, gateways per region, the
   fleet record, expiry, $/h); a fleet's newest parking is the one that counts;
 - ``claim-<n>``: written *create-only* by the run that takes parking n, so exactly one wins
-  (``O_EXCL``-style ``link`` on a file system, ``If-None-Match: *`` on S3);
+  (``O_EXCL``-style ``link`` on a file system, ``If-None-Match: *`` on S3 and Azure,
+  ``ifGenerationMatch=0`` on GCS: the store's ``write_if_absent``);
 - ``secret``: the secret the parked gateways answer to (a fresh one, not a transfer's), for a
   claimant on another host; give the state store the access control of credentials.
 
@@ -30,6 +32,7 @@ from skyplane_ops.provision.fleet import GatewayFleet
 
 WARM = ".warm"  # a transfer id (letters, digits, - and _) can never be this name
 MAX_KEEP_WARM_S = 86400.0  # a gateway's lease is at most a day
+POOL_SCHEMES = ("file", "s3", "gs", "az")  # the stores with an atomic create-only write
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,10 @@ class WarmPool:
         self.uri = f"{state_uri.rstrip('/')}/{WARM}"
         self.options = dict(options or {})
         self._parsed = parse_uri(self.uri)
-        if self._parsed.scheme not in ("file", "s3"):
+        if self._parsed.scheme not in POOL_SCHEMES:
             raise ProvisionError(
-                f"warm fleets need a file:// or s3:// state store (atomic claims), not {self.uri}"
+                "warm fleets need a file://, s3://, gs:// or az:// state store (atomic claims),"
+                f" not {self.uri}"
             )
         self._store = open_store(self.uri, self.options)
 
@@ -197,7 +201,15 @@ class WarmPool:
                 return False
             finally:
                 tmp.unlink(missing_ok=True)
-        return _s3_create_only(parsed.bucket, f"{parsed.prefix}{key}", body, self.options)
+        if parsed.scheme == "s3":
+            return _s3_create_only(parsed.bucket, f"{parsed.prefix}{key}", body, self.options)
+        from gateway_agent.stores.base import WritesIfAbsent
+
+        assert isinstance(self._store, WritesIfAbsent)  # gs://, az:// (POOL_SCHEMES)
+        try:
+            return self._store.write_if_absent(key, body)
+        except Exception as exc:
+            raise ProvisionError(f"cannot claim {self.uri}/{key}: {exc}") from exc
 
 
 def _s3_create_only(bucket: str, key: str, body: bytes, options: Mapping[str, Any]) -> bool:

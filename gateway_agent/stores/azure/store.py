@@ -413,6 +413,19 @@ class AzureBlobStore(CloudStore):
             version_id=resp.get("version_id"),  # with versioning on (x-ms-version-id)
         )
 
+    def write_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if absent (``If-None-Match: *``): False when it existed."""
+        try:
+            self._call(
+                "write", key, self._blob(key).upload_blob, data, overwrite=False,
+                timeout=self._timeout,
+            )  # fmt: skip
+        except StoreError as exc:
+            if exc.status in (409, 412):  # BlobAlreadyExists / ConditionNotMet
+                return False
+            raise
+        return True
+
     # -- server-side copy from a signed URL (``azure.copy``) --------------------------------------
     @property
     def vouches(self) -> bool:

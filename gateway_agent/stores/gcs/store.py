@@ -363,6 +363,25 @@ class GCSStore(CloudStore):
             raise self._not_found("write", key, exc) from None
         return self._info(key, blob)
 
+    def write_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if absent (``ifGenerationMatch=0``): False when it existed."""
+        blob = self._bucket.blob(self._name(key))
+        try:
+            self._call(
+                "write",
+                key,
+                blob.upload_from_string,
+                data,
+                if_generation_match=0,
+                timeout=self._timeout,
+                retry=None,
+            )
+        except StoreError as exc:
+            if exc.status == 412:
+                return False
+            raise
+        return True
+
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (one rewrite/copy call)."""
         src = self._bucket.blob(self._name(src_key))
