@@ -1,0 +1,77 @@
+"""Warm fleets in every face: the several-destination run (``FanoutRun``), the Airflow split
+operators and the Dagster step park and claim through the same ``sequence.warm`` calls as
+``CopyRun``. Real gateway processes (the local backend), real folders; whether a run booted
+is read from its phases and its gateways' pids, never from a timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skyplane_ops.provision.warm import WarmPool, default_state_uri
+from skyplane_ops.sequence.copy_run import Gateways
+from skyplane_ops.sequence.fanout import FanoutRun
+from skyplane_ops.testing.transfer import read_tree, write_dataset
+from tests.fixtures.fanout import fanout_request
+from tests.integration.test_warm_fleets import BOOTING, A, Phases, _gone, _pids, _wait
+
+C, D = "aws:eu-west-1", "aws:eu-central-1"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own state home: its fleets, secrets and warm pool."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("SKYPLANE_OPS_HOME", str(path))
+    return path
+
+
+def _fanout(tmp_path: Path, name: str, keep_warm: str | None) -> tuple[FanoutRun, Phases]:
+    request, _ = fanout_request(
+        tmp_path / name, A, [C, D], src=tmp_path / "src",
+        planning={"vms": "only"}, keep_warm=keep_warm,
+    )  # fmt: skip
+    events = Phases()
+    run = FanoutRun(request, Gateways(backend="local", backend_options=BOOTING), events)
+    return run, events
+
+
+def test_a_fanout_run_parks_and_the_next_claims(tmp_path: Path, home: Path) -> None:
+    data = write_dataset(tmp_path / "src", {f"p/{i}": 4000 + i for i in range(6)})
+    first, phases1 = _fanout(tmp_path, "one", "60s")
+    out1 = first.run()
+    assert out1.status == "ok" and out1.warm["parked"] and "warm fleet: parked" in out1.summary()
+    fleet1 = phases1.fleets[0][0]  # the same fleet for every destination
+    assert not _gone(_pids(fleet1))  # parked: still running
+    assert [r.fleet_id for r in WarmPool(default_state_uri()).available()] == [out1.transfer_id]
+
+    second, phases2 = _fanout(tmp_path, "two", None)
+    out2 = second.run()
+    assert out2.status == "ok" and out2.warm["claimed"] == out1.transfer_id
+    assert out2.to_dict()["warm"]["idle_usd"] >= 0
+    provisions = [p[2] for p in phases2.seen if p[0] == "provision"]
+    assert len(provisions) == 1 and provisions[0].startswith("claimed warm fleet")
+    fleet2 = phases2.fleets[0][0]
+    assert _pids(fleet2) == _pids(fleet1)  # no gateway started
+    for region in (C, D):
+        assert read_tree(tmp_path / "two" / region.split(":")[1]) == data
+    # Without keep_warm the claimant deletes the fleet, and the pool forgets it.
+    _wait(lambda: _gone(_pids(fleet1)))
+    assert WarmPool(default_state_uri()).records() == []
+
+
+def test_a_failed_fanout_run_deletes_its_fleet(tmp_path: Path, home: Path) -> None:
+    write_dataset(tmp_path / "src", {"a": 10})
+    run, phases = _fanout(tmp_path, "one", "60s")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "eu-central-1").write_text("a file where a folder must be")
+    out = None
+    try:
+        run.run()
+    except Exception as exc:
+        out = getattr(exc, "result", None)
+    assert out is not None and out.status == "partial" and "parked" not in out.warm
+    fleet = phases.fleets[0][0]
+    _wait(lambda: _gone(_pids(fleet)))
+    assert WarmPool(default_state_uri()).records() == []
