@@ -6,6 +6,7 @@ is read from its phases and its gateways' pids, never from a timing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +76,42 @@ def test_a_failed_fanout_run_deletes_its_fleet(tmp_path: Path, home: Path) -> No
     fleet = phases.fleets[0][0]
     _wait(lambda: _gone(_pids(fleet)))
     assert WarmPool(default_state_uri()).records() == []
+
+
+def test_the_dagster_step_parks_at_the_plans_price_and_a_failed_step_deletes(
+    tmp_path: Path, home: Path
+) -> None:
+    import dagster as dg
+
+    from skyplane_ops.dagster import (
+        ReplicaDestination,
+        ReplicaSource,
+        SkyplaneResource,
+        replicated_dataset,
+    )
+
+    src, store = tmp_path / "src", (tmp_path / "shared-state").as_uri()
+    write_dataset(src, {f"{i}.csv": 3000 + i for i in range(4)})
+    resource = SkyplaneResource(keep_warm="60s", state_store=store, max_vms_per_region=1)
+
+    def materialise(dst: Path) -> Any:
+        dataset = replicated_dataset(
+            "warm_replication",
+            ReplicaSource(f"file://{src}/", A),
+            ReplicaDestination("warm_copy", f"file://{dst}/", "gcp:europe-west1"),
+        )
+        return dg.materialize(
+            [dataset.assets_def], resources={"skyplane": resource}, raise_on_error=False
+        )
+
+    assert materialise(tmp_path / "d1").success
+    (parked,) = WarmPool(store).available()
+    assert parked.vm_usd_per_hour > 0  # the plan's VM price, not $0/h
+    pids = _pids(parked.gateway_fleet())
+    assert pids and not _gone(pids)
+    # The next step claims it and fails (a file where its destination folder must be): the
+    # claimed fleet is deleted, not parked again.
+    (tmp_path / "d2").write_text("not a folder")
+    assert not materialise(tmp_path / "d2").success
+    _wait(lambda: _gone(pids))
+    assert WarmPool(store).records() == []
