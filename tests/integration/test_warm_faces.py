@@ -115,3 +115,73 @@ def test_the_dagster_step_parks_at_the_plans_price_and_a_failed_step_deletes(
     assert not materialise(tmp_path / "d2").success
     _wait(lambda: _gone(pids))
     assert WarmPool(store).records() == []
+
+
+class _TaskInstance:
+    """The part of Airflow's task instance the split operators use (their XCom), for calling
+    ``execute`` in this process without a scheduler (as ``test_airflow_fanout`` does)."""
+
+    def __init__(self, results: dict[str, Any]) -> None:
+        self.results, self.pushed = results, {}
+        self.try_number = 1
+
+    def xcom_pull(self, task_ids: str) -> Any:
+        return self.results.get(task_ids)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def test_the_airflow_split_operators_claim_and_park(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("airflow")
+    import json
+
+    from skyplane_ops.airflow.operators import (
+        SkyplaneDeprovisionOperator,
+        SkyplanePlanOperator,
+        SkyplaneProvisionOperator,
+        SkyplaneTransferOperator,
+    )
+
+    store = (tmp_path / "state").as_uri()
+    extra = {"backend": "local", "backend_options": BOOTING, "state_store": store,
+             "work_dir": str(tmp_path / "work")}  # fmt: skip
+    conn = json.dumps({"conn_type": "skyplane", "extra": extra})
+    monkeypatch.setenv("AIRFLOW_CONN_SKYPLANE_DEFAULT", conn)
+    src = tmp_path / "src"
+    data = write_dataset(src, {f"{i}.csv": 2000 + i for i in range(4)})
+    assert "keep_warm" in SkyplaneDeprovisionOperator.template_fields
+    with pytest.raises(ValueError, match="transfer_task_id"):
+        SkyplaneDeprovisionOperator(task_id="t", keep_warm="60s")
+
+    def dag_run(n: int, transfer_ok: bool) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        ctx: dict[str, Any] = {"run_id": f"manual__warm{n}"}
+        plan = SkyplanePlanOperator(task_id="plan", src_region=A, dst_regions="gcp:europe-west4",
+                                    src=f"file://{src}").execute(ctx)  # fmt: skip
+        ti = _TaskInstance({})
+        fleet = SkyplaneProvisionOperator(task_id="provision", plan=plan).execute({**ctx, "ti": ti})
+        dst = tmp_path / f"dst{n}"
+        summary = SkyplaneTransferOperator(
+            task_id="transfer", src=f"file://{src}", dst=f"file://{dst}", plan=plan,
+            fleet=fleet, deferrable=False,
+        ).execute(ctx)  # fmt: skip
+        assert read_tree(dst) == data
+        ti.results["transfer"] = summary if transfer_ok else {**summary, "status": "failed"}
+        teardown = SkyplaneDeprovisionOperator(
+            task_id="teardown", fleet=fleet, keep_warm="60s", transfer_task_id="transfer",
+            plan=plan,
+        )  # fmt: skip
+        return fleet, ti.pushed.get("warm", {}), teardown.execute({**ctx, "ti": ti})
+
+    fleet1, claimed1, gone1 = dag_run(1, transfer_ok=True)
+    assert not claimed1 and gone1["warm"]["parked"] == fleet1["transfer_id"]
+    (parked,) = WarmPool(store).available()
+    assert parked.vm_usd_per_hour > 0
+    pids = _pids(parked.gateway_fleet())
+    fleet2, claimed2, gone2 = dag_run(2, transfer_ok=False)  # claims it, then fails: deleted
+    assert claimed2["claimed"] == fleet1["transfer_id"] and claimed2["idle_usd"] >= 0
+    assert fleet2["transfer_id"] == fleet1["transfer_id"] and "warm" not in gone2
+    _wait(lambda: _gone(pids))
+    assert WarmPool(store).records() == []
