@@ -15,7 +15,7 @@ from skyplane_ops.sequence.copy_run import Gateways
 from skyplane_ops.sequence.fanout import FanoutRun
 from skyplane_ops.testing.transfer import read_tree, write_dataset
 from tests.fixtures.fanout import fanout_request
-from tests.integration.test_warm_fleets import BOOTING, A, Phases, _gone, _pids, _wait
+from tests.integration.test_warm_fleets import BOOTING, A, B, Phases, _gone, _pids, _wait
 
 C, D = "aws:eu-west-1", "aws:eu-central-1"
 
@@ -185,3 +185,57 @@ def test_the_airflow_split_operators_claim_and_park(
     assert fleet2["transfer_id"] == fleet1["transfer_id"] and "warm" not in gone2
     _wait(lambda: _gone(pids))
     assert WarmPool(store).records() == []
+
+
+def test_the_airflow_deferred_copy_result_carries_the_claims_idle(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task claims (its plan weighs the warm fleet's 1 s claim against the worker), the
+    detached driver moves and parks: the result has the claim's idle, as an in-task run's."""
+    pytest.importorskip("airflow")
+    import asyncio
+    import json
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from skyplane_ops import api
+    from skyplane_ops.airflow.operators.copy import SkyplaneCopyOperator
+    from skyplane_ops.provision.local import LocalProvisioner
+    from skyplane_ops.sequence.warm import park
+
+    store = (tmp_path / "state").as_uri()
+    extra = {"backend": "local", "backend_options": BOOTING, "state_store": store,
+             "work_dir": str(tmp_path / "work")}  # fmt: skip
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SKYPLANE_DEFAULT", json.dumps({"conn_type": "skyplane", "extra": extra})
+    )
+    fleet = LocalProvisioner().provision({A: 1, B: 1}, transfer_id="af-parked")
+    park(fleet, usd_per_hour=3.0, keep_warm_s=60, pool=WarmPool(store), backend_options=BOOTING)
+    data = write_dataset(tmp_path / "src", {f"{i}": 3000 for i in range(4)})
+    ctx: dict[str, Any] = {"run_id": "manual__warm_deferred"}
+
+    def op() -> SkyplaneCopyOperator:
+        return SkyplaneCopyOperator(
+            task_id="copy", src=f"file://{tmp_path / 'src'}", dst=f"file://{tmp_path / 'dst'}",
+            src_region=A, dst_region=B, volume_gb=2, keep_warm="60s", deferrable=True,
+            poll_interval=0.2,
+        )  # fmt: skip
+
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            op().execute(ctx)
+
+        async def first() -> Any:
+            async for event in deferred.value.trigger.run():
+                return event.payload
+
+        event = asyncio.run(asyncio.wait_for(first(), 120))
+        summary = op().execute_complete(ctx, event, **(deferred.value.kwargs or {}))
+        assert read_tree(tmp_path / "dst") == data
+        warm = summary["warm"]
+        assert warm["claimed"] == "af-parked" and warm["idle_usd"] > 0  # billed at $3/h
+        assert warm["parked"] == "af-parked" and warm["vm_usd_per_hour"] > 0  # parked again
+        assert [r.fleet_id for r in WarmPool(store).available()] == ["af-parked"]
+    finally:
+        api.deprovision(fleet)
+        WarmPool(store).forget("af-parked")
