@@ -29,11 +29,15 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.lease import LINGER_S
 from skyplane_ops.provision.records import save_fleet
 from skyplane_ops.provision.secrets import private_dir, secret_bytes, write_private
-from skyplane_ops.provision.warm import WarmPool, WarmRecord
+from skyplane_ops.provision.warm import (
+    TAG_WARM,
+    TAG_WARM_GENERATION,
+    TAG_WARM_POOL,
+    WarmPool,
+    WarmRecord,
+)
 
 log = logging.getLogger(__name__)
-
-TAG_WARM = "skyplane-ops:warm"
 
 
 # A claim re-keys and renews the lease of running gateways: about a second, not a boot.
@@ -115,10 +119,13 @@ def park(
     buffer_mib = rekey(fleet, secret_bytes(fleet.secret_ref), new, keep_warm_s)
     now = time.time()
     expires = now + keep_warm_s
+    generation = pool.next_generation(fleet.transfer_id)
     fleet.tags = {
         **fleet.tags,
         TAG_WARM: "parked",
         TAG_EXPIRES: time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(expires)),
+        TAG_WARM_POOL: pool.state_uri,  # where this host's sweep asks whether it was claimed
+        TAG_WARM_GENERATION: str(generation),
     }
     _keep_secret(fleet, new)
     gateways: dict[str, int] = {}
@@ -127,7 +134,7 @@ def park(
     rate = usd_per_hour
     record = WarmRecord(
         fleet_id=fleet.transfer_id,
-        generation=pool.next_generation(fleet.transfer_id),
+        generation=generation,
         backend=fleet.backend,
         gateways=gateways,
         options_key=options_key(fleet.backend, backend_options),

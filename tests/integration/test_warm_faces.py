@@ -239,3 +239,38 @@ def test_the_airflow_deferred_copy_result_carries_the_claims_idle(
     finally:
         api.deprovision(fleet)
         WarmPool(store).forget("af-parked")
+
+
+def test_a_fleet_claimed_from_another_home_is_not_the_parking_homes_to_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two hosts (two ``SKYPLANE_OPS_HOME``s) share one state store: host 1 parks, host 2
+    claims; host 1's ``sweep``/``deprovision --all`` then forgets its record and leaves the
+    fleet running; host 2 deletes it as its own."""
+    from skyplane_ops import api
+    from skyplane_ops.provision.local import LocalProvisioner
+    from skyplane_ops.provision.records import load_fleets
+    from skyplane_ops.sequence.warm import claim_warm, park_warm
+
+    shared = (tmp_path / "shared-state").as_uri()
+    host1, host2 = tmp_path / "host1", tmp_path / "host2"
+    monkeypatch.setenv("SKYPLANE_OPS_HOME", str(host1))
+    fleet = LocalProvisioner().provision({A: 1, B: 1}, transfer_id="two-homes")
+    pids = _pids(fleet)
+    assert park_warm(fleet, keep_warm_s=60, backend_options={}, state_uri=shared)
+    monkeypatch.setenv("SKYPLANE_OPS_HOME", str(host2))
+    got = claim_warm({A: 1, B: 1}, backend="local", backend_options={}, claimant="run-2",
+                     state_uri=shared)  # fmt: skip
+    assert got is not None and _pids(got[0]) == pids
+    try:
+        monkeypatch.setenv("SKYPLANE_OPS_HOME", str(host1))
+        assert [f.transfer_id for f in load_fleets()] == ["two-homes"]  # parked, per host 1
+        report = api.sweep(["local"])  # deprovision --all
+        assert not report.errors and report.deleted["local"] == []
+        assert load_fleets() == [] and not _gone(pids)  # forgotten here, running there
+    finally:
+        monkeypatch.setenv("SKYPLANE_OPS_HOME", str(host2))
+        api.deprovision(got[0])
+        api.forget_warm(got[0], state_uri=shared)
+    _wait(lambda: _gone(pids))
+    assert WarmPool(shared).records() == [] and api.sweep(["local"]).deleted["local"] == []
