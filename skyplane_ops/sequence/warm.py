@@ -78,15 +78,22 @@ def _each(fleet: GatewayFleet, act: Any) -> None:
         list(pool.map(act, fleet.gateways))
 
 
-def rekey(fleet: GatewayFleet, old: bytes, new: bytes, lease_s: float) -> int | None:
-    """Every gateway forgets its jobs, answers to ``new`` only and holds ``lease_s``; returns
-    the smallest byte budget among them in MiB (the fleet's capacity), None if none said."""
+# A parked gateway's idle watchdog waits this much past its lease: the lease ends it first.
+IDLE_PAST_LEASE_S = 60.0
+
+
+def rekey(
+    fleet: GatewayFleet, old: bytes, new: bytes, lease_s: float, idle_s: float | None = None
+) -> int | None:
+    """Every gateway forgets its jobs, answers to ``new`` only and holds ``lease_s`` (and an
+    idle timeout of at least ``idle_s``); returns the smallest byte budget among them in MiB
+    (the fleet's capacity), None if none said."""
     budgets: list[int] = []
 
     def one(g: Gateway) -> None:
         client = GatewayClient(g.host, g.control_port, old, timeout=10, gateway_id=g.gateway_id)
         client.rekey(new)
-        client.renew_lease(lease_s)
+        client.renew_lease(lease_s, idle_timeout=idle_s)
         capacity = (client.health().get("buffer") or {}).get("capacity")
         if isinstance(capacity, int):
             budgets.append(capacity // 2**20)
@@ -116,7 +123,9 @@ def park(
     does not take it: delete the fleet then, as without ``keep_warm``); returns what the
     run's result says about it."""
     new = secrets.token_bytes(32)
-    buffer_mib = rekey(fleet, secret_bytes(fleet.secret_ref), new, keep_warm_s)
+    # No control request comes while parked: the idle watchdog must outwait keep_warm.
+    idle_s = keep_warm_s + IDLE_PAST_LEASE_S
+    buffer_mib = rekey(fleet, secret_bytes(fleet.secret_ref), new, keep_warm_s, idle_s)
     now = time.time()
     expires = now + keep_warm_s
     generation = pool.next_generation(fleet.transfer_id)

@@ -5,6 +5,7 @@ is read from its phases and its gateways' pids, never from a timing."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +275,20 @@ def test_a_fleet_claimed_from_another_home_is_not_the_parking_homes_to_sweep(
         api.forget_warm(got[0], state_uri=shared)
     _wait(lambda: _gone(pids))
     assert WarmPool(shared).records() == [] and api.sweep(["local"]).deleted["local"] == []
+
+
+def test_a_parked_local_fleet_outlives_its_idle_timeout_until_keep_warm(home: Path) -> None:
+    """Gateways that idle out after 1 s, parked for 4 s: parking raised their idle timeout
+    past keep_warm (the signed ``POST /v1/lease``), so the lease, not the idle watchdog, ends
+    them."""
+    from skyplane_ops.provision.local import LocalProvisioner
+    from skyplane_ops.sequence.warm import park
+
+    options = {"idle_timeout": 1.0}
+    fleet = LocalProvisioner(**options).provision({A: 1}, transfer_id="idle-short")
+    pids = _pids(fleet)
+    parked_at = time.monotonic()
+    park(fleet, usd_per_hour=0.0, keep_warm_s=4.0, pool=WarmPool(default_state_uri()),
+         backend_options=options)  # fmt: skip
+    _wait(lambda: _gone(pids))
+    assert time.monotonic() - parked_at >= 3.5  # not at the 1 s idle timeout
