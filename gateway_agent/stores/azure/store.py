@@ -49,7 +49,7 @@ from gateway_agent.stores._common import (
 )
 from gateway_agent.stores.azure import copy as azcopy
 from gateway_agent.stores.azure.meta import meta_args, props_to_meta, write_args
-from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
+from gateway_agent.stores.base import Capabilities, Copied, ListRow, ObjectInfo
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import combine_ranges, crc32c_b64
 from gateway_agent.stores.credentials import (
@@ -450,7 +450,7 @@ class AzureBlobStore(CloudStore):
         size: int,
         version: str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> str | None:
+    ) -> Copied:
         return azcopy.copy_from_url(self, src, key, version, meta, CRC_METADATA)
 
     def copy_part_from(
@@ -462,7 +462,7 @@ class AzureBlobStore(CloudStore):
         offset: int,
         length: int,
         version: str | None = None,
-    ) -> str | None:
+    ) -> Copied:
         raise CopyNotSupportedError(f"copy {self.uri}{key}: staged blocks are not copied by URL")
 
     def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:

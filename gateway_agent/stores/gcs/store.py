@@ -40,7 +40,7 @@ from gateway_agent.stores._common import (
     info_row,
     paginate,
 )
-from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
+from gateway_agent.stores.base import Capabilities, Copied, ListRow, ObjectInfo
 from gateway_agent.stores.credentials import CREDENTIAL_OPTIONS, Credentials, google_credentials
 from gateway_agent.stores.errors import (
     AccessDeniedError,
@@ -406,9 +406,10 @@ class GCSStore(CloudStore):
         size: int,
         version: str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> str | None:
+    ) -> Copied:
         """A rewrite of ``key`` (the listed generation) with its token loop (GCS answers a
-        large or cross-location rewrite in steps); the copy's CRC32C as GCS reports it."""
+        large or cross-location rewrite in steps); the copy's CRC32C as GCS reports it, and
+        the generation it made."""
         source = src._bucket.blob(src._name(key))
         dest = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts)
         if not meta:
@@ -431,7 +432,8 @@ class GCSStore(CloudStore):
             if version is not None and exc.status == 412:
                 raise src._changed(key, version, None) from None
             raise
-        return str(dest.crc32c) if dest.crc32c else None
+        generation = str(dest.generation) if dest.generation else None
+        return Copied(str(dest.crc32c) if dest.crc32c else None, generation)
 
     def signed_url(self, key: str, seconds: int = 900) -> str:
         """A V4 signed GET URL of ``key`` for ``seconds`` (a credential: never logged)."""
