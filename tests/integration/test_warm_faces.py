@@ -292,3 +292,24 @@ def test_a_parked_local_fleet_outlives_its_idle_timeout_until_keep_warm(home: Pa
          backend_options=options)  # fmt: skip
     _wait(lambda: _gone(pids))
     assert time.monotonic() - parked_at >= 3.5  # not at the 1 s idle timeout
+
+
+def test_the_lease_renewal_only_raises_an_idle_timeout(home: Path) -> None:
+    """The signed ``POST /v1/lease`` on a real gateway: ``idle_timeout`` raises the agent's,
+    never lowers it; a bad one is refused and changes nothing."""
+    from gateway_agent.client import GatewayClient, GatewayError
+    from skyplane_ops import api
+    from skyplane_ops.provision.local import LocalProvisioner
+    from skyplane_ops.provision.secrets import secret_bytes
+
+    fleet = LocalProvisioner().provision({A: 1}, transfer_id="lease-idle")
+    try:
+        gw = fleet.gateways[0]
+        client = GatewayClient(gw.host, gw.control_port, secret_bytes(fleet.secret_ref))
+        assert client.renew_lease(60, idle_timeout=5)["idle_timeout_s"] == 600  # the default
+        assert client.renew_lease(60, idle_timeout=1200)["idle_timeout_s"] == 1200
+        with pytest.raises(GatewayError, match="idle_timeout"):
+            client.renew_lease(60, idle_timeout=-1)
+        assert client.renew_lease(60)["idle_timeout_s"] == 1200
+    finally:
+        api.deprovision(fleet)
