@@ -147,17 +147,24 @@ class Agent:
         """Block until ``shutdown`` has finished (jobs stopped); False on timeout."""
         return self._stopped.wait(timeout)
 
-    def renew_lease(self, seconds: float) -> dict[str, Any]:
-        """Extend (or shorten) the lease to ``seconds`` from now; returns what it holds."""
+    def renew_lease(self, seconds: float, idle_timeout: float | None = None) -> dict[str, Any]:
+        """Extend (or shorten) the lease to ``seconds`` from now; returns what it holds.
+        ``idle_timeout`` raises the idle watchdog's (never lowers it, never turns it on): a
+        parked gateway gets no control request for its whole ``keep_warm``."""
         if not 0 < seconds <= 86400:
             raise JobError(f"lease seconds must be in (0, 86400], not {seconds}")
+        if idle_timeout is not None:
+            if not 0 < idle_timeout <= 2 * 86400:
+                raise JobError(f"idle_timeout must be in (0, 172800], not {idle_timeout}")
+            if self.idle_timeout > 0:
+                self.idle_timeout = max(self.idle_timeout, idle_timeout)
         self.lease_deadline = time.monotonic() + seconds
         if self.deadline_command:  # push the VM's root deadline past this lease (in background)
             extend = int(seconds + DEADLINE_GRACE_S)
             threading.Thread(
                 target=self._run_deadline, args=("extend", str(extend)), daemon=True
             ).start()
-        return {"ok": True, "lease_s": seconds}
+        return {"ok": True, "lease_s": seconds, "idle_timeout_s": self.idle_timeout}
 
     def _run_deadline(self, *args: str) -> bool:
         """Run the VM's deadline helper; a failure is logged loudly and counted."""

@@ -205,11 +205,15 @@ class GatewayClient:
     def shutdown(self) -> None:
         self._call("POST", "/v1/shutdown", {})
 
-    def renew_lease(self, seconds: float, timeout: float | None = None) -> dict[str, Any]:
-        """Keep the gateway alive for ``seconds`` more (it stops itself when the lease lapses)."""
-        result: dict[str, Any] = self._call(
-            "POST", "/v1/lease", {"seconds": seconds}, attempts=1, timeout=timeout
-        )
+    def renew_lease(
+        self, seconds: float, timeout: float | None = None, idle_timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Keep the gateway alive for ``seconds`` more (it stops itself when the lease lapses);
+        ``idle_timeout`` raises its idle watchdog's to at least that (a parked fleet's)."""
+        body: dict[str, Any] = {"seconds": seconds}
+        if idle_timeout is not None:
+            body["idle_timeout"] = idle_timeout
+        result: dict[str, Any] = self._call("POST", "/v1/lease", body, attempts=1, timeout=timeout)
         return result
 
     def rekey(self, secret: bytes) -> dict[str, Any]:

@@ -206,7 +206,10 @@ class ControlServer:
         if parts == ["v1", "health"] and method == "GET":
             return {**agent.health(), "control": self.stats()}
         if parts == ["v1", "lease"] and method == "POST":
-            return agent.renew_lease(float(data.get("seconds", 0)))
+            idle = data.get("idle_timeout")
+            return agent.renew_lease(
+                float(data.get("seconds", 0)), None if idle is None else float(idle)
+            )
         if parts == ["v1", "probe"] and method == "POST":
             return probe_request(agent, data)
         if parts == ["v1", "rekey"] and method == "POST":

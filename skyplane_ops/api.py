@@ -241,6 +241,7 @@ _LAZY: dict[str, str] = {
     "claim_warm": "skyplane_ops.sequence.warm",
     "park_warm": "skyplane_ops.sequence.warm",
     "forget_warm": "skyplane_ops.sequence.warm",
+    "vm_usd_per_hour": "skyplane_ops.sequence.warm",
     "PublishTarget": "skyplane_ops.profiler.refresh_policy",
     "clean_leftovers": "skyplane_ops.profiler.refresh_policy",
     "publish_target": "skyplane_ops.profiler.refresh_policy",
@@ -292,6 +293,7 @@ if TYPE_CHECKING:
     from skyplane_ops.sequence.warm import claim_warm as claim_warm
     from skyplane_ops.sequence.warm import forget_warm as forget_warm
     from skyplane_ops.sequence.warm import park_warm as park_warm
+    from skyplane_ops.sequence.warm import vm_usd_per_hour as vm_usd_per_hour
     from skyplane_ops.transfer.manifest import MiB as MiB
     from skyplane_ops.transfer.progress import JsonProgress as JsonProgress
     from skyplane_ops.transfer.result import EXIT_PARTIAL as EXIT_PARTIAL

@@ -68,18 +68,23 @@ class ServerSideRole(SourceRole):
             if first:
                 log.warning("job %s: server-side copy refused, moving bytes: %s", self.job_id, exc)
             return False
-        crcs = [crc for crc, _ in got]
-        vouched = [i for i, (_, ok) in enumerate(got) if ok]
+        crcs = [crc for crc, _, _ in got]
+        vouched = [i for i, (_, ok, _) in enumerate(got) if ok]
+        versions = [made for _, _, made in got]  # per segment: the version its copy made
         total = sum(int(s["length"]) for s in segs)
         self._count(chunks_written=1, bytes_written=total)
-        self._event(t="done", chunk=desc["chunk"], crcs=crcs, vouched=vouched, how="server-side")
+        extra = {"versions": versions} if any(versions) else {}  # the report's, as a sink's
+        self._event(
+            t="done", chunk=desc["chunk"], crcs=crcs, vouched=vouched, how="server-side", **extra
+        )
         return True
 
     def _copy_one(
         self, src: ObjectStore, dst: SupportsCopyFrom, seg: dict[str, Any]
-    ) -> tuple[int, bool]:
+    ) -> tuple[int, bool, str | None]:
         """One segment copied by the stores: its CRC32C (the store's, else read from the
-        source) and whether the copy vouches for it (``COPY_VOUCHES``: the store computed it
+        source), the version the copy made (None for a part) and whether the copy vouches
+        for it (``COPY_VOUCHES``: the store computed it
         over the bytes it stored, as S3 echoes a PutObject's; verification then skips the
         object's HEAD). Per-object problems fail that object only (``ObjectFailed``)."""
         # A destination that reads the metadata itself, in fewer calls (``CopiesMetadata``),
@@ -116,10 +121,10 @@ class ServerSideRole(SourceRole):
             if bad is None or bad.kind == "failed":
                 raise
             raise bad from None
-        if got is not None:
+        if got.crc32c is not None:
             vouches = bool(getattr(dst, "COPY_VOUCHES", False))
-            return int.from_bytes(base64.b64decode(got), "big"), vouches
+            return int.from_bytes(base64.b64decode(got.crc32c), "big"), vouches, got.version
         if n == 0:
-            return 0, False
+            return 0, False, got.version
         self._count(bytes_read=n)
-        return crc32c(self._read_segment(src, seg)), False
+        return crc32c(self._read_segment(src, seg)), False, got.version

@@ -48,6 +48,17 @@ def landed_version(info: ObjectInfo) -> str | None:
 
 
 @dataclass(frozen=True)
+class Copied:
+    """A server-side copy's answer: the CRC32C (base64) the store reports of what it wrote
+    (None: it reports none) and the version the write made (``landed_version``'s: S3
+    VersionId else ETag, GCS generation, Azure version id else ETag; None for a part), so the
+    transfer report names what landed as for bytes written."""
+
+    crc32c: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
 class SkippedEntry:
     """An entry a listing left out, with why. ``key`` ends with ``/`` for a folder.
 
@@ -204,7 +215,7 @@ class SupportsCopyFrom(Protocol):
         size: int,
         version: str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> str | None: ...
+    ) -> Copied: ...
 
     def copy_part_from(
         self,
@@ -215,7 +226,7 @@ class SupportsCopyFrom(Protocol):
         offset: int,
         length: int,
         version: str | None = None,
-    ) -> str | None: ...
+    ) -> Copied: ...
 
 
 @runtime_checkable
@@ -233,7 +244,7 @@ class CopiesMetadata(Protocol):
         size: int,
         version: str | None,
         overrides: Mapping[str, str],
-    ) -> str | None: ...
+    ) -> Copied: ...
 
 
 @runtime_checkable
@@ -243,6 +254,15 @@ class SignsURLs(Protocol):
     credential for its lifetime: never logged."""
 
     def signed_url(self, key: str, seconds: int = 900) -> str: ...
+
+
+@runtime_checkable
+class WritesIfAbsent(Protocol):
+    """Optional: write ``key`` only if no object has that name, atomically on the service
+    (GCS ``ifGenerationMatch=0``, Azure ``If-None-Match: *``): of many callers racing for one
+    name exactly one gets True. A warm fleet's claim is such a write (``provision.warm``)."""
+
+    def write_if_absent(self, key: str, data: bytes) -> bool: ...
 
 
 @runtime_checkable

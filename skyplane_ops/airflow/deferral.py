@@ -69,6 +69,7 @@ class TransferDeferral:
         fleet: GatewayFleet,
         job: TransferJob,
         teardown: bool = False,
+        warm: Mapping[str, Any] | None = None,
     ) -> None:
         """Start (or re-attach to) the driver, then defer to the trigger; never returns."""
         transfer_id, journal = job.transfer_id, job.journal
@@ -98,6 +99,7 @@ class TransferDeferral:
                     if teardown
                     else None
                 ),
+                warm=warm,
             )
             log.info(
                 "started transfer driver pid %d on %s for %s (state in %s)",

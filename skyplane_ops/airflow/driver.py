@@ -99,12 +99,14 @@ def start_driver(
     state_options: Mapping[str, Any] | None = None,
     teardown: Mapping[str, Any] | None = None,
     heartbeat_s: float = HEARTBEAT_S,
+    warm: Mapping[str, Any] | None = None,
 ) -> DriverHandle:
     """Start a detached driver for ``request`` (a ``TransferRequest``, whose ``transfer_id``
     and ``journal_dir`` are set); credentials (``env``, ``teardown``) go through a pipe only.
 
     ``teardown`` (``{"backend": ..., "backend_options": ...}``) makes the driver delete the
     fleet when the transfer ends, whatever the outcome (the one-task copy's contract).
+    ``warm``: the task's claim of a parked fleet (``CopyRun.warm``), for the result's idle.
     """
     from skyplane_ops.api import TransferState
 
@@ -126,6 +128,7 @@ def start_driver(
         "state_options": dict(state_options or {}),
         "teardown": dict(teardown) if teardown else None,
         "heartbeat_s": heartbeat_s,
+        "warm": dict(warm or {}),
     }
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -191,10 +194,11 @@ class _Beat(threading.Thread):
 
 
 def _teardown(
-    spec: Mapping[str, Any], fleet: Any, keep_warm: float | None = None
+    spec: Mapping[str, Any], fleet: Any, keep_warm: float | None = None, parked: Any = None
 ) -> dict[str, Any] | None:
     """Delete the fleet when asked to, or park it for ``keep_warm`` (a run that succeeded;
-    docs/vmless.md); returns an error record instead of raising."""
+    docs/warm-fleets.md; what the parking says goes into ``parked``); returns an error record
+    instead of raising."""
     teardown = spec.get("teardown")
     if not teardown:
         return None
@@ -202,8 +206,15 @@ def _teardown(
 
     options = teardown.get("backend_options") or {}
     store = {"state_uri": spec["state_uri"], "state_options": spec.get("state_options")}
-    if keep_warm and api.park_warm(fleet, keep_warm_s=keep_warm, backend_options=options, **store):
-        return None
+    if keep_warm:
+        rate = api.vm_usd_per_hour(api.TransferPlan.from_dict(spec["plan"]), fleet)
+        got = api.park_warm(
+            fleet, keep_warm_s=keep_warm, backend_options=options, usd_per_hour=rate, **store
+        )
+        if got is not None:
+            if parked is not None:
+                parked.update(got)
+            return None
     try:
         api.deprovision(fleet, backend_options=options or None)
         api.forget_warm(fleet, **store)  # a claimed fleet's records (no-op for others)
@@ -276,7 +287,9 @@ def run(spec: Mapping[str, Any]) -> int:
             if request.multi:  # several destinations: the fan-out on this plan and fleet
                 result = api.FanoutRun(request, gateways, events).run()
             else:
-                result = final = CopyRun(request, gateways, events).run()
+                run = CopyRun(request, gateways, events)
+                run.warm = dict(spec.get("warm") or {})  # the task's claim: its idle is ours
+                result = final = run.run()
         outcome = ("success", {"result": result.to_dict()})
     except _Cancelled:
         outcome, code = ("cancelled", {}), 3
@@ -304,7 +317,10 @@ def run(spec: Mapping[str, Any]) -> int:
     except Exception as exc:
         print(f"saving the journal failed: {exc}", file=sys.stderr, flush=True)
     keep_warm = request.keep_warm if outcome[0] == "success" else None
-    teardown_error = _teardown(spec, fleet, keep_warm)
+    parked: dict[str, Any] = {}
+    teardown_error = _teardown(spec, fleet, keep_warm, parked)
+    if parked and isinstance(outcome[1].get("result"), dict):  # as the in-task run's result
+        outcome[1]["result"]["warm"] = {**outcome[1]["result"].get("warm", {}), **parked}
     if teardown_error is not None:
         outcome[1]["teardown_error"] = teardown_error
     elif spec.get("teardown"):

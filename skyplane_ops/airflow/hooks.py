@@ -353,7 +353,9 @@ class SkyplaneHook(BaseHook):
         """Delete a fleet, or every leftover of ``transfer_id`` (its recorded fleets, pending
         ones too, then a sweep by tag in ``regions`` and the recorded regions; idempotent)."""
         if fleet is not None:
-            return list(api.deprovision(fleet, backend_options=self.backend_options()))
+            deleted = list(api.deprovision(fleet, backend_options=self.backend_options()))
+            api.forget_warm(fleet, **self._warm_store())  # a claimed fleet's records, if any
+            return deleted
         return list(
             api.deprovision(
                 backend=self.settings.backend,
@@ -361,6 +363,37 @@ class SkyplaneHook(BaseHook):
                 transfer_id=transfer_id,
                 regions=regions,
             )
+        )
+
+    # -- warm fleets (``sequence.warm``: the same calls as every run) ---------------------------
+
+    def _warm_store(self) -> dict[str, Any]:
+        """The pool every worker reaches: the connection's state store."""
+        settings = self.settings
+        return {"state_uri": settings.state_uri, "state_options": settings.state_store_options}
+
+    def claim_warm(
+        self, plan: TransferPlan, *, transfer_id: str
+    ) -> tuple[GatewayFleet, dict[str, Any]] | None:
+        """A parked fleet that serves ``plan``, claimed for ``transfer_id``; None: boot."""
+        return api.claim_warm(
+            plan,
+            backend=self.settings.backend,
+            backend_options=self.backend_options(),
+            claimant=transfer_id,
+            **self._warm_store(),
+        )
+
+    def park_warm(
+        self, fleet: GatewayFleet, *, keep_warm_s: float, usd_per_hour: float
+    ) -> dict[str, Any] | None:
+        """Park ``fleet`` for ``keep_warm_s``; None (logged): delete it instead."""
+        return api.park_warm(
+            fleet,
+            keep_warm_s=keep_warm_s,
+            backend_options=self.backend_options(),
+            usd_per_hour=usd_per_hour,
+            **self._warm_store(),
         )
 
     # -- throughput grid ----------------------------------------------------------------------

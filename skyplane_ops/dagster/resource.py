@@ -310,15 +310,21 @@ class SkyplaneResource(dg.ConfigurableResource):  # type: ignore[misc]
         )
 
     def deprovision(
-        self, fleet: GatewayFleet | None = None, *, transfer_id: str | None = None
+        self,
+        fleet: GatewayFleet | None = None,
+        *,
+        transfer_id: str | None = None,
+        succeeded: bool = True,
+        usd_per_hour: float = 0.0,
     ) -> list[str]:
-        """Delete ``fleet`` (or park it for ``keep_warm``) or, without one, every leftover
-        tagged with ``transfer_id``."""
+        """Delete ``fleet`` (or, after a step that ``succeeded``, park it for ``keep_warm``
+        at ``usd_per_hour``, the plan's VM price) or, without one, every leftover tagged with
+        ``transfer_id``."""
         store = self._warm_store()
-        if fleet is not None and self.keep_warm:
+        if fleet is not None and self.keep_warm and succeeded:
             keep = api.parse_duration(self.keep_warm)
             if api.park_warm(fleet, keep_warm_s=keep, backend_options=self._backend_options(),
-                             **store) is not None:  # fmt: skip
+                             usd_per_hour=usd_per_hour, **store) is not None:  # fmt: skip
                 return []
         deleted = api.deprovision(
             fleet,

@@ -277,7 +277,8 @@ def transfer_step(
             context.log.error("transfer interrupted; deprovisioning the fleet")
             _deprovision(context, skyplane, fleet)
             raise
-    deprovision_error = _deprovision(context, skyplane, fleet)
+    ok = failure is None and not failed  # only a successful step parks (keep_warm)
+    deprovision_error = _deprovision(context, skyplane, fleet, planned if ok else None)
     if failure is not None:
         raise failure from None
     if deprovision_error is not None:
@@ -506,11 +507,20 @@ def _results(
 
 
 def _deprovision(
-    context: Any, skyplane: SkyplaneResource, fleet: GatewayFleet
+    context: Any,
+    skyplane: SkyplaneResource,
+    fleet: GatewayFleet,
+    succeeded: Mapping[str, Any] | None = None,
 ) -> BaseException | None:
-    """Delete the fleet; returns the error instead of raising so the caller decides."""
+    """Delete the fleet, or park it (``keep_warm``) after a step that ``succeeded`` (its
+    plans: the parking's $/h is their VM price); returns the error instead of raising so the
+    caller decides."""
     try:
-        deleted = skyplane.deprovision(fleet)
+        deleted = skyplane.deprovision(
+            fleet,
+            succeeded=succeeded is not None,
+            usd_per_hour=_fleet_usd_per_hour(succeeded, fleet) if succeeded else 0.0,
+        )
     except Exception as exc:
         context.log.error(
             skyplane.redact(
@@ -522,3 +532,9 @@ def _deprovision(
         f"deprovisioned {fleet.transfer_id} ({len(fleet.gateways)} gateways, {len(deleted)} swept)"
     )
     return None
+
+
+def _fleet_usd_per_hour(planned: Mapping[str, Any], fleet: GatewayFleet) -> float:
+    """The shared fleet's $/h at its plans' VM price (the dearest: an upper bound)."""
+    plans = [TransferPlan.from_dict(p["plan"]) for p in planned.get("plans", {}).values()]
+    return max((api.vm_usd_per_hour(p, fleet) for p in plans), default=0.0)

@@ -421,7 +421,12 @@ class LocalProvisioner:
         """Deprovision recorded local fleets (by transfer id and/or age); returns gateway ids."""
         removed: list[str] = []
         now = datetime.now(UTC)
+        from skyplane_ops.provision.warm import claimed_elsewhere
+
         for fleet in load_fleets(transfer_id=transfer_id, backend=self.name):
+            if claimed_elsewhere(fleet):  # parked here, claimed since: the claimant's
+                forget_fleet(fleet)
+                continue
             if older_than_seconds is not None and fleet.created_at:
                 age = (now - datetime.fromisoformat(fleet.created_at)).total_seconds()
                 if age < older_than_seconds:

@@ -25,6 +25,7 @@ from skyplane_ops.provision import BACKENDS, get_provisioner, records
 from skyplane_ops.provision.documents import parse_document, read_document
 from skyplane_ops.provision.fleet import GatewayFleet
 from skyplane_ops.provision.local_options import check_local_options
+from skyplane_ops.provision.warm import claimed_elsewhere
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,9 @@ def sweep(
             prov = get_provisioner(backend, **options.get(backend, {}))
             fleets = records.load_fleets(transfer_id=transfer_id, backend=backend)
             for fleet in fleets:
+                if claimed_elsewhere(fleet):  # the claimant's now: this host forgets it
+                    records.forget_fleet(fleet)
+                    continue
                 if not (_age_ok(fleet.created_at, older_than_seconds) or _expired(fleet)):
                     continue
                 try:  # one fleet failing does not keep the others

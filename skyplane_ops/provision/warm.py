@@ -2,12 +2,14 @@
 
 A run with ``keep_warm`` parks its fleet instead of deleting it (``sequence.warm``); the next
 run that fits claims it. The pool lives under ``<state_uri>/.warm/<fleet_id>/`` in the store
-every host of a pipeline shares (``file://`` on one host or a shared volume, ``s3://``):
+every host of a pipeline shares (``file://`` on one host or a shared volume, ``s3://``,
+``gs://``, ``az://``):
 
 - ``parked-<n>.json``: the n-th parking (``WarmRecord``: backend, gateways per region, the
   fleet record, expiry, $/h); a fleet's newest parking is the one that counts;
 - ``claim-<n>``: written *create-only* by the run that takes parking n, so exactly one wins
-  (``O_EXCL``-style ``link`` on a file system, ``If-None-Match: *`` on S3);
+  (``O_EXCL``-style ``link`` on a file system, ``If-None-Match: *`` on S3 and Azure,
+  ``ifGenerationMatch=0`` on GCS: the store's ``write_if_absent``);
 - ``secret``: the secret the parked gateways answer to (a fresh one, not a transfer's), for a
   claimant on another host; give the state store the access control of credentials.
 
@@ -30,6 +32,12 @@ from skyplane_ops.provision.fleet import GatewayFleet
 
 WARM = ".warm"  # a transfer id (letters, digits, - and _) can never be this name
 MAX_KEEP_WARM_S = 86400.0  # a gateway's lease is at most a day
+# In a parked fleet's record on the parking host (``sequence.warm.park``): its state, the
+# pool it was parked in and the parking's generation (``claimed_elsewhere`` reads them).
+TAG_WARM = "skyplane-ops:warm"
+TAG_WARM_POOL = "skyplane-ops:warm-pool"
+TAG_WARM_GENERATION = "skyplane-ops:warm-generation"
+POOL_SCHEMES = ("file", "s3", "gs", "az")  # the stores with an atomic create-only write
 
 
 @dataclass(frozen=True)
@@ -77,12 +85,14 @@ class WarmPool:
         from gateway_agent.stores import open_store
         from gateway_agent.stores.uri import parse_uri
 
-        self.uri = f"{state_uri.rstrip('/')}/{WARM}"
+        self.state_uri = state_uri.rstrip("/")
+        self.uri = f"{self.state_uri}/{WARM}"
         self.options = dict(options or {})
         self._parsed = parse_uri(self.uri)
-        if self._parsed.scheme not in ("file", "s3"):
+        if self._parsed.scheme not in POOL_SCHEMES:
             raise ProvisionError(
-                f"warm fleets need a file:// or s3:// state store (atomic claims), not {self.uri}"
+                "warm fleets need a file://, s3://, gs:// or az:// state store (atomic claims),"
+                f" not {self.uri}"
             )
         self._store = open_store(self.uri, self.options)
 
@@ -115,6 +125,12 @@ class WarmPool:
 
     def claimed(self, record: WarmRecord) -> bool:
         return _claim(record.fleet_id, record.generation) in set(self._keys())
+
+    def claimed_since(self, fleet_id: str, generation: int) -> bool:
+        """Whether a run claimed the fleet's parking ``generation`` or a later one."""
+        prefix = f"{fleet_id}/claim-"
+        gens = [k[len(prefix) :] for k in self._keys() if k.startswith(prefix)]
+        return any(g.isdigit() and int(g) >= generation for g in gens)
 
     def available(self, now: float | None = None) -> list[WarmRecord]:
         """Parkings nobody claimed that have not expired, the longest-lived first."""
@@ -197,7 +213,15 @@ class WarmPool:
                 return False
             finally:
                 tmp.unlink(missing_ok=True)
-        return _s3_create_only(parsed.bucket, f"{parsed.prefix}{key}", body, self.options)
+        if parsed.scheme == "s3":
+            return _s3_create_only(parsed.bucket, f"{parsed.prefix}{key}", body, self.options)
+        from gateway_agent.stores.base import WritesIfAbsent
+
+        assert isinstance(self._store, WritesIfAbsent)  # gs://, az:// (POOL_SCHEMES)
+        try:
+            return self._store.write_if_absent(key, body)
+        except Exception as exc:
+            raise ProvisionError(f"cannot claim {self.uri}/{key}: {exc}") from exc
 
 
 def _s3_create_only(bucket: str, key: str, body: bytes, options: Mapping[str, Any]) -> bool:
@@ -231,3 +255,16 @@ def _not_found(exc: Exception) -> bool:
     from gateway_agent.stores.errors import ObjectNotFoundError
 
     return isinstance(exc, ObjectNotFoundError | FileNotFoundError)
+
+
+def claimed_elsewhere(fleet: GatewayFleet) -> bool:
+    """Whether a fleet this host's record says it parked was claimed from its pool since (by
+    a run of another host or ``SKYPLANE_OPS_HOME``): the pool is the shared truth, and a
+    claimed fleet is not this host's to delete. An unreadable pool says no (as before)."""
+    if fleet.tags.get(TAG_WARM) != "parked":
+        return False
+    try:
+        pool = WarmPool(fleet.tags.get(TAG_WARM_POOL) or default_state_uri())
+        return pool.claimed_since(fleet.transfer_id, int(fleet.tags.get(TAG_WARM_GENERATION, 0)))
+    except Exception:
+        return False

@@ -31,7 +31,7 @@ from skyplane_ops.sequence.fleet import deprovision, new_transfer_id, provision
 from skyplane_ops.sequence.planning import check_regions, plan
 from skyplane_ops.transfer.dispatch import DispatchOptions
 from skyplane_ops.transfer.request import TransferRequest
-from skyplane_ops.transfer.result import PartialTransferError, TransferResult
+from skyplane_ops.transfer.result import PartialTransferError, TransferResult, warm_lines
 from skyplane_ops.transfer.tree_pass import TreePassResult, tree_pass
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,9 @@ class FanoutResult:
     results: dict[str, TransferResult] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
+    # The fleet's warm part, as ``TransferResult.warm`` (claimed: billed once, here, not
+    # in each destination's result; parked).
+    warm: dict[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -66,6 +69,7 @@ class FanoutResult:
                 else {"dst_uri": d, "status": "failed", "error": self.errors.get(d, "")}
                 for d in self.order
             ],
+            **({"warm": dict(self.warm)} if self.warm else {}),
         }
 
     def summary(self) -> str:
@@ -75,7 +79,7 @@ class FanoutResult:
                 lines.append(f"  {d}: {self.results[d].summary().splitlines()[0]}")
             else:
                 lines.append(f"  {d}: FAILED: {self.errors.get(d, '')}")
-        return "\n".join(lines)
+        return "\n".join(lines + warm_lines(self.warm))
 
 
 class FanoutError(TransferError):
@@ -144,6 +148,7 @@ class FanoutRun:
         self.plan: TransferPlan | None = self.gateways.plan
         self.fleet: GatewayFleet | None = self.gateways.fleet
         self.tree: TreePassResult | None = None  # what the tree pass did
+        self.warm: dict[str, Any] = {}  # a warm fleet claimed or parked (``sequence.warm``)
 
     def run(self) -> FanoutResult:
         requests = self.request.per_destination()
@@ -179,14 +184,39 @@ class FanoutRun:
                     out.errors[req.dst_uri] = str(exc).splitlines()[0]
         finally:
             if self.fleet is not None and owns:
-                fleet, self.fleet = self.fleet, None
-                with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)"):
-                    deprovision(fleet, backend_options=self.gateways.backend_options)
+                self.release(succeeded=out.status == "ok")
+            out.warm = dict(self.warm)
         reached = set(out.results) | set(out.errors) | before
         fanout_record.record(self.request, reached if out.errors else None)
         if out.errors:
             raise FanoutError(out)
         return out
+
+    def release(self, *, succeeded: bool) -> None:
+        """Park the fleet for ``keep_warm`` after a run in which every destination was
+        copied, else delete it (and a claimed fleet's records in the pool)."""
+        from skyplane_ops.sequence.warm import forget_warm, park_warm, vm_usd_per_hour
+
+        assert self.fleet is not None
+        fleet, self.fleet = self.fleet, None
+        gw, keep = self.gateways, self.request.keep_warm
+        with self.events.phase("teardown", f"{len(fleet.gateways)} gateway(s)") as note:
+            if succeeded and keep and self.plan is not None:
+                parked = park_warm(
+                    fleet,
+                    keep_warm_s=keep,
+                    backend_options=gw.backend_options,
+                    usd_per_hour=vm_usd_per_hour(self.plan, fleet),
+                    state_uri=gw.state_uri,
+                    state_options=gw.state_options,
+                )
+                if parked is not None:
+                    self.warm = {**self.warm, **parked}
+                    note["done"] = f"parked for {keep:g} s"
+                    return
+            deprovision(fleet, backend_options=gw.backend_options)
+            if "claimed" in self.warm:
+                forget_warm(fleet, gw.state_uri, gw.state_options)
 
     def prepare(self) -> GatewayFleet:
         """Plan and provision only: a deferred face's part on its worker (the driver then
@@ -277,6 +307,8 @@ class FanoutRun:
         """One fleet for every destination's routes, unless one was given."""
         assert self.plan is not None
         if self.fleet is None:
+            self._claim_warm()
+        if self.fleet is None:
             gw = self.gateways
             with self.events.phase("provision", f"{gw.backend} backend") as note:
                 self.fleet = provision(
@@ -290,3 +322,26 @@ class FanoutRun:
                 note["done"] = f"{len(self.fleet.gateways)} gateway(s)"
         self.events.provisioned(self.fleet)
         return self.fleet
+
+    def _claim_warm(self) -> None:
+        """Take a parked fleet that fits the plan instead of booting (``sequence.warm``)."""
+        from skyplane_ops.sequence.warm import claim_warm
+
+        assert self.plan is not None
+        gw = self.gateways
+        got = claim_warm(
+            self.plan,
+            backend=gw.backend,
+            backend_options=gw.backend_options,
+            claimant=self.transfer_id,
+            max_per_region=gw.max_per_region,
+            state_uri=gw.state_uri,
+            state_options=gw.state_options,
+        )
+        if got is not None:
+            with self.events.phase("provision", f"{gw.backend} backend, warm") as note:
+                self.fleet, self.warm = got
+                note["done"] = (
+                    f"claimed warm fleet {self.warm['claimed']} "
+                    f"(parked {self.warm['idle_s']:.0f} s, ${self.warm['idle_usd']:.4f})"
+                )

@@ -29,11 +29,15 @@ from skyplane_ops.provision.fleet import Gateway, GatewayFleet
 from skyplane_ops.provision.lease import LINGER_S
 from skyplane_ops.provision.records import save_fleet
 from skyplane_ops.provision.secrets import private_dir, secret_bytes, write_private
-from skyplane_ops.provision.warm import WarmPool, WarmRecord
+from skyplane_ops.provision.warm import (
+    TAG_WARM,
+    TAG_WARM_GENERATION,
+    TAG_WARM_POOL,
+    WarmPool,
+    WarmRecord,
+)
 
 log = logging.getLogger(__name__)
-
-TAG_WARM = "skyplane-ops:warm"
 
 
 # A claim re-keys and renews the lease of running gateways: about a second, not a boot.
@@ -74,15 +78,22 @@ def _each(fleet: GatewayFleet, act: Any) -> None:
         list(pool.map(act, fleet.gateways))
 
 
-def rekey(fleet: GatewayFleet, old: bytes, new: bytes, lease_s: float) -> int | None:
-    """Every gateway forgets its jobs, answers to ``new`` only and holds ``lease_s``; returns
-    the smallest byte budget among them in MiB (the fleet's capacity), None if none said."""
+# A parked gateway's idle watchdog waits this much past its lease: the lease ends it first.
+IDLE_PAST_LEASE_S = 60.0
+
+
+def rekey(
+    fleet: GatewayFleet, old: bytes, new: bytes, lease_s: float, idle_s: float | None = None
+) -> int | None:
+    """Every gateway forgets its jobs, answers to ``new`` only and holds ``lease_s`` (and an
+    idle timeout of at least ``idle_s``); returns the smallest byte budget among them in MiB
+    (the fleet's capacity), None if none said."""
     budgets: list[int] = []
 
     def one(g: Gateway) -> None:
         client = GatewayClient(g.host, g.control_port, old, timeout=10, gateway_id=g.gateway_id)
         client.rekey(new)
-        client.renew_lease(lease_s)
+        client.renew_lease(lease_s, idle_timeout=idle_s)
         capacity = (client.health().get("buffer") or {}).get("capacity")
         if isinstance(capacity, int):
             budgets.append(capacity // 2**20)
@@ -112,13 +123,18 @@ def park(
     does not take it: delete the fleet then, as without ``keep_warm``); returns what the
     run's result says about it."""
     new = secrets.token_bytes(32)
-    buffer_mib = rekey(fleet, secret_bytes(fleet.secret_ref), new, keep_warm_s)
+    # No control request comes while parked: the idle watchdog must outwait keep_warm.
+    idle_s = keep_warm_s + IDLE_PAST_LEASE_S
+    buffer_mib = rekey(fleet, secret_bytes(fleet.secret_ref), new, keep_warm_s, idle_s)
     now = time.time()
     expires = now + keep_warm_s
+    generation = pool.next_generation(fleet.transfer_id)
     fleet.tags = {
         **fleet.tags,
         TAG_WARM: "parked",
         TAG_EXPIRES: time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(expires)),
+        TAG_WARM_POOL: pool.state_uri,  # where this host's sweep asks whether it was claimed
+        TAG_WARM_GENERATION: str(generation),
     }
     _keep_secret(fleet, new)
     gateways: dict[str, int] = {}
@@ -127,7 +143,7 @@ def park(
     rate = usd_per_hour
     record = WarmRecord(
         fleet_id=fleet.transfer_id,
-        generation=pool.next_generation(fleet.transfer_id),
+        generation=generation,
         backend=fleet.backend,
         gateways=gateways,
         options_key=options_key(fleet.backend, backend_options),

@@ -162,11 +162,11 @@ def test_the_schedule_weighs_a_warm_fleet_by_its_claim_not_a_boot(
     assert run.on_worker and not third.warm  # no parked fleet: the worker, not a 10 min boot
 
 
-@pytest.mark.parametrize("where", ["file", "s3"])
+@pytest.mark.parametrize("where", ["file", "s3", "az"])
 def test_one_claimant_of_many_wins(where: str, home: Path, request: pytest.FixtureRequest) -> None:
     uri, options = default_state_uri(), {}
-    if where == "s3":
-        emu = request.getfixturevalue("moto_s3")
+    if where != "file":  # moto S3 and Azurite honour If-None-Match: * on upload
+        emu = request.getfixturevalue({"s3": "moto_s3", "az": "azurite"}[where])
         bucket = f"warm-{os.urandom(4).hex()}"
         uri, options = emu.make_bucket(bucket) + "state", dict(emu.options)
     fleet = LocalProvisioner().provision({A: 1, B: 1}, transfer_id=f"wf-{os.urandom(4).hex()}")
@@ -197,6 +197,40 @@ def test_one_claimant_of_many_wins(where: str, home: Path, request: pytest.Fixtu
         gw = claimed.gateways[0]
         GatewayClient(gw.host, gw.control_port, secret_bytes(claimed.secret_ref)).health()
         assert pool.available() == [] and not pool.claim(record, "late")
+    finally:
+        api.deprovision(fleet)
+
+
+def test_a_gcs_pool_claims_create_only(home: Path, gcs_emulator: Any) -> None:
+    """A pool on gs://: parked, found, claimed by a race of claimants. gcp-storage-emulator
+    ignores ``ifGenerationMatch`` (every racer's upload succeeds there), so the test checks what
+    GCS decides by: every claim's upload request carried ``ifGenerationMatch=0``."""
+    uri = gcs_emulator.make_bucket(f"warm-{os.urandom(4).hex()}") + "state"
+    options = dict(gcs_emulator.options)
+    fleet = LocalProvisioner().provision({A: 1}, transfer_id=f"wf-{os.urandom(4).hex()}")
+    try:
+        park(fleet, usd_per_hour=1.0, keep_warm_s=60, pool=WarmPool(uri, options),
+             backend_options={})  # fmt: skip
+        (record,) = WarmPool(uri, options).available()
+        assert record.fleet_id == fleet.transfer_id and record.gateways == {A: 1}
+        sent: list[str] = []
+        start = threading.Barrier(4)
+
+        def claimant(i: int) -> None:
+            mine = WarmPool(uri, options)
+            http = mine._store._client._http  # type: ignore[attr-defined]  # the real session
+            http.hooks["response"].append(lambda r, *a, **k: sent.append(r.request.url))
+            start.wait()
+            mine.claim(record, f"run-{i}")
+
+        threads = [threading.Thread(target=claimant, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        uploads = [u for u in sent if f"claim-{record.generation}" in u or "/upload/" in u]
+        assert len(uploads) == 4 and all("ifGenerationMatch=0" in u for u in uploads)
+        assert WarmPool(uri, options).available() == []  # claimed: nobody else finds it
     finally:
         api.deprovision(fleet)
 

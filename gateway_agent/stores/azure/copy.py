@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from gateway_agent.stores.azure.meta import meta_args
-from gateway_agent.stores.base import ObjectStore, SignsURLs
+from gateway_agent.stores.base import Copied, ObjectStore, SignsURLs
 from gateway_agent.stores.errors import CopyNotSupportedError, StoreError, TransientStoreError
 
 # How long a source URL is valid: one object's copy, with room for a slow service.
@@ -41,8 +41,9 @@ def copy_from_url(
     version: str | None,
     meta: dict[str, Any] | None,
     crc_key: str,
-) -> str | None:
-    """Put Blob From URL of ``key``; the source's CRC32C (base64) where it has one."""
+) -> Copied:
+    """Put Blob From URL of ``key``; the source's CRC32C (base64) where it has one, and the
+    version the copy made (its version id with versioning on, else its ETag)."""
     info = src.head(key)
     if version is not None and info.version is not None and info.version != version:
         raise cast(StoreError, cast(Any, src)._changed(key, version, info.version))
@@ -57,7 +58,7 @@ def copy_from_url(
     url = cast(SignsURLs, src).signed_url(key, URL_SECONDS)
     blob = dst._blob(key)
     try:
-        dst._call(
+        resp = dst._call(
             "copy", key, blob.upload_blob_from_url, url, overwrite=True,
             include_source_blob_properties=False, timeout=dst.timeout, **args,
         )  # fmt: skip
@@ -65,4 +66,5 @@ def copy_from_url(
         # Retries spent on a copy from a URL (Azurite answers it with a SAS by a bare 500):
         # the caller moves the bytes itself, which fails in turn, clearly, on a real outage.
         raise CopyNotSupportedError(str(exc), code=exc.code, status=exc.status) from None
-    return crc
+    made = (resp or {}).get("version_id") or str((resp or {}).get("etag") or "").strip('"')
+    return Copied(crc, made or None)

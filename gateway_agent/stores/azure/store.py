@@ -49,7 +49,7 @@ from gateway_agent.stores._common import (
 )
 from gateway_agent.stores.azure import copy as azcopy
 from gateway_agent.stores.azure.meta import meta_args, props_to_meta, write_args
-from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
+from gateway_agent.stores.base import Capabilities, Copied, ListRow, ObjectInfo
 from gateway_agent.stores.checksum import crc32c
 from gateway_agent.stores.crc32c_math import combine_ranges, crc32c_b64
 from gateway_agent.stores.credentials import (
@@ -413,6 +413,19 @@ class AzureBlobStore(CloudStore):
             version_id=resp.get("version_id"),  # with versioning on (x-ms-version-id)
         )
 
+    def write_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if absent (``If-None-Match: *``): False when it existed."""
+        try:
+            self._call(
+                "write", key, self._blob(key).upload_blob, data, overwrite=False,
+                timeout=self._timeout,
+            )  # fmt: skip
+        except StoreError as exc:
+            if exc.status in (409, 412):  # BlobAlreadyExists / ConditionNotMet
+                return False
+            raise
+        return True
+
     # -- server-side copy from a signed URL (``azure.copy``) --------------------------------------
     @property
     def vouches(self) -> bool:
@@ -437,7 +450,7 @@ class AzureBlobStore(CloudStore):
         size: int,
         version: str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> str | None:
+    ) -> Copied:
         return azcopy.copy_from_url(self, src, key, version, meta, CRC_METADATA)
 
     def copy_part_from(
@@ -449,7 +462,7 @@ class AzureBlobStore(CloudStore):
         offset: int,
         length: int,
         version: str | None = None,
-    ) -> str | None:
+    ) -> Copied:
         raise CopyNotSupportedError(f"copy {self.uri}{key}: staged blocks are not copied by URL")
 
     def create_multipart(self, key: str, meta: Mapping[str, Any] | None = None) -> str:

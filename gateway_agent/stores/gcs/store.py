@@ -40,7 +40,7 @@ from gateway_agent.stores._common import (
     info_row,
     paginate,
 )
-from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
+from gateway_agent.stores.base import Capabilities, Copied, ListRow, ObjectInfo
 from gateway_agent.stores.credentials import CREDENTIAL_OPTIONS, Credentials, google_credentials
 from gateway_agent.stores.errors import (
     AccessDeniedError,
@@ -363,6 +363,25 @@ class GCSStore(CloudStore):
             raise self._not_found("write", key, exc) from None
         return self._info(key, blob)
 
+    def write_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if absent (``ifGenerationMatch=0``): False when it existed."""
+        blob = self._bucket.blob(self._name(key))
+        try:
+            self._call(
+                "write",
+                key,
+                blob.upload_from_string,
+                data,
+                if_generation_match=0,
+                timeout=self._timeout,
+                retry=None,
+            )
+        except StoreError as exc:
+            if exc.status == 412:
+                return False
+            raise
+        return True
+
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (one rewrite/copy call)."""
         src = self._bucket.blob(self._name(src_key))
@@ -387,9 +406,10 @@ class GCSStore(CloudStore):
         size: int,
         version: str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> str | None:
+    ) -> Copied:
         """A rewrite of ``key`` (the listed generation) with its token loop (GCS answers a
-        large or cross-location rewrite in steps); the copy's CRC32C as GCS reports it."""
+        large or cross-location rewrite in steps); the copy's CRC32C as GCS reports it, and
+        the generation it made."""
         source = src._bucket.blob(src._name(key))
         dest = prepare(self._bucket.blob(self._name(key)), meta, self._write_opts)
         if not meta:
@@ -412,7 +432,8 @@ class GCSStore(CloudStore):
             if version is not None and exc.status == 412:
                 raise src._changed(key, version, None) from None
             raise
-        return str(dest.crc32c) if dest.crc32c else None
+        generation = str(dest.generation) if dest.generation else None
+        return Copied(str(dest.crc32c) if dest.crc32c else None, generation)
 
     def signed_url(self, key: str, seconds: int = 900) -> str:
         """A V4 signed GET URL of ``key`` for ``seconds`` (a credential: never logged)."""

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
+from gateway_agent.stores.base import Copied
 from gateway_agent.stores.errors import CopyMismatchError, StoreError
 from gateway_agent.stores.objmeta import policy, travelling
 from gateway_agent.stores.s3.writeopts import head_to_meta, meta_args
@@ -59,7 +60,7 @@ def copy_keeping(
     size: int,
     version: str | None,
     overrides: Mapping[str, str],
-) -> str | None:
+) -> Copied:
     """CopyObject of ``key`` with its metadata, in two calls whatever it carries: the source's
     HEAD (its properties, user metadata and modification time: S3 cannot add the time to
     metadata it copies, nor restate metadata it was not told) and the copy, whose tags S3
@@ -78,8 +79,9 @@ def copy_object(
     version: str | None,
     meta: dict[str, Any] | None,
     source_tags: bool = False,
-) -> str | None:
-    """CopyObject of ``key`` (the listed ``version``); the copy's CRC32C where S3 gives it.
+) -> Copied:
+    """CopyObject of ``key`` (the listed ``version``); the copy's CRC32C where S3 gives it
+    and the version it made (VersionId in a versioned bucket, else its ETag).
     Metadata is ``meta``, stated (``MetadataDirective=REPLACE``); tags those of ``meta``, or
     with ``source_tags`` the source's as S3 holds them (``TaggingDirective=COPY``).
 
@@ -119,7 +121,7 @@ def copy_object(
                 f"{where}: the copy's CRC32C {crc} is not the source's {theirs}",
                 code="ChecksumMismatch",
             )
-    return str(crc) if crc else None
+    return Copied(str(crc) if crc else None, str(resp.get("VersionId") or "") or etag or None)
 
 
 def copy_part(
@@ -131,7 +133,7 @@ def copy_part(
     offset: int,
     length: int,
     version: str | None,
-) -> str | None:
+) -> Copied:
     """UploadPartCopy of ``[offset, offset + length)`` into the staged ``upload_id``; the
     part's CRC32C where S3 gives it (an upload created with CRC32C: real S3 does, moto does
     not)."""
@@ -151,7 +153,7 @@ def copy_part(
     except StoreError as exc:
         raise _pinned(src, key, version, exc) from None
     crc = (resp.get("CopyPartResult") or {}).get("ChecksumCRC32C")
-    return str(crc) if crc else None
+    return Copied(str(crc) if crc else None)  # a part: the commit makes the version
 
 
 def presigned_get(store: S3Store, key: str, seconds: int) -> str:

@@ -44,7 +44,7 @@ from gateway_agent.stores._common import (
     check_range,
     require_parts,
 )
-from gateway_agent.stores.base import Capabilities, ListRow, ObjectInfo
+from gateway_agent.stores.base import Capabilities, Copied, ListRow, ObjectInfo
 from gateway_agent.stores.credentials import CREDENTIAL_OPTIONS, Credentials, boto3_session
 from gateway_agent.stores.errors import (
     BucketNotFoundError,
@@ -459,12 +459,12 @@ class S3Store(CloudStore):
         size: int,
         version: str | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> str | None:
+    ) -> Copied:
         return s3copy.copy_object(self, src, key, size, version, meta)
 
     def copy_keeping_metadata(
         self, src: Any, key: str, size: int, version: str | None, overrides: Mapping[str, str]
-    ) -> str | None:
+    ) -> Copied:
         return s3copy.copy_keeping(self, src, key, size, version, overrides)
 
     def copy_part_from(
@@ -476,7 +476,7 @@ class S3Store(CloudStore):
         offset: int,
         length: int,
         version: str | None = None,
-    ) -> str | None:
+    ) -> Copied:
         return s3copy.copy_part(self, src, key, upload_id, part_number, offset, length, version)
 
     def signed_url(self, key: str, seconds: int = 900) -> str:

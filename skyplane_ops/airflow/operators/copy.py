@@ -216,6 +216,7 @@ class SkyplaneCopyOperator(TransferDeferral, _TransferringOperator, _PlanningOpe
                 fleet=self._fleet,
                 job=job,
                 teardown=True,
+                warm=run.warm,  # a claimed fleet's idle, for the driver's result
             )
         if run.up_to_date:  # nothing to do: no plan, no gateways (on a cloud, no VMs to pay for)
             self.log.info(

@@ -20,6 +20,9 @@ from skyplane_ops.airflow.summaries import (
 class SkyplaneProvisionOperator(_SkyplaneBaseOperator):
     """Start the plan's gateways (a setup task); returns the small, secret-free fleet JSON.
 
+    A parked (warm) fleet in the connection's state store that serves the plan is claimed
+    instead (``docs/warm-fleets.md``); the claim's idle figure is XCom ``warm``.
+
     A retry first deletes what an earlier attempt may have left (by transfer-id tag); a
     failure deletes its own partial state before the task fails.
     """
@@ -52,11 +55,23 @@ class SkyplaneProvisionOperator(_SkyplaneBaseOperator):
             leftovers = self.hook.deprovision(transfer_id=transfer_id, regions=self._regions)
             if leftovers:
                 self.log.info("deleted %d leftovers of an earlier attempt", len(leftovers))
+        claimed = self.hook.claim_warm(plan, transfer_id=transfer_id)
         try:
-            fleet = self.hook.provision(plan, transfer_id=transfer_id, tags=self.tags)
+            if claimed is not None:
+                fleet, warm = claimed
+                self.log.info("claimed warm fleet %s (parked %.0f s)", fleet.transfer_id,
+                              warm["idle_s"])  # fmt: skip
+                if ti is not None:
+                    ti.xcom_push(key="warm", value=warm)
+                # The transfer task finds a fleet's secret under its id when not given one.
+                self.hook.transfer_state(fleet.transfer_id).save_secret(fleet.secret_ref)
+            else:
+                fleet = self.hook.provision(plan, transfer_id=transfer_id, tags=self.tags)
             # The transfer task may run on another worker: keep the secret with the transfer.
             self.hook.transfer_state(transfer_id).save_secret(fleet.secret_ref)
         except BaseException:
+            if claimed is not None:
+                self.hook.deprovision(claimed[0])
             self._sweep(transfer_id)
             raise
         self.log.info(
@@ -82,13 +97,17 @@ class SkyplaneProvisionOperator(_SkyplaneBaseOperator):
 class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
     """Delete a fleet (a teardown task), and every leftover tagged with the transfer id.
 
+    With ``keep_warm`` (a duration, templated) the fleet is parked instead, for the next run
+    to claim, when the ``transfer_task_id`` task's result says the transfer succeeded; the
+    parking's $/h is ``plan``'s VM price (``docs/warm-fleets.md``).
+
     The fleet comes from ``fleet`` (JSON/dict) or is pulled from ``fleet_task_id``; when the
     provision task failed half-way and left no fleet, the transfer id alone is enough (the
     backend's sweep finds resources by tag, in ``regions`` and the regions of any fleet record
     of the transfer). Returns a count and the first deleted ids.
     """
 
-    template_fields: Sequence[str] = ("fleet", "transfer_id")
+    template_fields: Sequence[str] = ("fleet", "transfer_id", "keep_warm", "plan")
 
     def __init__(
         self,
@@ -97,9 +116,19 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
         fleet_task_id: str | None = None,
         sweep: bool = True,
         regions: Sequence[str] = (),
+        keep_warm: str | float | None = None,
+        transfer_task_id: str | None = None,
+        plan: Any = None,
+        plan_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if keep_warm and not transfer_task_id:
+            raise ValueError("keep_warm needs transfer_task_id (only a successful transfer parks)")
         super().__init__(**kwargs)
+        self.keep_warm = keep_warm
+        self.transfer_task_id = transfer_task_id
+        self.plan = plan
+        self.plan_conn_id = plan_conn_id
         self.regions = list(regions)
         self.fleet = fleet
         self.fleet_task_id = fleet_task_id
@@ -110,6 +139,13 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
         if fleet is None and self.fleet_task_id:
             fleet = _load_fleet(context["ti"].xcom_pull(task_ids=self.fleet_task_id))
         transfer_id = self.resolve_transfer_id(context, fleet.transfer_id if fleet else None)
+        parked = self._park(context, fleet) if fleet is not None else None
+        if parked is not None:
+            removed = self.hook.transfer_state(transfer_id).delete()  # the pool holds its own
+            self.log.info("parked %s for %g s; removed %d state objects", parked["parked"],
+                          parked["keep_warm_s"], removed)  # fmt: skip
+            return bounded({"transfer_id": transfer_id, "had_fleet": True, "deleted_count": 0,
+                            "deleted": [], "warm": parked})  # fmt: skip
         deleted: list[str] = []
         if fleet is not None:
             # Deleting a known fleet returns nothing (only a sweep by tag lists what it
@@ -132,3 +168,21 @@ class SkyplaneDeprovisionOperator(_SkyplaneBaseOperator):
                 "deleted": deleted[:16],
             }
         )
+
+    def _park(self, context: Any, fleet: Any) -> dict[str, Any] | None:
+        """Park ``fleet`` for ``keep_warm`` after a transfer that succeeded (None: delete)."""
+        if not self.keep_warm or not self.transfer_task_id:
+            return None
+        from skyplane_ops.api import parse_duration, vm_usd_per_hour
+
+        keep = parse_duration(self.keep_warm)
+        if not 0 < keep <= 86400:
+            raise ValueError(f"keep_warm must be above 0 and at most 24h, got {keep:g} s")
+        result = context["ti"].xcom_pull(task_ids=self.transfer_task_id)
+        if not isinstance(result, Mapping) or result.get("status") != "ok":
+            self.log.info("the transfer did not succeed: the fleet is deleted, not parked")
+            return None
+        rate = 0.0
+        if self.plan:
+            rate = vm_usd_per_hour(_load_plan(self.plan, self.plan_conn_id)[0], fleet)
+        return self.hook.park_warm(fleet, keep_warm_s=keep, usd_per_hour=rate)
