@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,16 +175,24 @@ def test_deferred_copy_under_airflow_standalone_emits_lineage(
     status = json.loads((state / "status.json").read_text())
     assert status["state"] == "success" and status["result"]["objects"] == 3
     assert not (state / "secret").exists()
-    # OpenLineage events through the file transport, with spec-named datasets.
-    events = [
-        json.loads(line)
-        for line in (base / "lineage.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
-    complete = [
-        e for e in events if e.get("eventType") == "COMPLETE" and e["job"]["name"].endswith("copy")
-    ]
-    assert complete, [e.get("eventType") for e in events]
+
+    # OpenLineage events through the file transport, with spec-named datasets. The task's
+    # COMPLETE event is written by the listener after the task's state is saved, so under load
+    # it may land after the run reads "success": wait for it (the DAG run's own event, job
+    # "skyplane_e2e_copy", has no datasets).
+    def task_events() -> list[dict[str, Any]]:
+        lines = (base / "lineage.jsonl").read_text().splitlines()
+        events = [json.loads(line) for line in lines if line.strip()]
+        return [
+            e
+            for e in events
+            if e.get("eventType") == "COMPLETE" and e["job"]["name"].endswith(".copy")
+        ]
+
+    deadline = time.monotonic() + 120
+    while not (complete := task_events()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert complete, (base / "lineage.jsonl").read_text()[-3000:]
     # Named as Airflow's own common.io converter names ``Asset("file:///abs/p")``: ``file``
     # without a host, so the lineage joins the Asset events of the same task.
     inputs = {(d["namespace"], d["name"]) for e in complete for d in e.get("inputs", [])}
