@@ -22,6 +22,7 @@ from skyplane_ops.provision import records
 from skyplane_ops.provision.worker import running_agents
 from skyplane_ops.sequence import CopyRun
 from skyplane_ops.sequence.copy_run import Gateways
+from skyplane_ops.testing.kill import kill_when
 
 MiB = 1024 * 1024
 pytestmark = [pytest.mark.emulator]
@@ -234,7 +235,6 @@ def test_a_killed_server_side_run_tears_nothing_and_resumes(tmp_path: Path, moto
     """SIGKILL the CLI once the destination shows its first copied object: every object the
     destination shows is whole and equal to its source (CopyObject lands whole; parts wait
     in a staged upload), and the same command again completes and verifies."""
-    import signal
     import subprocess
     import sys
 
@@ -255,16 +255,7 @@ def test_a_killed_server_side_run_tears_nothing_and_resumes(tmp_path: Path, moto
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     seen = open_store(dst, moto_s3.options)
-    while proc.poll() is None:
-        if next(iter(seen.list()), None) is not None:
-            proc.send_signal(signal.SIGKILL)
-            break
-        try:
-            proc.wait(timeout=0.01)
-        except subprocess.TimeoutExpired:
-            pass
-    proc.communicate(timeout=120)
-    if proc.returncode != -signal.SIGKILL:
+    if not kill_when(proc, lambda: next(iter(seen.list()), None) is not None):
         pytest.skip("the copy finished before it could be killed (an unloaded, fast machine)")
     landed = _all(dst, moto_s3.options)
     assert set(landed) <= set(data)

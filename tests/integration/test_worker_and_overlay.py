@@ -21,6 +21,7 @@ from skyplane_ops.provision import records
 from skyplane_ops.provision.worker import running_agents
 from skyplane_ops.sequence import CopyRun
 from skyplane_ops.sequence.copy_run import Gateways
+from skyplane_ops.testing.kill import kill_when
 from skyplane_ops.testing.transfer import agents_of, read_tree, write_dataset
 
 MiB = 1024 * 1024
@@ -123,16 +124,8 @@ def test_a_killed_run_of_both_resumes(tmp_path: Path) -> None:
     argv = ["cp", f"file://{src}", f"file://{dst}", *REGIONS, *BOTH, "--json"]
     proc = _cli(home, *argv)
     try:
-        while proc.poll() is None:  # killed once the worker has written its first bytes
-            if _wrote(dst):
-                proc.send_signal(signal.SIGKILL)
-                break
-            try:
-                proc.wait(timeout=0.01)
-            except subprocess.TimeoutExpired:
-                pass
-        proc.communicate(timeout=120)
-        if proc.returncode != -signal.SIGKILL:
+        # Killed once the worker has written its first bytes.
+        if not kill_when(proc, lambda: _wrote(dst)):
             pytest.skip("the copy finished before it could be killed")
         landed = read_tree(dst)  # nothing torn: what is visible is whole and the source's
         assert all(data[k] == v for k, v in landed.items() if k in data)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from skyplane_ops import api
 from skyplane_ops.provision.worker import running_agents
 from skyplane_ops.sequence import CopyRun
 from skyplane_ops.sequence.copy_run import Gateways
+from skyplane_ops.testing.kill import kill_when
 from skyplane_ops.testing.transfer import agents_of, read_tree, write_dataset
 from skyplane_ops.transfer.todo import FIRST_BATCH_COUNT
 
@@ -104,16 +104,8 @@ def test_a_killed_worker_run_tears_nothing_and_resumes(tmp_path: Path) -> None:
     for line in proc.stderr:  # the move has started ...
         if '"phase": "transfer", "state": "started"' in line:
             break
-    while proc.poll() is None:  # ... and written its first bytes: killed mid-copy
-        if dst.exists() and any(p.is_file() for p in dst.rglob("*")):
-            proc.send_signal(signal.SIGKILL)
-            break
-        try:
-            proc.wait(timeout=0.01)
-        except subprocess.TimeoutExpired:
-            pass
-    proc.wait(timeout=120)
-    if proc.returncode != -signal.SIGKILL:
+    # ... and written its first bytes: killed mid-copy.
+    if not kill_when(proc, lambda: dst.exists() and any(p.is_file() for p in dst.rglob("*"))):
         pytest.skip("the copy finished before it could be killed (an unloaded, fast machine)")
     # Nothing torn: every object the user sees is whole and equal to its source.
     landed = read_tree(dst) if dst.exists() else {}
