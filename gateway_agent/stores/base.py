@@ -259,7 +259,8 @@ class SignsURLs(Protocol):
 @runtime_checkable
 class WritesIfAbsent(Protocol):
     """Optional: write ``key`` only if no object has that name, atomically on the service
-    (GCS ``ifGenerationMatch=0``, Azure ``If-None-Match: *``): of many callers racing for one
+    (S3 and Azure ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, a hard link on a file
+    system, which fails on an existing name): of many callers racing for one
     name exactly one gets True. A warm fleet's claim is such a write (``provision.warm``)."""
 
     def write_if_absent(self, key: str, data: bytes) -> bool: ...

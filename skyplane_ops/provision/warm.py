@@ -200,47 +200,13 @@ class WarmPool:
 
     def _create_only(self, key: str, body: bytes) -> bool:
         """Write ``key`` only if it does not exist; False if it did (another claimant won)."""
-        parsed = self._parsed
-        if parsed.scheme == "file":
-            path = Path(parsed.bucket, parsed.prefix, key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-            tmp.write_bytes(body)
-            try:
-                os.link(tmp, path)  # atomic, and fails if the name exists
-                return True
-            except FileExistsError:
-                return False
-            finally:
-                tmp.unlink(missing_ok=True)
-        if parsed.scheme == "s3":
-            return _s3_create_only(parsed.bucket, f"{parsed.prefix}{key}", body, self.options)
         from gateway_agent.stores.base import WritesIfAbsent
 
-        assert isinstance(self._store, WritesIfAbsent)  # gs://, az:// (POOL_SCHEMES)
+        assert isinstance(self._store, WritesIfAbsent)  # every store of POOL_SCHEMES
         try:
             return self._store.write_if_absent(key, body)
         except Exception as exc:
             raise ProvisionError(f"cannot claim {self.uri}/{key}: {exc}") from exc
-
-
-def _s3_create_only(bucket: str, key: str, body: bytes, options: Mapping[str, Any]) -> bool:
-    from botocore.exceptions import ClientError
-
-    from gateway_agent.stores.aws_session import new_session
-
-    client = new_session().client(
-        "s3", endpoint_url=options.get("endpoint_url"), region_name=options.get("region")
-    )
-    try:
-        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
-            return False
-        raise ProvisionError(f"cannot claim s3://{bucket}/{key}: {exc}") from exc
-    return True
 
 
 def _parked(fleet_id: str, generation: int) -> str:

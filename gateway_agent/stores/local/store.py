@@ -402,6 +402,24 @@ class LocalStore:
         except OSError as exc:
             raise self._error(exc, "head", key) from None
 
+    def write_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if absent: a filled temporary file (hidden name) is hard-linked
+        to the key's name, which fails when the name exists. False when it existed."""
+        dest = self._path(key)
+        folder = os.path.dirname(dest)
+        make_folder(folder)
+        tmp = tmp_name(folder)
+        try:
+            with open(tmp, "xb") as fh:
+                fh.write(data)
+            os.link(tmp, dest)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
     def write(self, key: str, data: bytes, meta: Mapping[str, Any] | None = None) -> ObjectInfo:
         link = self._link_path(key)
         if link is not None:

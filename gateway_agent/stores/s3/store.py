@@ -75,6 +75,8 @@ from gateway_agent.stores.uri import StoreURI
 
 MIB = 1024 * 1024
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
+# What S3 answers a conditional create whose name exists (or is being written by another).
+_NOT_ABSENT = ("PreconditionFailed", "ConditionalRequestConflict")
 _OPTIONS = (
     frozenset(
         {
@@ -427,6 +429,16 @@ class S3Store(CloudStore):
         # The CRC32C S3 answers with is the one it checked the body against and stored.
         stored = full_object_crc32c(resp) if crc else None
         return self._info(key, len(data), resp.get("ETag"), None, stored, resp.get("VersionId"))
+
+    def write_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if absent (``If-None-Match: *``): False when it existed."""
+        try:
+            self._on_key("write", key, self._client.put_object, Body=data, IfNoneMatch="*")
+        except StoreError as exc:
+            if exc.status in (409, 412) or exc.code in _NOT_ABSENT:
+                return False
+            raise
+        return True
 
     def copy(self, src_key: str, dst_key: str) -> ObjectInfo:
         """Server-side copy within the bucket (single CopyObject, objects up to 5 GiB)."""
