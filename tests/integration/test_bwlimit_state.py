@@ -33,9 +33,12 @@ MiB = 1 << 20
 
 
 def _slope(points: list[tuple[float, int]], lo: float, hi: float) -> float:
-    """Bytes/s between the first samples at or past ``lo`` and ``hi`` bytes."""
+    """Bytes/s between the first samples at or past ``lo`` and ``hi`` bytes (the last sample
+    when none reached ``hi``: under load the driver's heartbeats are further apart than the
+    last few percent take, and the run may end between two of them)."""
     t0, b0 = next(p for p in points if p[1] >= lo)
-    t1, b1 = next(p for p in points if p[1] >= hi)
+    t1, b1 = next((p for p in points if p[1] >= hi), points[-1])
+    assert t1 > t0 and b1 - b0 >= 0.5 * (hi - lo), (lo, hi, points)
     return (b1 - b0) / (t1 - t0)
 
 
